@@ -1,0 +1,237 @@
+/*
+ * llmrt: an embeddable inference runtime for the Kimi K2.x and GLM MoE model families.
+ * This is the only public header. It is plain C11 and the ABI it describes is stable within
+ * one major version (LLMRT_ABI_VERSION_MAJOR, also the shared library's SONAME).
+ *
+ * Conventions
+ *  1. Handles are opaque (llm_runtime, llm_session). The caller owns what it creates and
+ *     releases it with the matching _destroy; destroying NULL is a no-op.
+ *  2. Every fallible call returns llm_status. LLM_OK is 0; codes are stable and never
+ *     renumbered. After a failure, llm_last_error() returns a message for the calling thread
+ *     that names the thing at fault (file, tensor, argument). A failed call leaves every
+ *     object as it was before the call unless the function says otherwise.
+ *  3. NULL is rejected with LLM_ERR_INVALID_ARGUMENT wherever a pointer is required.
+ *  4. Options are structs whose first field is struct_size. Fill them with the matching
+ *     llm_*_options_init(), then change fields. The library accepts smaller structs from older
+ *     headers (missing fields take their defaults). Structs only ever grow at the end.
+ *     Output structs (llm_runtime_info) also carry struct_size: set it to sizeof before the call.
+ *  5. Threads: all functions may be called from any thread. Calls on one runtime and on its
+ *     sessions are serialized by the runtime's lock: they are safe to make concurrently, and
+ *     one waits while another (for example a llm_decode_step) runs. Distinct runtimes are
+ *     independent. llm_last_error() is per thread.
+ *  6. No C++ exception, abort or exit crosses this boundary: bad input is an error status.
+ *  7. Token ids are int32_t. Sizes and counts are size_t or fixed-width integers.
+ *  8. Versioning: LLMRT_VERSION_* describe the header, llm_version() the library. Shipped
+ *     functions never change meaning; new behaviour gets a new function (suffix _v2).
+ */
+#ifndef LLMRT_LLMRT_H_
+#define LLMRT_LLMRT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define LLM_API __declspec(dllexport)
+#elif defined(LLMRT_BUILDING_LIBRARY)
+#define LLM_API __attribute__((visibility("default")))
+#else
+#define LLM_API
+#endif
+
+#define LLMRT_ABI_VERSION_MAJOR 1
+#define LLMRT_VERSION_MAJOR 0
+#define LLMRT_VERSION_MINOR 1
+#define LLMRT_VERSION_PATCH 0
+#define LLMRT_VERSION_STRING "0.1.0"
+
+/* The library's version as "MAJOR.MINOR.PATCH". Static storage; never NULL. */
+LLM_API const char* llm_version(void);
+/* LLMRT_VERSION_MAJOR * 1000000 + MINOR * 1000 + PATCH of the library. */
+LLM_API uint32_t llm_version_number(void);
+
+/* ---- status codes ------------------------------------------------------------------------ */
+typedef int32_t llm_status;
+#define LLM_OK 0
+#define LLM_ERR_INVALID_ARGUMENT 1 /* NULL pointer, bad option value, bad token id */
+#define LLM_ERR_NOT_FOUND 2        /* missing directory, file or tensor */
+#define LLM_ERR_IO 3               /* a file could not be opened, mapped or read */
+#define LLM_ERR_FORMAT 4           /* corrupt, truncated or inconsistent checkpoint data */
+#define LLM_ERR_UNSUPPORTED 5      /* unknown architecture, dtype or feature */
+#define LLM_ERR_OUT_OF_MEMORY 6    /* host or device allocation failed */
+#define LLM_ERR_KV_EXHAUSTED 7     /* no free KV page for a session's next tokens */
+#define LLM_ERR_KV_INTEGRITY 8     /* a session's KV pages failed verification */
+#define LLM_ERR_CANCELLED 9        /* the session was cancelled */
+#define LLM_ERR_INVALID_STATE 10   /* the call is not valid in the object's current state */
+#define LLM_ERR_OUT_OF_RANGE 11    /* a position, length or limit was exceeded */
+#define LLM_ERR_BUFFER_TOO_SMALL 12 /* an output buffer was too small; the size is reported */
+#define LLM_ERR_INTERNAL 13        /* a bug in llmrt; the message says where */
+
+/* A static, human-readable name for a status code ("LLM_ERR_FORMAT"); never NULL. */
+LLM_API const char* llm_status_string(llm_status status);
+/* The message of the last failed call on this thread; "" when none. Valid until the next
+ * llmrt call on this thread. */
+LLM_API const char* llm_last_error(void);
+
+/* ---- runtime ----------------------------------------------------------------------------- */
+typedef struct llm_runtime llm_runtime;
+typedef struct llm_session llm_session;
+
+#define LLM_BACKEND_AUTO 0 /* CUDA when built and a device is present, else CPU */
+#define LLM_BACKEND_CPU 1
+#define LLM_BACKEND_CUDA 2
+
+#define LLM_KV_DTYPE_AUTO 0 /* BF16 */
+#define LLM_KV_DTYPE_BF16 1
+#define LLM_KV_DTYPE_F32 2 /* exact reference storage, for verification */
+
+typedef struct llm_runtime_options {
+  uint32_t struct_size;
+  int32_t backend;              /* LLM_BACKEND_*; default AUTO */
+  int32_t num_threads;          /* CPU worker threads; 0 = one per core */
+  int32_t kv_dtype;             /* LLM_KV_DTYPE_*; default AUTO */
+  uint64_t kv_budget_bytes;     /* bytes for the paged KV cache; 0 = 256 MiB */
+  uint32_t page_size_tokens;    /* tokens per KV page; 0 = 16 */
+  uint32_t max_sessions;        /* live sessions at once; 0 = 256 */
+  uint32_t max_tokens_per_step; /* token budget of one llm_decode_step; 0 = 512 */
+  uint32_t reserved0;
+} llm_runtime_options;
+
+/* Fills *options with defaults, including struct_size. */
+LLM_API void llm_runtime_options_init(llm_runtime_options* options);
+
+/* Loads the Hugging Face checkpoint in directory model_dir (config.json plus model.safetensors
+ * or model.safetensors.index.json and its shards), validates every tensor against the config,
+ * and sets up the backend and KV pool. options may be NULL for defaults.
+ * On success *out_runtime owns the loaded model; release it with llm_runtime_destroy.
+ * On failure *out_runtime is set to NULL. */
+LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
+                                      llm_runtime** out_runtime);
+
+/* Destroys the runtime. REQUIRES: every session of this runtime was destroyed first; live
+ * sessions are destroyed with it and their handles become invalid. NULL is a no-op. */
+LLM_API void llm_runtime_destroy(llm_runtime* runtime);
+
+typedef struct llm_runtime_info {
+  uint32_t struct_size;        /* set by the caller to sizeof(llm_runtime_info) */
+  char architecture[64];       /* "DeepseekV3ForCausalLM", NUL-terminated */
+  char model_type[32];         /* config.json model_type, e.g. "kimi_k2" */
+  int32_t backend;             /* LLM_BACKEND_CPU or LLM_BACKEND_CUDA */
+  int32_t kv_dtype;            /* LLM_KV_DTYPE_BF16 or LLM_KV_DTYPE_F32 */
+  uint32_t vocab_size;
+  uint32_t num_layers;
+  uint64_t num_parameters;     /* parameters of the model that runs (vision towers excluded) */
+  uint64_t weight_bytes;       /* bytes of those parameters as stored */
+  uint64_t kv_bytes_per_token; /* over all layers */
+  uint64_t kv_capacity_tokens; /* pages_total * page_size_tokens */
+  uint32_t page_size_tokens;
+  uint32_t pages_total;
+  uint32_t pages_free;
+  uint32_t num_sessions;
+  uint32_t max_position_embeddings;
+  uint32_t reserved0;
+} llm_runtime_info;
+
+/* Fills *info (whose struct_size the caller set). */
+LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_info* info);
+
+/* ---- sessions ---------------------------------------------------------------------------- */
+typedef struct llm_sampling_options {
+  uint32_t struct_size;
+  float temperature;           /* 0 = greedy (the default) */
+  int32_t top_k;               /* 0 = off */
+  float top_p;                 /* 1 = off */
+  float min_p;                 /* 0 = off */
+  uint32_t max_new_tokens;     /* per generation; 0 = until a stop token or the context ends */
+  uint64_t seed;               /* per-session random stream; equal seeds give equal samples */
+  const int32_t* stop_tokens;  /* copied at creation; may be NULL when num_stop_tokens is 0 */
+  uint32_t num_stop_tokens;
+  uint32_t reserved0;
+} llm_sampling_options;
+
+LLM_API void llm_sampling_options_init(llm_sampling_options* options);
+
+/* Creates an empty session. options may be NULL for greedy decoding with no limit.
+ * Fails with LLM_ERR_OUT_OF_RANGE when max_sessions sessions are alive. */
+LLM_API llm_status llm_session_create(llm_runtime* runtime, const llm_sampling_options* options,
+                                      llm_session** out_session);
+
+/* Destroys the session and returns its KV pages to the pool. NULL is a no-op. */
+LLM_API void llm_session_destroy(llm_session* session);
+
+/* Queues tokens to be processed by the next llm_decode_step calls (chunked prefill). Allowed
+ * on a new session and on one whose generation finished (a new turn; the last generated token
+ * is kept in the context). Every id must be in [0, vocab_size), else LLM_ERR_INVALID_ARGUMENT
+ * and nothing is queued. LLM_ERR_OUT_OF_RANGE when the context would pass
+ * max_position_embeddings. LLM_ERR_INVALID_STATE on a cancelled or failed session. */
+LLM_API llm_status llm_session_append_tokens(llm_session* session, const int32_t* tokens,
+                                             size_t num_tokens);
+
+/* Cancels the session: it stops at once, is reported once more by llm_decode_step with
+ * finish reason LLM_FINISH_CANCELLED, and releases its KV pages. */
+LLM_API llm_status llm_session_cancel(llm_session* session);
+
+#define LLM_SESSION_IDLE 0       /* nothing queued, nothing generating */
+#define LLM_SESSION_PREFILL 1    /* prompt tokens queued */
+#define LLM_SESSION_DECODING 2   /* generating */
+#define LLM_SESSION_FINISHED 3   /* generation ended (stop token or length); may take a new turn */
+#define LLM_SESSION_CANCELLED 4
+#define LLM_SESSION_FAILED 5     /* a fatal error; see the step result's status */
+
+typedef struct llm_session_info {
+  uint32_t struct_size;
+  int32_t state;               /* LLM_SESSION_* */
+  uint64_t id;                 /* unique within the runtime, increasing in creation order */
+  uint32_t num_tokens;         /* tokens in the context (processed into the KV cache) */
+  uint32_t num_pending;        /* tokens queued and not yet processed */
+  uint32_t num_generated;      /* tokens generated in the current generation */
+  uint32_t num_pages;          /* KV pages held */
+} llm_session_info;
+
+LLM_API llm_status llm_session_get_info(const llm_session* session, llm_session_info* info);
+
+/* Copies the logits of the session's most recent sampled position (float32, vocab_size values)
+ * into out. *out_count receives vocab_size. LLM_ERR_BUFFER_TOO_SMALL when capacity is too small
+ * (out untouched), LLM_ERR_INVALID_STATE before the first sampled position. */
+LLM_API llm_status llm_session_get_logits(const llm_session* session, float* out, size_t capacity,
+                                          size_t* out_count);
+
+/* ---- stepping ---------------------------------------------------------------------------- */
+#define LLM_FINISH_NONE 0      /* still running */
+#define LLM_FINISH_STOP 1      /* sampled a stop token (the token is reported) */
+#define LLM_FINISH_LENGTH 2    /* max_new_tokens reached or the context is full */
+#define LLM_FINISH_CANCELLED 3
+#define LLM_FINISH_ERROR 4     /* see status */
+
+#define LLM_TOKEN_NONE (-1)
+
+typedef struct llm_step_result {
+  llm_session* session;
+  uint64_t session_id;
+  int32_t token;          /* the sampled token, or LLM_TOKEN_NONE (prefill still running, error) */
+  int32_t finish_reason;  /* LLM_FINISH_* */
+  llm_status status;      /* LLM_OK, or why this session did not advance */
+  uint32_t num_prefilled; /* prompt tokens processed for this session in this step */
+  uint64_t reserved[2];
+} llm_step_result;
+
+/* One scheduler iteration: picks pending prompt chunks (chunked prefill) and one token per
+ * decoding session, in session creation order, under max_tokens_per_step and the free KV
+ * pages; runs them as one batched forward pass; samples. Writes one result per session that
+ * was scheduled or changed state. capacity must be at least the number of live sessions, else
+ * LLM_ERR_BUFFER_TOO_SMALL with that number in *out_count, before any work;
+ * *out_count tells how many results were written.
+ * A session that cannot get a KV page gets status LLM_ERR_KV_EXHAUSTED and is not advanced
+ * (its state is unchanged; destroy other sessions or retry later). A failure of one session
+ * never disturbs the others. Returns LLM_OK when the step ran, even if some sessions failed. */
+LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* results, size_t capacity,
+                                   size_t* out_count);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* LLMRT_LLMRT_H_ */

@@ -1,0 +1,155 @@
+// llm-run: generates from prompt token ids with a checkpoint, printing tokens as they come.
+//
+//   llm-run --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--temperature T] [--top-k K]
+//           [--top-p P] [--min-p P] [--seed S] [--threads N] [--kv-dtype bf16|f32]
+//
+// Tokens go to stdout; load time and speed go to stderr.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmrt/llmrt.h"
+
+namespace {
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: llm-run --model DIR --prompt-ids ID,ID,... [--max-tokens N] [--temperature T]\n"
+               "               [--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads N]\n"
+               "               [--kv-dtype bf16|f32]\n");
+}
+
+bool ParseIds(const char* s, std::vector<int32_t>* out) {
+  while (*s) {
+    char* end = nullptr;
+    long v = std::strtol(s, &end, 10);
+    if (end == s || v < INT32_MIN || v > INT32_MAX) return false;
+    out->push_back(static_cast<int32_t>(v));
+    s = end;
+    if (*s == ',') ++s;
+    else if (*s) return false;
+  }
+  return !out->empty();
+}
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* model = nullptr;
+  std::vector<int32_t> prompt;
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = 32;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    auto need = [&]() {
+      if (v == nullptr) {
+        std::fprintf(stderr, "llm-run: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      ++i;
+      return v;
+    };
+    if (a == "--model") model = need();
+    else if (a == "--prompt-ids") {
+      if (!ParseIds(need(), &prompt)) {
+        std::fprintf(stderr, "llm-run: --prompt-ids wants comma-separated integers\n");
+        return 2;
+      }
+    } else if (a == "--max-tokens") so.max_new_tokens = static_cast<uint32_t>(std::atoi(need()));
+    else if (a == "--temperature") so.temperature = static_cast<float>(std::atof(need()));
+    else if (a == "--top-k") so.top_k = std::atoi(need());
+    else if (a == "--top-p") so.top_p = static_cast<float>(std::atof(need()));
+    else if (a == "--min-p") so.min_p = static_cast<float>(std::atof(need()));
+    else if (a == "--seed") so.seed = std::strtoull(need(), nullptr, 10);
+    else if (a == "--threads") ro.num_threads = std::atoi(need());
+    else if (a == "--kv-dtype") {
+      std::string d = need();
+      ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : LLM_KV_DTYPE_BF16;
+    } else if (a == "--help" || a == "-h") {
+      Usage();
+      return 0;
+    } else {
+      std::fprintf(stderr, "llm-run: unknown argument %s\n", a.c_str());
+      Usage();
+      return 2;
+    }
+  }
+  if (model == nullptr || prompt.empty()) {
+    Usage();
+    return 2;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  llm_runtime* rt = nullptr;
+  llm_status st = llm_runtime_create(model, &ro, &rt);
+  if (st != LLM_OK) {
+    std::fprintf(stderr, "llm-run: %s: %s\n", llm_status_string(st), llm_last_error());
+    return 1;
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  llm_runtime_info info;
+  info.struct_size = sizeof(info);
+  llm_runtime_get_info(rt, &info);
+  std::fprintf(stderr, "llm-run: loaded %s (%s), %llu parameters, %.1f MB weights in %.3f s\n",
+               info.architecture, info.model_type, static_cast<unsigned long long>(info.num_parameters),
+               info.weight_bytes / 1e6, Seconds(t0, t1));
+  llm_session* s = nullptr;
+  st = llm_session_create(rt, &so, &s);
+  if (st == LLM_OK) st = llm_session_append_tokens(s, prompt.data(), prompt.size());
+  if (st != LLM_OK) {
+    std::fprintf(stderr, "llm-run: %s: %s\n", llm_status_string(st), llm_last_error());
+    llm_session_destroy(s);
+    llm_runtime_destroy(rt);
+    return 1;
+  }
+  int rc = 0;
+  size_t generated = 0;
+  double prefill_s = 0;
+  auto t2 = std::chrono::steady_clock::now();
+  auto t_first = t2;
+  for (;;) {
+    llm_step_result r;
+    size_t n = 0;
+    st = llm_decode_step(rt, &r, 1, &n);
+    if (st != LLM_OK) {
+      std::fprintf(stderr, "\nllm-run: %s: %s\n", llm_status_string(st), llm_last_error());
+      rc = 1;
+      break;
+    }
+    if (n == 0) break;
+    if (r.status != LLM_OK) {
+      std::fprintf(stderr, "\nllm-run: session failed: %s\n", llm_status_string(r.status));
+      rc = 1;
+      break;
+    }
+    if (r.token != LLM_TOKEN_NONE) {
+      if (generated == 0) {
+        t_first = std::chrono::steady_clock::now();
+        prefill_s = Seconds(t2, t_first);
+      }
+      std::printf(generated == 0 ? "%d" : " %d", r.token);
+      std::fflush(stdout);
+      ++generated;
+    }
+    if (r.finish_reason != LLM_FINISH_NONE) break;
+  }
+  std::printf("\n");
+  auto t3 = std::chrono::steady_clock::now();
+  const double decode_s = Seconds(t_first, t3);
+  std::fprintf(stderr, "llm-run: prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s decode\n",
+               prompt.size(), prefill_s, prefill_s > 0 ? prompt.size() / prefill_s : 0.0, generated,
+               generated > 1 && decode_s > 0 ? (generated - 1) / decode_s : 0.0);
+  llm_session_destroy(s);
+  llm_runtime_destroy(rt);
+  return rc;
+}

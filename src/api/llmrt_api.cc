@@ -1,0 +1,344 @@
+// The C ABI shim: handle structs, options translation, status mapping, and the catch-all that
+// keeps every exception inside the library. No engine logic lives here.
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "include/llmrt/llmrt.h"
+#include "src/runtime/runtime.h"
+#include "src/util/status.h"
+
+struct llm_runtime {
+  std::unique_ptr<llmrt::Runtime> rep;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+llm_status Fail(llm_status code, std::string msg) {
+  g_last_error = std::move(msg);
+  return code;
+}
+
+// The one mapping from internal status codes to the ABI's (see src/util/errors.h).
+llm_status ToLlmStatus(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk: return LLM_OK;
+    case absl::StatusCode::kInvalidArgument: return LLM_ERR_INVALID_ARGUMENT;
+    case absl::StatusCode::kNotFound: return LLM_ERR_NOT_FOUND;
+    case absl::StatusCode::kUnknown: return LLM_ERR_IO;
+    case absl::StatusCode::kDataLoss: return LLM_ERR_FORMAT;
+    case absl::StatusCode::kUnimplemented: return LLM_ERR_UNSUPPORTED;
+    case absl::StatusCode::kResourceExhausted: return LLM_ERR_OUT_OF_MEMORY;
+    case absl::StatusCode::kUnavailable: return LLM_ERR_KV_EXHAUSTED;
+    case absl::StatusCode::kAborted: return LLM_ERR_KV_INTEGRITY;
+    case absl::StatusCode::kCancelled: return LLM_ERR_CANCELLED;
+    case absl::StatusCode::kFailedPrecondition: return LLM_ERR_INVALID_STATE;
+    case absl::StatusCode::kOutOfRange: return LLM_ERR_OUT_OF_RANGE;
+    default: return LLM_ERR_INTERNAL;
+  }
+}
+
+llm_status Report(const absl::Status& s) {
+  if (s.ok()) return LLM_OK;
+  return Fail(ToLlmStatus(s), std::string(s.message()));
+}
+
+llmrt::Session* FromHandle(llm_session* s) { return reinterpret_cast<llmrt::Session*>(s); }
+const llmrt::Session* FromHandle(const llm_session* s) { return reinterpret_cast<const llmrt::Session*>(s); }
+llm_session* ToHandle(llmrt::Session* s) { return reinterpret_cast<llm_session*>(s); }
+
+// Copies the caller's options struct, honouring a smaller struct_size from an older header.
+template <typename T>
+bool ReadOptions(const T* in, T* out) {
+  if (in == nullptr) return true;
+  const uint32_t size = in->struct_size;
+  if (size < sizeof(uint32_t) || size > (1u << 16)) return false;
+  std::memcpy(out, in, std::min<size_t>(size, sizeof(T)));
+  out->struct_size = sizeof(T);
+  return true;
+}
+
+}  // namespace
+
+// Every entry point runs its body through this: exceptions become statuses.
+#define LLM_GUARD_BEGIN try {
+#define LLM_GUARD_END                                                                   \
+  }                                                                                     \
+  catch (const std::bad_alloc&) {                                                       \
+    return Fail(LLM_ERR_OUT_OF_MEMORY, "out of memory");                                \
+  }                                                                                     \
+  catch (const llmrt::InternalError& e) {                                               \
+    return Fail(LLM_ERR_INTERNAL, e.what());                                            \
+  }                                                                                     \
+  catch (const std::exception& e) {                                                     \
+    return Fail(LLM_ERR_INTERNAL, std::string("unexpected exception: ") + e.what());    \
+  }                                                                                     \
+  catch (...) {                                                                         \
+    return Fail(LLM_ERR_INTERNAL, "unexpected exception");                              \
+  }
+
+#define LLM_REQUIRE(ptr)                                                                \
+  do {                                                                                  \
+    if ((ptr) == nullptr) return Fail(LLM_ERR_INVALID_ARGUMENT, #ptr " must not be NULL"); \
+  } while (0)
+
+extern "C" {
+
+LLM_API const char* llm_version(void) { return LLMRT_VERSION_STRING; }
+
+LLM_API uint32_t llm_version_number(void) {
+  return LLMRT_VERSION_MAJOR * 1000000u + LLMRT_VERSION_MINOR * 1000u + LLMRT_VERSION_PATCH;
+}
+
+LLM_API const char* llm_status_string(llm_status status) {
+  switch (status) {
+    case LLM_OK: return "LLM_OK";
+    case LLM_ERR_INVALID_ARGUMENT: return "LLM_ERR_INVALID_ARGUMENT";
+    case LLM_ERR_NOT_FOUND: return "LLM_ERR_NOT_FOUND";
+    case LLM_ERR_IO: return "LLM_ERR_IO";
+    case LLM_ERR_FORMAT: return "LLM_ERR_FORMAT";
+    case LLM_ERR_UNSUPPORTED: return "LLM_ERR_UNSUPPORTED";
+    case LLM_ERR_OUT_OF_MEMORY: return "LLM_ERR_OUT_OF_MEMORY";
+    case LLM_ERR_KV_EXHAUSTED: return "LLM_ERR_KV_EXHAUSTED";
+    case LLM_ERR_KV_INTEGRITY: return "LLM_ERR_KV_INTEGRITY";
+    case LLM_ERR_CANCELLED: return "LLM_ERR_CANCELLED";
+    case LLM_ERR_INVALID_STATE: return "LLM_ERR_INVALID_STATE";
+    case LLM_ERR_OUT_OF_RANGE: return "LLM_ERR_OUT_OF_RANGE";
+    case LLM_ERR_BUFFER_TOO_SMALL: return "LLM_ERR_BUFFER_TOO_SMALL";
+    case LLM_ERR_INTERNAL: return "LLM_ERR_INTERNAL";
+    default: return "LLM_ERR_UNKNOWN_STATUS";
+  }
+}
+
+LLM_API const char* llm_last_error(void) { return g_last_error.c_str(); }
+
+LLM_API void llm_runtime_options_init(llm_runtime_options* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+  o->backend = LLM_BACKEND_AUTO;
+  o->kv_dtype = LLM_KV_DTYPE_AUTO;
+}
+
+LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
+                                      llm_runtime** out_runtime) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(out_runtime);
+  *out_runtime = nullptr;
+  LLM_REQUIRE(model_dir);
+  llm_runtime_options o;
+  llm_runtime_options_init(&o);
+  if (!ReadOptions(options, &o)) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->struct_size is invalid");
+  llmrt::RuntimeOptions ro;
+  switch (o.backend) {
+    case LLM_BACKEND_AUTO: ro.backend = llmrt::BackendKind::kAuto; break;
+    case LLM_BACKEND_CPU: ro.backend = llmrt::BackendKind::kCpu; break;
+    case LLM_BACKEND_CUDA: ro.backend = llmrt::BackendKind::kCuda; break;
+    default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->backend is not an LLM_BACKEND_* value");
+  }
+  switch (o.kv_dtype) {
+    case LLM_KV_DTYPE_AUTO:
+    case LLM_KV_DTYPE_BF16: ro.kv_dtype = llmrt::DType::kBF16; break;
+    case LLM_KV_DTYPE_F32: ro.kv_dtype = llmrt::DType::kF32; break;
+    default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_dtype is not an LLM_KV_DTYPE_* value");
+  }
+  if (o.num_threads < 0) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->num_threads must be >= 0");
+  ro.num_threads = o.num_threads;
+  if (o.kv_budget_bytes != 0) ro.kv_budget_bytes = o.kv_budget_bytes;
+  if (o.page_size_tokens != 0) ro.page_size = o.page_size_tokens;
+  if (o.max_sessions != 0) ro.max_sessions = o.max_sessions;
+  if (o.max_tokens_per_step != 0) ro.max_tokens_per_step = o.max_tokens_per_step;
+  auto rt = llmrt::Runtime::Create(model_dir, ro);
+  if (!rt.ok()) return Report(rt.status());
+  *out_runtime = new llm_runtime{std::move(rt).value()};
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API void llm_runtime_destroy(llm_runtime* runtime) {
+  try {
+    delete runtime;
+  } catch (...) {
+  }
+}
+
+LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_info* info) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(runtime);
+  LLM_REQUIRE(info);
+  if (info->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "info->struct_size is not set");
+  const llmrt::RuntimeInfo i = runtime->rep->Info();
+  llm_runtime_info out;
+  std::memset(&out, 0, sizeof(out));
+  out.struct_size = sizeof(out);
+  std::snprintf(out.architecture, sizeof(out.architecture), "%s", i.architecture.c_str());
+  std::snprintf(out.model_type, sizeof(out.model_type), "%s", i.model_type.c_str());
+  out.backend = LLM_BACKEND_CPU;
+  out.kv_dtype = i.kv_dtype == llmrt::DType::kF32 ? LLM_KV_DTYPE_F32 : LLM_KV_DTYPE_BF16;
+  out.vocab_size = static_cast<uint32_t>(i.vocab_size);
+  out.num_layers = static_cast<uint32_t>(i.num_layers);
+  out.num_parameters = i.num_parameters;
+  out.weight_bytes = i.weight_bytes;
+  out.kv_bytes_per_token = i.kv_bytes_per_token;
+  out.kv_capacity_tokens = i.kv_capacity_tokens;
+  out.page_size_tokens = static_cast<uint32_t>(i.page_size);
+  out.pages_total = static_cast<uint32_t>(i.pages_total);
+  out.pages_free = static_cast<uint32_t>(i.pages_free);
+  out.num_sessions = static_cast<uint32_t>(i.num_sessions);
+  out.max_position_embeddings = static_cast<uint32_t>(i.max_position_embeddings);
+  const uint32_t n = std::min<uint32_t>(info->struct_size, sizeof(out));
+  std::memcpy(info, &out, n);
+  info->struct_size = n;
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API void llm_sampling_options_init(llm_sampling_options* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+  o->top_p = 1.0f;
+}
+
+LLM_API llm_status llm_session_create(llm_runtime* runtime, const llm_sampling_options* options,
+                                      llm_session** out_session) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(out_session);
+  *out_session = nullptr;
+  LLM_REQUIRE(runtime);
+  llm_sampling_options o;
+  llm_sampling_options_init(&o);
+  if (!ReadOptions(options, &o)) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->struct_size is invalid");
+  if (o.num_stop_tokens > 0 && o.stop_tokens == nullptr) {
+    return Fail(LLM_ERR_INVALID_ARGUMENT, "stop_tokens is NULL but num_stop_tokens > 0");
+  }
+  llmrt::SessionOptions so;
+  so.sampling.temperature = o.temperature;
+  so.sampling.top_k = o.top_k;
+  so.sampling.top_p = o.top_p;
+  so.sampling.min_p = o.min_p;
+  so.max_new_tokens = o.max_new_tokens;
+  so.seed = o.seed;
+  so.stop_tokens.assign(o.stop_tokens, o.stop_tokens + o.num_stop_tokens);
+  auto s = runtime->rep->CreateSession(so);
+  if (!s.ok()) return Report(s.status());
+  *out_session = ToHandle(*s);
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API void llm_session_destroy(llm_session* session) {
+  if (session == nullptr) return;
+  try {
+    llmrt::Session* s = FromHandle(session);
+    s->runtime()->DestroySession(s);
+  } catch (...) {
+  }
+}
+
+LLM_API llm_status llm_session_append_tokens(llm_session* session, const int32_t* tokens, size_t num_tokens) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(session);
+  if (num_tokens > 0) LLM_REQUIRE(tokens);
+  llmrt::Session* s = FromHandle(session);
+  return Report(s->runtime()->Append(s, absl::Span<const int32_t>(tokens, num_tokens)));
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_session_cancel(llm_session* session) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(session);
+  llmrt::Session* s = FromHandle(session);
+  return Report(s->runtime()->Cancel(s));
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_session_get_info(const llm_session* session, llm_session_info* info) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(session);
+  LLM_REQUIRE(info);
+  if (info->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "info->struct_size is not set");
+  const llmrt::Session* s = FromHandle(session);
+  const auto snap = s->runtime()->Snapshot(s);
+  llm_session_info out;
+  std::memset(&out, 0, sizeof(out));
+  out.struct_size = sizeof(out);
+  switch (snap.state) {
+    case llmrt::SessionState::kIdle: out.state = LLM_SESSION_IDLE; break;
+    case llmrt::SessionState::kPrefill: out.state = LLM_SESSION_PREFILL; break;
+    case llmrt::SessionState::kDecoding: out.state = LLM_SESSION_DECODING; break;
+    case llmrt::SessionState::kFinished: out.state = LLM_SESSION_FINISHED; break;
+    case llmrt::SessionState::kCancelled: out.state = LLM_SESSION_CANCELLED; break;
+    case llmrt::SessionState::kFailed: out.state = LLM_SESSION_FAILED; break;
+  }
+  out.id = snap.id;
+  out.num_tokens = snap.num_tokens;
+  out.num_pending = snap.num_pending;
+  out.num_generated = snap.num_generated;
+  out.num_pages = snap.num_pages;
+  const uint32_t n = std::min<uint32_t>(info->struct_size, sizeof(out));
+  std::memcpy(info, &out, n);
+  info->struct_size = n;
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_session_get_logits(const llm_session* session, float* out, size_t capacity,
+                                          size_t* out_count) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(session);
+  LLM_REQUIRE(out_count);
+  if (capacity > 0) LLM_REQUIRE(out);
+  const llmrt::Session* s = FromHandle(session);
+  absl::Status st = s->runtime()->CopyLogits(s, out, capacity, out_count);
+  if (st.code() == absl::StatusCode::kResourceExhausted) return Fail(LLM_ERR_BUFFER_TOO_SMALL, std::string(st.message()));
+  return Report(st);
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* results, size_t capacity,
+                                   size_t* out_count) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(out_count);
+  *out_count = 0;
+  LLM_REQUIRE(runtime);
+  if (capacity > 0) LLM_REQUIRE(results);
+  const size_t needed = runtime->rep->MaxStepResults();
+  if (capacity < needed) {
+    *out_count = needed;
+    return Fail(LLM_ERR_BUFFER_TOO_SMALL,
+                "results must hold one entry per live session (" + std::to_string(needed) + ")");
+  }
+  std::vector<llmrt::StepResult> rs;
+  rs.reserve(needed);
+  absl::Status st = runtime->rep->Step(&rs);
+  if (!st.ok()) return Report(st);
+  LLMRT_CHECK(rs.size() <= capacity);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    llm_step_result& r = results[i];
+    std::memset(&r, 0, sizeof(r));
+    r.session = ToHandle(rs[i].session);
+    r.session_id = rs[i].session_id;
+    r.token = rs[i].token;
+    r.status = ToLlmStatus(rs[i].status);
+    r.num_prefilled = rs[i].num_prefilled;
+    switch (rs[i].finish) {
+      case llmrt::FinishReason::kNone: r.finish_reason = LLM_FINISH_NONE; break;
+      case llmrt::FinishReason::kStop: r.finish_reason = LLM_FINISH_STOP; break;
+      case llmrt::FinishReason::kLength: r.finish_reason = LLM_FINISH_LENGTH; break;
+      case llmrt::FinishReason::kCancelled: r.finish_reason = LLM_FINISH_CANCELLED; break;
+      case llmrt::FinishReason::kError: r.finish_reason = LLM_FINISH_ERROR; break;
+    }
+  }
+  *out_count = rs.size();
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+}  // extern "C"

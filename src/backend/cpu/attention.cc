@@ -1,0 +1,144 @@
+// MLA attention in latent space over the paged cache (DeepSeek-V2/V3 "weight absorption").
+// Each cached position holds c = kv_a_layernorm(latent) [kv_lora] followed by the roped shared
+// key k_rope [rope]; every head scores against the same row, so the cache behaves as a single
+// key/value head of width kv_lora + rope (MQA), and per-head keys and values never materialize.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/backend/cpu/kernels.h"
+#include "src/util/bf16.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+namespace {
+
+DType WeightDType(const Weight& w) {
+  return w.format == WeightFormat::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+// Address of row `row` of `layer` in page `page`.
+uint8_t* CacheRow(const KvCacheView& c, int64_t page, int64_t layer, int64_t row) {
+  const size_t es = DTypeSize(c.pages.dtype());
+  const int64_t index = ((page * c.num_layers + layer) * c.page_size + row) * c.width;
+  return c.pages.data_as<uint8_t>() + static_cast<size_t>(index) * es;
+}
+
+void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n) {
+  if (dt == DType::kBF16) {
+    F32ToBf16Array(src, reinterpret_cast<uint16_t*>(dst), n);
+  } else {
+    std::memcpy(dst, src, n * sizeof(float));
+  }
+}
+
+}  // namespace
+
+void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& latent,
+                         const Tensor& k_rope, const AttentionBatch& batch) {
+  const int64_t T = batch.num_tokens;
+  const int64_t L = latent.row_size(), R = k_rope.row_size();
+  LLMRT_CHECK(L + R == cache.width && latent.dim(0) == T && k_rope.dim(0) == T);
+  const int32_t* slots = batch.slot_mapping.data_as<int32_t>();
+  const DType dt = cache.pages.dtype();
+  const size_t es = DTypeSize(dt);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t page = slots[t] / cache.page_size, row = slots[t] % cache.page_size;
+    LLMRT_CHECK(page >= 0 && page < cache.num_pages);
+    uint8_t* dst = CacheRow(cache, page, layer, row);
+    StoreRow(dt, latent.data_as<float>() + t * latent.row_stride(), dst, L);
+    StoreRow(dt, k_rope.data_as<float>() + t * k_rope.row_stride(), dst + L * es, R);
+  }
+}
+
+void CpuBackend::MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,
+                                const Tensor& q_lat) {
+  const int64_t T = q.dim(0), qw = d.nope + d.rope, blk = d.nope + d.v;
+  LLMRT_CHECK(q.row_size() == d.heads * qw && kv_b.rows == d.heads * blk && kv_b.cols == d.kv_lora);
+  LLMRT_CHECK(q_lat.dim(0) == T && q_lat.row_size() == d.heads * d.kv_lora);
+  const DType wd = WeightDType(kv_b);
+  const size_t es = DTypeSize(wd);
+  pool_.ParallelFor(static_cast<size_t>(T * d.heads), 1, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) {
+      const int64_t t = static_cast<int64_t>(i) / d.heads, h = static_cast<int64_t>(i) % d.heads;
+      const float* qn = q.data_as<float>() + t * q.row_stride() + h * qw;
+      float* out = q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora;
+      std::fill(out, out + d.kv_lora, 0.0f);
+      // q_lat = sum_i q_nope[i] * W_UK[i, :], rows i of head h's block.
+      for (int64_t r = 0; r < d.nope; ++r) {
+        const uint8_t* row = kv_b.data.data_as<uint8_t>() + static_cast<size_t>((h * blk + r) * d.kv_lora) * es;
+        cpu::Axpy(qn[r], wd, row, out, d.kv_lora);
+      }
+    }
+  });
+}
+
+void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache,
+                              int64_t layer, const AttentionBatch& batch, const MlaDims& d,
+                              float scale, const Tensor& out_lat) {
+  const int64_t T = batch.num_tokens, H = d.heads, W = d.kv_lora + d.rope;
+  LLMRT_CHECK(cache.width == W && q_lat.dim(0) == T && out_lat.dim(0) == T);
+  const int32_t* tseq = batch.token_seq.data_as<int32_t>();
+  const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
+  const int32_t* pstart = batch.seq_page_start.data_as<int32_t>();
+  const int32_t* pids = batch.page_ids.data_as<int32_t>();
+  const DType cdt = cache.pages.dtype();
+  const size_t es = DTypeSize(cdt);
+  const int64_t qw = d.nope + d.rope;
+  pool_.ParallelFor(static_cast<size_t>(T * H), 1, [&](size_t b, size_t e) {
+    std::vector<float> qc(W), scores;
+    for (size_t i = b; i < e; ++i) {
+      const int64_t t = static_cast<int64_t>(i) / H, h = static_cast<int64_t>(i) % H;
+      const int64_t ctx = tctx[t];
+      const int32_t* pages = pids + pstart[tseq[t]];
+      // The query against a cache row: [q_lat (kv_lora) | q_rope (rope)].
+      std::memcpy(qc.data(), q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora,
+                  d.kv_lora * sizeof(float));
+      std::memcpy(qc.data() + d.kv_lora, q.data_as<float>() + t * q.row_stride() + h * qw + d.nope,
+                  d.rope * sizeof(float));
+      scores.resize(ctx);
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t p = 0; p < ctx; ++p) {
+        const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
+        scores[p] = cpu::Dot(qc.data(), cdt, row, W) * scale;
+        mx = std::max(mx, scores[p]);
+      }
+      double sum = 0;
+      for (int64_t p = 0; p < ctx; ++p) {
+        scores[p] = std::exp(scores[p] - mx);
+        sum += scores[p];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      float* out = out_lat.data_as<float>() + t * out_lat.row_stride() + h * d.kv_lora;
+      std::fill(out, out + d.kv_lora, 0.0f);
+      for (int64_t p = 0; p < ctx; ++p) {
+        const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
+        cpu::Axpy(scores[p] * inv, cdt, row, out, d.kv_lora);
+      }
+      (void)es;
+    }
+  });
+}
+
+void CpuBackend::MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d,
+                                 const Tensor& out) {
+  const int64_t T = o_lat.dim(0), blk = d.nope + d.v;
+  LLMRT_CHECK(out.dim(0) == T && out.row_size() == d.heads * d.v);
+  const DType wd = WeightDType(kv_b);
+  const size_t es = DTypeSize(wd);
+  pool_.ParallelFor(static_cast<size_t>(d.heads), 1, [&](size_t b, size_t e) {
+    for (size_t h = b; h < e; ++h) {
+      // W_UV of head h: rows [h*blk + nope, h*blk + nope + v) of kv_b.
+      const uint8_t* w = kv_b.data.data_as<uint8_t>() +
+                         static_cast<size_t>((static_cast<int64_t>(h) * blk + d.nope) * d.kv_lora) * es;
+      cpu::MatMulRows(wd, w, d.kv_lora, o_lat.data_as<float>() + h * d.kv_lora, o_lat.row_stride(), T,
+                      out.data_as<float>() + h * d.v, out.row_stride(), 0, d.v);
+    }
+  });
+}
+
+}  // namespace llmrt

@@ -1,0 +1,202 @@
+#include "src/backend/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "src/backend/cpu/kernels.h"
+#include "src/util/bf16.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+namespace {
+
+// 64-byte aligned host memory.
+class HostStorage final : public Storage {
+ public:
+  explicit HostStorage(size_t bytes) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  }
+  ~HostStorage() override { std::free(data_); }
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+};
+
+DType WeightDType(const Weight& w) {
+  return w.format == WeightFormat::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+float WeightAt(const Weight& w, int64_t i) {
+  return w.format == WeightFormat::kBF16 ? Bf16ToF32(w.data.data_as<uint16_t>()[i])
+                                         : w.data.data_as<float>()[i];
+}
+
+}  // namespace
+
+const char* WeightFormatName(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "F32";
+    case WeightFormat::kBF16: return "BF16";
+  }
+  return "?";
+}
+
+std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+CpuBackend::CpuBackend(const CpuBackendOptions& options) : pool_(options.num_threads) {}
+
+absl::StatusOr<Tensor> CpuBackend::Allocate(DType dtype, std::initializer_list<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError("negative tensor dimension");
+    n *= d;
+  }
+  size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+  auto storage = std::make_shared<HostStorage>(bytes);
+  if (storage->data() == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));
+  }
+  void* data = storage->data();
+  return Tensor(std::move(storage), data, dtype, shape);
+}
+
+absl::StatusOr<Tensor> CpuBackend::ImportHost(std::shared_ptr<Storage> keepalive, const void* data,
+                                              DType dtype, const int64_t* shape, int rank) {
+  return Tensor(std::move(keepalive), const_cast<void*>(data), dtype, shape, rank);
+}
+
+void CpuBackend::Upload(const void* src, size_t bytes, const Tensor& dst) {
+  LLMRT_CHECK(bytes <= dst.bytes() && dst.contiguous());
+  std::memcpy(dst.data(), src, bytes);
+}
+
+void CpuBackend::Download(const Tensor& src, void* dst, size_t bytes) {
+  LLMRT_CHECK(bytes <= src.bytes() && src.contiguous());
+  std::memcpy(dst, src.data(), bytes);
+}
+
+void CpuBackend::Fill(const Tensor& t, float value) {
+  LLMRT_CHECK(t.dtype() == DType::kF32 && t.contiguous());
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
+}
+
+void CpuBackend::Embedding(const Weight& table, const Tensor& ids, const Tensor& out) {
+  const int64_t T = ids.dim(0), H = table.cols;
+  LLMRT_CHECK(out.dim(0) == T && out.row_size() == H);
+  const int32_t* id = ids.data_as<int32_t>();
+  for (int64_t t = 0; t < T; ++t) {
+    LLMRT_CHECK(id[t] >= 0 && id[t] < table.rows);
+    float* o = out.data_as<float>() + t * out.row_stride();
+    if (table.format == WeightFormat::kBF16) {
+      Bf16ToF32Array(table.data.data_as<uint16_t>() + id[t] * H, o, H);
+    } else {
+      std::memcpy(o, table.data.data_as<float>() + id[t] * H, H * sizeof(float));
+    }
+  }
+}
+
+void CpuBackend::RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) {
+  const int64_t T = x.dim(0), D = x.row_size();
+  LLMRT_CHECK(w.rows == D && out.dim(0) == T && out.row_size() == D);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xi = x.data_as<float>() + t * x.row_stride();
+    float* o = out.data_as<float>() + t * out.row_stride();
+    // Sum of squares in float32 like torch's mean over a float32 tensor; a double
+    // accumulator keeps the result independent of the summation order.
+    double ss = 0;
+    for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(xi[i]) * xi[i];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / D) + eps);
+    for (int64_t i = 0; i < D; ++i) o[i] = WeightAt(w, i) * (xi[i] * inv);
+  }
+}
+
+void CpuBackend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t T = a.dim(0), D = a.row_size();
+  LLMRT_CHECK(b.dim(0) == T && b.row_size() == D && out.dim(0) == T && out.row_size() == D);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* pa = a.data_as<float>() + t * a.row_stride();
+    const float* pb = b.data_as<float>() + t * b.row_stride();
+    float* po = out.data_as<float>() + t * out.row_stride();
+    for (int64_t i = 0; i < D; ++i) po[i] = pa[i] + pb[i];
+  }
+}
+
+void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  const int64_t T = gate.dim(0), D = gate.row_size();
+  LLMRT_CHECK(up.dim(0) == T && up.row_size() == D && out.dim(0) == T && out.row_size() == D);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* g = gate.data_as<float>() + t * gate.row_stride();
+    const float* u = up.data_as<float>() + t * up.row_stride();
+    float* o = out.data_as<float>() + t * out.row_stride();
+    for (int64_t i = 0; i < D; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
+  const int64_t S = rows.dim(0), D = x.row_size();
+  LLMRT_CHECK(out.dim(0) == S && out.row_size() == D);
+  const int32_t* r = rows.data_as<int32_t>();
+  for (int64_t s = 0; s < S; ++s) {
+    LLMRT_CHECK(r[s] >= 0 && r[s] < x.dim(0));
+    std::memcpy(out.data_as<float>() + s * out.row_stride(),
+                x.data_as<float>() + r[s] * x.row_stride(), D * sizeof(float));
+  }
+}
+
+void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out,
+                           int64_t ldo) {
+  const DType wd = WeightDType(w);
+  const void* wp = w.data.data();
+  const int64_t K = w.cols;
+  // Chunks of 16 rows keep the per-chunk overhead small against K >= 64 columns of work.
+  pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
+    cpu::MatMulRows(wd, wp, K, x, ldx, t, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+  });
+}
+
+void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
+  LLMRT_CHECK(x.rank() == 2 && out.rank() == 2);
+  LLMRT_CHECK(x.dim(1) == w.cols && out.dim(1) == w.rows && out.dim(0) == x.dim(0));
+  MatMulRaw(x.data_as<float>(), x.row_stride(), x.dim(0), w, out.data_as<float>(), out.row_stride());
+}
+
+void CpuBackend::Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset,
+                      const std::vector<float>& inv_freq, float attention_factor, bool interleaved,
+                      const Tensor& positions) {
+  const int64_t T = x.dim(0);
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  LLMRT_CHECK(x.row_size() == heads * head_dim && offset + 2 * half <= head_dim);
+  const int32_t* pos = positions.data_as<int32_t>();
+  std::vector<float> cs(2 * half);
+  for (int64_t t = 0; t < T; ++t) {
+    // As transformers: freqs = position (float32) * inv_freq (float32), cos/sin in float32,
+    // then times attention_factor.
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(pos[t]) * inv_freq[i];
+      cs[2 * i] = std::cos(angle) * attention_factor;
+      cs[2 * i + 1] = std::sin(angle) * attention_factor;
+    }
+    float* row = x.data_as<float>() + t * x.row_stride();
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = row + h * head_dim + offset;
+      for (int64_t i = 0; i < half; ++i) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        float* a = interleaved ? v + 2 * i : v + i;
+        float* b = interleaved ? v + 2 * i + 1 : v + i + half;
+        const float x1 = *a, x2 = *b;
+        *a = x1 * c - x2 * s;
+        *b = x2 * c + x1 * s;
+      }
+    }
+  }
+}
+
+}  // namespace llmrt

@@ -1,0 +1,122 @@
+// Mixture of experts on the CPU: noaux_tc routing and sparse expert compute (only the experts
+// some token selected run, each over the rows of the tokens that chose it).
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/util/bf16.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+
+void CpuBackend::MoeRoute(const Tensor& x, const Weight& gate, const Weight& bias,
+                          const RouterParams& p, const Tensor& idx, const Tensor& weights) {
+  const int64_t T = x.dim(0), E = p.num_experts, K = p.top_k;
+  LLMRT_CHECK(gate.rows == E && idx.dim(0) == T && idx.row_size() == K);
+  LLMRT_CHECK(p.n_group >= 1 && E % p.n_group == 0 && p.topk_group <= p.n_group);
+  std::vector<float> logits(static_cast<size_t>(T * E));
+  MatMulRaw(x.data_as<float>(), x.row_stride(), T, gate, logits.data(), E);
+  const int64_t per_group = E / p.n_group;
+  std::vector<float> s(E), choice(E), group_score(p.n_group);
+  std::vector<int> order(E), gorder(p.n_group);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < E; ++e) {
+      s[e] = 1.0f / (1.0f + std::exp(-logits[t * E + e]));
+      float b = 0.0f;
+      if (bias.defined()) {
+        b = bias.format == WeightFormat::kBF16 ? Bf16ToF32(bias.data.data_as<uint16_t>()[e])
+                                               : bias.data.data_as<float>()[e];
+      }
+      choice[e] = s[e] + b;  // the bias only selects; weights come from s
+    }
+    if (p.n_group > 1) {
+      // Group score: sum of the group's two best choices; keep the topk_group best groups.
+      for (int64_t g = 0; g < p.n_group; ++g) {
+        const float* c = choice.data() + g * per_group;
+        float best = -std::numeric_limits<float>::infinity(), second = best;
+        for (int64_t j = 0; j < per_group; ++j) {
+          if (c[j] > best) {
+            second = best;
+            best = c[j];
+          } else if (c[j] > second) {
+            second = c[j];
+          }
+        }
+        group_score[g] = per_group >= 2 ? best + second : best;
+      }
+      std::iota(gorder.begin(), gorder.end(), 0);
+      std::stable_sort(gorder.begin(), gorder.end(),
+                       [&](int a, int b) { return group_score[a] > group_score[b]; });
+      std::vector<bool> keep(p.n_group, false);
+      for (int64_t g = 0; g < p.topk_group; ++g) keep[gorder[g]] = true;
+      for (int64_t e = 0; e < E; ++e) {
+        if (!keep[e / per_group]) choice[e] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
+      return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
+    });
+    int32_t* oi = idx.data_as<int32_t>() + t * idx.row_stride();
+    float* ow = weights.data_as<float>() + t * weights.row_stride();
+    float sum = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      oi[k] = order[k];
+      ow[k] = s[order[k]];
+      sum += ow[k];
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      if (p.norm_topk_prob) ow[k] /= (sum + 1e-20f);
+      ow[k] *= p.routed_scaling_factor;
+    }
+  }
+}
+
+void CpuBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights,
+                            const std::vector<ExpertWeights>& experts, const Tensor& out) {
+  const int64_t T = x.dim(0), D = x.row_size(), K = idx.row_size();
+  const int64_t E = static_cast<int64_t>(experts.size());
+  LLMRT_CHECK(out.dim(0) == T && out.row_size() == D);
+  // Tokens per expert, in token order.
+  std::vector<std::vector<std::pair<int32_t, float>>> assigned(E);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = idx.data_as<int32_t>()[t * idx.row_stride() + k];
+      LLMRT_CHECK(e >= 0 && e < E);
+      assigned[e].push_back({static_cast<int32_t>(t), weights.data_as<float>()[t * weights.row_stride() + k]});
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = out.data_as<float>() + t * out.row_stride();
+    std::fill(o, o + D, 0.0f);
+  }
+  std::vector<float> xin, g, u, y;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& list = assigned[e];
+    if (list.empty()) continue;
+    const ExpertWeights& ew = experts[e];
+    const int64_t n = static_cast<int64_t>(list.size()), I = ew.gate.rows;
+    xin.resize(n * D);
+    g.resize(n * I);
+    u.resize(n * I);
+    y.resize(n * D);
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(x.data_as<float>() + list[i].first * x.row_stride(), D, xin.data() + i * D);
+    }
+    MatMulRaw(xin.data(), D, n, ew.gate, g.data(), I);
+    MatMulRaw(xin.data(), D, n, ew.up, u.data(), I);
+    for (int64_t i = 0; i < n * I; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    MatMulRaw(g.data(), I, n, ew.down, y.data(), D);
+    for (int64_t i = 0; i < n; ++i) {
+      float* o = out.data_as<float>() + list[i].first * out.row_stride();
+      const float w = list[i].second;
+      for (int64_t j = 0; j < D; ++j) o[j] += w * y[i * D + j];
+    }
+  }
+}
+
+}  // namespace llmrt

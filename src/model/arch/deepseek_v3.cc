@@ -1,0 +1,242 @@
+// DeepSeek-V3 forward pass, following transformers' modeling_deepseek_v3.py (pinned 5.24.0)
+// block by block. Decode and prefill share one path: every token of the batch first writes its
+// latent K/V into the paged cache, then attends in latent space over its causal context.
+
+#include "src/model/arch/deepseek_v3.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/model/rope.h"
+#include "src/model/weights.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+namespace {
+
+// transformers builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not
+// config.rms_norm_eps (DeepSeek's reference code does the same).
+constexpr float kLoraNormEps = 1e-6f;
+
+struct Mlp {
+  Weight gate, up, down;  // SwiGLU
+};
+
+struct Layer {
+  Weight input_norm, post_norm;
+  // Attention.
+  Weight q_proj;                    // [H*(nope+rope), hidden] when q_lora_rank is null
+  Weight q_a, q_a_norm, q_b;        // q LoRA path
+  Weight kv_a, kv_a_norm, kv_b, o_proj;
+  // Feed-forward: dense or MoE.
+  bool moe = false;
+  Mlp mlp;                          // dense layers
+  Weight router, router_bias;       // [E, hidden], [E]
+  std::vector<ExpertWeights> experts;
+  Mlp shared;                       // shared experts (width moe_inter * n_shared)
+  bool has_shared = false;
+};
+
+class DeepseekV3 final : public Model {
+ public:
+  DeepseekV3(const ModelConfig& c, Backend& b) : cfg_(c), be_(b) {}
+
+  absl::Status Load(const Checkpoint& ck);
+  const ModelConfig& config() const override { return cfg_; }
+  int64_t kv_width() const override { return cfg_.KvWidth(); }
+  uint64_t num_parameters() const override { return num_parameters_; }
+  uint64_t weight_bytes() const override { return weight_bytes_; }
+  absl::Status Forward(const ForwardBatch& batch, const KvCacheView& cache, const Tensor& logits) override;
+
+ private:
+  absl::Status Attention(const Layer& l, int64_t layer, const ForwardBatch& b, const KvCacheView& cache,
+                         const Tensor& x, const Tensor& out);
+  absl::Status FeedForward(const Layer& l, const Tensor& x, const Tensor& out);
+  absl::Status RunMlp(const Mlp& m, const Tensor& x, const Tensor& out);
+  absl::StatusOr<Tensor> Scratch(std::initializer_list<int64_t> shape, DType dt = DType::kF32) {
+    return be_.Allocate(dt, shape);
+  }
+
+  ModelConfig cfg_;
+  Backend& be_;
+  MlaDims dims_;
+  RopeParams rope_;
+  float softmax_scale_ = 1.0f;
+  Weight embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  uint64_t num_parameters_ = 0;
+  uint64_t weight_bytes_ = 0;
+};
+
+absl::Status DeepseekV3::Load(const Checkpoint& ck) {
+  const ModelConfig& c = cfg_;
+  WeightLoader w(ck, be_);
+  const int64_t H = c.num_heads, D = c.hidden_size;
+  const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  dims_ = MlaDims{H, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank};
+  rope_ = ComputeRope(c.rope, c.qk_rope_head_dim, c.max_position_embeddings);
+  softmax_scale_ = MlaSoftmaxScale(c);
+
+  LLMRT_ASSIGN_OR_RETURN(embed_, w.Matrix(c.prefix + "embed_tokens.weight", c.vocab_size, D));
+  LLMRT_ASSIGN_OR_RETURN(final_norm_, w.Vector(c.prefix + "norm.weight", D));
+  if (c.tie_word_embeddings) {
+    lm_head_ = embed_;
+  } else {
+    LLMRT_ASSIGN_OR_RETURN(lm_head_, w.Matrix(c.lm_head_prefix + "weight", c.vocab_size, D));
+  }
+  auto load_mlp = [&](const std::string& p, int64_t inter, Mlp& m) -> absl::Status {
+    LLMRT_ASSIGN_OR_RETURN(m.gate, w.Matrix(p + "gate_proj.weight", inter, D));
+    LLMRT_ASSIGN_OR_RETURN(m.up, w.Matrix(p + "up_proj.weight", inter, D));
+    LLMRT_ASSIGN_OR_RETURN(m.down, w.Matrix(p + "down_proj.weight", D, inter));
+    return absl::OkStatus();
+  };
+  layers_.resize(c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    Layer& l = layers_[i];
+    const std::string p = absl::StrCat(c.prefix, "layers.", i, ".");
+    const std::string a = p + "self_attn.";
+    LLMRT_ASSIGN_OR_RETURN(l.input_norm, w.Vector(p + "input_layernorm.weight", D));
+    LLMRT_ASSIGN_OR_RETURN(l.post_norm, w.Vector(p + "post_attention_layernorm.weight", D));
+    if (c.q_lora_rank > 0) {
+      LLMRT_ASSIGN_OR_RETURN(l.q_a, w.Matrix(a + "q_a_proj.weight", c.q_lora_rank, D));
+      LLMRT_ASSIGN_OR_RETURN(l.q_a_norm, w.Vector(a + "q_a_layernorm.weight", c.q_lora_rank));
+      LLMRT_ASSIGN_OR_RETURN(l.q_b, w.Matrix(a + "q_b_proj.weight", H * qk, c.q_lora_rank));
+    } else {
+      LLMRT_ASSIGN_OR_RETURN(l.q_proj, w.Matrix(a + "q_proj.weight", H * qk, D));
+    }
+    LLMRT_ASSIGN_OR_RETURN(l.kv_a, w.Matrix(a + "kv_a_proj_with_mqa.weight", c.KvWidth(), D));
+    LLMRT_ASSIGN_OR_RETURN(l.kv_a_norm, w.Vector(a + "kv_a_layernorm.weight", c.kv_lora_rank));
+    LLMRT_ASSIGN_OR_RETURN(l.kv_b, w.Matrix(a + "kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim),
+                                            c.kv_lora_rank));
+    LLMRT_ASSIGN_OR_RETURN(l.o_proj, w.Matrix(a + "o_proj.weight", D, H * c.v_head_dim));
+    l.moe = c.IsMoeLayer(i);
+    const std::string m = p + "mlp.";
+    if (!l.moe) {
+      LLMRT_RETURN_IF_ERROR(load_mlp(m, c.intermediate_size, l.mlp));
+      continue;
+    }
+    const int64_t E = c.n_routed_experts;
+    LLMRT_ASSIGN_OR_RETURN(l.router, w.Matrix(m + "gate.weight", E, D));
+    LLMRT_ASSIGN_OR_RETURN(l.router_bias, w.Vector(m + "gate.e_score_correction_bias", E));
+    l.experts.resize(E);
+    for (int64_t e = 0; e < E; ++e) {
+      Mlp em;
+      LLMRT_RETURN_IF_ERROR(load_mlp(absl::StrCat(m, "experts.", e, "."), c.moe_intermediate_size, em));
+      l.experts[e] = ExpertWeights{em.gate, em.up, em.down};
+    }
+    if (c.n_shared_experts > 0) {
+      l.has_shared = true;
+      LLMRT_RETURN_IF_ERROR(load_mlp(m + "shared_experts.", c.moe_intermediate_size * c.n_shared_experts, l.shared));
+    }
+  }
+  num_parameters_ = w.num_parameters();
+  weight_bytes_ = w.weight_bytes();
+  return absl::OkStatus();
+}
+
+absl::Status DeepseekV3::RunMlp(const Mlp& m, const Tensor& x, const Tensor& out) {
+  const int64_t T = x.dim(0), I = m.gate.rows;
+  LLMRT_ASSIGN_OR_RETURN(Tensor g, Scratch({T, I}));  // [T, inter]
+  LLMRT_ASSIGN_OR_RETURN(Tensor u, Scratch({T, I}));  // [T, inter]
+  be_.MatMul(x, m.gate, g);
+  be_.MatMul(x, m.up, u);
+  be_.SiluMul(g, u, g);
+  be_.MatMul(g, m.down, out);  // [T, hidden]
+  return absl::OkStatus();
+}
+
+// DeepseekV3Attention.forward with the cache in latent form (MODELS.md section 1, "absorb").
+absl::Status DeepseekV3::Attention(const Layer& l, int64_t layer, const ForwardBatch& b,
+                                   const KvCacheView& cache, const Tensor& x, const Tensor& out) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = b.num_tokens, H = c.num_heads;
+  const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  // q = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q_proj(x)
+  LLMRT_ASSIGN_OR_RETURN(Tensor q, Scratch({T, H * qk}));  // [T, H, nope + rope]
+  if (c.q_lora_rank > 0) {
+    LLMRT_ASSIGN_OR_RETURN(Tensor qa, Scratch({T, c.q_lora_rank}));  // [T, q_lora]
+    be_.MatMul(x, l.q_a, qa);
+    be_.RmsNorm(qa, l.q_a_norm, kLoraNormEps, qa);
+    be_.MatMul(qa, l.q_b, q);
+  } else {
+    be_.MatMul(x, l.q_proj, q);
+  }
+  // compressed_kv = kv_a_proj_with_mqa(x); latent = kv_a_layernorm(compressed_kv[:kv_lora])
+  LLMRT_ASSIGN_OR_RETURN(Tensor ckv, Scratch({T, c.KvWidth()}));  // [T, kv_lora + rope]
+  be_.MatMul(x, l.kv_a, ckv);
+  const Tensor latent = ckv.Cols(0, c.kv_lora_rank);                 // [T, kv_lora]
+  const Tensor k_rope = ckv.Cols(c.kv_lora_rank, c.KvWidth());       // [T, rope]
+  be_.RmsNorm(latent, l.kv_a_norm, kLoraNormEps, latent);
+  // RoPE on q_rot (each head's last `rope` dims) and on the shared k_rot.
+  be_.Rope(q, H, qk, /*offset=*/c.qk_nope_head_dim, rope_.inv_freq, rope_.attention_factor,
+           c.rope_interleave, b.positions);
+  be_.Rope(ckv, /*heads=*/1, c.KvWidth(), /*offset=*/c.kv_lora_rank, rope_.inv_freq,
+           rope_.attention_factor, c.rope_interleave, b.positions);
+  be_.KvWrite(cache, layer, latent, k_rope, b.attn);
+  // Absorbed attention: q_lat = W_UK^T q_nope; o_lat = softmax(q.k) . c; o = W_UV o_lat.
+  LLMRT_ASSIGN_OR_RETURN(Tensor q_lat, Scratch({T, H * c.kv_lora_rank}));  // [T, H, kv_lora]
+  be_.MlaAbsorbQuery(q, l.kv_b, dims_, q_lat);
+  LLMRT_ASSIGN_OR_RETURN(Tensor o_lat, Scratch({T, H * c.kv_lora_rank}));  // [T, H, kv_lora]
+  be_.MlaAttention(q_lat, q, cache, layer, b.attn, dims_, softmax_scale_, o_lat);
+  LLMRT_ASSIGN_OR_RETURN(Tensor o, Scratch({T, H * c.v_head_dim}));  // [T, H * v]
+  be_.MlaProjectValue(o_lat, l.kv_b, dims_, o);
+  be_.MatMul(o, l.o_proj, out);  // [T, hidden]
+  return absl::OkStatus();
+}
+
+// DeepseekV3MoE.forward: routed experts + shared experts; or DeepseekV3MLP for dense layers.
+absl::Status DeepseekV3::FeedForward(const Layer& l, const Tensor& x, const Tensor& out) {
+  if (!l.moe) return RunMlp(l.mlp, x, out);
+  const ModelConfig& c = cfg_;
+  const int64_t T = x.dim(0), K = c.num_experts_per_tok;
+  RouterParams rp{c.n_routed_experts, K, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
+  LLMRT_ASSIGN_OR_RETURN(Tensor idx, Scratch({T, K}, DType::kI32));  // [T, k]
+  LLMRT_ASSIGN_OR_RETURN(Tensor wts, Scratch({T, K}));                // [T, k]
+  be_.MoeRoute(x, l.router, l.router_bias, rp, idx, wts);
+  be_.MoeExperts(x, idx, wts, l.experts, out);
+  if (l.has_shared) {
+    LLMRT_ASSIGN_OR_RETURN(Tensor s, Scratch({T, c.hidden_size}));  // [T, hidden]
+    LLMRT_RETURN_IF_ERROR(RunMlp(l.shared, x, s));
+    be_.Add(out, s, out);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeepseekV3::Forward(const ForwardBatch& b, const KvCacheView& cache, const Tensor& logits) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = b.num_tokens, D = c.hidden_size;
+  LLMRT_ASSIGN_OR_RETURN(Tensor x, Scratch({T, D}));     // [T, hidden] residual stream
+  LLMRT_ASSIGN_OR_RETURN(Tensor h, Scratch({T, D}));     // [T, hidden] normed
+  LLMRT_ASSIGN_OR_RETURN(Tensor y, Scratch({T, D}));     // [T, hidden] block output
+  be_.Embedding(embed_, b.token_ids, x);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const Layer& l = layers_[i];
+    // h = x + Attn(RMSNorm(x))
+    be_.RmsNorm(x, l.input_norm, static_cast<float>(c.rms_norm_eps), h);
+    LLMRT_RETURN_IF_ERROR(Attention(l, i, b, cache, h, y));
+    be_.Add(x, y, x);
+    // out = h + FFN(RMSNorm(h))
+    be_.RmsNorm(x, l.post_norm, static_cast<float>(c.rms_norm_eps), h);
+    LLMRT_RETURN_IF_ERROR(FeedForward(l, h, y));
+    be_.Add(x, y, x);
+  }
+  // Only the rows whose next token is sampled go through the final norm and lm_head.
+  const int64_t S = b.num_logit_rows;
+  if (S == 0) return absl::OkStatus();
+  LLMRT_ASSIGN_OR_RETURN(Tensor last, Scratch({S, D}));  // [S, hidden]
+  be_.GatherRows(x, b.logit_rows, last);
+  be_.RmsNorm(last, final_norm_, static_cast<float>(c.rms_norm_eps), last);
+  be_.MatMul(last, lm_head_, logits);  // [S, vocab]
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Backend& backend) {
+  auto m = std::make_unique<DeepseekV3>(ck.config(), backend);
+  LLMRT_RETURN_IF_ERROR(m->Load(ck));
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+}  // namespace llmrt

@@ -1,0 +1,15 @@
+#include "src/model/model.h"
+
+#include "src/model/arch/deepseek_v3.h"
+
+namespace llmrt {
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend) {
+  switch (ck.config().family) {
+    case ArchFamily::kDeepseekV3:
+      return LoadDeepseekV3(ck, backend);
+  }
+  return absl::InternalError("unknown architecture family");
+}
+
+}  // namespace llmrt

@@ -1,0 +1,77 @@
+#include "src/util/thread_pool.h"
+
+#include <algorithm>
+
+namespace llmrt {
+
+ThreadPool::ThreadPool(int num_threads) {
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::RunChunks() {
+  for (;;) {
+    size_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
+    if (begin >= n_) break;
+    (*fn_)(begin, std::min(n_, begin + chunk_));
+  }
+}
+
+void ThreadPool::WorkerLoop() {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    RunChunks();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--active_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::ParallelFor(size_t n, size_t min_chunk,
+                             const std::function<void(size_t, size_t)>& fn) {
+  if (n == 0) return;
+  min_chunk = std::max<size_t>(1, min_chunk);
+  size_t threads = workers_.size() + 1;
+  // Nested or concurrent use, or too little work: run inline.
+  if (workers_.empty() || n <= min_chunk || busy_.exchange(true)) {
+    fn(0, n);
+    return;
+  }
+  // About four chunks per thread balances uneven chunk costs without much overhead.
+  size_t chunk = std::max(min_chunk, (n + threads * 4 - 1) / (threads * 4));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    n_ = n;
+    chunk_ = chunk;
+    next_.store(0, std::memory_order_relaxed);
+    active_ = workers_.size();
+    ++generation_;
+  }
+  work_cv_.notify_all();
+  RunChunks();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return active_ == 0; });
+    fn_ = nullptr;
+  }
+  busy_.store(false);
+}
+
+}  // namespace llmrt

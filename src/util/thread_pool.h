@@ -1,0 +1,51 @@
+// A fixed pool of worker threads for data-parallel loops. The calling thread takes part, so a
+// pool of N threads runs N-1 workers. Not reentrant: a ParallelFor body must not call
+// ParallelFor on the same pool (nested calls run inline instead).
+#ifndef LLMRT_UTIL_THREAD_POOL_H_
+#define LLMRT_UTIL_THREAD_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace llmrt {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0 means one per hardware thread.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over [0, n) split into chunks of at least min_chunk items, spread
+  // over all threads; returns when every chunk is done.
+  void ParallelFor(size_t n, size_t min_chunk, const std::function<void(size_t, size_t)>& fn);
+
+ private:
+  void WorkerLoop();
+  void RunChunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  const std::function<void(size_t, size_t)>* fn_ = nullptr;
+  size_t n_ = 0;
+  size_t chunk_ = 1;
+  std::atomic<size_t> next_{0};
+  size_t active_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::atomic<bool> busy_{false};
+};
+
+}  // namespace llmrt
+
+#endif  // LLMRT_UTIL_THREAD_POOL_H_
