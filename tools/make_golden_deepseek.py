@@ -15,6 +15,7 @@ import sys
 
 import torch
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+from transformers.models.deepseek_v3 import modeling_deepseek_v3 as mdv3
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data")
 
@@ -66,6 +67,55 @@ def randomize(model, seed):
                 b.copy_(0.1 * torch.randn(b.shape, generator=g))
 
 
+def bf16_round(t):
+    return t.to(torch.bfloat16).to(t.dtype)
+
+
+class Bf16KvCache:
+    """Makes transformers store the MLA cache in bfloat16, as llmrt's BF16 KV codec does:
+    the normalized latent (kv_a_layernorm output) and the roped shared key are rounded to bf16
+    before attention reads them; queries and everything else stay float32."""
+
+    def __init__(self, model):
+        self.model = model
+        self.hooks = []
+        self.saved = {}
+
+    def __enter__(self):
+        for layer in self.model.model.layers:
+            self.hooks.append(layer.self_attn.kv_a_layernorm.register_forward_hook(
+                lambda mod, inp, out: bf16_round(out)))
+        for name in ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave"):
+            orig = getattr(mdv3, name)
+            self.saved[name] = orig
+
+            def wrapped(q, k, cos, sin, *a, _orig=orig, **kw):
+                q2, k2 = _orig(q, k, cos, sin, *a, **kw)
+                return q2, bf16_round(k2)
+            setattr(mdv3, name, wrapped)
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.hooks:
+            h.remove()
+        for name, orig in self.saved.items():
+            setattr(mdv3, name, orig)
+
+
+def greedy_reference(model, prompt):
+    seq = list(prompt)
+    steps = []
+    with torch.no_grad():
+        for _ in range(DECODE_STEPS + 1):
+            logits = model(torch.tensor([seq])).logits[0, -1].float()
+            tok = int(torch.argmax(logits))
+            top2 = torch.topk(logits, 2).values
+            steps.append({"logits": [round(float(x), 7) for x in logits],
+                          "argmax": tok, "margin": float(top2[0] - top2[1])})
+            seq.append(tok)
+    return seq[len(prompt):], steps
+
+
 def main():
     torch.manual_seed(0)
     for idx, (name, spec) in enumerate(CONFIGS.items()):
@@ -99,19 +149,12 @@ def main():
             json.dump(c, f, indent=2, sort_keys=True)
 
         cases = []
-        with torch.no_grad():
-            for prompt in PROMPTS:
-                seq = list(prompt)
-                steps = []
-                for _ in range(DECODE_STEPS + 1):
-                    logits = model(torch.tensor([seq])).logits[0, -1].float()
-                    tok = int(torch.argmax(logits))
-                    top2 = torch.topk(logits, 2).values
-                    steps.append({"logits": [round(float(x), 7) for x in logits],
-                                  "argmax": tok, "margin": float(top2[0] - top2[1])})
-                    seq.append(tok)
-                cases.append({"prompt": prompt, "generated": seq[len(prompt):len(prompt) + DECODE_STEPS + 1],
-                              "steps": steps})
+        for prompt in PROMPTS:
+            gen, steps = greedy_reference(model, prompt)
+            with Bf16KvCache(model):
+                gen_bf16, steps_bf16 = greedy_reference(model, prompt)
+            cases.append({"prompt": prompt, "generated": gen, "steps": steps,
+                          "bf16_kv": {"generated": gen_bf16, "steps": steps_bf16}})
         golden = {"model": name, "transformers": __import__("transformers").__version__,
                   "torch": torch.__version__, "decode_steps": DECODE_STEPS, "cases": cases}
         with open(os.path.join(OUT, name + ".golden.json"), "w") as f:

@@ -1,0 +1,47 @@
+// Helpers for driving the engine through the C ABI in tests.
+#ifndef LLMRT_TESTS_GOLDEN_TEST_UTIL_H_
+#define LLMRT_TESTS_GOLDEN_TEST_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "llmrt/llmrt.h"
+
+namespace llmrt::testing {
+
+struct GoldenCase {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> generated;
+  std::vector<std::vector<float>> logits;  // one row per sampled position
+  std::vector<float> margins;              // reference top-1 minus top-2 logit per position
+  // The same run with transformers' MLA cache rounded to bfloat16 (llmrt's BF16 KV codec).
+  std::vector<int32_t> bf16_generated;
+  std::vector<std::vector<float>> bf16_logits;
+};
+
+std::vector<GoldenCase> LoadGolden(const std::string& path);
+
+struct RunConfig {
+  int32_t kv_dtype = LLM_KV_DTYPE_F32;
+  uint32_t page_size = 16;
+  uint32_t max_tokens_per_step = 512;
+  uint64_t kv_budget_bytes = 0;
+  uint32_t max_new_tokens = 9;
+  int32_t num_threads = 0;
+};
+
+struct RunOutput {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+};
+
+// Runs every prompt as its own session, all stepped together; returns per-prompt output.
+// Fails the current test (ADD_FAILURE) on any unexpected status.
+std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<std::vector<int32_t>>& prompts,
+                                const RunConfig& cfg);
+
+std::string TestData(const std::string& name);
+
+}  // namespace llmrt::testing
+
+#endif  // LLMRT_TESTS_GOLDEN_TEST_UTIL_H_

@@ -1,0 +1,98 @@
+#include "src/model/config.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "src/model/checkpoint.h"
+#include "src/model/rope.h"
+
+namespace llmrt {
+namespace {
+
+// Kimi K2's released config.json (abridged to the fields llmrt reads).
+const char* kKimiK2 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2",
+  "vocab_size": 163840, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+  "num_hidden_layers": 61, "num_attention_heads": 64, "num_key_value_heads": 64,
+  "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+  "n_routed_experts": 384, "num_experts_per_tok": 8, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+  "first_k_dense_replace": 1, "moe_layer_freq": 1, "routed_scaling_factor": 2.827, "scoring_func": "sigmoid",
+  "topk_method": "noaux_tc", "norm_topk_prob": true, "rms_norm_eps": 1e-06, "max_position_embeddings": 131072,
+  "rope_theta": 50000.0, "tie_word_embeddings": false, "hidden_act": "silu", "attention_bias": false,
+  "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "original_max_position_embeddings": 4096, "type": "yarn"},
+  "bos_token_id": 163584, "eos_token_id": 163585
+})";
+
+TEST(Config, ParsesKimiK2) {
+  auto c = ParseModelConfig(kKimiK2, "k2");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_layers, 61);
+  EXPECT_EQ(c->KvWidth(), 576);
+  EXPECT_EQ(c->rope.type, "yarn");
+  EXPECT_EQ(c->rope.original_max_position_embeddings, 4096);
+  EXPECT_FALSE(c->IsMoeLayer(0));
+  EXPECT_TRUE(c->IsMoeLayer(1));
+  EXPECT_EQ(c->prefix, "model.");
+  // MODELS.md: K2 (factor 32) softmax scale 0.130861.
+  EXPECT_NEAR(MlaSoftmaxScale(*c), 0.130861, 1e-6);
+  // KV per token: 61 layers * 576 values * 2 bytes (BF16) = 70,272 bytes.
+  EXPECT_EQ(c->num_layers * c->KvWidth() * 2, 70272);
+}
+
+TEST(Config, ParsesKimiK25NestedTextConfig) {
+  std::string k25 = std::string(R"({"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+    "vision_config": {"hidden_size": 1152}, "text_config": )") + kKimiK2 + "}";
+  auto c = ParseModelConfig(k25, "k25");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "KimiK25ForConditionalGeneration");
+  EXPECT_EQ(c->model_type, "kimi_k2");
+  EXPECT_EQ(c->prefix, "language_model.model.");
+  EXPECT_EQ(c->lm_head_prefix, "language_model.lm_head.");
+  EXPECT_EQ(c->hidden_size, 7168);
+}
+
+TEST(Config, RejectsUnknownArchitectureAndBadFields) {
+  auto u = ParseModelConfig(R"({"architectures": ["LlamaForCausalLM"]})", "x");
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(u.status().message().find("LlamaForCausalLM"), std::string::npos);
+  EXPECT_EQ(ParseModelConfig("{", "x").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseModelConfig(R"({"model_type": "kimi_k2"})", "x").status().code(), absl::StatusCode::kDataLoss);
+  std::string missing = kKimiK2;
+  missing.replace(missing.find("\"kv_lora_rank\""), 14, "\"kv_lora_rankX\"");
+  auto m = ParseModelConfig(missing, "x");
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("kv_lora_rank"), std::string::npos) << m.status();
+  std::string softmax = kKimiK2;
+  softmax.replace(softmax.find("\"sigmoid\""), 9, "\"softmax\"");
+  EXPECT_EQ(ParseModelConfig(softmax, "x").status().code(), absl::StatusCode::kUnimplemented);
+  std::string groups = kKimiK2;
+  groups.replace(groups.find("\"n_group\": 1"), 12, "\"n_group\": 5");
+  EXPECT_EQ(ParseModelConfig(groups, "x").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(Rope, YarnMatchesTransformersFormulas) {
+  RopeConfig r;
+  r.type = "yarn";
+  r.theta = 50000.0;
+  r.factor = 32.0;
+  r.mscale = 1.0;
+  r.mscale_all_dim = 1.0;
+  r.beta_fast = 32;
+  r.beta_slow = 1;
+  r.original_max_position_embeddings = 4096;
+  RopeParams p = ComputeRope(r, 64, 131072);
+  ASSERT_EQ(p.inv_freq.size(), 32u);
+  EXPECT_FLOAT_EQ(p.attention_factor, 1.0f);  // mscale == mscale_all_dim
+  // Dimensions below the ramp keep the original frequency, those above are divided by factor.
+  EXPECT_FLOAT_EQ(p.inv_freq[0], 1.0f);
+  const double last = std::pow(50000.0, -62.0 / 64.0) / 32.0;
+  EXPECT_NEAR(p.inv_freq[31], last, last * 1e-5);
+  for (size_t i = 1; i < p.inv_freq.size(); ++i) EXPECT_LT(p.inv_freq[i], p.inv_freq[i - 1]);
+  r.mscale_all_dim = 0.8;
+  EXPECT_NEAR(ComputeRope(r, 64, 131072).attention_factor,
+              (0.1 * std::log(32.0) + 1) / (0.08 * std::log(32.0) + 1), 1e-6);
+}
+
+}  // namespace
+}  // namespace llmrt
