@@ -1,1 +1,437 @@
-int main(void){return 0;}
+/* The C ABI exercised from C, including only the public header: lifecycle, generation,
+ * several sessions stepped together, and every error path a host can hit.
+ * usage: llmrt_abi_test TEST_DATA_DIR SCRATCH_DIR */
+#define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "llmrt/llmrt.h"
+
+static int g_failures = 0;
+static int g_checks = 0;
+
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    ++g_checks;                                                                  \
+    if (!(cond)) {                                                               \
+      ++g_failures;                                                              \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              llm_last_error());                                                 \
+    }                                                                            \
+  } while (0)
+
+#define CHECK_STATUS(expr, want)                                                 \
+  do {                                                                           \
+    llm_status _s = (expr);                                                      \
+    ++g_checks;                                                                  \
+    if (_s != (want)) {                                                          \
+      ++g_failures;                                                              \
+      fprintf(stderr, "%s:%d: %s returned %s, want %s (last error: %s)\n", __FILE__, __LINE__, \
+              #expr, llm_status_string(_s), llm_status_string(want), llm_last_error()); \
+    }                                                                            \
+  } while (0)
+
+static const char* g_data;
+static const char* g_tmp;
+static char g_model[1024];
+
+/* Golden prompts and greedy continuations of tiny_kimi_k2_qlora_yarn (F32 KV), from
+ * tests/data/tiny_kimi_k2_qlora_yarn.golden.json. */
+static const int32_t kPrompt0[] = {0, 17, 42, 99, 3, 250, 7};
+static const int32_t kGen0[] = {178, 108, 252, 14, 31, 214, 39, 201, 165};
+static const int32_t kPrompt1[] = {0, 5};
+static const int32_t kGen1[] = {132, 48, 151, 9, 170, 158, 21, 170, 128};
+
+static char* ReadFile(const char* path, size_t* size) {
+  FILE* f = fopen(path, "rb");
+  char* buf;
+  long n;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  buf = (char*)malloc((size_t)n + 1);
+  if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    fclose(f);
+    return NULL;
+  }
+  buf[n] = 0;
+  fclose(f);
+  *size = (size_t)n;
+  return buf;
+}
+
+static void WriteFile(const char* path, const char* data, size_t size) {
+  FILE* f = fopen(path, "wb");
+  if (!f) {
+    fprintf(stderr, "cannot write %s\n", path);
+    exit(2);
+  }
+  fwrite(data, 1, size, f);
+  fclose(f);
+}
+
+/* Makes SCRATCH/name holding the tiny model's config (possibly replaced) and weights
+ * (possibly altered by `mutate`). Returns the directory path (static buffer). */
+static const char* MakeModelDir(const char* name, const char* config_override,
+                                void (*mutate)(char* data, size_t* size)) {
+  static char dir[1024];
+  char src[1200], dst[1200];
+  char* data;
+  size_t size = 0;
+  snprintf(dir, sizeof dir, "%s/%s", g_tmp, name);
+  mkdir(g_tmp, 0755);
+  mkdir(dir, 0755);
+  snprintf(src, sizeof src, "%s/config.json", g_model);
+  snprintf(dst, sizeof dst, "%s/config.json", dir);
+  if (config_override) {
+    WriteFile(dst, config_override, strlen(config_override));
+  } else {
+    data = ReadFile(src, &size);
+    WriteFile(dst, data, size);
+    free(data);
+  }
+  snprintf(src, sizeof src, "%s/model.safetensors", g_model);
+  snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+  data = ReadFile(src, &size);
+  if (mutate) mutate(data, &size);
+  WriteFile(dst, data, size);
+  free(data);
+  return dir;
+}
+
+static void Truncate(char* data, size_t* size) {
+  (void)data;
+  *size = *size / 2;
+}
+static void Garbage(char* data, size_t* size) {
+  memset(data, 0x7b, 64); /* '{' bytes: a header length of ~8.9e15 */
+  (void)size;
+}
+static void SwapShape(char* data, size_t* size) {
+  /* [256,64] -> [64,256]: same byte count, so the file is valid but a tensor has the wrong shape. */
+  char* p;
+  size_t hdr = (size_t)(unsigned char)data[0] | ((size_t)(unsigned char)data[1] << 8) |
+               ((size_t)(unsigned char)data[2] << 16);
+  char saved = data[8 + hdr];
+  (void)size;
+  data[8 + hdr] = 0;
+  p = strstr(data + 8, "[256,64]");
+  data[8 + hdr] = saved;
+  if (p) memcpy(p, "[64,256]", 8);
+}
+
+static llm_runtime* OpenRuntime(int32_t kv_dtype, uint64_t kv_budget, uint32_t max_sessions) {
+  llm_runtime_options o;
+  llm_runtime* rt = NULL;
+  llm_runtime_options_init(&o);
+  o.kv_dtype = kv_dtype;
+  o.kv_budget_bytes = kv_budget;
+  o.max_sessions = max_sessions;
+  CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_OK);
+  return rt;
+}
+
+static void TestVersionAndStatus(void) {
+  CHECK(strcmp(llm_version(), LLMRT_VERSION_STRING) == 0);
+  CHECK(llm_version_number() == LLMRT_VERSION_MAJOR * 1000000u + LLMRT_VERSION_MINOR * 1000u + LLMRT_VERSION_PATCH);
+  CHECK(strcmp(llm_status_string(LLM_OK), "LLM_OK") == 0);
+  CHECK(strcmp(llm_status_string(LLM_ERR_KV_EXHAUSTED), "LLM_ERR_KV_EXHAUSTED") == 0);
+  CHECK(strcmp(llm_status_string(9999), "LLM_ERR_UNKNOWN_STATUS") == 0);
+}
+
+static void TestNullArguments(void) {
+  llm_runtime* rt = (llm_runtime*)0x1;
+  llm_session* s = (llm_session*)0x1;
+  llm_runtime_info info;
+  size_t n = 7;
+  float f;
+  int32_t tok = 1;
+  CHECK_STATUS(llm_runtime_create(g_model, NULL, NULL), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_runtime_create(NULL, NULL, &rt), LLM_ERR_INVALID_ARGUMENT);
+  CHECK(rt == NULL);
+  CHECK(strstr(llm_last_error(), "model_dir") != NULL);
+  info.struct_size = sizeof info;
+  CHECK_STATUS(llm_runtime_get_info(NULL, &info), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_session_create(NULL, NULL, &s), LLM_ERR_INVALID_ARGUMENT);
+  CHECK(s == NULL);
+  CHECK_STATUS(llm_session_append_tokens(NULL, &tok, 1), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_session_cancel(NULL), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_session_get_logits(NULL, &f, 1, &n), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_decode_step(NULL, NULL, 0, &n), LLM_ERR_INVALID_ARGUMENT);
+  CHECK(n == 0);
+  CHECK_STATUS(llm_decode_step(NULL, NULL, 0, NULL), LLM_ERR_INVALID_ARGUMENT);
+  llm_runtime_destroy(NULL);
+  llm_session_destroy(NULL);
+  llm_runtime_options_init(NULL);
+  llm_sampling_options_init(NULL);
+}
+
+static void TestBadCheckpoints(void) {
+  llm_runtime* rt = (llm_runtime*)0x1;
+  char path[1200];
+  const char* dir;
+  snprintf(path, sizeof path, "%s/no_such_model", g_tmp);
+  CHECK_STATUS(llm_runtime_create(path, NULL, &rt), LLM_ERR_NOT_FOUND);
+  CHECK(rt == NULL);
+
+  dir = MakeModelDir("truncated", NULL, Truncate);
+  CHECK_STATUS(llm_runtime_create(dir, NULL, &rt), LLM_ERR_FORMAT);
+  CHECK(strstr(llm_last_error(), "model.safetensors") != NULL);
+
+  dir = MakeModelDir("garbage", NULL, Garbage);
+  CHECK_STATUS(llm_runtime_create(dir, NULL, &rt), LLM_ERR_FORMAT);
+
+  dir = MakeModelDir("wrong_shape", NULL, SwapShape);
+  CHECK_STATUS(llm_runtime_create(dir, NULL, &rt), LLM_ERR_FORMAT);
+  CHECK(strstr(llm_last_error(), "shape") != NULL);
+
+  dir = MakeModelDir("unknown_arch", "{\"architectures\": [\"MysteryForCausalLM\"], \"hidden_size\": 8}", NULL);
+  CHECK_STATUS(llm_runtime_create(dir, NULL, &rt), LLM_ERR_UNSUPPORTED);
+  CHECK(strstr(llm_last_error(), "MysteryForCausalLM") != NULL);
+
+  dir = MakeModelDir("bad_json", "{\"architectures\": [", NULL);
+  CHECK_STATUS(llm_runtime_create(dir, NULL, &rt), LLM_ERR_FORMAT);
+  CHECK(rt == NULL);
+}
+
+static void TestBadOptions(void) {
+  llm_runtime_options o;
+  llm_runtime* rt = NULL;
+  llm_runtime_options_init(&o);
+  o.kv_dtype = 77;
+  CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_ERR_INVALID_ARGUMENT);
+  llm_runtime_options_init(&o);
+  o.kv_budget_bytes = 100; /* smaller than one page */
+  CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_ERR_INVALID_ARGUMENT);
+  llm_runtime_options_init(&o);
+  o.struct_size = 0;
+  CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_ERR_INVALID_ARGUMENT);
+  /* An older, smaller options struct: only struct_size and backend. */
+  llm_runtime_options_init(&o);
+  o.struct_size = offsetof(llm_runtime_options, num_threads);
+  o.kv_dtype = 77; /* beyond the old struct: must be ignored */
+  CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_OK);
+  llm_runtime_destroy(rt);
+}
+
+/* Steps until every listed session finished; records generated tokens per session. */
+static void RunToEnd(llm_runtime* rt, llm_session** sessions, int n, int32_t out[][16], int* counts) {
+  llm_step_result results[8];
+  int done = 0, iter, i;
+  size_t k, got;
+  for (i = 0; i < n; ++i) counts[i] = 0;
+  for (iter = 0; iter < 1000 && done < n; ++iter) {
+    CHECK_STATUS(llm_decode_step(rt, results, 8, &got), LLM_OK);
+    if (got == 0) break;
+    for (k = 0; k < got; ++k) {
+      for (i = 0; i < n; ++i) {
+        if (results[k].session != sessions[i]) continue;
+        CHECK(results[k].status == LLM_OK);
+        if (results[k].token != LLM_TOKEN_NONE && counts[i] < 16) out[i][counts[i]++] = results[k].token;
+        if (results[k].finish_reason != LLM_FINISH_NONE) ++done;
+      }
+    }
+  }
+}
+
+static void TestGenerationLifecycle(void) {
+  llm_runtime* rt = OpenRuntime(LLM_KV_DTYPE_F32, 0, 0);
+  llm_runtime_info info;
+  llm_sampling_options so;
+  llm_session* s[3] = {NULL, NULL, NULL};
+  llm_session_info si;
+  int32_t out[3][16];
+  int counts[3];
+  int i;
+  float logits[256];
+  size_t n = 0;
+  if (!rt) return;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK_STATUS(llm_runtime_get_info(rt, &info), LLM_OK);
+  CHECK(strcmp(info.architecture, "DeepseekV3ForCausalLM") == 0);
+  CHECK(strcmp(info.model_type, "kimi_k2") == 0);
+  CHECK(info.vocab_size == 256);
+  CHECK(info.num_layers == 3);
+  CHECK(info.kv_bytes_per_token == 3 * (32 + 16) * 4); /* layers * (kv_lora + rope) * sizeof(float) */
+  CHECK(info.kv_capacity_tokens == (uint64_t)info.pages_total * info.page_size_tokens);
+  CHECK(info.pages_free == info.pages_total);
+  CHECK(info.num_parameters > 200000 && info.weight_bytes == info.num_parameters * 2);
+
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = 9;
+  for (i = 0; i < 3; ++i) CHECK_STATUS(llm_session_create(rt, &so, &s[i]), LLM_OK);
+  CHECK_STATUS(llm_session_get_logits(s[0], logits, 256, &n), LLM_ERR_INVALID_STATE);
+  CHECK_STATUS(llm_session_append_tokens(s[0], kPrompt0, 7), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(s[1], kPrompt1, 2), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(s[2], kPrompt0, 7), LLM_OK);
+  {
+    int32_t bad[2] = {3, 256};
+    int32_t neg = -1;
+    CHECK_STATUS(llm_session_append_tokens(s[2], bad, 2), LLM_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(llm_last_error(), "256") != NULL);
+    CHECK_STATUS(llm_session_append_tokens(s[2], &neg, 1), LLM_ERR_INVALID_ARGUMENT);
+  }
+  si.struct_size = sizeof si;
+  CHECK_STATUS(llm_session_get_info(s[2], &si), LLM_OK);
+  CHECK(si.state == LLM_SESSION_PREFILL && si.num_pending == 7); /* the bad appends added nothing */
+  {
+    size_t need = 0;
+    llm_step_result one;
+    CHECK_STATUS(llm_decode_step(rt, &one, 1, &need), LLM_ERR_BUFFER_TOO_SMALL);
+    CHECK(need == 3);
+  }
+  RunToEnd(rt, s, 3, out, counts);
+  CHECK(counts[0] == 9 && memcmp(out[0], kGen0, sizeof kGen0) == 0);
+  CHECK(counts[1] == 9 && memcmp(out[1], kGen1, sizeof kGen1) == 0);
+  CHECK(counts[2] == 9 && memcmp(out[2], kGen0, sizeof kGen0) == 0);
+  CHECK_STATUS(llm_session_get_logits(s[0], logits, 10, &n), LLM_ERR_BUFFER_TOO_SMALL);
+  CHECK(n == 256);
+  CHECK_STATUS(llm_session_get_logits(s[0], logits, 256, &n), LLM_OK);
+  for (i = 1; i < 256; ++i) CHECK(logits[i] <= logits[kGen0[8]]);
+  CHECK_STATUS(llm_session_get_info(s[0], &si), LLM_OK);
+  CHECK(si.state == LLM_SESSION_FINISHED && si.num_generated == 9 && si.num_tokens == 7 + 8);
+
+  /* A second turn: the last generated token is kept, then the new tokens. */
+  CHECK_STATUS(llm_session_append_tokens(s[1], kPrompt1, 2), LLM_OK);
+  CHECK_STATUS(llm_session_get_info(s[1], &si), LLM_OK);
+  CHECK(si.num_pending == 3 && si.state == LLM_SESSION_PREFILL);
+  for (i = 0; i < 3; ++i) llm_session_destroy(s[i]);
+  CHECK_STATUS(llm_runtime_get_info(rt, &info), LLM_OK);
+  CHECK(info.pages_free == info.pages_total && info.num_sessions == 0);
+  llm_runtime_destroy(rt);
+}
+
+static void TestStopTokensAndCancel(void) {
+  llm_runtime* rt = OpenRuntime(LLM_KV_DTYPE_F32, 0, 0);
+  llm_sampling_options so;
+  llm_session *a = NULL, *b = NULL;
+  llm_step_result r[4];
+  size_t n = 0;
+  int32_t stop = 252;
+  int steps;
+  int saw_stop = 0, saw_cancel = 0;
+  if (!rt) return;
+  llm_sampling_options_init(&so);
+  so.stop_tokens = &stop;
+  so.num_stop_tokens = 1;
+  CHECK_STATUS(llm_session_create(rt, &so, &a), LLM_OK);
+  llm_sampling_options_init(&so);
+  CHECK_STATUS(llm_session_create(rt, &so, &b), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(a, kPrompt0, 7), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(b, kPrompt1, 2), LLM_OK);
+  for (steps = 0; steps < 3; ++steps) {
+    size_t k;
+    CHECK_STATUS(llm_decode_step(rt, r, 4, &n), LLM_OK);
+    for (k = 0; k < n; ++k) {
+      if (r[k].session == a && r[k].finish_reason == LLM_FINISH_STOP) {
+        saw_stop = 1;
+        CHECK(r[k].token == 252 && steps == 2);
+      }
+    }
+  }
+  CHECK(saw_stop);
+  CHECK_STATUS(llm_session_cancel(b), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(b, kPrompt1, 2), LLM_ERR_INVALID_STATE);
+  CHECK_STATUS(llm_decode_step(rt, r, 4, &n), LLM_OK);
+  {
+    size_t k;
+    for (k = 0; k < n; ++k) {
+      if (r[k].session == b) {
+        saw_cancel = 1;
+        CHECK(r[k].finish_reason == LLM_FINISH_CANCELLED && r[k].status == LLM_ERR_CANCELLED);
+      }
+    }
+  }
+  CHECK(saw_cancel);
+  CHECK_STATUS(llm_decode_step(rt, r, 4, &n), LLM_OK);
+  CHECK(n == 0); /* nothing left to run, the cancellation was reported once */
+  llm_session_destroy(a);
+  llm_session_destroy(b);
+  llm_runtime_destroy(rt);
+}
+
+static void TestKvExhaustionIsolatesTheSession(void) {
+  /* F32 KV: one 16-token page is 16 * 576 bytes; two pages fit. The 40-token prompt needs three. */
+  const uint64_t page_bytes = 16u * 3u * 48u * 4u;
+  llm_runtime* rt = OpenRuntime(LLM_KV_DTYPE_F32, 2 * page_bytes, 0);
+  llm_sampling_options so;
+  llm_session *big = NULL, *small = NULL;
+  llm_session* both[1];
+  llm_step_result r[4];
+  int32_t prompt[41];
+  int32_t out[1][16];
+  int counts[1];
+  size_t n = 0, k;
+  int i, saw_exhausted = 0, small_advanced = 0;
+  if (!rt) return;
+  prompt[0] = 0;
+  for (i = 0; i < 40; ++i) prompt[i + 1] = (i * 37 + 11) % 256;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = 9;
+  CHECK_STATUS(llm_session_create(rt, &so, &big), LLM_OK);
+  CHECK_STATUS(llm_session_create(rt, &so, &small), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(big, prompt, 41), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(small, kPrompt0, 7), LLM_OK);
+  CHECK_STATUS(llm_decode_step(rt, r, 4, &n), LLM_OK);
+  for (k = 0; k < n; ++k) {
+    if (r[k].session == big) {
+      saw_exhausted = r[k].status == LLM_ERR_KV_EXHAUSTED && r[k].token == LLM_TOKEN_NONE;
+    }
+    if (r[k].session == small) small_advanced = r[k].status == LLM_OK && r[k].token == kGen0[0];
+  }
+  CHECK(saw_exhausted);
+  CHECK(small_advanced);
+  {
+    llm_session_info si;
+    si.struct_size = sizeof si;
+    CHECK_STATUS(llm_session_get_info(big, &si), LLM_OK);
+    CHECK(si.num_tokens == 0 && si.num_pending == 41 && si.num_pages == 0); /* untouched */
+  }
+  llm_session_destroy(big);
+  both[0] = small;
+  RunToEnd(rt, both, 1, out, counts);
+  CHECK(counts[0] == 8 && memcmp(out[0], kGen0 + 1, 8 * sizeof(int32_t)) == 0);
+  llm_session_destroy(small);
+  llm_runtime_destroy(rt);
+}
+
+static void TestSessionLimit(void) {
+  llm_runtime* rt = OpenRuntime(LLM_KV_DTYPE_BF16, 0, 2);
+  llm_session *a = NULL, *b = NULL, *c = (llm_session*)0x1;
+  if (!rt) return;
+  CHECK_STATUS(llm_session_create(rt, NULL, &a), LLM_OK);
+  CHECK_STATUS(llm_session_create(rt, NULL, &b), LLM_OK);
+  CHECK_STATUS(llm_session_create(rt, NULL, &c), LLM_ERR_OUT_OF_RANGE);
+  CHECK(c == NULL);
+  llm_session_destroy(a);
+  CHECK_STATUS(llm_session_create(rt, NULL, &c), LLM_OK);
+  llm_session_destroy(b);
+  llm_session_destroy(c);
+  llm_runtime_destroy(rt);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s TEST_DATA_DIR SCRATCH_DIR\n", argv[0]);
+    return 2;
+  }
+  g_data = argv[1];
+  g_tmp = argv[2];
+  snprintf(g_model, sizeof g_model, "%s/tiny_kimi_k2_qlora_yarn", g_data);
+  TestVersionAndStatus();
+  TestNullArguments();
+  TestBadCheckpoints();
+  TestBadOptions();
+  TestGenerationLifecycle();
+  TestStopTokensAndCancel();
+  TestKvExhaustionIsolatesTheSession();
+  TestSessionLimit();
+  printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
