@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -161,7 +162,20 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
   for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   out.write(len, 8);
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& t : tensors) out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.bytes));
+  std::vector<uint8_t> chunk;
+  for (const auto& t : tensors) {
+    if (t.data != nullptr || !t.fill) {
+      out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.bytes));
+      continue;
+    }
+    constexpr size_t kChunk = 8u << 20;
+    chunk.resize(std::min(kChunk, t.bytes));
+    for (size_t begin = 0; begin < t.bytes; begin += kChunk) {
+      const size_t n = std::min(kChunk, t.bytes - begin);
+      t.fill(chunk.data(), begin, n);
+      out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(n));
+    }
+  }
   if (!out) return IoError(absl::StrCat(path, ": write failed"));
   return absl::OkStatus();
 }

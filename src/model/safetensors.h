@@ -5,6 +5,7 @@
 #define LLMRT_MODEL_SAFETENSORS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,8 +65,11 @@ struct TensorToWrite {
   std::string name;
   std::string dtype;  // safetensors dtype string
   std::vector<int64_t> shape;
-  const void* data = nullptr;
+  const void* data = nullptr;  // the bytes, or nullptr to have `fill` produce them
   size_t bytes = 0;
+  // Produces bytes [begin, begin + n) of the tensor into dst; lets large tensors be written
+  // without holding them in memory.
+  std::function<void(uint8_t* dst, size_t begin, size_t n)> fill;
 };
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
 
