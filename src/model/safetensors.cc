@@ -35,7 +35,9 @@ absl::StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& 
   f->path_ = path;
   f->size_ = static_cast<size_t>(st.st_size);
   if (f->size_ > 0) {
-    void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    // MAP_POPULATE maps every page up front: decode then never stalls on first-touch faults of
+    // experts it had not used yet.
+    void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) {
       int e = errno;
       ::close(fd);

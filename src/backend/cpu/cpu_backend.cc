@@ -162,6 +162,11 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
   });
 }
 
+void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out,
+                                  int64_t ldo) {
+  cpu::MatMulRows(WeightDType(w), w.data.data(), w.cols, x, ldx, t, out, ldo, 0, w.rows);
+}
+
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
   LLMRT_CHECK(x.rank() == 2 && out.rank() == 2);
   LLMRT_CHECK(x.dim(1) == w.cols && out.dim(1) == w.rows && out.dim(0) == x.dim(0));

@@ -52,6 +52,8 @@ class CpuBackend final : public Backend {
   ThreadPool& pool() { return pool_; }
   // out [T, rows] = x [T, cols] w^T over raw host pointers (shared by MatMul and MoE).
   void MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);
+  // The same on the calling thread only.
+  static void MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);
 
  private:
   ThreadPool pool_;

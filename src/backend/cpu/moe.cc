@@ -94,27 +94,57 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& we
     float* o = out.data_as<float>() + t * out.row_stride();
     std::fill(o, o + D, 0.0f);
   }
-  std::vector<float> xin, g, u, y;
+  std::vector<int64_t> active;
+  int64_t max_rows = 0;
   for (int64_t e = 0; e < E; ++e) {
+    if (assigned[e].empty()) continue;
+    active.push_back(e);
+    max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(assigned[e].size()));
+  }
+  // y_e [n_e, hidden] per active expert, summed into `out` afterwards in expert order so the
+  // result does not depend on how the work was split.
+  std::vector<std::vector<float>> ys(active.size());
+  auto run_expert = [&](size_t a, bool parallel_inside) {
+    const int64_t e = active[a];
     const auto& list = assigned[e];
-    if (list.empty()) continue;
     const ExpertWeights& ew = experts[e];
     const int64_t n = static_cast<int64_t>(list.size()), I = ew.gate.rows;
-    xin.resize(n * D);
-    g.resize(n * I);
-    u.resize(n * I);
+    std::vector<float> xin(n * D), g(n * I), u(n * I);
+    std::vector<float>& y = ys[a];
     y.resize(n * D);
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(x.data_as<float>() + list[i].first * x.row_stride(), D, xin.data() + i * D);
     }
-    MatMulRaw(xin.data(), D, n, ew.gate, g.data(), I);
-    MatMulRaw(xin.data(), D, n, ew.up, u.data(), I);
+    if (parallel_inside) {
+      MatMulRaw(xin.data(), D, n, ew.gate, g.data(), I);
+      MatMulRaw(xin.data(), D, n, ew.up, u.data(), I);
+    } else {
+      MatMulRowsSerial(xin.data(), D, n, ew.gate, g.data(), I);
+      MatMulRowsSerial(xin.data(), D, n, ew.up, u.data(), I);
+    }
     for (int64_t i = 0; i < n * I; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-    MatMulRaw(g.data(), I, n, ew.down, y.data(), D);
-    for (int64_t i = 0; i < n; ++i) {
+    if (parallel_inside) {
+      MatMulRaw(g.data(), I, n, ew.down, y.data(), D);
+    } else {
+      MatMulRowsSerial(g.data(), I, n, ew.down, y.data(), D);
+    }
+  };
+  // Decode-sized work (a few tokens per expert, at least one expert per thread): one expert per
+  // task, no synchronization inside. Larger batches: every matmul split over all threads.
+  if (max_rows <= 4 && static_cast<int64_t>(active.size()) >= pool_.num_threads()) {
+    pool_.ParallelFor(active.size(), 1, [&](size_t b, size_t e) {
+      for (size_t a = b; a < e; ++a) run_expert(a, false);
+    });
+  } else {
+    for (size_t a = 0; a < active.size(); ++a) run_expert(a, true);
+  }
+  for (size_t a = 0; a < active.size(); ++a) {
+    const auto& list = assigned[active[a]];
+    for (size_t i = 0; i < list.size(); ++i) {
       float* o = out.data_as<float>() + list[i].first * out.row_stride();
       const float w = list[i].second;
-      for (int64_t j = 0; j < D; ++j) o[j] += w * y[i * D + j];
+      const float* y = ys[a].data() + i * D;
+      for (int64_t j = 0; j < D; ++j) o[j] += w * y[j];
     }
   }
 }

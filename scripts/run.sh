@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds llmrt and runs llm-run on the checkpoint the repository carries (the README's main-job
+# command). Extra arguments are passed to llm-run and replace the defaults.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+build=${LLMRT_BUILD_DIR:-build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j"$(nproc)" --target llm-run
+if (($# == 0)); then
+  set -- --model tests/data/tiny_kimi_k2_qlora_yarn --prompt-ids 0,17,42,99,3,250,7 --max-tokens 16
+fi
+exec "$build/samples/llm-run" "$@"
