@@ -1,4 +1,4 @@
-# Fails unless every dynamic symbol the library defines is an llm_* function (or the version node).
+# Fails unless every dynamic symbol the library defines is an llm_* function.
 execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nm failed on ${LIB}")
@@ -12,7 +12,7 @@ foreach(line IN LISTS lines)
   string(REGEX MATCH "[^ ]+$" name "${line}")
   if(name MATCHES "^llm_")
     math(EXPR count "${count} + 1")
-  elseif(NOT name MATCHES "^LLMRT_[0-9]+$")
+  else()
     message(FATAL_ERROR "unexpected exported symbol: ${line}")
   endif()
 endforeach()

@@ -188,5 +188,30 @@ TEST_F(LayoutTest, ShardedAndKimiK25LayoutsGiveIdenticalResults) {
   }
 }
 
+// A tensor in a dtype the engine does not run (here FP8 for the embedding table) is refused with
+// LLM_ERR_UNSUPPORTED naming the tensor, not misread.
+TEST_F(LayoutTest, UnsupportedDtypeIsRefusedNamingTheTensor) {
+  const std::string src = TestData("tiny_kimi_k2_qlora_yarn");
+  auto file = SafetensorsFile::Open(src + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<TensorToWrite> all;
+  std::vector<uint8_t> fp8;
+  for (const auto& [name, info] : file->tensors()) {
+    if (name == "model.embed_tokens.weight") {
+      fp8.assign(static_cast<size_t>(info.numel()), 0x38);
+      all.push_back({name, "F8_E4M3", info.shape, fp8.data(), fp8.size()});
+    } else {
+      all.push_back({name, info.dtype_name, info.shape, info.data, info.bytes});
+    }
+  }
+  fs::copy_file(src + "/config.json", tmp_ / "config.json");
+  ASSERT_TRUE(WriteSafetensors((tmp_ / "model.safetensors").string(), all).ok());
+  llm_runtime* rt = nullptr;
+  EXPECT_EQ(llm_runtime_create(tmp_.c_str(), nullptr, &rt), LLM_ERR_UNSUPPORTED);
+  EXPECT_EQ(rt, nullptr);
+  EXPECT_NE(std::string(llm_last_error()).find("model.embed_tokens.weight"), std::string::npos) << llm_last_error();
+  EXPECT_NE(std::string(llm_last_error()).find("F8_E4M3"), std::string::npos) << llm_last_error();
+}
+
 }  // namespace
 }  // namespace llmrt::testing
