@@ -16,9 +16,10 @@
  *     headers (missing fields take their defaults). Structs only ever grow at the end.
  *     Output structs (llm_runtime_info) also carry struct_size: set it to sizeof before the call.
  *  5. Threads: all functions may be called from any thread. Calls on one runtime and on its
- *     sessions are serialized by the runtime's lock: they are safe to make concurrently, and
- *     one waits while another (for example a llm_decode_step) runs. Distinct runtimes are
- *     independent. llm_last_error() is per thread.
+ *     sessions are safe to make concurrently; they are serialized by the runtime's lock, which
+ *     llm_decode_step releases during its forward pass (see there). Distinct runtimes are
+ *     independent. llm_last_error() is per thread. REQUIRES: no call uses a session after its
+ *     llm_session_destroy, nor a runtime during or after its llm_runtime_destroy.
  *  6. No C++ exception, abort or exit crosses this boundary: bad input is an error status.
  *  7. Token ids are int32_t. Sizes and counts are size_t or fixed-width integers.
  *  8. Versioning: LLMRT_VERSION_* describe the header, llm_version() the library. Shipped
@@ -88,6 +89,50 @@ typedef struct llm_session llm_session;
 #define LLM_KV_DTYPE_BF16 1
 #define LLM_KV_DTYPE_F32 2 /* exact reference storage, for verification */
 
+/* ---- KV-cache integrity ------------------------------------------------------------------
+ * Every physical KV page carries a 64-bit tag renewed each time the page is handed out; each
+ * session records the tag of every page it maps. With checking on, before every forward pass
+ * the runtime verifies, for each scheduled session, that every page it maps still carries the
+ * tag it recorded. A mismatch aborts that session alone (its step result has status
+ * LLM_ERR_KV_INTEGRITY, finish reason LLM_FINISH_ERROR and the failed pages); the rest of the
+ * batch runs unchanged. Off (the default), no verification or event code runs at all. */
+#define LLM_KV_INTEGRITY_OFF 0  /* no-op tracker */
+#define LLM_KV_INTEGRITY_TAGS 1 /* built-in tag checker */
+
+/* Host callbacks on the KV page life cycle. Any pointer may be NULL. Calls come from the thread
+ * inside the llmrt call that caused the event (llm_decode_step for alloc, share, verify and
+ * violation; llm_decode_step, llm_session_cancel, llm_session_destroy and llm_runtime_destroy
+ * for free) while the runtime's lock is held: callbacks must return quickly and must not call
+ * llmrt functions on the same runtime. Setting a tracker turns verification on. */
+typedef struct llm_kv_tracker {
+  uint32_t struct_size;
+  void* user_data;
+  /* A page was handed to the session with a new tag. */
+  void (*on_alloc)(void* user_data, uint64_t session_id, uint32_t page, uint64_t tag);
+  /* The session released its hold on the page (the page is free once no one holds it).
+   * session_id 0: an orphaned page reclaimed after an integrity failure. */
+  void (*on_free)(void* user_data, uint64_t session_id, uint32_t page, uint64_t tag);
+  /* to_session now shares a prefix page first computed by from_session (0 if unknown). */
+  void (*on_share)(void* user_data, uint64_t from_session, uint64_t to_session, uint32_t page, uint64_t tag);
+  /* After the tag check of a session passed: return 0 to let it run, nonzero to veto (the
+   * session is aborted with LLM_ERR_KV_INTEGRITY). pages/tags hold its num_pages entries. */
+  int32_t (*on_verify)(void* user_data, uint64_t session_id, const uint32_t* pages, const uint64_t* tags,
+                       size_t num_pages);
+  /* Entry `entry` of the session's page table maps `page`, expected `expected_tag`, found
+   * `actual_tag` (0: the page is free). */
+  void (*on_violation)(void* user_data, uint64_t session_id, uint32_t entry, uint32_t page,
+                       uint64_t expected_tag, uint64_t actual_tag);
+  /* Called once when the runtime no longer uses the tracker (llm_runtime_destroy, or a failed
+   * llm_runtime_create); may be NULL. */
+  void (*destroy)(void* user_data);
+} llm_kv_tracker;
+
+/* What a step does with a session whose next tokens find no free KV page. */
+#define LLM_KV_PRESSURE_FAIL 0    /* that session gets LLM_ERR_KV_EXHAUSTED this step, unchanged */
+#define LLM_KV_PRESSURE_QUEUE 1   /* it waits (prompts in arrival order) until pages are freed;
+                                     LLM_ERR_KV_EXHAUSTED only when nothing running could free any */
+#define LLM_KV_PRESSURE_PREEMPT 2 /* newer running sessions give up their pages and recompute later */
+
 typedef struct llm_runtime_options {
   uint32_t struct_size;
   int32_t backend;              /* LLM_BACKEND_*; default AUTO */
@@ -98,6 +143,11 @@ typedef struct llm_runtime_options {
   uint32_t max_sessions;        /* live sessions at once; 0 = 256 */
   uint32_t max_tokens_per_step; /* token budget of one llm_decode_step; 0 = 512 */
   uint32_t reserved0;
+  int32_t kv_integrity;         /* LLM_KV_INTEGRITY_*; default OFF */
+  int32_t kv_pressure;          /* LLM_KV_PRESSURE_*; default FAIL */
+  const llm_kv_tracker* tracker; /* copied at creation; NULL = none. Implies tag checking. */
+  int32_t prefix_sharing;       /* share full KV pages of equal prompt prefixes; default 1 */
+  uint32_t reserved1;
 } llm_runtime_options;
 
 /* Fills *options with defaults, including struct_size. */
@@ -132,7 +182,11 @@ typedef struct llm_runtime_info {
   uint32_t pages_free;
   uint32_t num_sessions;
   uint32_t max_position_embeddings;
-  uint32_t reserved0;
+  uint32_t pages_shared;          /* pages held by more than one session */
+  uint64_t prefix_lookup_tokens;  /* prompt tokens looked up in the prefix cache */
+  uint64_t prefix_hit_tokens;     /* of which were served from shared pages */
+  uint64_t integrity_violations;  /* sessions aborted by KV verification */
+  uint64_t preemptions;           /* sessions preempted under KV pressure */
 } llm_runtime_info;
 
 /* Fills *info (whose struct_size the caller set). */
@@ -215,7 +269,9 @@ typedef struct llm_step_result {
   int32_t finish_reason;  /* LLM_FINISH_* */
   llm_status status;      /* LLM_OK, or why this session did not advance */
   uint32_t num_prefilled; /* prompt tokens processed for this session in this step */
-  uint64_t reserved[2];
+  int32_t failed_page;    /* LLM_ERR_KV_INTEGRITY: the first page that failed, else -1 */
+  uint32_t num_failed_pages;
+  uint64_t reserved;
 } llm_step_result;
 
 /* One scheduler iteration: picks pending prompt chunks (chunked prefill) and one token per
@@ -224,11 +280,29 @@ typedef struct llm_step_result {
  * was scheduled or changed state. capacity must be at least the number of live sessions, else
  * LLM_ERR_BUFFER_TOO_SMALL with that number in *out_count, before any work;
  * *out_count tells how many results were written.
- * A session that cannot get a KV page gets status LLM_ERR_KV_EXHAUSTED and is not advanced
- * (its state is unchanged; destroy other sessions or retry later). A failure of one session
- * never disturbs the others. Returns LLM_OK when the step ran, even if some sessions failed. */
+ * A session that cannot get a KV page is handled by the runtime's kv_pressure policy (by
+ * default it gets status LLM_ERR_KV_EXHAUSTED and is not advanced). A failure of one session
+ * never disturbs the others. Returns LLM_OK when the step ran, even if some sessions failed.
+ * Threads: other threads may create, feed, cancel and destroy sessions while a step runs; the
+ * runtime lock is released during the forward pass. A session destroyed or cancelled during
+ * the step is not reported by it (a cancelled one is reported by the next step). Two steps on
+ * one runtime run one after the other. */
 LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* results, size_t capacity,
                                    size_t* out_count);
+
+/* Pages of a session's page table that failed verification (LLM_ERR_KV_INTEGRITY), up to
+ * capacity; *out_count receives how many there are. */
+LLM_API llm_status llm_session_get_failed_pages(const llm_session* session, uint32_t* pages, size_t capacity,
+                                                size_t* out_count);
+
+/* ---- testing hooks ------------------------------------------------------------------------
+ * Explicitly unstable: ops and arguments may change between versions. For tests of integrity
+ * checking from outside the library. Sessions are named by id (llm_session_info.id). */
+#define LLM_TESTCTL_KV_FREE_MAPPED_PAGE 1 /* args {session, entry}: free that page while the session
+                                             still maps it; the next allocation reuses it */
+#define LLM_TESTCTL_KV_CORRUPT_ENTRY 2    /* args {session, entry, page}: remap one entry */
+#define LLM_TESTCTL_KV_SWAP_PAGES 3       /* args {session a, entry a, session b, entry b} */
+LLM_API llm_status llm_test_control(llm_runtime* runtime, int32_t op, const int64_t* args, size_t num_args);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -18,6 +18,47 @@ struct llm_runtime {
 
 namespace {
 
+// Adapts the host's llm_kv_tracker callbacks to the engine's tracker interface.
+class CallbackTracker final : public llmrt::KvTracker {
+ public:
+  explicit CallbackTracker(const llm_kv_tracker& t) : t_(t) {}
+  ~CallbackTracker() override {
+    if (t_.destroy) t_.destroy(t_.user_data);
+  }
+  bool verifies() const override { return true; }
+  bool observes() const override { return t_.on_alloc || t_.on_free || t_.on_share; }
+  void OnAlloc(uint64_t session, const llmrt::PageRef& r) override {
+    if (t_.on_alloc) t_.on_alloc(t_.user_data, session, static_cast<uint32_t>(r.page), r.tag);
+  }
+  void OnFree(uint64_t session, const llmrt::PageRef& r) override {
+    if (t_.on_free) t_.on_free(t_.user_data, session, static_cast<uint32_t>(r.page), r.tag);
+  }
+  void OnShare(uint64_t from, uint64_t to, const llmrt::PageRef& r) override {
+    if (t_.on_share) t_.on_share(t_.user_data, from, to, static_cast<uint32_t>(r.page), r.tag);
+  }
+  bool OnVerify(uint64_t session, const std::vector<llmrt::PageRef>& refs) override {
+    if (!t_.on_verify) return true;
+    pages_.resize(refs.size());
+    tags_.resize(refs.size());
+    for (size_t i = 0; i < refs.size(); ++i) {
+      pages_[i] = static_cast<uint32_t>(refs[i].page);
+      tags_[i] = refs[i].tag;
+    }
+    return t_.on_verify(t_.user_data, session, pages_.data(), tags_.data(), refs.size()) == 0;
+  }
+  void OnViolation(uint64_t session, int32_t entry, const llmrt::PageRef& expected, uint64_t actual) override {
+    if (t_.on_violation) {
+      t_.on_violation(t_.user_data, session, static_cast<uint32_t>(entry), static_cast<uint32_t>(expected.page),
+                      expected.tag, actual);
+    }
+  }
+
+ private:
+  llm_kv_tracker t_;
+  std::vector<uint32_t> pages_;
+  std::vector<uint64_t> tags_;
+};
+
 thread_local std::string g_last_error;
 
 llm_status Fail(llm_status code, std::string msg) {
@@ -124,6 +165,9 @@ LLM_API void llm_runtime_options_init(llm_runtime_options* o) {
   o->struct_size = sizeof(*o);
   o->backend = LLM_BACKEND_AUTO;
   o->kv_dtype = LLM_KV_DTYPE_AUTO;
+  o->kv_integrity = LLM_KV_INTEGRITY_OFF;
+  o->kv_pressure = LLM_KV_PRESSURE_FAIL;
+  o->prefix_sharing = 1;
 }
 
 LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
@@ -154,6 +198,27 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
   if (o.page_size_tokens != 0) ro.page_size = o.page_size_tokens;
   if (o.max_sessions != 0) ro.max_sessions = o.max_sessions;
   if (o.max_tokens_per_step != 0) ro.max_tokens_per_step = o.max_tokens_per_step;
+  switch (o.kv_pressure) {
+    case LLM_KV_PRESSURE_FAIL: ro.kv_pressure = llmrt::KvPressurePolicy::kFail; break;
+    case LLM_KV_PRESSURE_QUEUE: ro.kv_pressure = llmrt::KvPressurePolicy::kQueue; break;
+    case LLM_KV_PRESSURE_PREEMPT: ro.kv_pressure = llmrt::KvPressurePolicy::kPreempt; break;
+    default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_pressure is not an LLM_KV_PRESSURE_* value");
+  }
+  ro.prefix_sharing = o.prefix_sharing != 0;
+  if (o.tracker != nullptr) {
+    llm_kv_tracker t;
+    std::memset(&t, 0, sizeof(t));
+    const uint32_t ts = o.tracker->struct_size;
+    if (ts < sizeof(uint32_t) || ts > (1u << 16)) {
+      return Fail(LLM_ERR_INVALID_ARGUMENT, "options->tracker->struct_size is invalid");
+    }
+    std::memcpy(&t, o.tracker, std::min<size_t>(ts, sizeof(t)));
+    ro.tracker = std::make_shared<CallbackTracker>(t);
+  } else if (o.kv_integrity == LLM_KV_INTEGRITY_TAGS) {
+    ro.tracker = std::shared_ptr<llmrt::KvTracker>(llmrt::MakeTagChecker());
+  } else if (o.kv_integrity != LLM_KV_INTEGRITY_OFF) {
+    return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_integrity is not an LLM_KV_INTEGRITY_* value");
+  }
   auto rt = llmrt::Runtime::Create(model_dir, ro);
   if (!rt.ok()) return Report(rt.status());
   *out_runtime = new llm_runtime{std::move(rt).value()};
@@ -192,6 +257,11 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   out.pages_free = static_cast<uint32_t>(i.pages_free);
   out.num_sessions = static_cast<uint32_t>(i.num_sessions);
   out.max_position_embeddings = static_cast<uint32_t>(i.max_position_embeddings);
+  out.pages_shared = static_cast<uint32_t>(i.pages_shared);
+  out.prefix_lookup_tokens = i.prefix_lookup_tokens;
+  out.prefix_hit_tokens = i.prefix_hit_tokens;
+  out.integrity_violations = i.integrity_violations;
+  out.preemptions = i.preemptions;
   const uint32_t n = std::min<uint32_t>(info->struct_size, sizeof(out));
   std::memcpy(info, &out, n);
   info->struct_size = n;
@@ -328,6 +398,8 @@ LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* result
     r.token = rs[i].token;
     r.status = ToLlmStatus(rs[i].status);
     r.num_prefilled = rs[i].num_prefilled;
+    r.failed_page = rs[i].failed_pages.empty() ? -1 : rs[i].failed_pages[0];
+    r.num_failed_pages = static_cast<uint32_t>(rs[i].failed_pages.size());
     switch (rs[i].finish) {
       case llmrt::FinishReason::kNone: r.finish_reason = LLM_FINISH_NONE; break;
       case llmrt::FinishReason::kStop: r.finish_reason = LLM_FINISH_STOP; break;
@@ -338,6 +410,38 @@ LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* result
   }
   *out_count = rs.size();
   return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_session_get_failed_pages(const llm_session* session, uint32_t* pages, size_t capacity,
+                                                size_t* out_count) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(session);
+  LLM_REQUIRE(out_count);
+  if (capacity > 0) LLM_REQUIRE(pages);
+  const llmrt::Session* s = FromHandle(session);
+  const std::vector<int32_t> failed = s->runtime()->FailedPages(s);
+  *out_count = failed.size();
+  for (size_t i = 0; i < failed.size() && i < capacity; ++i) pages[i] = static_cast<uint32_t>(failed[i]);
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_test_control(llm_runtime* runtime, int32_t op, const int64_t* args, size_t num_args) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(runtime);
+  if (num_args > 0) LLM_REQUIRE(args);
+  std::vector<int64_t> a(args, args + num_args);
+  switch (op) {
+    case LLM_TESTCTL_KV_FREE_MAPPED_PAGE:
+      return Report(runtime->rep->InjectKvFault(llmrt::KvFault::kFreeMappedPage, a));
+    case LLM_TESTCTL_KV_CORRUPT_ENTRY:
+      return Report(runtime->rep->InjectKvFault(llmrt::KvFault::kCorruptEntry, a));
+    case LLM_TESTCTL_KV_SWAP_PAGES:
+      return Report(runtime->rep->InjectKvFault(llmrt::KvFault::kSwapPages, a));
+    default:
+      return Fail(LLM_ERR_INVALID_ARGUMENT, "unknown llm_test_control op " + std::to_string(op));
+  }
   LLM_GUARD_END
 }
 

@@ -1,5 +1,6 @@
-// A session's page table: the pages (with the tags they carried when handed out) that hold
-// its positions, in order. Position p lives in pages()[p / page_size].
+// A session's page table: the pages that hold its positions, in order, each with the tag it
+// carried when the session got it (the tag the session expects). Position p lives in
+// entries()[p / page_size].page.
 #ifndef LLMRT_KV_PAGE_TABLE_H_
 #define LLMRT_KV_PAGE_TABLE_H_
 
@@ -12,18 +13,12 @@ namespace llmrt {
 
 class PageTable {
  public:
-  const std::vector<PageRef>& pages() const { return pages_; }
-  int32_t num_pages() const { return static_cast<int32_t>(pages_.size()); }
-
-  // Grows the table to cover `num_positions` positions of `page_size` tokens. All or nothing:
-  // when the pool runs dry the pages taken by this call are returned and false is returned.
-  bool Reserve(PagePool& pool, int64_t num_positions, int64_t page_size);
-  // Shrinks the table to the pages needed by `num_positions`, freeing the rest.
-  void Truncate(PagePool& pool, int64_t num_positions, int64_t page_size);
-  void ReleaseAll(PagePool& pool) { Truncate(pool, 0, 1); }
+  const std::vector<PageRef>& entries() const { return entries_; }
+  std::vector<PageRef>& mutable_entries() { return entries_; }
+  int32_t num_pages() const { return static_cast<int32_t>(entries_.size()); }
 
  private:
-  std::vector<PageRef> pages_;
+  std::vector<PageRef> entries_;
 };
 
 }  // namespace llmrt

@@ -4,11 +4,22 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "src/sched/scheduler.h"
 #include "src/util/errors.h"
 #include "src/util/status.h"
 
 namespace llmrt {
+
+// One session's share of a step.
+struct Runtime::Work {
+  Session* s = nullptr;
+  int64_t n = 0;           // tokens processed
+  int64_t base = 0;        // position of the first one
+  bool wants_logits = false;
+  int64_t logit_row = -1;
+  bool prefill = false;
+};
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& model_dir,
                                                          const RuntimeOptions& options) {
@@ -49,12 +60,16 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
                                                                   {static_cast<int64_t>(pages), c.num_layers,
                                                                    options.page_size, width}));
   absl::MutexLock lock(&rt->mu_);
-  rt->pool_ = std::make_unique<PagePool>(static_cast<int32_t>(pages));
+  std::shared_ptr<KvTracker> tracker = options.tracker ? options.tracker : std::shared_ptr<KvTracker>(MakeNoopTracker());
+  rt->kv_ = std::make_unique<KvManager>(static_cast<int32_t>(pages), options.page_size, std::move(tracker),
+                                        options.prefix_sharing);
   return rt;
 }
 
 Runtime::~Runtime() {
+  absl::MutexLock step_lock(&step_mu_);
   absl::MutexLock lock(&mu_);
+  for (auto& [id, s] : sessions_) ReleasePages(s.get());
   sessions_.clear();
 }
 
@@ -72,11 +87,16 @@ RuntimeInfo Runtime::Info() const {
   i.weight_bytes = model_->weight_bytes();
   i.kv_bytes_per_token = kv_bytes_per_token_;
   i.page_size = options_.page_size;
-  i.pages_total = pool_->num_pages();
-  i.pages_free = pool_->num_free();
+  i.pages_total = kv_->pool().num_pages();
+  i.pages_free = kv_->pool().num_free();
   i.kv_capacity_tokens = static_cast<uint64_t>(i.pages_total * i.page_size);
-  i.num_sessions = static_cast<int64_t>(sessions_.size());
+  for (const auto& [id, s] : sessions_) i.num_sessions += s->destroy_requested_ ? 0 : 1;
   i.max_position_embeddings = c.max_position_embeddings;
+  i.pages_shared = kv_->pool().num_shared();
+  i.prefix_lookup_tokens = kv_->prefix_stats().lookup_tokens;
+  i.prefix_hit_tokens = kv_->prefix_stats().hit_tokens;
+  i.integrity_violations = integrity_violations_;
+  i.preemptions = preemptions_;
   return i;
 }
 
@@ -94,7 +114,9 @@ absl::StatusOr<Session*> Runtime::CreateSession(const SessionOptions& options) {
     }
   }
   absl::MutexLock lock(&mu_);
-  if (static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+  int64_t live = 0;
+  for (const auto& [id, s] : sessions_) live += s->destroy_requested_ ? 0 : 1;
+  if (live >= options_.max_sessions) {
     return absl::OutOfRangeError(absl::StrCat("max_sessions (", options_.max_sessions, ") sessions are alive"));
   }
   const uint64_t id = next_session_id_++;
@@ -104,14 +126,28 @@ absl::StatusOr<Session*> Runtime::CreateSession(const SessionOptions& options) {
   return raw;
 }
 
-void Runtime::ReleasePages(Session* s) { s->pages_.ReleaseAll(*pool_); }
+void Runtime::ReleasePages(Session* s) { kv_->ReleaseAll(s->id_, s->pages_); }
+
+void Runtime::FinishDestroy(Session* s) {
+  ReleasePages(s);
+  sessions_.erase(s->id_);
+}
 
 void Runtime::DestroySession(Session* session) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session->id());
-  if (it == sessions_.end() || it->second.get() != session) return;
-  ReleasePages(session);
-  sessions_.erase(it);
+  if (it == sessions_.end() || it->second.get() != session || session->destroy_requested_) return;
+  if (session->in_flight_) {
+    session->destroy_requested_ = true;  // the running step frees it at commit
+    return;
+  }
+  FinishDestroy(session);
+}
+
+Session* Runtime::FindById(uint64_t id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second->destroy_requested_) return nullptr;
+  return it->second.get();
 }
 
 absl::Status Runtime::Append(Session* s, absl::Span<const int32_t> tokens) {
@@ -129,9 +165,12 @@ absl::Status Runtime::Append(Session* s, absl::Span<const int32_t> tokens) {
     case SessionState::kCancelled:
       return absl::FailedPreconditionError("the session was cancelled");
     case SessionState::kFailed:
-      return absl::FailedPreconditionError("the session failed");
+      return absl::FailedPreconditionError("the session failed; destroy it");
     default:
       break;
+  }
+  if (s->recomputing_) {
+    return absl::FailedPreconditionError("the session is generating (recomputing after preemption)");
   }
   const size_t extra = s->unfed_token_ ? 1 : 0;
   const uint64_t total = s->context_.size() + s->pending_.size() + extra + tokens.size();
@@ -157,7 +196,8 @@ absl::Status Runtime::Cancel(Session* s) {
   s->state_ = SessionState::kCancelled;
   s->pending_.clear();
   s->report_cancel_ = true;
-  ReleasePages(s);
+  s->recomputing_ = false;
+  if (!s->in_flight_) ReleasePages(s);  // else the running step releases them at commit
   return absl::OkStatus();
 }
 
@@ -185,82 +225,227 @@ Runtime::SessionSnapshot Runtime::Snapshot(const Session* s) const {
           static_cast<uint32_t>(s->pages_.num_pages())};
 }
 
-absl::Status Runtime::Step(std::vector<StepResult>* results) {
+std::vector<int32_t> Runtime::FailedPages(const Session* s) const {
   absl::MutexLock lock(&mu_);
+  return s->failed_pages_;
+}
+
+// Gives a running session's pages back; its processed tokens queue again in front of its
+// pending ones, and it recomputes them when pages are free (the tokens it then produces are
+// the ones it would have produced: every position's computation is batch-independent).
+void Runtime::Preempt(Session* s) {
+  ReleasePages(s);
+  for (auto it = s->context_.rbegin(); it != s->context_.rend(); ++it) s->pending_.push_front(*it);
+  s->context_.clear();
+  if (s->state_ == SessionState::kDecoding) s->recomputing_ = true;
+  s->state_ = SessionState::kPrefill;
+  ++preemptions_;
+}
+
+void Runtime::Abort(Session* s, std::vector<int32_t> failed_entries, std::vector<StepResult>* results) {
+  ++integrity_violations_;
+  StepResult r;
+  r.session = s;
+  r.session_id = s->id_;
+  r.finish = FinishReason::kError;
+  s->failed_pages_.clear();
+  std::vector<std::string> where;
+  for (int32_t e : failed_entries) {
+    if (e < 0) {
+      where.push_back("vetoed by the tracker");
+      continue;
+    }
+    const PageRef& ref = s->pages_.entries()[e];
+    s->failed_pages_.push_back(ref.page);
+    where.push_back(absl::StrCat("entry ", e, " (page ", ref.page, ", expected tag ", ref.tag, ", found ",
+                                 ref.page >= 0 && ref.page < kv_->pool().num_pages() ? kv_->pool().tag(ref.page) : 0,
+                                 ")"));
+  }
+  r.failed_pages = s->failed_pages_;
+  r.status = KvIntegrityError(absl::StrCat("session ", s->id_, ": KV page verification failed: ",
+                                           absl::StrJoin(where, "; ")));
+  s->state_ = SessionState::kFailed;
+  s->pending_.clear();
+  s->recomputing_ = false;
+  // Entries that no longer match are dropped without touching their pages (someone else owns
+  // them now); pages the corrupted entries used to name are orphans, reclaimed below.
+  ReleasePages(s);
+  kv_->ReclaimOrphans([&](const std::function<void(const PageTable&)>& fn) {
+    for (const auto& [id, other] : sessions_) fn(other->pages_);
+  });
+  results->push_back(std::move(r));
+}
+
+absl::Status Runtime::InjectKvFault(KvFault fault, const std::vector<int64_t>& args) {
+  absl::MutexLock lock(&mu_);
+  auto entry = [&](int64_t id, int64_t index) -> absl::StatusOr<PageRef*> {
+    Session* s = FindById(static_cast<uint64_t>(id));
+    if (s == nullptr) return absl::InvalidArgumentError(absl::StrCat("no session with id ", id));
+    auto& e = s->pages_.mutable_entries();
+    if (index < 0 || index >= static_cast<int64_t>(e.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("session ", id, " has no page-table entry ", index));
+    }
+    return &e[index];
+  };
+  switch (fault) {
+    case KvFault::kFreeMappedPage: {
+      if (args.size() != 2) return absl::InvalidArgumentError("free-mapped-page takes {session id, entry}");
+      LLMRT_ASSIGN_OR_RETURN(PageRef * ref, entry(args[0], args[1]));
+      kv_->pool().ForceFree(ref->page);  // the session still maps it: the real-world race
+      return absl::OkStatus();
+    }
+    case KvFault::kCorruptEntry: {
+      if (args.size() != 3) return absl::InvalidArgumentError("corrupt-entry takes {session id, entry, page}");
+      LLMRT_ASSIGN_OR_RETURN(PageRef * ref, entry(args[0], args[1]));
+      if (args[2] < 0 || args[2] >= kv_->pool().num_pages()) return absl::InvalidArgumentError("no such page");
+      ref->page = static_cast<int32_t>(args[2]);
+      return absl::OkStatus();
+    }
+    case KvFault::kSwapPages: {
+      if (args.size() != 4) return absl::InvalidArgumentError("swap-pages takes {id a, entry a, id b, entry b}");
+      LLMRT_ASSIGN_OR_RETURN(PageRef * a, entry(args[0], args[1]));
+      LLMRT_ASSIGN_OR_RETURN(PageRef * b, entry(args[2], args[3]));
+      std::swap(a->page, b->page);  // the mapping is swapped; each side still expects its own tag
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError("unknown fault");
+}
+
+absl::Status Runtime::Step(std::vector<StepResult>* results) {
+  absl::MutexLock step_lock(&step_mu_);
   const ModelConfig& c = model_->config();
   const int64_t page_size = options_.page_size;
-
-  // 1. Report cancellations; collect candidates in arrival order.
-  std::vector<Session*> order;
-  std::vector<SchedCandidate> candidates;
-  for (auto& [id, sp] : sessions_) {
-    Session* s = sp.get();
-    if (s->state_ == SessionState::kCancelled && s->report_cancel_) {
-      s->report_cancel_ = false;
-      StepResult r;
-      r.session = s;
-      r.session_id = s->id_;
-      r.finish = FinishReason::kCancelled;
-      r.status = absl::CancelledError("the session was cancelled");
-      results->push_back(std::move(r));
-      continue;
-    }
-    if ((s->state_ == SessionState::kPrefill || s->state_ == SessionState::kDecoding) && !s->pending_.empty()) {
-      candidates.push_back({static_cast<int64_t>(order.size()), static_cast<int64_t>(s->pending_.size()),
-                            s->state_ == SessionState::kDecoding});
-      order.push_back(s);
-    }
-  }
-  const std::vector<SchedItem> plan = PlanStep(candidates, options_.max_tokens_per_step);
-
-  // 2. Reserve KV pages; a session that cannot get them waits, untouched.
-  struct Work {
-    Session* s;
-    int64_t n;
-    bool wants_logits;
-    int64_t logit_row;
-  };
   std::vector<Work> work;
-  for (const SchedItem& item : plan) {
-    Session* s = order[item.key];
-    const int64_t new_len = static_cast<int64_t>(s->context_.size()) + item.num_tokens;
-    if (!s->pages_.Reserve(*pool_, new_len, page_size)) {
+  std::vector<int32_t> ids, pos, tseq, tctx, pstart{0}, pids, slots, lrows;
+
+  // ---- plan, reserve, verify (under the lock) ----
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<Session*> order;
+    std::vector<SchedCandidate> candidates;
+    for (auto& [id, sp] : sessions_) {
+      Session* s = sp.get();
+      if (s->destroy_requested_) continue;
+      if (s->state_ == SessionState::kCancelled && s->report_cancel_) {
+        s->report_cancel_ = false;
+        StepResult r;
+        r.session = s;
+        r.session_id = s->id_;
+        r.finish = FinishReason::kCancelled;
+        r.status = absl::CancelledError("the session was cancelled");
+        results->push_back(std::move(r));
+        continue;
+      }
+      if ((s->state_ == SessionState::kPrefill || s->state_ == SessionState::kDecoding) && !s->pending_.empty()) {
+        candidates.push_back({static_cast<int64_t>(order.size()), static_cast<int64_t>(s->pending_.size()),
+                              s->state_ == SessionState::kDecoding});
+        order.push_back(s);
+      }
+    }
+    const std::vector<SchedItem> plan = PlanStep(candidates, options_.max_tokens_per_step);
+
+    bool prompts_blocked = false;  // kQueue: a waiting prompt holds back later prompts
+    std::vector<Session*> waiting;
+    for (const SchedItem& item : plan) {
+      Session* s = order[item.key];
+      if (s->state_ != SessionState::kPrefill && s->state_ != SessionState::kDecoding) continue;  // preempted below
+      const bool prefill = s->state_ == SessionState::kPrefill;
+      if (prefill && prompts_blocked) continue;
+      // A new prompt may start on pages another session already computed.
+      if (prefill && s->context_.empty()) {
+        std::vector<int32_t> prompt(s->pending_.begin(), s->pending_.end());
+        const int64_t shared = kv_->ShareCachedPrefix(s->id_, s->pages_, prompt);
+        for (int64_t i = 0; i < shared; ++i) {
+          s->context_.push_back(s->pending_.front());
+          s->pending_.pop_front();
+        }
+      }
+      const int64_t n = std::min<int64_t>(item.num_tokens, static_cast<int64_t>(s->pending_.size()));
+      const int64_t new_len = static_cast<int64_t>(s->context_.size()) + n;
+      bool ok = kv_->Reserve(s->id_, s->pages_, new_len);
+      if (!ok && options_.kv_pressure == KvPressurePolicy::kPreempt) {
+        // Newest running sessions first, never one older than s (arrival order is kept).
+        for (auto it = sessions_.rbegin(); !ok && it != sessions_.rend() && it->first > s->id_; ++it) {
+          Session* v = it->second.get();
+          if (v->destroy_requested_ || v->pages_.num_pages() == 0 ||
+              (v->state_ != SessionState::kPrefill && v->state_ != SessionState::kDecoding)) {
+            continue;
+          }
+          work.erase(std::remove_if(work.begin(), work.end(), [&](const Work& w) { return w.s == v; }), work.end());
+          Preempt(v);
+          ok = kv_->Reserve(s->id_, s->pages_, new_len);
+        }
+      }
+      if (!ok) {
+        if (options_.kv_pressure == KvPressurePolicy::kQueue) {
+          waiting.push_back(s);
+          if (prefill) prompts_blocked = true;
+          continue;
+        }
+        StepResult r;
+        r.session = s;
+        r.session_id = s->id_;
+        r.status = KvExhaustedError(absl::StrCat("session ", s->id_, " needs KV pages for ", new_len,
+                                                 " positions; ", kv_->pool().num_free(), " of ",
+                                                 kv_->pool().num_pages(), " pages are free"));
+        results->push_back(std::move(r));
+        continue;
+      }
+      work.push_back({s, n, static_cast<int64_t>(s->context_.size()),
+                      n == static_cast<int64_t>(s->pending_.size()), -1, prefill});
+    }
+    if (work.empty() && !waiting.empty()) {
+      // Nothing can run and nothing running will free pages: waiting would never end.
+      Session* s = waiting.front();
       StepResult r;
       r.session = s;
       r.session_id = s->id_;
-      r.status = KvExhaustedError(absl::StrCat("session ", s->id_, " needs KV pages for ", new_len,
-                                               " positions; ", pool_->num_free(), " of ", pool_->num_pages(),
-                                               " pages are free"));
+      r.status = KvExhaustedError(absl::StrCat("session ", s->id_, " is waiting for KV pages that no running ",
+                                               "session will free (", kv_->pool().num_free(), " of ",
+                                               kv_->pool().num_pages(), " free); destroy idle sessions"));
       results->push_back(std::move(r));
-      continue;
     }
-    const bool wants_logits = item.num_tokens == static_cast<int64_t>(s->pending_.size());
-    work.push_back({s, item.num_tokens, wants_logits, -1});
-  }
-  if (work.empty()) return absl::OkStatus();
 
-  // 3. The batch as host arrays, then uploaded.
-  std::vector<int32_t> ids, pos, tseq, tctx, pstart{0}, pids, slots, lrows;
-  for (size_t w = 0; w < work.size(); ++w) {
-    Work& wk = work[w];
-    Session* s = wk.s;
-    const int64_t base = static_cast<int64_t>(s->context_.size());
-    for (const PageRef& ref : s->pages_.pages()) pids.push_back(ref.page);
-    pstart.push_back(static_cast<int32_t>(pids.size()));
-    for (int64_t i = 0; i < wk.n; ++i) {
-      const int64_t p = base + i;
-      ids.push_back(s->pending_[i]);
-      pos.push_back(static_cast<int32_t>(p));
-      tseq.push_back(static_cast<int32_t>(w));
-      tctx.push_back(static_cast<int32_t>(p + 1));
-      slots.push_back(s->pages_.pages()[p / page_size].page * static_cast<int32_t>(page_size) +
-                      static_cast<int32_t>(p % page_size));
+    // Integrity: every page a scheduled session will read must still carry its tag.
+    if (kv_->tracker().verifies()) {
+      std::vector<Work> kept;
+      for (Work& wk : work) {
+        std::vector<int32_t> failed = kv_->Verify(wk.s->id_, wk.s->pages_);
+        if (failed.empty()) {
+          kept.push_back(wk);
+        } else {
+          Abort(wk.s, std::move(failed), results);
+        }
+      }
+      work.swap(kept);
     }
-    if (wk.wants_logits) {
-      wk.logit_row = static_cast<int64_t>(lrows.size());
-      lrows.push_back(static_cast<int32_t>(ids.size() - 1));
+    if (work.empty()) return absl::OkStatus();
+
+    // The batch as host arrays.
+    for (size_t w = 0; w < work.size(); ++w) {
+      Work& wk = work[w];
+      Session* s = wk.s;
+      s->in_flight_ = true;
+      for (const PageRef& ref : s->pages_.entries()) pids.push_back(ref.page);
+      pstart.push_back(static_cast<int32_t>(pids.size()));
+      for (int64_t i = 0; i < wk.n; ++i) {
+        const int64_t p = wk.base + i;
+        ids.push_back(s->pending_[i]);
+        pos.push_back(static_cast<int32_t>(p));
+        tseq.push_back(static_cast<int32_t>(w));
+        tctx.push_back(static_cast<int32_t>(p + 1));
+        slots.push_back(s->pages_.entries()[p / page_size].page * static_cast<int32_t>(page_size) +
+                        static_cast<int32_t>(p % page_size));
+      }
+      if (wk.wants_logits) {
+        wk.logit_row = static_cast<int64_t>(lrows.size());
+        lrows.push_back(static_cast<int32_t>(ids.size() - 1));
+      }
     }
   }
+
+  // ---- forward (without the lock: other threads may create, feed, cancel, destroy) ----
   const int64_t T = static_cast<int64_t>(ids.size()), S = static_cast<int64_t>(lrows.size());
   auto upload = [&](const std::vector<int32_t>& v) -> absl::StatusOr<Tensor> {
     LLMRT_ASSIGN_OR_RETURN(Tensor t, backend_->Allocate(DType::kI32, {static_cast<int64_t>(std::max<size_t>(v.size(), 1))}));
@@ -289,35 +474,43 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
     return host;
   };
   absl::StatusOr<std::vector<float>> logits = run();
-  if (!logits.ok()) {
-    // Nothing of this step is kept: pages reserved for it go back, contexts are unchanged.
-    for (const Work& wk : work) {
-      wk.s->pages_.Truncate(*pool_, static_cast<int64_t>(wk.s->context_.size()), page_size);
-      StepResult r;
-      r.session = wk.s;
-      r.session_id = wk.s->id_;
-      r.status = logits.status();
-      results->push_back(std::move(r));
-    }
-    return absl::OkStatus();
-  }
 
-  // 4. Commit the processed tokens, sample, check stops.
+  // ---- commit (under the lock) ----
+  absl::MutexLock lock(&mu_);
   for (const Work& wk : work) {
     Session* s = wk.s;
+    s->in_flight_ = false;
+    if (s->destroy_requested_) {
+      FinishDestroy(s);
+      continue;
+    }
+    if (s->state_ == SessionState::kCancelled) {
+      ReleasePages(s);  // deferred by Cancel while the step ran
+      continue;
+    }
     StepResult r;
     r.session = s;
     r.session_id = s->id_;
-    if (s->state_ == SessionState::kPrefill) r.num_prefilled = static_cast<uint32_t>(wk.n);
+    if (!logits.ok()) {
+      // Nothing of this step is kept: its pages go back, the context is unchanged.
+      kv_->Truncate(s->id_, s->pages_, static_cast<int64_t>(s->context_.size()));
+      r.status = logits.status();
+      results->push_back(std::move(r));
+      continue;
+    }
+    if (wk.prefill) r.num_prefilled = static_cast<uint32_t>(wk.n);
     for (int64_t i = 0; i < wk.n; ++i) {
       s->context_.push_back(s->pending_.front());
       s->pending_.pop_front();
     }
-    if (wk.wants_logits) {
+    if (wk.prefill) kv_->RegisterPrefix(s->id_, s->pages_, s->context_);
+    // Tokens appended while the step ran mean this was not the last position after all.
+    if (wk.wants_logits && s->pending_.empty()) {
       const float* row = logits->data() + wk.logit_row * c.vocab_size;
       s->logits_.assign(row, row + c.vocab_size);
       const int32_t tok = SampleToken(row, c.vocab_size, s->options_.sampling, s->rng_);
       ++s->num_generated_;
+      s->recomputing_ = false;
       r.token = tok;
       const bool full = static_cast<int64_t>(s->context_.size()) + 1 > c.max_position_embeddings;
       if (s->IsStopToken(tok)) {

@@ -14,7 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "src/backend/backend.h"
-#include "src/kv/page_pool.h"
+#include "src/kv/kv_manager.h"
+#include "src/kv/tracker.h"
 #include "src/model/checkpoint.h"
 #include "src/model/model.h"
 #include "src/runtime/session.h"
@@ -22,6 +23,13 @@
 namespace llmrt {
 
 enum class BackendKind { kAuto, kCpu, kCuda };
+
+// What a step does with a session whose next tokens find no free KV page.
+enum class KvPressurePolicy {
+  kFail,     // report LLM_ERR_KV_EXHAUSTED for that session this step; it stays as it was
+  kQueue,    // it waits (prompts keep arrival order) until pages free up
+  kPreempt,  // newer running sessions give their pages back and recompute later
+};
 
 struct RuntimeOptions {
   BackendKind backend = BackendKind::kAuto;
@@ -31,6 +39,10 @@ struct RuntimeOptions {
   int64_t page_size = 16;
   int64_t max_sessions = 256;
   int64_t max_tokens_per_step = 512;
+  KvPressurePolicy kv_pressure = KvPressurePolicy::kFail;
+  bool prefix_sharing = true;
+  // Integrity checking: nullptr = no-op tracker (no verification, no events).
+  std::shared_ptr<KvTracker> tracker;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -42,6 +54,7 @@ struct StepResult {
   FinishReason finish = FinishReason::kNone;
   absl::Status status;
   uint32_t num_prefilled = 0;
+  std::vector<int32_t> failed_pages;  // with an integrity failure: the pages that failed
 };
 
 struct RuntimeInfo {
@@ -60,6 +73,19 @@ struct RuntimeInfo {
   int64_t pages_free = 0;
   int64_t num_sessions = 0;
   int64_t max_position_embeddings = 0;
+  int64_t pages_shared = 0;
+  uint64_t prefix_lookup_tokens = 0;
+  uint64_t prefix_hit_tokens = 0;
+  uint64_t integrity_violations = 0;
+  uint64_t preemptions = 0;
+};
+
+// Faults for testing integrity checking (llm_test_control). Each returns InvalidArgument when
+// its target does not exist.
+enum class KvFault {
+  kFreeMappedPage,   // free a page a session still maps; the next allocation reuses it
+  kCorruptEntry,     // point one page-table entry at another page
+  kSwapPages,        // swap one page-table entry of two sessions
 };
 
 class Runtime {
@@ -86,17 +112,32 @@ class Runtime {
     uint32_t num_tokens, num_pending, num_generated, num_pages;
   };
   SessionSnapshot Snapshot(const Session* session) const;
+  // Pages of the session that failed verification.
+  std::vector<int32_t> FailedPages(const Session* session) const;
+
+  // Testing hook: injects a KV fault. args: kFreeMappedPage {session id, entry},
+  // kCorruptEntry {session id, entry, new page}, kSwapPages {id a, entry a, id b, entry b}.
+  absl::Status InjectKvFault(KvFault fault, const std::vector<int64_t>& args);
 
  private:
+  struct Work;
   Runtime() = default;
   void ReleasePages(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Preempt(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Abort(Session* s, std::vector<int32_t> failed_entries, std::vector<StepResult>* results)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Session* FindById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishDestroy(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  absl::Mutex step_mu_;  // one step at a time; taken before mu_
   mutable absl::Mutex mu_;
   RuntimeOptions options_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<PagePool> pool_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<KvManager> kv_ ABSL_GUARDED_BY(mu_);
+  uint64_t integrity_violations_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   KvCacheView cache_;
   uint64_t kv_bytes_per_token_ = 0;
   std::map<uint64_t, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);  // by id = arrival

@@ -60,6 +60,14 @@ class Session {
   PageTable pages_;
   std::vector<float> logits_;
   bool report_cancel_ = false;
+  // Set while a step's forward pass uses the session's pages (the runtime lock is released
+  // then); destroy and cancel defer page release to the step's commit.
+  bool in_flight_ = false;
+  bool destroy_requested_ = false;
+  // Preempted mid-generation: its context is being recomputed; no new turn may be appended.
+  bool recomputing_ = false;
+  // Page ids whose tags failed verification (LLM_ERR_KV_INTEGRITY).
+  std::vector<int32_t> failed_pages_;
 };
 
 }  // namespace llmrt
