@@ -129,9 +129,14 @@ typedef struct llm_kv_tracker {
 
 /* What a step does with a session whose next tokens find no free KV page. */
 #define LLM_KV_PRESSURE_FAIL 0    /* that session gets LLM_ERR_KV_EXHAUSTED this step, unchanged */
-#define LLM_KV_PRESSURE_QUEUE 1   /* it waits (prompts in arrival order) until pages are freed;
-                                     LLM_ERR_KV_EXHAUSTED only when nothing running could free any */
-#define LLM_KV_PRESSURE_PREEMPT 2 /* newer running sessions give up their pages and recompute later */
+#define LLM_KV_PRESSURE_QUEUE 1   /* a prompt is admitted only when pages for all of it (prompt plus
+                                     max_new_tokens) are free, in arrival order; until then it waits */
+#define LLM_KV_PRESSURE_PREEMPT 2 /* newer running sessions give up their pages and recompute later
+                                     (their tokens do not change); a session with no newer one to
+                                     preempt waits */
+/* Under QUEUE and PREEMPT a waiting session gets no result; when nothing at all can run, the
+ * oldest waiting one gets LLM_ERR_KV_EXHAUSTED (idle or finished sessions hold the pages:
+ * destroy them). */
 
 typedef struct llm_runtime_options {
   uint32_t struct_size;

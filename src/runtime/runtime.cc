@@ -363,7 +363,16 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
       }
       const int64_t n = std::min<int64_t>(item.num_tokens, static_cast<int64_t>(s->pending_.size()));
       const int64_t new_len = static_cast<int64_t>(s->context_.size()) + n;
-      bool ok = kv_->Reserve(s->id_, s->pages_, new_len);
+      // Under kQueue a request is admitted only with pages for all of it (prompt plus
+      // max_new_tokens), so admitted sessions never stall mid-generation for pages.
+      int64_t reserve_len = new_len;
+      if (options_.kv_pressure == KvPressurePolicy::kQueue && prefill && s->num_generated_ == 0) {
+        reserve_len = std::min<int64_t>(
+            static_cast<int64_t>(s->context_.size() + s->pending_.size()) + s->options_.max_new_tokens,
+            c.max_position_embeddings);
+        reserve_len = std::max(reserve_len, new_len);
+      }
+      bool ok = kv_->Reserve(s->id_, s->pages_, reserve_len);
       if (!ok && options_.kv_pressure == KvPressurePolicy::kPreempt) {
         // Newest running sessions first, never one older than s (arrival order is kept).
         for (auto it = sessions_.rbegin(); !ok && it != sessions_.rend() && it->first > s->id_; ++it) {
@@ -378,7 +387,7 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
         }
       }
       if (!ok) {
-        if (options_.kv_pressure == KvPressurePolicy::kQueue) {
+        if (options_.kv_pressure != KvPressurePolicy::kFail) {
           waiting.push_back(s);
           if (prefill) prompts_blocked = true;
           continue;
@@ -521,6 +530,8 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
       if (r.finish != FinishReason::kNone) {
         s->state_ = SessionState::kFinished;
         if (!full) s->unfed_token_ = tok;
+        // Pages reserved ahead (kQueue admission) beyond what the context needs go back.
+        kv_->Truncate(s->id_, s->pages_, static_cast<int64_t>(s->context_.size()) + (full ? 0 : 1));
       } else {
         s->pending_.push_back(tok);
         s->state_ = SessionState::kDecoding;
