@@ -4,6 +4,11 @@
 // same run. Prints tables; times nothing in tests.
 //
 //   llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]
+//   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
+//
+// --integrity compares decode throughput and p95 step latency with the no-op tracker, the
+// built-in tag checker and a host callback tracker (counting events), interleaving the three in
+// every repeat so machine noise hits them alike; it reports ratios to no-op with their spread.
 //
 // The checkpoint (about 2.4 GB BF16) is written once to DIR (default /tmp/llmrt-bench-model)
 // and reused while its config matches.
@@ -242,25 +247,143 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
 }
 
+struct StepStats {
+  double tokens_per_s = 0;
+  double p95_ms = 0;
+};
+
+// Creates `sessions` sessions, prefills them, then times `steps` decode steps.
+StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, int64_t vocab) {
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = static_cast<uint32_t>(steps + 4);
+  std::vector<llm_session*> ss(sessions);
+  for (int i = 0; i < sessions; ++i) {
+    llm_session_create(rt, &so, &ss[i]);
+    std::vector<int32_t> prompt(prompt_len);
+    for (int k = 0; k < prompt_len; ++k) prompt[k] = static_cast<int32_t>((i * 131 + k * 17 + 1) % vocab);
+    llm_session_append_tokens(ss[i], prompt.data(), prompt.size());
+  }
+  std::vector<llm_step_result> res(sessions);
+  size_t n = 0;
+  for (int w = 0; w < 2; ++w) llm_decode_step(rt, res.data(), res.size(), &n);
+  std::vector<double> times;
+  for (int s = 0; s < steps; ++s) {
+    auto t0 = Clock::now();
+    llm_decode_step(rt, res.data(), res.size(), &n);
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  for (auto* s : ss) llm_session_destroy(s);
+  double total = 0;
+  for (double t : times) total += t;
+  return {sessions * steps / total, Percentile(times, 0.95) * 1e3};
+}
+
+struct EventCounts {
+  uint64_t events = 0;
+};
+
+int RunIntegrityBench(const std::string& model, const std::vector<int>& batches, int steps, int repeats,
+                      int threads) {
+  const char* names[3] = {"no-op", "tag checker", "callbacks"};
+  EventCounts counts;
+  llm_kv_tracker cb;
+  std::memset(&cb, 0, sizeof(cb));
+  cb.struct_size = sizeof(cb);
+  cb.user_data = &counts;
+  cb.on_alloc = [](void* u, uint64_t, uint32_t, uint64_t) { static_cast<EventCounts*>(u)->events++; };
+  cb.on_free = [](void* u, uint64_t, uint32_t, uint64_t) { static_cast<EventCounts*>(u)->events++; };
+  cb.on_verify = [](void* u, uint64_t, const uint32_t*, const uint64_t*, size_t) -> int32_t {
+    static_cast<EventCounts*>(u)->events++;
+    return 0;
+  };
+  llm_runtime* rts[3] = {nullptr, nullptr, nullptr};
+  for (int k = 0; k < 3; ++k) {
+    llm_runtime_options ro;
+    llm_runtime_options_init(&ro);
+    ro.num_threads = threads;
+    ro.kv_budget_bytes = 256ull << 20;
+    ro.kv_integrity = k == 1 ? LLM_KV_INTEGRITY_TAGS : LLM_KV_INTEGRITY_OFF;
+    ro.tracker = k == 2 ? &cb : nullptr;
+    if (llm_runtime_create(model.c_str(), &ro, &rts[k]) != LLM_OK) {
+      std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+      return 1;
+    }
+  }
+  llm_runtime_info info;
+  info.struct_size = sizeof(info);
+  llm_runtime_get_info(rts[0], &info);
+  std::printf("llm-bench --integrity: %s (%s), %.3f B parameters; %d repeats of %d decode steps, trackers interleaved\n\n",
+              model.c_str(), info.architecture, info.num_parameters / 1e9, repeats, steps);
+  std::printf("| sessions | tracker | decode tok/s (median) | vs no-op (median, min..max) | p95 step ms | p95 vs no-op |\n");
+  std::printf("|---------:|---------|----------------------:|-----------------------------|------------:|-------------:|\n");
+  for (int b : batches) {
+    std::vector<double> tps[3], p95[3];
+    for (int r = 0; r < repeats; ++r) {
+      for (int k0 = 0; k0 < 3; ++k0) {
+        const int k = (k0 + r) % 3;  // rotate the order every repeat
+        StepStats st = TimeDecode(rts[k], b, steps, 8, info.vocab_size);
+        tps[k].push_back(st.tokens_per_s);
+        p95[k].push_back(st.p95_ms);
+      }
+    }
+    for (int k = 0; k < 3; ++k) {
+      std::vector<double> ratio(repeats), pr(repeats);
+      for (int r = 0; r < repeats; ++r) {
+        ratio[r] = tps[k][r] / tps[0][r];
+        pr[r] = p95[k][r] / p95[0][r];
+      }
+      std::printf("| %8d | %-11s | %21.1f | %.4f (%.4f..%.4f)    | %11.2f | %12.4f |\n", b, names[k],
+                  Percentile(tps[k], 0.5), Percentile(ratio, 0.5), *std::min_element(ratio.begin(), ratio.end()),
+                  *std::max_element(ratio.begin(), ratio.end()), Percentile(p95[k], 0.5), Percentile(pr, 0.5));
+    }
+  }
+  std::printf("\ncallback tracker events seen: %llu\n", static_cast<unsigned long long>(counts.events));
+  for (auto* rt : rts) llm_runtime_destroy(rt);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   fs::path dir = "/tmp/llmrt-bench-model";
   std::vector<int> batches = {1, 4, 16, 64};
-  int steps = 8, threads = 0, prompt_len = 8;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  int steps = 8, threads = 0, prompt_len = 8, repeats = 5;
+  bool integrity = false;
+  std::string model;
+  for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--integrity") {
+      integrity = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "llm-bench: %s needs a value\n", a.c_str());
+      return 2;
+    }
     if (a == "--dir") dir = argv[i + 1];
+    else if (a == "--model") model = argv[i + 1];
+    else if (a == "--repeats") repeats = std::atoi(argv[i + 1]);
     else if (a == "--sessions") batches = ParseList(argv[i + 1]);
     else if (a == "--steps") steps = std::atoi(argv[i + 1]);
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--prompt") prompt_len = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]\n");
+      std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]\n"
+                           "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n");
       return 2;
     }
+    ++i;
   }
   const BenchConfig cfg;
+  if (integrity) {
+    if (model.empty()) {
+      if (!WriteCheckpoint(cfg, dir)) return 1;
+      model = dir.string();
+    }
+    std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 8, 64} : batches;
+    return RunIntegrityBench(model, b, steps, repeats, threads);
+  }
   if (!WriteCheckpoint(cfg, dir)) return 1;
   const int nthreads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
   double read_gbs = 0;

@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   LLMRT_ASSIGN_OR_RETURN(rt->cache_.pages, rt->backend_->Allocate(options.kv_dtype,
                                                                   {static_cast<int64_t>(pages), c.num_layers,
                                                                    options.page_size, width}));
-  absl::MutexLock lock(&rt->mu_);
+  std::lock_guard<std::mutex> lock(rt->mu_);
   std::shared_ptr<KvTracker> tracker = options.tracker ? options.tracker : std::shared_ptr<KvTracker>(MakeNoopTracker());
   rt->kv_ = std::make_unique<KvManager>(static_cast<int32_t>(pages), options.page_size, std::move(tracker),
                                         options.prefix_sharing);
@@ -67,14 +67,14 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
 }
 
 Runtime::~Runtime() {
-  absl::MutexLock step_lock(&step_mu_);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> step_lock(step_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, s] : sessions_) ReleasePages(s.get());
   sessions_.clear();
 }
 
 RuntimeInfo Runtime::Info() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   const ModelConfig& c = model_->config();
   RuntimeInfo i;
   i.architecture = c.architecture;
@@ -113,7 +113,7 @@ absl::StatusOr<Session*> Runtime::CreateSession(const SessionOptions& options) {
       return absl::InvalidArgumentError(absl::StrCat("stop token ", t, " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   int64_t live = 0;
   for (const auto& [id, s] : sessions_) live += s->destroy_requested_ ? 0 : 1;
   if (live >= options_.max_sessions) {
@@ -134,7 +134,7 @@ void Runtime::FinishDestroy(Session* s) {
 }
 
 void Runtime::DestroySession(Session* session) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(session->id());
   if (it == sessions_.end() || it->second.get() != session || session->destroy_requested_) return;
   if (session->in_flight_) {
@@ -158,7 +158,7 @@ absl::Status Runtime::Append(Session* s, absl::Span<const int32_t> tokens) {
           absl::StrCat("token id ", tokens[i], " at index ", i, " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   switch (s->state_) {
     case SessionState::kDecoding:
       return absl::FailedPreconditionError("the session is generating; wait for it to finish or cancel it");
@@ -191,7 +191,7 @@ absl::Status Runtime::Append(Session* s, absl::Span<const int32_t> tokens) {
 }
 
 absl::Status Runtime::Cancel(Session* s) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (s->state_ == SessionState::kCancelled) return absl::OkStatus();
   s->state_ = SessionState::kCancelled;
   s->pending_.clear();
@@ -202,7 +202,7 @@ absl::Status Runtime::Cancel(Session* s) {
 }
 
 absl::Status Runtime::CopyLogits(const Session* s, float* out, size_t capacity, size_t* count) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   const size_t n = static_cast<size_t>(model_->config().vocab_size);
   *count = n;
   if (s->logits_.empty()) return absl::FailedPreconditionError("the session has not sampled a position yet");
@@ -214,19 +214,19 @@ absl::Status Runtime::CopyLogits(const Session* s, float* out, size_t capacity, 
 }
 
 size_t Runtime::MaxStepResults() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return sessions_.size();
 }
 
 Runtime::SessionSnapshot Runtime::Snapshot(const Session* s) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return {s->state_, s->id_, static_cast<uint32_t>(s->context_.size()),
           static_cast<uint32_t>(s->pending_.size()), s->num_generated_,
           static_cast<uint32_t>(s->pages_.num_pages())};
 }
 
 std::vector<int32_t> Runtime::FailedPages(const Session* s) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return s->failed_pages_;
 }
 
@@ -277,7 +277,7 @@ void Runtime::Abort(Session* s, std::vector<int32_t> failed_entries, std::vector
 }
 
 absl::Status Runtime::InjectKvFault(KvFault fault, const std::vector<int64_t>& args) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto entry = [&](int64_t id, int64_t index) -> absl::StatusOr<PageRef*> {
     Session* s = FindById(static_cast<uint64_t>(id));
     if (s == nullptr) return absl::InvalidArgumentError(absl::StrCat("no session with id ", id));
@@ -313,7 +313,7 @@ absl::Status Runtime::InjectKvFault(KvFault fault, const std::vector<int64_t>& a
 }
 
 absl::Status Runtime::Step(std::vector<StepResult>* results) {
-  absl::MutexLock step_lock(&step_mu_);
+  std::lock_guard<std::mutex> step_lock(step_mu_);
   const ModelConfig& c = model_->config();
   const int64_t page_size = options_.page_size;
   std::vector<Work> work;
@@ -321,7 +321,7 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
 
   // ---- plan, reserve, verify (under the lock) ----
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     std::vector<Session*> order;
     std::vector<SchedCandidate> candidates;
     for (auto& [id, sp] : sessions_) {
@@ -485,7 +485,7 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
   absl::StatusOr<std::vector<float>> logits = run();
 
   // ---- commit (under the lock) ----
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (const Work& wk : work) {
     Session* s = wk.s;
     s->in_flight_ = false;

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds with ThreadSanitizer and runs the suites that drive several threads (stress: concurrent
+# session changes during steps; golden and abi: the thread pool under every forward pass).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+build=${LLMRT_TSAN_BUILD_DIR:-build-tsan}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMRT_TESTS=ON -DLLMRT_SANITIZE=thread >/dev/null
+cmake --build "$build" -j"$(nproc)" --target llmrt_stress_tests llmrt_golden_tests llmrt_abi_test
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -L 'stress|golden|abi' -E abi_exports
