@@ -253,7 +253,8 @@ struct StepStats {
 };
 
 // Creates `sessions` sessions, prefills them, then times `steps` decode steps.
-StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, int64_t vocab) {
+StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, int64_t vocab,
+                     double* check_share = nullptr) {
   llm_sampling_options so;
   llm_sampling_options_init(&so);
   so.max_new_tokens = static_cast<uint32_t>(steps + 4);
@@ -268,14 +269,21 @@ StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, i
   size_t n = 0;
   for (int w = 0; w < 2; ++w) llm_decode_step(rt, res.data(), res.size(), &n);
   std::vector<double> times;
+  llm_runtime_info before;
+  before.struct_size = sizeof(before);
+  llm_runtime_get_info(rt, &before);
   for (int s = 0; s < steps; ++s) {
     auto t0 = Clock::now();
     llm_decode_step(rt, res.data(), res.size(), &n);
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
+  llm_runtime_info after;
+  after.struct_size = sizeof(after);
+  llm_runtime_get_info(rt, &after);
   for (auto* s : ss) llm_session_destroy(s);
   double total = 0;
   for (double t : times) total += t;
+  if (check_share) *check_share = (after.integrity_check_ns - before.integrity_check_ns) * 1e-9 / total;
   return {sessions * steps / total, Percentile(times, 0.95) * 1e3};
 }
 
@@ -315,16 +323,18 @@ int RunIntegrityBench(const std::string& model, const std::vector<int>& batches,
   llm_runtime_get_info(rts[0], &info);
   std::printf("llm-bench --integrity: %s (%s), %.3f B parameters; %d repeats of %d decode steps, trackers interleaved\n\n",
               model.c_str(), info.architecture, info.num_parameters / 1e9, repeats, steps);
-  std::printf("| sessions | tracker | decode tok/s (median) | vs no-op (median, min..max) | p95 step ms | p95 vs no-op |\n");
-  std::printf("|---------:|---------|----------------------:|-----------------------------|------------:|-------------:|\n");
+  std::printf("| sessions | tracker | decode tok/s (median) | vs no-op (median, min..max) | p95 step ms | p95 vs no-op | verification share of step time |\n");
+  std::printf("|---------:|---------|----------------------:|-----------------------------|------------:|-------------:|--------------------------------:|\n");
   for (int b : batches) {
-    std::vector<double> tps[3], p95[3];
+    std::vector<double> tps[3], p95[3], share[3];
     for (int r = 0; r < repeats; ++r) {
       for (int k0 = 0; k0 < 3; ++k0) {
         const int k = (k0 + r) % 3;  // rotate the order every repeat
-        StepStats st = TimeDecode(rts[k], b, steps, 8, info.vocab_size);
+        double sh = 0;
+        StepStats st = TimeDecode(rts[k], b, steps, 8, info.vocab_size, &sh);
         tps[k].push_back(st.tokens_per_s);
         p95[k].push_back(st.p95_ms);
+        share[k].push_back(sh);
       }
     }
     for (int k = 0; k < 3; ++k) {
@@ -333,9 +343,10 @@ int RunIntegrityBench(const std::string& model, const std::vector<int>& batches,
         ratio[r] = tps[k][r] / tps[0][r];
         pr[r] = p95[k][r] / p95[0][r];
       }
-      std::printf("| %8d | %-11s | %21.1f | %.4f (%.4f..%.4f)    | %11.2f | %12.4f |\n", b, names[k],
+      std::printf("| %8d | %-11s | %21.1f | %.4f (%.4f..%.4f)    | %11.2f | %12.4f | %30.5f%% |\n", b, names[k],
                   Percentile(tps[k], 0.5), Percentile(ratio, 0.5), *std::min_element(ratio.begin(), ratio.end()),
-                  *std::max_element(ratio.begin(), ratio.end()), Percentile(p95[k], 0.5), Percentile(pr, 0.5));
+                  *std::max_element(ratio.begin(), ratio.end()), Percentile(p95[k], 0.5), Percentile(pr, 0.5),
+                  100 * Percentile(share[k], 0.5));
     }
   }
   std::printf("\ncallback tracker events seen: %llu\n", static_cast<unsigned long long>(counts.events));

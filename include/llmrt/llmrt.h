@@ -192,6 +192,7 @@ typedef struct llm_runtime_info {
   uint64_t prefix_hit_tokens;     /* of which were served from shared pages */
   uint64_t integrity_violations;  /* sessions aborted by KV verification */
   uint64_t preemptions;           /* sessions preempted under KV pressure */
+  uint64_t integrity_check_ns;    /* time spent verifying page tables (and in on_verify) */
 } llm_runtime_info;
 
 /* Fills *info (whose struct_size the caller set). */

@@ -262,6 +262,7 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   out.prefix_hit_tokens = i.prefix_hit_tokens;
   out.integrity_violations = i.integrity_violations;
   out.preemptions = i.preemptions;
+  out.integrity_check_ns = i.integrity_check_ns;
   const uint32_t n = std::min<uint32_t>(info->struct_size, sizeof(out));
   std::memcpy(info, &out, n);
   info->struct_size = n;

@@ -1,6 +1,7 @@
 #include "src/runtime/runtime.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -97,6 +98,7 @@ RuntimeInfo Runtime::Info() const {
   i.prefix_hit_tokens = kv_->prefix_stats().hit_tokens;
   i.integrity_violations = integrity_violations_;
   i.preemptions = preemptions_;
+  i.integrity_check_ns = integrity_check_ns_;
   return i;
 }
 
@@ -418,6 +420,7 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
 
     // Integrity: every page a scheduled session will read must still carry its tag.
     if (kv_->tracker().verifies()) {
+      const auto t0 = std::chrono::steady_clock::now();
       std::vector<Work> kept;
       for (Work& wk : work) {
         std::vector<int32_t> failed = kv_->Verify(wk.s->id_, wk.s->pages_);
@@ -428,6 +431,8 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
         }
       }
       work.swap(kept);
+      integrity_check_ns_ += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     }
     if (work.empty()) return absl::OkStatus();
 

@@ -78,6 +78,7 @@ struct RuntimeInfo {
   uint64_t prefix_hit_tokens = 0;
   uint64_t integrity_violations = 0;
   uint64_t preemptions = 0;
+  uint64_t integrity_check_ns = 0;
 };
 
 // Faults for testing integrity checking (llm_test_control). Each returns InvalidArgument when
@@ -140,6 +141,7 @@ class Runtime {
   std::unique_ptr<KvManager> kv_ ABSL_GUARDED_BY(mu_);
   uint64_t integrity_violations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t integrity_check_ns_ ABSL_GUARDED_BY(mu_) = 0;
   KvCacheView cache_;
   uint64_t kv_bytes_per_token_ = 0;
   std::map<uint64_t, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);  // by id = arrival

@@ -416,6 +416,97 @@ static void TestSessionLimit(void) {
   llm_runtime_destroy(rt);
 }
 
+/* ---- KV integrity from C: a tracker, a veto, and an injected fault ---- */
+typedef struct {
+  int allocs, frees, verifies, violations, destroyed;
+  uint64_t veto;
+} TrackerState;
+
+static void OnAlloc(void* u, uint64_t s, uint32_t p, uint64_t t) {
+  (void)s, (void)p, (void)t;
+  ((TrackerState*)u)->allocs++;
+}
+static void OnFree(void* u, uint64_t s, uint32_t p, uint64_t t) {
+  (void)s, (void)p, (void)t;
+  ((TrackerState*)u)->frees++;
+}
+static int32_t OnVerify(void* u, uint64_t s, const uint32_t* p, const uint64_t* t, size_t n) {
+  TrackerState* st = (TrackerState*)u;
+  (void)p, (void)t, (void)n;
+  st->verifies++;
+  return s == st->veto ? 1 : 0;
+}
+static void OnViolation(void* u, uint64_t s, uint32_t e, uint32_t p, uint64_t want, uint64_t got) {
+  (void)s, (void)e, (void)p;
+  CHECK(want != got);
+  ((TrackerState*)u)->violations++;
+}
+static void OnDestroy(void* u) { ((TrackerState*)u)->destroyed++; }
+
+static void TestIntegrityFromC(void) {
+  TrackerState st;
+  llm_kv_tracker tr;
+  llm_runtime_options o;
+  llm_runtime* rt = NULL;
+  llm_session *a = NULL, *b = NULL;
+  llm_session_info ai;
+  llm_step_result r[4];
+  size_t n = 0, k;
+  int64_t args[2];
+  int a_failed = 0, b_tokens = 0, step;
+  memset(&st, 0, sizeof st);
+  memset(&tr, 0, sizeof tr);
+  tr.struct_size = sizeof tr;
+  tr.user_data = &st;
+  tr.on_alloc = OnAlloc;
+  tr.on_free = OnFree;
+  tr.on_verify = OnVerify;
+  tr.on_violation = OnViolation;
+  tr.destroy = OnDestroy;
+  llm_runtime_options_init(&o);
+  o.kv_dtype = LLM_KV_DTYPE_F32;
+  o.page_size_tokens = 4;
+  o.tracker = &tr;
+  CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_OK);
+  if (!rt) return;
+  CHECK_STATUS(llm_session_create(rt, NULL, &a), LLM_OK);
+  CHECK_STATUS(llm_session_create(rt, NULL, &b), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(a, kPrompt0, 7), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(b, kPrompt1, 2), LLM_OK);
+  CHECK_STATUS(llm_decode_step(rt, r, 4, &n), LLM_OK);
+  ai.struct_size = sizeof ai;
+  CHECK_STATUS(llm_session_get_info(a, &ai), LLM_OK);
+  args[0] = (int64_t)ai.id;
+  args[1] = 0;
+  CHECK_STATUS(llm_test_control(rt, LLM_TESTCTL_KV_FREE_MAPPED_PAGE, args, 2), LLM_OK);
+  CHECK_STATUS(llm_test_control(rt, 999, args, 2), LLM_ERR_INVALID_ARGUMENT);
+  args[0] = 12345;
+  CHECK_STATUS(llm_test_control(rt, LLM_TESTCTL_KV_FREE_MAPPED_PAGE, args, 2), LLM_ERR_INVALID_ARGUMENT);
+  for (step = 0; step < 4; ++step) {
+    CHECK_STATUS(llm_decode_step(rt, r, 4, &n), LLM_OK);
+    for (k = 0; k < n; ++k) {
+      if (r[k].session == a && r[k].status == LLM_ERR_KV_INTEGRITY) {
+        a_failed = 1;
+        CHECK(r[k].finish_reason == LLM_FINISH_ERROR && r[k].num_failed_pages == 1 && r[k].failed_page >= 0);
+        CHECK(r[k].token == LLM_TOKEN_NONE);
+      }
+      if (r[k].session == b && r[k].status == LLM_OK && r[k].token != LLM_TOKEN_NONE) {
+        CHECK(r[k].token == kGen1[1 + b_tokens]);
+        ++b_tokens;
+      }
+    }
+  }
+  CHECK(a_failed);
+  CHECK(b_tokens == 4);
+  CHECK(st.violations == 1 && st.allocs > 0 && st.verifies > 0);
+  CHECK_STATUS(llm_session_append_tokens(a, kPrompt1, 2), LLM_ERR_INVALID_STATE);
+  llm_session_destroy(a);
+  llm_session_destroy(b);
+  CHECK(st.destroyed == 0);
+  llm_runtime_destroy(rt);
+  CHECK(st.destroyed == 1 && st.frees > 0);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s TEST_DATA_DIR SCRATCH_DIR\n", argv[0]);
@@ -432,6 +523,7 @@ int main(int argc, char** argv) {
   TestStopTokensAndCancel();
   TestKvExhaustionIsolatesTheSession();
   TestSessionLimit();
+  TestIntegrityFromC();
   printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

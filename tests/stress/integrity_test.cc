@@ -330,7 +330,9 @@ TEST(Pressure, QueueKeepsArrivalOrderAndCompletesEveryone) {
   EXPECT_TRUE(d.failure.empty());
   for (size_t i = 0; i < ss.size(); ++i) {
     EXPECT_EQ(d.tokens[ss[i]].size(), 8u) << i;
-    if (i > 0) EXPECT_LE(d.first_token_step[ss[i - 1]], d.first_token_step[ss[i]]) << i;
+    if (i > 0) {
+      EXPECT_LE(d.first_token_step[ss[i - 1]], d.first_token_step[ss[i]]) << i;
+    }
   }
   EXPECT_EQ(Info(rt).pages_free, Info(rt).pages_total);
   llm_runtime_destroy(rt);
