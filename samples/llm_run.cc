@@ -1,9 +1,12 @@
-// llm-run: generates from prompt token ids with a checkpoint, printing tokens as they come.
+// llm-run: generates with a checkpoint, streaming the text (or token ids) as it comes.
 //
-//   llm-run --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--temperature T] [--top-k K]
-//           [--top-p P] [--min-p P] [--seed S] [--threads N] [--kv-dtype bf16|f32]
+//   llm-run --model DIR --prompt TEXT [--chat] [--system TEXT] [--max-tokens N]
+//           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
+//           [--threads N] [--kv-dtype bf16|f32]
+//   llm-run --model DIR --prompt-ids 1,2,3 [...]     (token ids in, token ids out)
 //
-// Tokens go to stdout; load time and speed go to stderr.
+// With --prompt the checkpoint's tokenizer encodes the prompt (with --chat, inside the family's
+// chat format) and the continuation streams to stdout as text. Load time and speed go to stderr.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,9 +20,9 @@ namespace {
 
 void Usage() {
   std::fprintf(stderr,
-               "usage: llm-run --model DIR --prompt-ids ID,ID,... [--max-tokens N] [--temperature T]\n"
-               "               [--top-k K] [--top-p P] [--min-p P] [--seed S] [--threads N]\n"
-               "               [--kv-dtype bf16|f32]\n");
+               "usage: llm-run --model DIR (--prompt TEXT [--chat] [--system TEXT] | --prompt-ids ID,ID,...)\n"
+               "               [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
+               "               [--seed S] [--threads N] [--kv-dtype bf16|f32]\n");
 }
 
 bool ParseIds(const char* s, std::vector<int32_t>* out) {
@@ -43,6 +46,9 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 
 int main(int argc, char** argv) {
   const char* model = nullptr;
+  const char* prompt_text = nullptr;
+  const char* system_text = nullptr;
+  bool chat = false;
   std::vector<int32_t> prompt;
   llm_runtime_options ro;
   llm_runtime_options_init(&ro);
@@ -61,6 +67,9 @@ int main(int argc, char** argv) {
       return v;
     };
     if (a == "--model") model = need();
+    else if (a == "--prompt") prompt_text = need();
+    else if (a == "--system") system_text = need();
+    else if (a == "--chat") chat = true;
     else if (a == "--prompt-ids") {
       if (!ParseIds(need(), &prompt)) {
         std::fprintf(stderr, "llm-run: --prompt-ids wants comma-separated integers\n");
@@ -85,9 +94,49 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (model == nullptr || prompt.empty()) {
+  if (model == nullptr || (prompt.empty() == (prompt_text == nullptr))) {
     Usage();
     return 2;
+  }
+  llm_tokenizer* tok = nullptr;
+  llm_detokenizer* detok = nullptr;
+  std::vector<int32_t> stops;
+  if (prompt_text != nullptr) {
+    llm_status ts = llm_tokenizer_create(model, &tok);
+    if (ts != LLM_OK) {
+      std::fprintf(stderr, "llm-run: %s: %s\n", llm_status_string(ts), llm_last_error());
+      return 1;
+    }
+    llm_tokenizer_info ti;
+    ti.struct_size = sizeof(ti);
+    llm_tokenizer_get_info(tok, &ti);
+    std::string text = prompt_text;
+    if (chat) {
+      std::vector<llm_chat_message> msgs;
+      if (system_text) msgs.push_back({"system", system_text});
+      msgs.push_back({"user", prompt_text});
+      size_t len = 0;
+      llm_chat_apply_template(tok, msgs.data(), msgs.size(), 1, 0, nullptr, 0, &len);
+      text.assign(len + 1, '\0');
+      llm_chat_apply_template(tok, msgs.data(), msgs.size(), 1, 0, text.data(), text.size(), &len);
+      text.resize(len);
+      for (const char* s : {"<|im_end|>", "<|user|>", "<|observation|>"}) {
+        int32_t id = -1;
+        if (llm_tokenizer_special_id(tok, s, &id) == LLM_OK) stops.push_back(id);
+      }
+    }
+    if (ti.eos_id >= 0) stops.push_back(ti.eos_id);
+    size_t n = 0;
+    llm_tokenize(tok, text.data(), text.size(), chat ? 1 : 0, nullptr, 0, &n);
+    prompt.resize(n);
+    if (llm_tokenize(tok, text.data(), text.size(), chat ? 1 : 0, prompt.data(), prompt.size(), &n) != LLM_OK || n == 0) {
+      std::fprintf(stderr, "llm-run: the prompt encodes to no tokens\n");
+      llm_tokenizer_destroy(tok);
+      return 1;
+    }
+    llm_detokenizer_create(tok, /*skip_special=*/1, &detok);
+    so.stop_tokens = stops.data();
+    so.num_stop_tokens = static_cast<uint32_t>(stops.size());
   }
   auto t0 = std::chrono::steady_clock::now();
   llm_runtime* rt = nullptr;
@@ -137,11 +186,22 @@ int main(int argc, char** argv) {
         t_first = std::chrono::steady_clock::now();
         prefill_s = Seconds(t2, t_first);
       }
-      std::printf(generated == 0 ? "%d" : " %d", r.token);
+      if (detok != nullptr) {
+        char buf[1024];
+        size_t len = 0;
+        if (llm_detokenizer_push(detok, r.token, buf, sizeof(buf), &len) == LLM_OK) std::fwrite(buf, 1, len, stdout);
+      } else {
+        std::printf(generated == 0 ? "%d" : " %d", r.token);
+      }
       std::fflush(stdout);
       ++generated;
     }
     if (r.finish_reason != LLM_FINISH_NONE) break;
+  }
+  if (detok != nullptr) {
+    char buf[64];
+    size_t len = 0;
+    if (llm_detokenizer_flush(detok, buf, sizeof(buf), &len) == LLM_OK) std::fwrite(buf, 1, len, stdout);
   }
   std::printf("\n");
   auto t3 = std::chrono::steady_clock::now();
@@ -151,5 +211,7 @@ int main(int argc, char** argv) {
                generated > 1 && decode_s > 0 ? (generated - 1) / decode_s : 0.0);
   llm_session_destroy(s);
   llm_runtime_destroy(rt);
+  llm_detokenizer_destroy(detok);
+  llm_tokenizer_destroy(tok);
   return rc;
 }

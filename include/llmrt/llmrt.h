@@ -296,10 +296,80 @@ typedef struct llm_step_result {
 LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* results, size_t capacity,
                                    size_t* out_count);
 
+/* Teacher-forced scoring of a token sequence (perplexity, accuracy): for every position
+ * p < num_tokens - 1, logprobs[p] receives log P(tokens[p+1] | tokens[0..p]) and, when argmax is
+ * not NULL, argmax[p] the most likely next token. Both arrays hold num_tokens - 1 entries. Runs
+ * outside the sessions (its own KV pages, released before returning), after any running step. */
+LLM_API llm_status llm_score(llm_runtime* runtime, const int32_t* tokens, size_t num_tokens, float* logprobs,
+                             int32_t* argmax);
+
 /* Pages of a session's page table that failed verification (LLM_ERR_KV_INTEGRITY), up to
  * capacity; *out_count receives how many there are. */
 LLM_API llm_status llm_session_get_failed_pages(const llm_session* session, uint32_t* pages, size_t capacity,
                                                 size_t* out_count);
+
+/* ---- tokenizers ---------------------------------------------------------------------------
+ * A tokenizer is loaded from a checkpoint directory on its own: Kimi's tiktoken.model (+
+ * tokenizer_config.json) or GLM's tokenizer.json. It is immutable: every function taking a
+ * const llm_tokenizer* is thread-safe. Text is UTF-8; invalid sequences in input are replaced by
+ * U+FFFD first (as Python's errors="replace"). Output text buffers receive a NUL terminator when
+ * they have room; *out_len never counts it. */
+typedef struct llm_tokenizer llm_tokenizer;
+typedef struct llm_detokenizer llm_detokenizer;
+
+#define LLM_TOKENIZER_KIMI 1 /* tiktoken.model */
+#define LLM_TOKENIZER_GLM 2  /* tokenizer.json */
+
+typedef struct llm_tokenizer_info {
+  uint32_t struct_size;
+  int32_t family;     /* LLM_TOKENIZER_* */
+  uint32_t vocab_size; /* ids including special tokens */
+  int32_t bos_id;     /* -1 if none */
+  int32_t eos_id;     /* -1 if none */
+} llm_tokenizer_info;
+
+LLM_API llm_status llm_tokenizer_create(const char* model_dir, llm_tokenizer** out_tokenizer);
+LLM_API void llm_tokenizer_destroy(llm_tokenizer* tokenizer);
+LLM_API llm_status llm_tokenizer_get_info(const llm_tokenizer* tokenizer, llm_tokenizer_info* info);
+
+/* Encodes text[0..text_len). parse_special: special tokens written in the text (e.g.
+ * "<|im_end|>") become their ids; 0 encodes them as plain text. *out_count receives the number
+ * of ids; LLM_ERR_BUFFER_TOO_SMALL (tokens untouched) when capacity is smaller. */
+LLM_API llm_status llm_tokenize(const llm_tokenizer* tokenizer, const char* text, size_t text_len,
+                                int32_t parse_special, int32_t* tokens, size_t capacity, size_t* out_count);
+
+/* Decodes ids to text (skip_special: leave special tokens out). LLM_ERR_BUFFER_TOO_SMALL with
+ * the needed length in *out_len when capacity < length + 1. */
+LLM_API llm_status llm_detokenize(const llm_tokenizer* tokenizer, const int32_t* tokens, size_t num_tokens,
+                                  int32_t skip_special, char* text, size_t capacity, size_t* out_len);
+
+/* The id of a special token by its text ("<|im_end|>", "[gMASK]"); LLM_ERR_NOT_FOUND if none. */
+LLM_API llm_status llm_tokenizer_special_id(const llm_tokenizer* tokenizer, const char* text, int32_t* out_id);
+
+/* Incremental detokenization for streaming: text is emitted only in whole UTF-8 characters.
+ * REQUIRES: the tokenizer outlives the detokenizer. One thread at a time per detokenizer. */
+LLM_API llm_status llm_detokenizer_create(const llm_tokenizer* tokenizer, int32_t skip_special,
+                                          llm_detokenizer** out_detokenizer);
+LLM_API void llm_detokenizer_destroy(llm_detokenizer* detokenizer);
+/* Adds a token (or LLM_TOKEN_NONE for none) and writes the text that is ready. When it does not
+ * fit, LLM_ERR_BUFFER_TOO_SMALL gives the needed length in *out_len and the text stays ready
+ * for the next call (the token was taken). */
+LLM_API llm_status llm_detokenizer_push(llm_detokenizer* detokenizer, int32_t token, char* text, size_t capacity,
+                                        size_t* out_len);
+/* Writes what is held back (an incomplete character becomes U+FFFD) and resets. */
+LLM_API llm_status llm_detokenizer_flush(llm_detokenizer* detokenizer, char* text, size_t capacity, size_t* out_len);
+
+typedef struct llm_chat_message {
+  const char* role;    /* "system", "user", "assistant" (Kimi: "tool"; GLM: "observation") */
+  const char* content;
+} llm_chat_message;
+
+/* Renders messages in the tokenizer family's chat format (encode the result with
+ * parse_special = 1). add_generation_prompt appends the assistant turn opener; enable_thinking
+ * selects GLM's thinking opener. */
+LLM_API llm_status llm_chat_apply_template(const llm_tokenizer* tokenizer, const llm_chat_message* messages,
+                                           size_t num_messages, int32_t add_generation_prompt,
+                                           int32_t enable_thinking, char* text, size_t capacity, size_t* out_len);
 
 /* ---- testing hooks ------------------------------------------------------------------------
  * Explicitly unstable: ops and arguments may change between versions. For tests of integrity

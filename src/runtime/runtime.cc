@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,114 @@ struct Runtime::Work {
   int64_t logit_row = -1;
   bool prefill = false;
 };
+
+// The host side of one forward pass: token ids, positions and the paged-attention metadata.
+struct Runtime::BatchArrays {
+  std::vector<int32_t> ids, pos, tseq, tctx, pstart{0}, pids, slots, lrows;
+
+  // Adds one sequence: `tokens` at positions base.., over the pages of `table`. With
+  // all_logits every row's logits are wanted, else (want_last) only the last row's. Returns
+  // the logit row of the sequence's first wanted row, or -1.
+  int64_t Add(const PageTable& table, int64_t page_size, int64_t base, const int32_t* tokens, int64_t n,
+              bool want_last, bool all_logits) {
+    const int32_t seq = static_cast<int32_t>(pstart.size() - 1);
+    for (const PageRef& ref : table.entries()) pids.push_back(ref.page);
+    pstart.push_back(static_cast<int32_t>(pids.size()));
+    const int64_t first_row = static_cast<int64_t>(lrows.size());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = base + i;
+      ids.push_back(tokens[i]);
+      pos.push_back(static_cast<int32_t>(p));
+      tseq.push_back(seq);
+      tctx.push_back(static_cast<int32_t>(p + 1));
+      slots.push_back(table.entries()[p / page_size].page * static_cast<int32_t>(page_size) +
+                      static_cast<int32_t>(p % page_size));
+      if (all_logits || (want_last && i == n - 1)) lrows.push_back(static_cast<int32_t>(ids.size() - 1));
+    }
+    return static_cast<int64_t>(lrows.size()) > first_row ? first_row : -1;
+  }
+};
+
+absl::StatusOr<std::vector<float>> Runtime::Forward(const BatchArrays& a) {
+  const ModelConfig& c = model_->config();
+  const int64_t T = static_cast<int64_t>(a.ids.size()), S = static_cast<int64_t>(a.lrows.size());
+  auto upload = [&](const std::vector<int32_t>& v) -> absl::StatusOr<Tensor> {
+    LLMRT_ASSIGN_OR_RETURN(Tensor t, backend_->Allocate(DType::kI32, {static_cast<int64_t>(std::max<size_t>(v.size(), 1))}));
+    if (!v.empty()) backend_->Upload(v.data(), v.size() * sizeof(int32_t), t);
+    return t;
+  };
+  ForwardBatch fb;
+  fb.num_tokens = T;
+  fb.num_logit_rows = S;
+  LLMRT_ASSIGN_OR_RETURN(fb.token_ids, upload(a.ids));
+  LLMRT_ASSIGN_OR_RETURN(fb.positions, upload(a.pos));
+  LLMRT_ASSIGN_OR_RETURN(fb.attn.token_seq, upload(a.tseq));
+  LLMRT_ASSIGN_OR_RETURN(fb.attn.token_ctx, upload(a.tctx));
+  LLMRT_ASSIGN_OR_RETURN(fb.attn.seq_page_start, upload(a.pstart));
+  LLMRT_ASSIGN_OR_RETURN(fb.attn.page_ids, upload(a.pids));
+  LLMRT_ASSIGN_OR_RETURN(fb.attn.slot_mapping, upload(a.slots));
+  LLMRT_ASSIGN_OR_RETURN(fb.logit_rows, upload(a.lrows));
+  fb.attn.num_tokens = T;
+  fb.attn.num_seqs = static_cast<int64_t>(a.pstart.size() - 1);
+  fb.attn.max_ctx = *std::max_element(a.tctx.begin(), a.tctx.end());
+  LLMRT_ASSIGN_OR_RETURN(Tensor logits, backend_->Allocate(DType::kF32, {std::max<int64_t>(S, 1), c.vocab_size}));
+  LLMRT_RETURN_IF_ERROR(model_->Forward(fb, cache_, logits));
+  std::vector<float> host(static_cast<size_t>(S * c.vocab_size));
+  if (S > 0) backend_->Download(logits, host.data(), host.size() * sizeof(float));
+  return host;
+}
+
+absl::Status Runtime::Score(absl::Span<const int32_t> tokens, float* logprobs, int32_t* argmax) {
+  const ModelConfig& c = model_->config();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n < 2) return absl::InvalidArgumentError("scoring needs at least two tokens");
+  if (n > c.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat(n, " tokens exceed max_position_embeddings ", c.max_position_embeddings));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at index ", i, " is outside the vocabulary"));
+    }
+  }
+  std::lock_guard<std::mutex> step_lock(step_mu_);
+  PageTable table;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!kv_->Reserve(0, table, n)) {
+      return KvExhaustedError(absl::StrCat("scoring ", n, " tokens needs more KV pages than are free"));
+    }
+  }
+  absl::Status status;
+  for (int64_t start = 0; start < n && status.ok(); start += options_.max_tokens_per_step) {
+    const int64_t m = std::min<int64_t>(options_.max_tokens_per_step, n - start);
+    BatchArrays a;
+    a.Add(table, options_.page_size, start, tokens.data() + start, m, false, /*all_logits=*/true);
+    absl::StatusOr<std::vector<float>> logits = Forward(a);
+    if (!logits.ok()) {
+      status = logits.status();
+      break;
+    }
+    for (int64_t r = 0; r < m && start + r + 1 < n; ++r) {
+      const float* row = logits->data() + r * c.vocab_size;
+      const int64_t p = start + r;
+      double mx = row[0];
+      int32_t best = 0;
+      for (int64_t v = 1; v < c.vocab_size; ++v) {
+        if (row[v] > mx) {
+          mx = row[v];
+          best = static_cast<int32_t>(v);
+        }
+      }
+      double sum = 0;
+      for (int64_t v = 0; v < c.vocab_size; ++v) sum += std::exp(row[v] - mx);
+      logprobs[p] = static_cast<float>(row[tokens[p + 1]] - mx - std::log(sum));
+      if (argmax != nullptr) argmax[p] = best;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_->ReleaseAll(0, table);
+  return status;
+}
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& model_dir,
                                                          const RuntimeOptions& options) {
@@ -319,7 +428,7 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
   const ModelConfig& c = model_->config();
   const int64_t page_size = options_.page_size;
   std::vector<Work> work;
-  std::vector<int32_t> ids, pos, tseq, tctx, pstart{0}, pids, slots, lrows;
+  BatchArrays batch;
 
   // ---- plan, reserve, verify (under the lock) ----
   {
@@ -437,57 +546,15 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
     if (work.empty()) return absl::OkStatus();
 
     // The batch as host arrays.
-    for (size_t w = 0; w < work.size(); ++w) {
-      Work& wk = work[w];
-      Session* s = wk.s;
-      s->in_flight_ = true;
-      for (const PageRef& ref : s->pages_.entries()) pids.push_back(ref.page);
-      pstart.push_back(static_cast<int32_t>(pids.size()));
-      for (int64_t i = 0; i < wk.n; ++i) {
-        const int64_t p = wk.base + i;
-        ids.push_back(s->pending_[i]);
-        pos.push_back(static_cast<int32_t>(p));
-        tseq.push_back(static_cast<int32_t>(w));
-        tctx.push_back(static_cast<int32_t>(p + 1));
-        slots.push_back(s->pages_.entries()[p / page_size].page * static_cast<int32_t>(page_size) +
-                        static_cast<int32_t>(p % page_size));
-      }
-      if (wk.wants_logits) {
-        wk.logit_row = static_cast<int64_t>(lrows.size());
-        lrows.push_back(static_cast<int32_t>(ids.size() - 1));
-      }
+    for (Work& wk : work) {
+      wk.s->in_flight_ = true;
+      std::vector<int32_t> toks(wk.s->pending_.begin(), wk.s->pending_.begin() + wk.n);
+      wk.logit_row = batch.Add(wk.s->pages_, page_size, wk.base, toks.data(), wk.n, wk.wants_logits, false);
     }
   }
 
   // ---- forward (without the lock: other threads may create, feed, cancel, destroy) ----
-  const int64_t T = static_cast<int64_t>(ids.size()), S = static_cast<int64_t>(lrows.size());
-  auto upload = [&](const std::vector<int32_t>& v) -> absl::StatusOr<Tensor> {
-    LLMRT_ASSIGN_OR_RETURN(Tensor t, backend_->Allocate(DType::kI32, {static_cast<int64_t>(std::max<size_t>(v.size(), 1))}));
-    if (!v.empty()) backend_->Upload(v.data(), v.size() * sizeof(int32_t), t);
-    return t;
-  };
-  auto run = [&]() -> absl::StatusOr<std::vector<float>> {
-    ForwardBatch fb;
-    fb.num_tokens = T;
-    fb.num_logit_rows = S;
-    LLMRT_ASSIGN_OR_RETURN(fb.token_ids, upload(ids));
-    LLMRT_ASSIGN_OR_RETURN(fb.positions, upload(pos));
-    LLMRT_ASSIGN_OR_RETURN(fb.attn.token_seq, upload(tseq));
-    LLMRT_ASSIGN_OR_RETURN(fb.attn.token_ctx, upload(tctx));
-    LLMRT_ASSIGN_OR_RETURN(fb.attn.seq_page_start, upload(pstart));
-    LLMRT_ASSIGN_OR_RETURN(fb.attn.page_ids, upload(pids));
-    LLMRT_ASSIGN_OR_RETURN(fb.attn.slot_mapping, upload(slots));
-    LLMRT_ASSIGN_OR_RETURN(fb.logit_rows, upload(lrows));
-    fb.attn.num_tokens = T;
-    fb.attn.num_seqs = static_cast<int64_t>(work.size());
-    fb.attn.max_ctx = *std::max_element(tctx.begin(), tctx.end());
-    LLMRT_ASSIGN_OR_RETURN(Tensor logits, backend_->Allocate(DType::kF32, {std::max<int64_t>(S, 1), c.vocab_size}));
-    LLMRT_RETURN_IF_ERROR(model_->Forward(fb, cache_, logits));
-    std::vector<float> host(static_cast<size_t>(S * c.vocab_size));
-    if (S > 0) backend_->Download(logits, host.data(), host.size() * sizeof(float));
-    return host;
-  };
-  absl::StatusOr<std::vector<float>> logits = run();
+  absl::StatusOr<std::vector<float>> logits = Forward(batch);
 
   // ---- commit (under the lock) ----
   std::lock_guard<std::mutex> lock(mu_);

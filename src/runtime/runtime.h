@@ -116,13 +116,20 @@ class Runtime {
   // Pages of the session that failed verification.
   std::vector<int32_t> FailedPages(const Session* session) const;
 
+  // Teacher-forced scoring: for each position p < n-1, the log-probability of tokens[p+1] and
+  // (if argmax is not null) the most likely token. Uses KV pages of its own for the duration.
+  absl::Status Score(absl::Span<const int32_t> tokens, float* logprobs, int32_t* argmax);
+
   // Testing hook: injects a KV fault. args: kFreeMappedPage {session id, entry},
   // kCorruptEntry {session id, entry, new page}, kSwapPages {id a, entry a, id b, entry b}.
   absl::Status InjectKvFault(KvFault fault, const std::vector<int64_t>& args);
 
  private:
   struct Work;
+  struct BatchArrays;
   Runtime() = default;
+  // Uploads the arrays, runs the model, returns the requested logit rows [S, vocab].
+  absl::StatusOr<std::vector<float>> Forward(const BatchArrays& a);
   void ReleasePages(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Preempt(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Abort(Session* s, std::vector<int32_t> failed_entries, std::vector<StepResult>* results)

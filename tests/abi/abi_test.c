@@ -507,6 +507,80 @@ static void TestIntegrityFromC(void) {
   CHECK(st.destroyed == 1 && st.frees > 0);
 }
 
+/* ---- tokenizers from C ---- */
+static void TestTokenizerFromC(void) {
+  char dir[1200];
+  llm_tokenizer* tok = NULL;
+  llm_tokenizer_info ti;
+  llm_detokenizer* d = NULL;
+  int32_t ids[64];
+  size_t n = 0, len = 0, i;
+  char text[256], out[256];
+  int32_t id = 0;
+  const char* sentence = "In the beginning God created the heaven and the earth.";
+  llm_chat_message msgs[2];
+  snprintf(dir, sizeof dir, "%s/tokenizers/kimi", g_data);
+  CHECK_STATUS(llm_tokenizer_create(dir, &tok), LLM_OK);
+  if (!tok) return;
+  ti.struct_size = sizeof ti;
+  CHECK_STATUS(llm_tokenizer_get_info(tok, &ti), LLM_OK);
+  CHECK(ti.family == LLM_TOKENIZER_KIMI && ti.vocab_size == 4096 && ti.bos_id == 3840 && ti.eos_id == 3841);
+  CHECK_STATUS(llm_tokenize(tok, sentence, strlen(sentence), 0, ids, 2, &n), LLM_ERR_BUFFER_TOO_SMALL);
+  CHECK(n == 11);
+  CHECK_STATUS(llm_tokenize(tok, sentence, strlen(sentence), 0, ids, 64, &n), LLM_OK);
+  CHECK(n == 11 && ids[0] == 1143 && ids[10] == 46); /* as tiktoken encodes it */
+  CHECK_STATUS(llm_detokenize(tok, ids, n, 0, text, 10, &len), LLM_ERR_BUFFER_TOO_SMALL);
+  CHECK(len == strlen(sentence));
+  CHECK_STATUS(llm_detokenize(tok, ids, n, 0, text, sizeof text, &len), LLM_OK);
+  CHECK(strcmp(text, sentence) == 0);
+  CHECK_STATUS(llm_tokenizer_special_id(tok, "<|im_end|>", &id), LLM_OK);
+  CHECK(id == 3842);
+  CHECK_STATUS(llm_tokenizer_special_id(tok, "<|nope|>", &id), LLM_ERR_NOT_FOUND);
+  /* Streaming: the concatenation of the pushes is the whole text. */
+  CHECK_STATUS(llm_detokenizer_create(tok, 1, &d), LLM_OK);
+  out[0] = 0;
+  for (i = 0; i < n; ++i) {
+    CHECK_STATUS(llm_detokenizer_push(d, ids[i], text, sizeof text, &len), LLM_OK);
+    strncat(out, text, sizeof out - strlen(out) - 1);
+  }
+  CHECK_STATUS(llm_detokenizer_flush(d, text, sizeof text, &len), LLM_OK);
+  CHECK(len == 0 && strcmp(out, sentence) == 0);
+  CHECK_STATUS(llm_detokenizer_push(d, 99999, text, sizeof text, &len), LLM_ERR_INVALID_ARGUMENT);
+  llm_detokenizer_destroy(d);
+  msgs[0].role = "user";
+  msgs[0].content = "Hi";
+  msgs[1].role = NULL;
+  msgs[1].content = "x";
+  CHECK_STATUS(llm_chat_apply_template(tok, msgs, 1, 1, 0, text, sizeof text, &len), LLM_OK);
+  CHECK(strcmp(text, "<|im_user|>user<|im_middle|>Hi<|im_end|><|im_assistant|>assistant<|im_middle|>") == 0);
+  CHECK_STATUS(llm_chat_apply_template(tok, msgs, 2, 1, 0, text, sizeof text, &len), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_tokenize(NULL, "a", 1, 0, ids, 64, &n), LLM_ERR_INVALID_ARGUMENT);
+  llm_tokenizer_destroy(tok);
+  llm_tokenizer_destroy(NULL);
+  CHECK_STATUS(llm_tokenizer_create(g_model, &tok), LLM_ERR_NOT_FOUND); /* no tokenizer files there */
+  CHECK(tok == NULL);
+}
+
+/* ---- scoring ---- */
+static void TestScoreFromC(void) {
+  llm_runtime* rt = OpenRuntime(LLM_KV_DTYPE_F32, 0, 0);
+  float lp[8];
+  int32_t am[8];
+  int32_t seq[8];
+  int i;
+  if (!rt) return;
+  /* The greedy continuation of prompt 0: every scored position's argmax is the next token. */
+  for (i = 0; i < 7; ++i) seq[i] = kPrompt0[i];
+  seq[7] = kGen0[0];
+  CHECK_STATUS(llm_score(rt, seq, 8, lp, am), LLM_OK);
+  CHECK(am[6] == kGen0[0]);
+  for (i = 0; i < 7; ++i) CHECK(lp[i] <= 0.0f);
+  seq[3] = 999;
+  CHECK_STATUS(llm_score(rt, seq, 8, lp, am), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_score(rt, seq, 1, lp, am), LLM_ERR_INVALID_ARGUMENT);
+  llm_runtime_destroy(rt);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s TEST_DATA_DIR SCRATCH_DIR\n", argv[0]);
@@ -524,6 +598,8 @@ int main(int argc, char** argv) {
   TestKvExhaustionIsolatesTheSession();
   TestSessionLimit();
   TestIntegrityFromC();
+  TestTokenizerFromC();
+  TestScoreFromC();
   printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

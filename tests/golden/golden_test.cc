@@ -87,6 +87,34 @@ TEST_P(GoldenTest, BatchedBf16KvMatchesTransformersWithBf16Cache) {
   std::printf("[%s] BF16 KV: max |logit - reference| = %.3g\n", GetParam(), worst);
 }
 
+// llm_score (teacher forcing, all positions in one pass) against transformers' logits.
+TEST_P(GoldenTest, ScoreMatchesTransformersLogProbs) {
+  const auto g = golden();
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.kv_dtype = LLM_KV_DTYPE_F32;
+  llm_runtime* rt = nullptr;
+  ASSERT_EQ(llm_runtime_create(dir().c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+  for (const auto& c : g) {
+    std::vector<int32_t> seq = c.prompt;
+    seq.insert(seq.end(), c.generated.begin(), c.generated.end());
+    std::vector<float> lp(seq.size() - 1);
+    std::vector<int32_t> am(seq.size() - 1);
+    ASSERT_EQ(llm_score(rt, seq.data(), seq.size(), lp.data(), am.data()), LLM_OK) << llm_last_error();
+    for (size_t k = 0; k < c.generated.size(); ++k) {
+      const std::vector<float>& row = c.logits[k];
+      const float mx = *std::max_element(row.begin(), row.end());
+      double sum = 0;
+      for (float v : row) sum += std::exp(v - mx);
+      const double want = row[c.generated[k]] - mx - std::log(sum);
+      const size_t p = c.prompt.size() - 1 + k;
+      EXPECT_NEAR(lp[p], want, kF32Tolerance) << "position " << p;
+      EXPECT_EQ(am[p], c.generated[k]);
+    }
+  }
+  llm_runtime_destroy(rt);
+}
+
 // Every token's computation is independent of what else is in the batch, so solo and batched
 // runs, chunked prefill and any page size give bit-identical logits.
 TEST_P(GoldenTest, BatchCompositionChunkingAndPageSizeDoNotChangeResults) {

@@ -1,0 +1,95 @@
+// llm-eval: perplexity and top-1 next-token accuracy of a checkpoint over a text file, through
+// the C ABI. The text is tokenized with the checkpoint's tokenizer (no special tokens) and cut
+// into non-overlapping windows of --window tokens (the last partial window is dropped); within
+// each window every position but the first is scored given the ones before it.
+//
+//   llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32]
+//            [--threads N]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "llmrt/llmrt.h"
+
+int main(int argc, char** argv) {
+  std::string model, text_path;
+  size_t window = 128, max_windows = 0;
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    const char* v = argv[i + 1];
+    if (a == "--model") model = v;
+    else if (a == "--text") text_path = v;
+    else if (a == "--window") window = std::strtoul(v, nullptr, 10);
+    else if (a == "--max-windows") max_windows = std::strtoul(v, nullptr, 10);
+    else if (a == "--threads") ro.num_threads = std::atoi(v);
+    else if (a == "--kv-dtype") ro.kv_dtype = std::string(v) == "f32" ? LLM_KV_DTYPE_F32 : LLM_KV_DTYPE_BF16;
+    else {
+      std::fprintf(stderr, "llm-eval: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (model.empty() || text_path.empty() || window < 2) {
+    std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32] [--threads N]\n");
+    return 2;
+  }
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "llm-eval: cannot read %s\n", text_path.c_str());
+    return 1;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  llm_tokenizer* tok = nullptr;
+  llm_runtime* rt = nullptr;
+  llm_status st = llm_tokenizer_create(model.c_str(), &tok);
+  if (st == LLM_OK) st = llm_runtime_create(model.c_str(), &ro, &rt);
+  if (st != LLM_OK) {
+    std::fprintf(stderr, "llm-eval: %s: %s\n", llm_status_string(st), llm_last_error());
+    llm_tokenizer_destroy(tok);
+    return 1;
+  }
+  size_t n = 0;
+  llm_tokenize(tok, text.data(), text.size(), 0, nullptr, 0, &n);
+  std::vector<int32_t> ids(n);
+  llm_tokenize(tok, text.data(), text.size(), 0, ids.data(), ids.size(), &n);
+  size_t windows = n > 0 ? (n - 1) / window : 0;
+  if (max_windows > 0 && windows > max_windows) windows = max_windows;
+  double nll = 0;
+  size_t correct = 0, scored = 0;
+  std::vector<float> lp(window - 1);
+  std::vector<int32_t> am(window - 1);
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t w = 0; w < windows; ++w) {
+    const int32_t* win = ids.data() + w * window;
+    st = llm_score(rt, win, window, lp.data(), am.data());
+    if (st != LLM_OK) {
+      std::fprintf(stderr, "llm-eval: %s: %s\n", llm_status_string(st), llm_last_error());
+      return 1;
+    }
+    for (size_t p = 0; p + 1 < window; ++p) {
+      nll -= lp[p];
+      correct += am[p] == win[p + 1];
+      ++scored;
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  llm_runtime_info info;
+  info.struct_size = sizeof(info);
+  llm_runtime_get_info(rt, &info);
+  std::printf("| model | text | tokens | windows x len | scored | perplexity | top-1 accuracy | tokens/s |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| %s | %s | %zu | %zu x %zu | %zu | %.4f | %.4f | %.0f |\n", model.c_str(), text_path.c_str(), n, windows,
+              window, scored, scored ? std::exp(nll / scored) : 0.0, scored ? static_cast<double>(correct) / scored : 0.0,
+              secs > 0 ? windows * window / secs : 0.0);
+  llm_runtime_destroy(rt);
+  llm_tokenizer_destroy(tok);
+  return 0;
+}
