@@ -5,6 +5,7 @@
 //
 //   llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]
 //   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
+//   llm-bench --tokenize DIR --text FILE [--repeats N]
 //
 // --integrity compares decode throughput and p95 step latency with the no-op tracker, the
 // built-in tag checker and a host callback tracker (counting events), interleaving the three in
@@ -291,6 +292,35 @@ struct EventCounts {
   uint64_t events = 0;
 };
 
+// Encoding speed of the tokenizer in DIR over FILE (best of `repeats`), in MB/s of input text.
+int RunTokenizeBench(const std::string& dir, const std::string& file, int repeats) {
+  std::ifstream in(file, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  llm_tokenizer* tok = nullptr;
+  if (llm_tokenizer_create(dir.c_str(), &tok) != LLM_OK) {
+    std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+    return 1;
+  }
+  std::vector<int32_t> ids(text.size() + 16);
+  size_t n = 0;
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = Clock::now();
+    llm_tokenize(tok, text.data(), text.size(), 0, ids.data(), ids.size(), &n);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::string out(text.size() * 2 + 16, '\0');
+  size_t len = 0;
+  auto t0 = Clock::now();
+  llm_detokenize(tok, ids.data(), n, 0, out.data(), out.size(), &len);
+  const double dsec = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("| tokenizer | text | bytes | tokens | encode MB/s | decode MB/s |\n|---|---|---:|---:|---:|---:|\n");
+  std::printf("| %s | %s | %zu | %zu | %.2f | %.1f |\n", dir.c_str(), file.c_str(), text.size(), n,
+              text.size() / best / 1e6, len / dsec / 1e6);
+  llm_tokenizer_destroy(tok);
+  return 0;
+}
+
 int RunIntegrityBench(const std::string& model, const std::vector<int>& batches, int steps, int repeats,
                       int threads) {
   const char* names[3] = {"no-op", "tag checker", "callbacks"};
@@ -361,7 +391,7 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 4, 16, 64};
   int steps = 8, threads = 0, prompt_len = 8, repeats = 5;
   bool integrity = false;
-  std::string model;
+  std::string model, tokenize_dir, text_file;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--integrity") {
@@ -374,6 +404,8 @@ int main(int argc, char** argv) {
     }
     if (a == "--dir") dir = argv[i + 1];
     else if (a == "--model") model = argv[i + 1];
+    else if (a == "--tokenize") tokenize_dir = argv[i + 1];
+    else if (a == "--text") text_file = argv[i + 1];
     else if (a == "--repeats") repeats = std::atoi(argv[i + 1]);
     else if (a == "--sessions") batches = ParseList(argv[i + 1]);
     else if (a == "--steps") steps = std::atoi(argv[i + 1]);
@@ -386,6 +418,7 @@ int main(int argc, char** argv) {
     }
     ++i;
   }
+  if (!tokenize_dir.empty()) return RunTokenizeBench(tokenize_dir, text_file, repeats);
   const BenchConfig cfg;
   if (integrity) {
     if (model.empty()) {
