@@ -134,8 +134,8 @@ def main():
             for p in model.parameters():
                 p.copy_(p.to(dtype).to(torch.float32))
             for n, b in model.named_buffers():
-                if n.endswith("e_score_correction_bias"):
-                    b.copy_(b.to(torch.float32))
+                if n.endswith("e_score_correction_bias"):  # saved in the checkpoint dtype too
+                    b.copy_(b.to(dtype).to(torch.float32))
         d = os.path.join(OUT, name)
         os.makedirs(d, exist_ok=True)
         save = DeepseekV3ForCausalLM(cfg)

@@ -112,6 +112,8 @@ class Backend {
   virtual void Add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // out = silu(gate) * up.
   virtual void SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // x[t] += bias for every row t (bias [cols]).
+  virtual void AddBias(const Tensor& x, const Weight& bias) = 0;
   // out[i] = x[rows[i]]. rows I32 [S].
   virtual void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
 
@@ -128,11 +130,21 @@ class Backend {
                     const std::vector<float>& inv_freq, float attention_factor, bool interleaved,
                     const Tensor& positions) = 0;
 
+  // ---- paged KV cache ----
+  // Writes, for every token t, first[t] then second[t] into the cache row slot_mapping[t] of
+  // `layer`, converting to the cache dtype: MLA stores (latent, k_rope), GQA (keys, values).
+  virtual void KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& first,
+                       const Tensor& second, const AttentionBatch& batch) = 0;
+
+  // ---- grouped-query attention (GLM-4.5) ----
+  // Cache rows hold [K of kv_heads heads | V of kv_heads heads], head_dim each. Query head h
+  // uses KV head h / (heads / kv_heads). out[t,h] = softmax(q[t,h].K * scale) V over the causal
+  // context of t, softmax in float32. q, out [T, heads * head_dim].
+  virtual void GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer,
+                            const AttentionBatch& batch, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                            float scale, const Tensor& out) = 0;
+
   // ---- MLA attention over the paged latent cache ----
-  // Writes, for every token t, latent[t] (width kv_lora) then k_rope[t] (width rope) into the
-  // cache row slot_mapping[t] of `layer`, converting to the cache dtype.
-  virtual void KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& latent,
-                       const Tensor& k_rope, const AttentionBatch& batch) = 0;
   // q_lat [T, heads, kv_lora] = per head W_UK^T q_nope, with W_UK the first `nope` rows of
   // each head's block of kv_b [heads*(nope+v), kv_lora]. q [T, heads*(nope+rope)].
   virtual void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,

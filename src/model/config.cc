@@ -90,6 +90,22 @@ absl::Status ParseRope(const json& j, ModelConfig& c, const std::string& src) {
   return absl::OkStatus();
 }
 
+// Fields both MoE families share: sizes, routing, norms, positions, tokens.
+absl::Status ParseMoeCommon(const json& j, ModelConfig& c, const std::string& src) {
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "n_routed_experts", false, &c.n_routed_experts, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "n_shared_experts", false, &c.n_shared_experts, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "num_experts_per_tok", false, &c.num_experts_per_tok, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "moe_intermediate_size", false, &c.moe_intermediate_size, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "n_group", false, &c.n_group, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "topk_group", false, &c.topk_group, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "first_k_dense_replace", false, &c.first_k_dense_replace, src));
+  double scale = 1.0;
+  LLMRT_RETURN_IF_ERROR(GetDouble(j, "routed_scaling_factor", &scale, src));
+  c.routed_scaling_factor = static_cast<float>(scale);
+  LLMRT_RETURN_IF_ERROR(GetBool(j, "norm_topk_prob", &c.norm_topk_prob, src));
+  return absl::OkStatus();
+}
+
 absl::Status ParseDeepseekV3(const json& j, ModelConfig& c, const std::string& src) {
   LLMRT_RETURN_IF_ERROR(GetInt(j, "vocab_size", true, &c.vocab_size, src));
   LLMRT_RETURN_IF_ERROR(GetInt(j, "hidden_size", true, &c.hidden_size, src));
@@ -101,19 +117,9 @@ absl::Status ParseDeepseekV3(const json& j, ModelConfig& c, const std::string& s
   LLMRT_RETURN_IF_ERROR(GetInt(j, "qk_nope_head_dim", true, &c.qk_nope_head_dim, src));
   LLMRT_RETURN_IF_ERROR(GetInt(j, "qk_rope_head_dim", true, &c.qk_rope_head_dim, src));
   LLMRT_RETURN_IF_ERROR(GetInt(j, "v_head_dim", true, &c.v_head_dim, src));
-  LLMRT_RETURN_IF_ERROR(GetInt(j, "n_routed_experts", false, &c.n_routed_experts, src));
-  LLMRT_RETURN_IF_ERROR(GetInt(j, "n_shared_experts", false, &c.n_shared_experts, src));
-  LLMRT_RETURN_IF_ERROR(GetInt(j, "num_experts_per_tok", false, &c.num_experts_per_tok, src));
-  LLMRT_RETURN_IF_ERROR(GetInt(j, "moe_intermediate_size", false, &c.moe_intermediate_size, src));
-  LLMRT_RETURN_IF_ERROR(GetInt(j, "n_group", false, &c.n_group, src));
-  LLMRT_RETURN_IF_ERROR(GetInt(j, "topk_group", false, &c.topk_group, src));
-  LLMRT_RETURN_IF_ERROR(GetInt(j, "first_k_dense_replace", false, &c.first_k_dense_replace, src));
+  LLMRT_RETURN_IF_ERROR(ParseMoeCommon(j, c, src));
   LLMRT_RETURN_IF_ERROR(GetInt(j, "moe_layer_freq", false, &c.moe_layer_freq, src));
   LLMRT_RETURN_IF_ERROR(GetInt(j, "max_position_embeddings", true, &c.max_position_embeddings, src));
-  double scale = 1.0;
-  LLMRT_RETURN_IF_ERROR(GetDouble(j, "routed_scaling_factor", &scale, src));
-  c.routed_scaling_factor = static_cast<float>(scale);
-  LLMRT_RETURN_IF_ERROR(GetBool(j, "norm_topk_prob", &c.norm_topk_prob, src));
   LLMRT_RETURN_IF_ERROR(GetDouble(j, "rms_norm_eps", &c.rms_norm_eps, src));
   LLMRT_RETURN_IF_ERROR(GetBool(j, "tie_word_embeddings", &c.tie_word_embeddings, src));
   LLMRT_RETURN_IF_ERROR(GetBool(j, "rope_interleave", &c.rope_interleave, src));
@@ -177,6 +183,62 @@ absl::Status ParseDeepseekV3(const json& j, ModelConfig& c, const std::string& s
   return absl::OkStatus();
 }
 
+absl::Status ParseGlm4Moe(const json& j, ModelConfig& c, const std::string& src) {
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "vocab_size", true, &c.vocab_size, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "hidden_size", true, &c.hidden_size, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "intermediate_size", true, &c.intermediate_size, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "num_hidden_layers", true, &c.num_layers, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "num_attention_heads", true, &c.num_heads, src));
+  c.num_kv_heads = c.num_heads;
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "num_key_value_heads", false, &c.num_kv_heads, src));
+  if (c.num_heads > 0) c.head_dim = c.hidden_size / c.num_heads;
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "head_dim", false, &c.head_dim, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "max_position_embeddings", true, &c.max_position_embeddings, src));
+  LLMRT_RETURN_IF_ERROR(GetDouble(j, "rms_norm_eps", &c.rms_norm_eps, src));
+  LLMRT_RETURN_IF_ERROR(GetBool(j, "tie_word_embeddings", &c.tie_word_embeddings, src));
+  LLMRT_RETURN_IF_ERROR(GetBool(j, "use_qk_norm", &c.use_qk_norm, src));
+  LLMRT_RETURN_IF_ERROR(GetBool(j, "attention_bias", &c.attention_bias, src));
+  LLMRT_RETURN_IF_ERROR(ParseMoeCommon(j, c, src));
+  LLMRT_RETURN_IF_ERROR(ParseRope(j, c, src));
+  if (c.rope.type != "default") {
+    return UnsupportedError(absl::StrCat(src, ": rope type \"", c.rope.type, "\" is not supported for glm4_moe"));
+  }
+  // GLM rotates half of each head by default (transformers' Glm4MoeConfig).
+  c.partial_rotary_factor = 0.5;
+  LLMRT_RETURN_IF_ERROR(GetDouble(j, "partial_rotary_factor", &c.partial_rotary_factor, src));
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (auto it = j.find(key); it != j.end() && it->is_object()) {
+      LLMRT_RETURN_IF_ERROR(GetDouble(*it, "partial_rotary_factor", &c.partial_rotary_factor, src));
+    }
+  }
+  c.rope_interleave = false;  // NeoX rotate_half
+  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && it->get<std::string>() != "silu") {
+    return UnsupportedError(absl::StrCat(src, ": hidden_act \"", it->get<std::string>(), "\" is not supported (silu)"));
+  }
+  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
+      c.head_dim <= 0 || c.num_heads % c.num_kv_heads != 0) {
+    return FormatError(absl::StrCat(src, ": inconsistent attention sizes (heads ", c.num_heads, ", kv heads ",
+                                    c.num_kv_heads, ", head_dim ", c.head_dim, ")"));
+  }
+  const int64_t rot = static_cast<int64_t>(c.head_dim * c.partial_rotary_factor);
+  if (rot <= 0 || rot > c.head_dim || rot % 2 != 0) {
+    return FormatError(absl::StrCat(src, ": partial_rotary_factor ", c.partial_rotary_factor, " gives rotary width ", rot));
+  }
+  if (c.n_routed_experts > 0 && (c.num_experts_per_tok <= 0 || c.moe_intermediate_size <= 0 || c.n_group <= 0 ||
+                                 c.n_routed_experts % c.n_group != 0 || c.topk_group > c.n_group)) {
+    return FormatError(absl::StrCat(src, ": inconsistent routing"));
+  }
+  if (auto it = j.find("eos_token_id"); it != j.end()) {
+    if (it->is_number_integer()) c.eos_token_ids.push_back(it->get<int32_t>());
+    if (it->is_array()) {
+      for (const auto& e : *it) {
+        if (e.is_number_integer()) c.eos_token_ids.push_back(e.get<int32_t>());
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source) {
@@ -199,10 +261,15 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
     text = &*tc;
     c.prefix = "language_model.model.";
     c.lm_head_prefix = "language_model.lm_head.";
+  } else if (c.architecture == "Glm4MoeForCausalLM") {
+    if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) c.model_type = mt->get<std::string>();
+    c.family = ArchFamily::kGlm4Moe;
+    LLMRT_RETURN_IF_ERROR(ParseGlm4Moe(j, c, source));
+    return c;
   } else if (c.architecture != "DeepseekV3ForCausalLM") {
     return UnsupportedError(absl::StrCat(source, ": architecture \"", c.architecture,
                                          "\" is not supported (DeepseekV3ForCausalLM, "
-                                         "KimiK25ForConditionalGeneration)"));
+                                         "KimiK25ForConditionalGeneration, Glm4MoeForCausalLM)"));
   }
   if (auto mt = text->find("model_type"); mt != text->end() && mt->is_string()) {
     c.model_type = mt->get<std::string>();

@@ -24,7 +24,10 @@ struct RopeConfig {
   double attention_factor = 0.0;  // 0 when absent (derived)
 };
 
-enum class ArchFamily { kDeepseekV3 };
+enum class ArchFamily {
+  kDeepseekV3,  // DeepseekV3ForCausalLM / KimiK25ForConditionalGeneration: MLA + MoE
+  kGlm4Moe,     // Glm4MoeForCausalLM (GLM-4.5 to 4.7): GQA + MoE
+};
 
 struct ModelConfig {
   ArchFamily family = ArchFamily::kDeepseekV3;
@@ -46,6 +49,12 @@ struct ModelConfig {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
+  // GQA (GLM-4.5): key/value heads, per-head width, rotary fraction, q/k norm, q/k/v biases.
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  double partial_rotary_factor = 1.0;
+  bool use_qk_norm = false;
+  bool attention_bias = false;
   int64_t n_routed_experts = 0;  // 0: dense model
   int64_t n_shared_experts = 0;
   int64_t num_experts_per_tok = 0;
@@ -66,8 +75,11 @@ struct ModelConfig {
   bool IsMoeLayer(int64_t layer) const {
     return n_routed_experts > 0 && layer >= first_k_dense_replace && layer % moe_layer_freq == 0;
   }
-  // Elements cached per token per layer: the MLA latent plus the shared rope key.
-  int64_t KvWidth() const { return kv_lora_rank + qk_rope_head_dim; }
+  // Elements cached per token per layer: MLA, the latent plus the shared rope key; GQA, the
+  // keys then the values of every KV head.
+  int64_t KvWidth() const {
+    return family == ArchFamily::kGlm4Moe ? 2 * num_kv_heads * head_dim : kv_lora_rank + qk_rope_head_dim;
+  }
 };
 
 // Parses and validates config.json text. `source` names the file in error messages.

@@ -1,6 +1,7 @@
 #include "src/model/model.h"
 
 #include "src/model/arch/deepseek_v3.h"
+#include "src/model/arch/glm4_moe.h"
 
 namespace llmrt {
 
@@ -8,6 +9,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& 
   switch (ck.config().family) {
     case ArchFamily::kDeepseekV3:
       return LoadDeepseekV3(ck, backend);
+    case ArchFamily::kGlm4Moe:
+      return LoadGlm4Moe(ck, backend);
   }
   return absl::InternalError("unknown architecture family");
 }

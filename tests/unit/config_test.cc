@@ -71,6 +71,35 @@ TEST(Config, RejectsUnknownArchitectureAndBadFields) {
   EXPECT_EQ(ParseModelConfig(groups, "x").status().code(), absl::StatusCode::kDataLoss);
 }
 
+// GLM-4.5's released config.json (abridged).
+const char* kGlm45 = R"({
+  "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "vocab_size": 151552, "hidden_size": 5120,
+  "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 92, "num_attention_heads": 96,
+  "num_key_value_heads": 8, "head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": true,
+  "use_qk_norm": true, "n_routed_experts": 160, "num_experts_per_tok": 8, "n_shared_experts": 1, "n_group": 1,
+  "topk_group": 1, "first_k_dense_replace": 3, "routed_scaling_factor": 2.5, "norm_topk_prob": true,
+  "rms_norm_eps": 1e-05, "max_position_embeddings": 131072, "rope_theta": 1000000, "hidden_act": "silu",
+  "tie_word_embeddings": false, "eos_token_id": [151329, 151336, 151338]
+})";
+
+TEST(Config, ParsesGlm45) {
+  auto c = ParseModelConfig(kGlm45, "glm45");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->family, ArchFamily::kGlm4Moe);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_DOUBLE_EQ(c->partial_rotary_factor, 0.5);
+  EXPECT_FALSE(c->rope_interleave);
+  EXPECT_FALSE(c->IsMoeLayer(2));
+  EXPECT_TRUE(c->IsMoeLayer(3));
+  EXPECT_EQ(c->eos_token_ids.size(), 3u);
+  // MODELS.md: 2 * 8 * 128 values per layer, 376,832 bytes per token in BF16 over 92 layers.
+  EXPECT_EQ(c->num_layers * c->KvWidth() * 2, 376832);
+  std::string bad = kGlm45;
+  bad.replace(bad.find("\"num_key_value_heads\": 8"), 24, "\"num_key_value_heads\": 7");
+  EXPECT_EQ(ParseModelConfig(bad, "x").status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST(Rope, YarnMatchesTransformersFormulas) {
   RopeConfig r;
   r.type = "yarn";

@@ -40,6 +40,7 @@ void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n) {
 
 void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& latent,
                          const Tensor& k_rope, const AttentionBatch& batch) {
+  // (For GQA `latent` is the keys and `k_rope` the values: the op writes first then second.)
   const int64_t T = batch.num_tokens;
   const int64_t L = latent.row_size(), R = k_rope.row_size();
   LLMRT_CHECK(L + R == cache.width && latent.dim(0) == T && k_rope.dim(0) == T);
@@ -53,6 +54,49 @@ void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& 
     StoreRow(dt, latent.data_as<float>() + t * latent.row_stride(), dst, L);
     StoreRow(dt, k_rope.data_as<float>() + t * k_rope.row_stride(), dst + L * es, R);
   }
+}
+
+// Grouped-query attention over the paged cache; each cache row is [K heads | V heads].
+void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
+                              int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) {
+  const int64_t T = batch.num_tokens, group = heads / kv_heads;
+  LLMRT_CHECK(cache.width == 2 * kv_heads * head_dim && q.row_size() == heads * head_dim && out.dim(0) == T);
+  const int32_t* tseq = batch.token_seq.data_as<int32_t>();
+  const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
+  const int32_t* pstart = batch.seq_page_start.data_as<int32_t>();
+  const int32_t* pids = batch.page_ids.data_as<int32_t>();
+  const DType cdt = cache.pages.dtype();
+  const size_t es = DTypeSize(cdt);
+  pool_.ParallelFor(static_cast<size_t>(T * heads), 1, [&](size_t b, size_t e) {
+    std::vector<float> scores;
+    for (size_t i = b; i < e; ++i) {
+      const int64_t t = static_cast<int64_t>(i) / heads, h = static_cast<int64_t>(i) % heads, g = h / group;
+      const int64_t ctx = tctx[t];
+      const int32_t* pages = pids + pstart[tseq[t]];
+      const float* qh = q.data_as<float>() + t * q.row_stride() + h * head_dim;
+      const size_t k_off = static_cast<size_t>(g * head_dim) * es;
+      const size_t v_off = static_cast<size_t>((kv_heads + g) * head_dim) * es;
+      scores.resize(ctx);
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t p = 0; p < ctx; ++p) {
+        const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
+        scores[p] = cpu::Dot(qh, cdt, row + k_off, head_dim) * scale;
+        mx = std::max(mx, scores[p]);
+      }
+      double sum = 0;
+      for (int64_t p = 0; p < ctx; ++p) {
+        scores[p] = std::exp(scores[p] - mx);
+        sum += scores[p];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      float* o = out.data_as<float>() + t * out.row_stride() + h * head_dim;
+      std::fill(o, o + head_dim, 0.0f);
+      for (int64_t p = 0; p < ctx; ++p) {
+        const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
+        cpu::Axpy(scores[p] * inv, cdt, row + v_off, o, head_dim);
+      }
+    }
+  });
 }
 
 void CpuBackend::MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,

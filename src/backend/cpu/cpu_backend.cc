@@ -140,6 +140,15 @@ void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out
   }
 }
 
+void CpuBackend::AddBias(const Tensor& x, const Weight& bias) {
+  const int64_t T = x.dim(0), D = x.row_size();
+  LLMRT_CHECK(bias.rows == D);
+  for (int64_t t = 0; t < T; ++t) {
+    float* r = x.data_as<float>() + t * x.row_stride();
+    for (int64_t i = 0; i < D; ++i) r[i] += WeightAt(bias, i);
+  }
+}
+
 void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
   const int64_t S = rows.dim(0), D = x.row_size();
   LLMRT_CHECK(out.dim(0) == S && out.row_size() == D);

@@ -29,13 +29,16 @@ class CpuBackend final : public Backend {
   void Add(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  void AddBias(const Tensor& x, const Weight& bias) override;
   void MatMul(const Tensor& x, const Weight& w, const Tensor& out) override;
   void Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset,
             const std::vector<float>& inv_freq, float attention_factor, bool interleaved,
             const Tensor& positions) override;
 
-  void KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& latent,
-               const Tensor& k_rope, const AttentionBatch& batch) override;
+  void KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& first,
+               const Tensor& second, const AttentionBatch& batch) override;
+  void GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
+                    int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) override;
   void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,
                       const Tensor& q_lat) override;
   void MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache, int64_t layer,

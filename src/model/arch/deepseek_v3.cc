@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/model/arch/ffn.h"
 #include "src/model/rope.h"
 #include "src/model/weights.h"
 #include "src/util/status.h"
@@ -19,23 +20,13 @@ namespace {
 // config.rms_norm_eps (DeepSeek's reference code does the same).
 constexpr float kLoraNormEps = 1e-6f;
 
-struct Mlp {
-  Weight gate, up, down;  // SwiGLU
-};
-
 struct Layer {
   Weight input_norm, post_norm;
   // Attention.
   Weight q_proj;                    // [H*(nope+rope), hidden] when q_lora_rank is null
   Weight q_a, q_a_norm, q_b;        // q LoRA path
   Weight kv_a, kv_a_norm, kv_b, o_proj;
-  // Feed-forward: dense or MoE.
-  bool moe = false;
-  Mlp mlp;                          // dense layers
-  Weight router, router_bias;       // [E, hidden], [E]
-  std::vector<ExpertWeights> experts;
-  Mlp shared;                       // shared experts (width moe_inter * n_shared)
-  bool has_shared = false;
+  FfnWeights ffn;                   // dense MLP or MoE
 };
 
 class DeepseekV3 final : public Model {
@@ -52,8 +43,6 @@ class DeepseekV3 final : public Model {
  private:
   absl::Status Attention(const Layer& l, int64_t layer, const ForwardBatch& b, const KvCacheView& cache,
                          const Tensor& x, const Tensor& out);
-  absl::Status FeedForward(const Layer& l, const Tensor& x, const Tensor& out);
-  absl::Status RunMlp(const Mlp& m, const Tensor& x, const Tensor& out);
   absl::StatusOr<Tensor> Scratch(std::initializer_list<int64_t> shape, DType dt = DType::kF32) {
     return be_.Allocate(dt, shape);
   }
@@ -85,12 +74,6 @@ absl::Status DeepseekV3::Load(const Checkpoint& ck) {
   } else {
     LLMRT_ASSIGN_OR_RETURN(lm_head_, w.Matrix(c.lm_head_prefix + "weight", c.vocab_size, D));
   }
-  auto load_mlp = [&](const std::string& p, int64_t inter, Mlp& m) -> absl::Status {
-    LLMRT_ASSIGN_OR_RETURN(m.gate, w.Matrix(p + "gate_proj.weight", inter, D));
-    LLMRT_ASSIGN_OR_RETURN(m.up, w.Matrix(p + "up_proj.weight", inter, D));
-    LLMRT_ASSIGN_OR_RETURN(m.down, w.Matrix(p + "down_proj.weight", D, inter));
-    return absl::OkStatus();
-  };
   layers_.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     Layer& l = layers_[i];
@@ -110,39 +93,10 @@ absl::Status DeepseekV3::Load(const Checkpoint& ck) {
     LLMRT_ASSIGN_OR_RETURN(l.kv_b, w.Matrix(a + "kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim),
                                             c.kv_lora_rank));
     LLMRT_ASSIGN_OR_RETURN(l.o_proj, w.Matrix(a + "o_proj.weight", D, H * c.v_head_dim));
-    l.moe = c.IsMoeLayer(i);
-    const std::string m = p + "mlp.";
-    if (!l.moe) {
-      LLMRT_RETURN_IF_ERROR(load_mlp(m, c.intermediate_size, l.mlp));
-      continue;
-    }
-    const int64_t E = c.n_routed_experts;
-    LLMRT_ASSIGN_OR_RETURN(l.router, w.Matrix(m + "gate.weight", E, D));
-    LLMRT_ASSIGN_OR_RETURN(l.router_bias, w.Vector(m + "gate.e_score_correction_bias", E));
-    l.experts.resize(E);
-    for (int64_t e = 0; e < E; ++e) {
-      Mlp em;
-      LLMRT_RETURN_IF_ERROR(load_mlp(absl::StrCat(m, "experts.", e, "."), c.moe_intermediate_size, em));
-      l.experts[e] = ExpertWeights{em.gate, em.up, em.down};
-    }
-    if (c.n_shared_experts > 0) {
-      l.has_shared = true;
-      LLMRT_RETURN_IF_ERROR(load_mlp(m + "shared_experts.", c.moe_intermediate_size * c.n_shared_experts, l.shared));
-    }
+    LLMRT_RETURN_IF_ERROR(LoadFfn(w, c, p + "mlp.", c.IsMoeLayer(i), &l.ffn));
   }
   num_parameters_ = w.num_parameters();
   weight_bytes_ = w.weight_bytes();
-  return absl::OkStatus();
-}
-
-absl::Status DeepseekV3::RunMlp(const Mlp& m, const Tensor& x, const Tensor& out) {
-  const int64_t T = x.dim(0), I = m.gate.rows;
-  LLMRT_ASSIGN_OR_RETURN(Tensor g, Scratch({T, I}));  // [T, inter]
-  LLMRT_ASSIGN_OR_RETURN(Tensor u, Scratch({T, I}));  // [T, inter]
-  be_.MatMul(x, m.gate, g);
-  be_.MatMul(x, m.up, u);
-  be_.SiluMul(g, u, g);
-  be_.MatMul(g, m.down, out);  // [T, hidden]
   return absl::OkStatus();
 }
 
@@ -185,24 +139,6 @@ absl::Status DeepseekV3::Attention(const Layer& l, int64_t layer, const ForwardB
   return absl::OkStatus();
 }
 
-// DeepseekV3MoE.forward: routed experts + shared experts; or DeepseekV3MLP for dense layers.
-absl::Status DeepseekV3::FeedForward(const Layer& l, const Tensor& x, const Tensor& out) {
-  if (!l.moe) return RunMlp(l.mlp, x, out);
-  const ModelConfig& c = cfg_;
-  const int64_t T = x.dim(0), K = c.num_experts_per_tok;
-  RouterParams rp{c.n_routed_experts, K, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
-  LLMRT_ASSIGN_OR_RETURN(Tensor idx, Scratch({T, K}, DType::kI32));  // [T, k]
-  LLMRT_ASSIGN_OR_RETURN(Tensor wts, Scratch({T, K}));                // [T, k]
-  be_.MoeRoute(x, l.router, l.router_bias, rp, idx, wts);
-  be_.MoeExperts(x, idx, wts, l.experts, out);
-  if (l.has_shared) {
-    LLMRT_ASSIGN_OR_RETURN(Tensor s, Scratch({T, c.hidden_size}));  // [T, hidden]
-    LLMRT_RETURN_IF_ERROR(RunMlp(l.shared, x, s));
-    be_.Add(out, s, out);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status DeepseekV3::Forward(const ForwardBatch& b, const KvCacheView& cache, const Tensor& logits) {
   const ModelConfig& c = cfg_;
   const int64_t T = b.num_tokens, D = c.hidden_size;
@@ -218,7 +154,7 @@ absl::Status DeepseekV3::Forward(const ForwardBatch& b, const KvCacheView& cache
     be_.Add(x, y, x);
     // out = h + FFN(RMSNorm(h))
     be_.RmsNorm(x, l.post_norm, static_cast<float>(c.rms_norm_eps), h);
-    LLMRT_RETURN_IF_ERROR(FeedForward(l, h, y));
+    LLMRT_RETURN_IF_ERROR(RunFfn(be_, c, l.ffn, h, y));  // DeepseekV3MoE / DeepseekV3MLP
     be_.Add(x, y, x);
   }
   // Only the rows whose next token is sampled go through the final norm and lm_head.

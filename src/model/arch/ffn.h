@@ -1,0 +1,33 @@
+// The feed-forward block both MoE families share: a dense SwiGLU MLP, or routed experts
+// (noaux_tc routing) plus shared experts (DeepseekV3MoE / Glm4MoeMoE in transformers).
+#ifndef LLMRT_MODEL_ARCH_FFN_H_
+#define LLMRT_MODEL_ARCH_FFN_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "src/backend/backend.h"
+#include "src/model/config.h"
+#include "src/model/weights.h"
+
+namespace llmrt {
+
+struct FfnWeights {
+  bool moe = false;
+  ExpertWeights dense;                // !moe: [inter, hidden] x2, [hidden, inter]
+  Weight router, router_bias;         // moe: [E, hidden], [E]
+  std::vector<ExpertWeights> experts; // moe: E routed experts
+  ExpertWeights shared;               // moe: width moe_intermediate_size * n_shared_experts
+  bool has_shared = false;
+};
+
+// Loads `prefix` ("model.layers.N.mlp.") as a dense MLP or as an MoE block.
+absl::Status LoadFfn(WeightLoader& w, const ModelConfig& c, const std::string& prefix, bool moe, FfnWeights* out);
+
+// out [T, hidden] = FFN(x [T, hidden]).
+absl::Status RunFfn(Backend& be, const ModelConfig& c, const FfnWeights& f, const Tensor& x, const Tensor& out);
+
+}  // namespace llmrt
+
+#endif  // LLMRT_MODEL_ARCH_FFN_H_
