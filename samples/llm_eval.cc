@@ -3,7 +3,7 @@
 // into non-overlapping windows of --window tokens (the last partial window is dropped); within
 // each window every position but the first is scored given the ones before it.
 //
-//   llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32]
+//   llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8]
 //            [--threads N]
 #include <chrono>
 #include <cmath>
@@ -29,14 +29,17 @@ int main(int argc, char** argv) {
     else if (a == "--window") window = std::strtoul(v, nullptr, 10);
     else if (a == "--max-windows") max_windows = std::strtoul(v, nullptr, 10);
     else if (a == "--threads") ro.num_threads = std::atoi(v);
-    else if (a == "--kv-dtype") ro.kv_dtype = std::string(v) == "f32" ? LLM_KV_DTYPE_F32 : LLM_KV_DTYPE_BF16;
+    else if (a == "--kv-dtype") {
+      const std::string d = v;
+      ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : d == "fp8" ? LLM_KV_DTYPE_FP8_E4M3 : LLM_KV_DTYPE_BF16;
+    }
     else {
       std::fprintf(stderr, "llm-eval: unknown argument %s\n", a.c_str());
       return 2;
     }
   }
   if (model.empty() || text_path.empty() || window < 2) {
-    std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32] [--threads N]\n");
+    std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8] [--threads N]\n");
     return 2;
   }
   std::ifstream in(text_path, std::ios::binary);

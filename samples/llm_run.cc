@@ -2,7 +2,7 @@
 //
 //   llm-run --model DIR --prompt TEXT [--chat] [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
-//           [--threads N] [--kv-dtype bf16|f32]
+//           [--threads N] [--kv-dtype bf16|f32|fp8]
 //   llm-run --model DIR --prompt-ids 1,2,3 [...]     (token ids in, token ids out)
 //
 // With --prompt the checkpoint's tokenizer encodes the prompt (with --chat, inside the family's
@@ -22,7 +22,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: llm-run --model DIR (--prompt TEXT [--chat] [--system TEXT] | --prompt-ids ID,ID,...)\n"
                "               [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
-               "               [--seed S] [--threads N] [--kv-dtype bf16|f32]\n");
+               "               [--seed S] [--threads N] [--kv-dtype bf16|f32|fp8]\n");
 }
 
 bool ParseIds(const char* s, std::vector<int32_t>* out) {
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") ro.num_threads = std::atoi(need());
     else if (a == "--kv-dtype") {
       std::string d = need();
-      ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : LLM_KV_DTYPE_BF16;
+      ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : d == "fp8" ? LLM_KV_DTYPE_FP8_E4M3 : LLM_KV_DTYPE_BF16;
     } else if (a == "--help" || a == "-h") {
       Usage();
       return 0;

@@ -8,6 +8,6 @@ build=${LLMRT_BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" --target llm-run
 if (($# == 0)); then
-  set -- --model tests/data/tiny_kimi_k2_qlora_yarn --prompt-ids 0,17,42,99,3,250,7 --max-tokens 16
+  set -- --model models/kimi-k2-kjv-tiny --prompt "In the beginning" --max-tokens 60
 fi
 exec "$build/samples/llm-run" "$@"

@@ -88,6 +88,9 @@ typedef struct llm_session llm_session;
 #define LLM_KV_DTYPE_AUTO 0 /* BF16 */
 #define LLM_KV_DTYPE_BF16 1
 #define LLM_KV_DTYPE_F32 2 /* exact reference storage, for verification */
+#define LLM_KV_DTYPE_FP8_E4M3 3 /* one byte per value, one scale per layer calibrated from the first
+                                   prefill that writes the layer (largest magnitude of latent and
+                                   rope parts, 2x headroom); half the bytes of BF16 */
 
 /* ---- KV-cache integrity ------------------------------------------------------------------
  * Every physical KV page carries a 64-bit tag renewed each time the page is handed out; each
@@ -175,7 +178,7 @@ typedef struct llm_runtime_info {
   char architecture[64];       /* "DeepseekV3ForCausalLM", NUL-terminated */
   char model_type[32];         /* config.json model_type, e.g. "kimi_k2" */
   int32_t backend;             /* LLM_BACKEND_CPU or LLM_BACKEND_CUDA */
-  int32_t kv_dtype;            /* LLM_KV_DTYPE_BF16 or LLM_KV_DTYPE_F32 */
+  int32_t kv_dtype;            /* LLM_KV_DTYPE_BF16, _F32 or _FP8_E4M3 */
   uint32_t vocab_size;
   uint32_t num_layers;
   uint64_t num_parameters;     /* parameters of the model that runs (vision towers excluded) */

@@ -213,6 +213,7 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
     case LLM_KV_DTYPE_AUTO:
     case LLM_KV_DTYPE_BF16: ro.kv_dtype = llmrt::DType::kBF16; break;
     case LLM_KV_DTYPE_F32: ro.kv_dtype = llmrt::DType::kF32; break;
+    case LLM_KV_DTYPE_FP8_E4M3: ro.kv_dtype = llmrt::DType::kF8E4M3; break;
     default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_dtype is not an LLM_KV_DTYPE_* value");
   }
   if (o.num_threads < 0) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->num_threads must be >= 0");
@@ -268,7 +269,9 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   std::snprintf(out.architecture, sizeof(out.architecture), "%s", i.architecture.c_str());
   std::snprintf(out.model_type, sizeof(out.model_type), "%s", i.model_type.c_str());
   out.backend = LLM_BACKEND_CPU;
-  out.kv_dtype = i.kv_dtype == llmrt::DType::kF32 ? LLM_KV_DTYPE_F32 : LLM_KV_DTYPE_BF16;
+  out.kv_dtype = i.kv_dtype == llmrt::DType::kF32       ? LLM_KV_DTYPE_F32
+                 : i.kv_dtype == llmrt::DType::kF8E4M3 ? LLM_KV_DTYPE_FP8_E4M3
+                                                       : LLM_KV_DTYPE_BF16;
   out.vocab_size = static_cast<uint32_t>(i.vocab_size);
   out.num_layers = static_cast<uint32_t>(i.num_layers);
   out.num_parameters = i.num_parameters;

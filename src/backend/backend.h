@@ -53,8 +53,12 @@ struct AttentionBatch {
 };
 
 // The paged KV cache: [num_pages, num_layers, page_size, width] in `dtype` (F32 or BF16).
+// FP8 caches store fp8_e4m3(x / scale) with one float32 scale per layer (scales[layer]); a
+// scale of 0 means "not calibrated yet": the first KvWrite of the layer sets it from the largest
+// magnitude it writes (latent and rope parts together), with 2x headroom.
 struct KvCacheView {
   Tensor pages;
+  Tensor scales;  // F32 [num_layers], FP8 caches only
   int64_t num_pages = 0;
   int64_t num_layers = 0;
   int64_t page_size = 0;

@@ -133,8 +133,8 @@ absl::Status Runtime::Score(absl::Span<const int32_t> tokens, float* logprobs, i
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& model_dir,
                                                          const RuntimeOptions& options) {
-  if (options.kv_dtype != DType::kBF16 && options.kv_dtype != DType::kF32) {
-    return absl::InvalidArgumentError("kv_dtype must be BF16 or F32");
+  if (options.kv_dtype != DType::kBF16 && options.kv_dtype != DType::kF32 && options.kv_dtype != DType::kF8E4M3) {
+    return absl::InvalidArgumentError("kv_dtype must be BF16, F32 or FP8 E4M3");
   }
   if (options.page_size < 1 || options.page_size > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("page_size_tokens ", options.page_size, " is outside [1, 4096]"));
@@ -169,6 +169,8 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   LLMRT_ASSIGN_OR_RETURN(rt->cache_.pages, rt->backend_->Allocate(options.kv_dtype,
                                                                   {static_cast<int64_t>(pages), c.num_layers,
                                                                    options.page_size, width}));
+  LLMRT_ASSIGN_OR_RETURN(rt->cache_.scales, rt->backend_->Allocate(DType::kF32, {c.num_layers}));
+  rt->backend_->Fill(rt->cache_.scales, 0.0f);  // FP8: calibrated by the first write of each layer
   std::lock_guard<std::mutex> lock(rt->mu_);
   std::shared_ptr<KvTracker> tracker = options.tracker ? options.tracker : std::shared_ptr<KvTracker>(MakeNoopTracker());
   rt->kv_ = std::make_unique<KvManager>(static_cast<int32_t>(pages), options.page_size, std::move(tracker),

@@ -11,6 +11,7 @@
 
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/kernels.h"
+#include "src/quant/fp8.h"
 #include "src/util/bf16.h"
 #include "src/util/status.h"
 
@@ -28,7 +29,40 @@ uint8_t* CacheRow(const KvCacheView& c, int64_t page, int64_t layer, int64_t row
   return c.pages.data_as<uint8_t>() + static_cast<size_t>(index) * es;
 }
 
-void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n) {
+// Headroom of the calibrated FP8 scale over the calibration batch's largest magnitude: later
+// tokens up to twice as large are stored without saturating.
+constexpr float kFp8Headroom = 2.0f;
+
+float LayerScale(const KvCacheView& c, int64_t layer) {
+  return c.pages.dtype() == DType::kF8E4M3 ? c.scales.data_as<float>()[layer] : 1.0f;
+}
+
+// sum_i q[i] * row[i] over a cache row of any codec.
+float RowDot(const float* q, DType dt, const uint8_t* row, int64_t n, float scale) {
+  if (dt != DType::kF8E4M3) return cpu::Dot(q, dt, row, n);
+  const float* table = Fp8E4M3::DecodeTable();
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += q[i] * table[row[i]];
+  return s * scale;
+}
+
+// y += alpha * row over a cache row of any codec.
+void RowAxpy(float alpha, DType dt, const uint8_t* row, float* y, int64_t n, float scale) {
+  if (dt != DType::kF8E4M3) {
+    cpu::Axpy(alpha, dt, row, y, n);
+    return;
+  }
+  const float* table = Fp8E4M3::DecodeTable();
+  const float a = alpha * scale;
+  for (int64_t i = 0; i < n; ++i) y[i] += a * table[row[i]];
+}
+
+void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n, float scale) {
+  if (dt == DType::kF8E4M3) {
+    const float inv = 1.0f / scale;
+    for (int64_t i = 0; i < n; ++i) dst[i] = Fp8E4M3::FromFloat(src[i] * inv);
+    return;
+  }
   if (dt == DType::kBF16) {
     F32ToBf16Array(src, reinterpret_cast<uint16_t*>(dst), n);
   } else {
@@ -47,12 +81,23 @@ void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& 
   const int32_t* slots = batch.slot_mapping.data_as<int32_t>();
   const DType dt = cache.pages.dtype();
   const size_t es = DTypeSize(dt);
+  if (dt == DType::kF8E4M3 && cache.scales.data_as<float>()[layer] == 0.0f) {
+    float amax = 0.0f;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* a = latent.data_as<float>() + t * latent.row_stride();
+      const float* b = k_rope.data_as<float>() + t * k_rope.row_stride();
+      for (int64_t i = 0; i < L; ++i) amax = std::max(amax, std::fabs(a[i]));
+      for (int64_t i = 0; i < R; ++i) amax = std::max(amax, std::fabs(b[i]));
+    }
+    cache.scales.data_as<float>()[layer] = amax > 0.0f ? amax * kFp8Headroom / Fp8E4M3::kMax : 1.0f;
+  }
+  const float scale = LayerScale(cache, layer);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t page = slots[t] / cache.page_size, row = slots[t] % cache.page_size;
     LLMRT_CHECK(page >= 0 && page < cache.num_pages);
     uint8_t* dst = CacheRow(cache, page, layer, row);
-    StoreRow(dt, latent.data_as<float>() + t * latent.row_stride(), dst, L);
-    StoreRow(dt, k_rope.data_as<float>() + t * k_rope.row_stride(), dst + L * es, R);
+    StoreRow(dt, latent.data_as<float>() + t * latent.row_stride(), dst, L, scale);
+    StoreRow(dt, k_rope.data_as<float>() + t * k_rope.row_stride(), dst + L * es, R, scale);
   }
 }
 
@@ -67,6 +112,7 @@ void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t
   const int32_t* pids = batch.page_ids.data_as<int32_t>();
   const DType cdt = cache.pages.dtype();
   const size_t es = DTypeSize(cdt);
+  const float cscale = LayerScale(cache, layer);
   pool_.ParallelFor(static_cast<size_t>(T * heads), 1, [&](size_t b, size_t e) {
     std::vector<float> scores;
     for (size_t i = b; i < e; ++i) {
@@ -80,7 +126,7 @@ void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t p = 0; p < ctx; ++p) {
         const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
-        scores[p] = cpu::Dot(qh, cdt, row + k_off, head_dim) * scale;
+        scores[p] = RowDot(qh, cdt, row + k_off, head_dim, cscale) * scale;
         mx = std::max(mx, scores[p]);
       }
       double sum = 0;
@@ -93,7 +139,7 @@ void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t
       std::fill(o, o + head_dim, 0.0f);
       for (int64_t p = 0; p < ctx; ++p) {
         const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
-        cpu::Axpy(scores[p] * inv, cdt, row + v_off, o, head_dim);
+        RowAxpy(scores[p] * inv, cdt, row + v_off, o, head_dim, cscale);
       }
     }
   });
@@ -131,7 +177,7 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
   const int32_t* pstart = batch.seq_page_start.data_as<int32_t>();
   const int32_t* pids = batch.page_ids.data_as<int32_t>();
   const DType cdt = cache.pages.dtype();
-  const size_t es = DTypeSize(cdt);
+  const float cscale = LayerScale(cache, layer);
   const int64_t qw = d.nope + d.rope;
   pool_.ParallelFor(static_cast<size_t>(T * H), 1, [&](size_t b, size_t e) {
     std::vector<float> qc(W), scores;
@@ -148,7 +194,7 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t p = 0; p < ctx; ++p) {
         const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
-        scores[p] = cpu::Dot(qc.data(), cdt, row, W) * scale;
+        scores[p] = RowDot(qc.data(), cdt, row, W, cscale) * scale;
         mx = std::max(mx, scores[p]);
       }
       double sum = 0;
@@ -161,9 +207,8 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
       std::fill(out, out + d.kv_lora, 0.0f);
       for (int64_t p = 0; p < ctx; ++p) {
         const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
-        cpu::Axpy(scores[p] * inv, cdt, row, out, d.kv_lora);
+        RowAxpy(scores[p] * inv, cdt, row, out, d.kv_lora, cscale);
       }
-      (void)es;
     }
   });
 }
