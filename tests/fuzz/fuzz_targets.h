@@ -1,0 +1,15 @@
+#ifndef LLMRT_TESTS_FUZZ_FUZZ_TARGETS_H_
+#define LLMRT_TESTS_FUZZ_FUZZ_TARGETS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llmrt::fuzz {
+int Safetensors(const uint8_t* data, size_t size);
+int Config(const uint8_t* data, size_t size);
+int TokenizerText(const uint8_t* data, size_t size);
+int TokenizerIds(const uint8_t* data, size_t size);
+int TokenizerFiles(const uint8_t* data, size_t size);
+}  // namespace llmrt::fuzz
+
+#endif  // LLMRT_TESTS_FUZZ_FUZZ_TARGETS_H_

@@ -1,0 +1,93 @@
+// Replays deterministic mutations (bit flips, byte overwrites, truncations, insertions, splices)
+// of committed seed files through every fuzz target. Not a substitute for coverage-guided
+// fuzzing (cmake -DLLMRT_FUZZ=ON with clang), but it runs in every CI build and keeps the parsers
+// honest against malformed input.
+//   llmrt_fuzz_smoke [iterations per seed]
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/fuzz/fuzz_targets.h"
+
+namespace {
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Mutate(std::string s, std::mt19937_64& rng) {
+  const int edits = 1 + static_cast<int>(rng() % 4);
+  for (int e = 0; e < edits; ++e) {
+    switch (rng() % 5) {
+      case 0:  // bit flip
+        if (!s.empty()) s[rng() % s.size()] ^= static_cast<char>(1u << (rng() % 8));
+        break;
+      case 1:  // interesting byte
+        if (!s.empty()) s[rng() % s.size()] = "\x00\xff\x7f\x80\"{}[]:,9-"[rng() % 13];
+        break;
+      case 2:  // truncate
+        if (!s.empty()) s.resize(rng() % s.size());
+        break;
+      case 3: {  // insert random bytes
+        const size_t at = s.empty() ? 0 : rng() % s.size();
+        std::string ins(1 + rng() % 8, '\0');
+        for (auto& c : ins) c = static_cast<char>(rng());
+        s.insert(at, ins);
+        break;
+      }
+      case 4: {  // duplicate a slice
+        if (s.size() < 2) break;
+        const size_t a = rng() % s.size(), n = 1 + rng() % std::min<size_t>(64, s.size() - a);
+        s.insert(rng() % s.size(), s.substr(a, n));
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iterations = argc > 1 ? std::atoi(argv[1]) : 300;
+  const std::string d = LLMRT_TEST_DATA;
+  // A small valid safetensors file as seed (the real ones are large).
+  std::string st = Read(d + "/tiny_glm4_moe/model.safetensors").substr(0, 4096);
+  struct Target {
+    const char* name;
+    int (*fn)(const uint8_t*, size_t);
+    std::vector<std::string> seeds;
+  } targets[] = {
+      {"safetensors", llmrt::fuzz::Safetensors, {st}},
+      {"config", llmrt::fuzz::Config,
+       {Read(d + "/tiny_kimi_k2_qlora_yarn/config.json"), Read(d + "/tiny_glm4_moe/config.json")}},
+      {"tokenizer_text", llmrt::fuzz::TokenizerText,
+       {"In the beginning God created\n", "\xe4\xbd\xa0\xe5\xa5\xbd<|im_end|>[gMASK] 123 'll", Read(d + "/kjv_heldout.txt").substr(0, 600)}},
+      {"tokenizer_ids", llmrt::fuzz::TokenizerIds, {std::string(64, '\x10'), "\xff\xff\x00\x01\x40\x00"}},
+      {"tokenizer_files", llmrt::fuzz::TokenizerFiles,
+       {"\x01" + Read(d + "/tokenizers/kimi/tiktoken.model").substr(0, 3000),
+        "\x00" + Read(d + "/tokenizers/glm/tokenizer.json").substr(0, 3000)}},
+  };
+  std::mt19937_64 rng(20261129);
+  long runs = 0;
+  for (auto& t : targets) {
+    for (const auto& seed : t.seeds) {
+      t.fn(reinterpret_cast<const uint8_t*>(seed.data()), seed.size());
+      for (int i = 0; i < iterations; ++i) {
+        const std::string m = Mutate(seed, rng);
+        t.fn(reinterpret_cast<const uint8_t*>(m.data()), m.size());
+        ++runs;
+      }
+    }
+    std::printf("fuzz smoke: %s ok\n", t.name);
+  }
+  std::printf("%ld passed, 0 failed\n", runs);
+  return 0;
+}
