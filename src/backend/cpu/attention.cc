@@ -70,6 +70,29 @@ void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n, float scale) 
   }
 }
 
+// Softmax attention of one query over positions [0, ctx) of a paged sequence: score(row) gives
+// the logit of a cache row; accumulate(weight, row) adds the row's value with its softmax weight
+// (float32 softmax, max-subtracted).
+template <typename Score, typename Accumulate>
+void AttendPaged(const KvCacheView& cache, int64_t layer, const int32_t* pages, int64_t ctx,
+                 std::vector<float>& scores, Score score, Accumulate accumulate) {
+  scores.resize(ctx);
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t p = 0; p < ctx; ++p) {
+    scores[p] = score(CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size));
+    mx = std::max(mx, scores[p]);
+  }
+  double sum = 0;
+  for (int64_t p = 0; p < ctx; ++p) {
+    scores[p] = std::exp(scores[p] - mx);
+    sum += scores[p];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t p = 0; p < ctx; ++p) {
+    accumulate(scores[p] * inv, CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size));
+  }
+}
+
 }  // namespace
 
 void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& latent,
@@ -122,25 +145,12 @@ void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t
       const float* qh = q.data_as<float>() + t * q.row_stride() + h * head_dim;
       const size_t k_off = static_cast<size_t>(g * head_dim) * es;
       const size_t v_off = static_cast<size_t>((kv_heads + g) * head_dim) * es;
-      scores.resize(ctx);
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t p = 0; p < ctx; ++p) {
-        const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
-        scores[p] = RowDot(qh, cdt, row + k_off, head_dim, cscale) * scale;
-        mx = std::max(mx, scores[p]);
-      }
-      double sum = 0;
-      for (int64_t p = 0; p < ctx; ++p) {
-        scores[p] = std::exp(scores[p] - mx);
-        sum += scores[p];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
       float* o = out.data_as<float>() + t * out.row_stride() + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
-      for (int64_t p = 0; p < ctx; ++p) {
-        const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
-        RowAxpy(scores[p] * inv, cdt, row + v_off, o, head_dim, cscale);
-      }
+      AttendPaged(
+          cache, layer, pages, ctx, scores,
+          [&](const uint8_t* row) { return RowDot(qh, cdt, row + k_off, head_dim, cscale) * scale; },
+          [&](float w, const uint8_t* row) { RowAxpy(w, cdt, row + v_off, o, head_dim, cscale); });
     }
   });
 }
@@ -190,25 +200,12 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
                   d.kv_lora * sizeof(float));
       std::memcpy(qc.data() + d.kv_lora, q.data_as<float>() + t * q.row_stride() + h * qw + d.nope,
                   d.rope * sizeof(float));
-      scores.resize(ctx);
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t p = 0; p < ctx; ++p) {
-        const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
-        scores[p] = RowDot(qc.data(), cdt, row, W, cscale) * scale;
-        mx = std::max(mx, scores[p]);
-      }
-      double sum = 0;
-      for (int64_t p = 0; p < ctx; ++p) {
-        scores[p] = std::exp(scores[p] - mx);
-        sum += scores[p];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
       float* out = out_lat.data_as<float>() + t * out_lat.row_stride() + h * d.kv_lora;
       std::fill(out, out + d.kv_lora, 0.0f);
-      for (int64_t p = 0; p < ctx; ++p) {
-        const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
-        RowAxpy(scores[p] * inv, cdt, row, out, d.kv_lora, cscale);
-      }
+      AttendPaged(
+          cache, layer, pages, ctx, scores,
+          [&](const uint8_t* row) { return RowDot(qc.data(), cdt, row, W, cscale) * scale; },
+          [&](float w, const uint8_t* row) { RowAxpy(w, cdt, row, out, d.kv_lora, cscale); });
     }
   });
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/model/arch/common.h"
 #include "src/model/arch/ffn.h"
 #include "src/model/rope.h"
 #include "src/model/weights.h"
@@ -157,14 +158,7 @@ absl::Status DeepseekV3::Forward(const ForwardBatch& b, const KvCacheView& cache
     LLMRT_RETURN_IF_ERROR(RunFfn(be_, c, l.ffn, h, y));  // DeepseekV3MoE / DeepseekV3MLP
     be_.Add(x, y, x);
   }
-  // Only the rows whose next token is sampled go through the final norm and lm_head.
-  const int64_t S = b.num_logit_rows;
-  if (S == 0) return absl::OkStatus();
-  LLMRT_ASSIGN_OR_RETURN(Tensor last, Scratch({S, D}));  // [S, hidden]
-  be_.GatherRows(x, b.logit_rows, last);
-  be_.RmsNorm(last, final_norm_, static_cast<float>(c.rms_norm_eps), last);
-  be_.MatMul(last, lm_head_, logits);  // [S, vocab]
-  return absl::OkStatus();
+  return ComputeLogits(be_, b, x, final_norm_, static_cast<float>(c.rms_norm_eps), lm_head_, logits);
 }
 
 }  // namespace

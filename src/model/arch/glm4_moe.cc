@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/model/arch/common.h"
 #include "src/model/arch/ffn.h"
 #include "src/model/rope.h"
 #include "src/model/weights.h"
@@ -136,13 +137,7 @@ absl::Status Glm4Moe::Forward(const ForwardBatch& b, const KvCacheView& cache, c
     LLMRT_RETURN_IF_ERROR(RunFfn(be_, c, l.ffn, h, y));  // Glm4MoeMoE / Glm4MoeMLP
     be_.Add(x, y, x);
   }
-  const int64_t S = b.num_logit_rows;
-  if (S == 0) return absl::OkStatus();
-  LLMRT_ASSIGN_OR_RETURN(Tensor last, be_.Allocate(DType::kF32, {S, D}));
-  be_.GatherRows(x, b.logit_rows, last);
-  be_.RmsNorm(last, final_norm_, static_cast<float>(c.rms_norm_eps), last);
-  be_.MatMul(last, lm_head_, logits);  // [S, vocab]
-  return absl::OkStatus();
+  return ComputeLogits(be_, b, x, final_norm_, static_cast<float>(c.rms_norm_eps), lm_head_, logits);
 }
 
 }  // namespace
