@@ -13,7 +13,6 @@ usage: python3 tools/eval_hf.py MODEL_DIR HELDOUT_TXT [--window 128] [--golden O
 """
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -24,7 +23,7 @@ from transformers import DeepseekV3ForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_golden_deepseek import Bf16KvCache  # noqa: E402
-from train_kimi_model import load_encoding  # noqa: E402
+from train_kimi_model import evaluate, load_encoding  # noqa: E402
 
 PROMPTS = ["In the beginning", "And the LORD said unto Moses,"]
 STEPS = 5
@@ -68,19 +67,9 @@ def main():
     enc = load_encoding(args.model)
     model = load(args.model)
     ids = enc.encode_ordinary(open(args.heldout).read())
-    n = (len(ids) - 1) // args.window
-    nll, correct, count = 0.0, 0, 0
-    with torch.no_grad():
-        for w in range(0, n, 16):
-            batch = torch.tensor([ids[i * args.window:(i + 1) * args.window] for i in range(w, min(n, w + 16))])
-            logits = model(batch).logits.float()
-            lp = torch.log_softmax(logits[:, :-1], -1)
-            tgt = batch[:, 1:]
-            nll += -lp.gather(-1, tgt[..., None]).sum().item()
-            correct += (logits[:, :-1].argmax(-1) == tgt).sum().item()
-            count += tgt.numel()
-    print(json.dumps({"tokens": len(ids), "windows": n, "scored": count, "perplexity": math.exp(nll / count),
-                      "top1": correct / count}))
+    ppl, top1, count = evaluate(model, ids, window=args.window)
+    print(json.dumps({"tokens": len(ids), "windows": (len(ids) - 1) // args.window, "scored": count,
+                      "perplexity": ppl, "top1": top1}))
     if args.golden:
         cases = []
         for p in PROMPTS:

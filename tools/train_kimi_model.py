@@ -51,14 +51,15 @@ def model_config(vocab):
 
 
 @torch.no_grad()
-def evaluate(model, ids, max_windows=None):
+def evaluate(model, ids, max_windows=None, window=SEQ):
+    """Perplexity and top-1 accuracy over non-overlapping `window`-token windows (llm-eval's protocol)."""
     model.eval()
-    n = (len(ids) - 1) // SEQ
+    n = (len(ids) - 1) // window
     if max_windows:
         n = min(n, max_windows)
     nll, correct, count = 0.0, 0, 0
     for w in range(0, n, 16):
-        batch = torch.tensor([ids[i * SEQ:(i + 1) * SEQ] for i in range(w, min(n, w + 16))])
+        batch = torch.tensor([ids[i * window:(i + 1) * window] for i in range(w, min(n, w + 16))])
         logits = model(batch).logits.float()
         lp = torch.log_softmax(logits[:, :-1], -1)
         tgt = batch[:, 1:]
