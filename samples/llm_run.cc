@@ -135,6 +135,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     llm_detokenizer_create(tok, /*skip_special=*/1, &detok);
+    if (!chat) {
+      std::fputs(prompt_text, stdout);  // the continuation follows the prompt
+      std::fflush(stdout);
+    }
     so.stop_tokens = stops.data();
     so.num_stop_tokens = static_cast<uint32_t>(stops.size());
   }
@@ -204,6 +208,7 @@ int main(int argc, char** argv) {
     if (llm_detokenizer_flush(detok, buf, sizeof(buf), &len) == LLM_OK) std::fwrite(buf, 1, len, stdout);
   }
   std::printf("\n");
+  std::fflush(stdout);
   auto t3 = std::chrono::steady_clock::now();
   const double decode_s = Seconds(t_first, t3);
   std::fprintf(stderr, "llm-run: prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens, %.1f tok/s decode\n",
