@@ -6,6 +6,14 @@
 //   llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]
 //   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
 //   llm-bench --tokenize DIR --text FILE [--repeats N]
+//   llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]
+//   llm-bench --context 256,2048 [--sessions 1,4] [--steps N]
+//
+// --kv-table sizes the KV cache of each model directory (config.json only; tests/data/configs
+// holds the released Kimi K2, GLM-5 and GLM-4.5 configs) per codec with llm_model_kv_sizing.
+// --context compares a generated Kimi-K2-structure model (dense MLA) with a GLM-5-structure one
+// (MLA + DSA indexer, index_topk 512) of the same sizes, prefilling each session to the given
+// context lengths: below index_topk both attend densely, above it GLM-5 attends to 512 positions.
 //
 // --integrity compares decode throughput and p95 step latency with the no-op tracker, the
 // built-in tag checker and a host callback tracker (counting events), interleaving the three in
@@ -42,9 +50,41 @@ struct BenchConfig {
   int64_t vocab = 32000, hidden = 4096, layers = 4, heads = 32;
   int64_t q_lora = 1024, kv_lora = 512, nope = 128, rope = 64, v = 128;
   int64_t inter = 8192, moe_inter = 1024, experts = 16, top_k = 8, shared = 1, dense = 1;
+  // GLM-5 DSA indexer (GlmMoeDsaForCausalLM) when dsa.
+  bool dsa = false;
+  int64_t index_topk = 2048, index_heads = 32, index_dim = 128;
 };
 
+// The smaller pair --context compares: attention is a visible share of a step at long context.
+BenchConfig ContextConfig(bool dsa) {
+  BenchConfig c;
+  c.vocab = 8192;
+  c.hidden = 1024;
+  c.heads = 16;
+  c.q_lora = 512;
+  c.inter = 2816;
+  c.moe_inter = 512;
+  c.experts = 8;
+  c.top_k = 2;
+  c.dsa = dsa;
+  c.index_topk = 512;
+  return c;
+}
+
 nlohmann::json ConfigJson(const BenchConfig& c) {
+  if (c.dsa) {
+    nlohmann::json j = ConfigJson(BenchConfig{c.vocab, c.hidden, c.layers, c.heads, c.q_lora, c.kv_lora, c.nope,
+                                              c.rope, c.v, c.inter, c.moe_inter, c.experts, c.top_k, c.shared,
+                                              c.dense});
+    j["architectures"] = {"GlmMoeDsaForCausalLM"};
+    j["model_type"] = "glm_moe_dsa";
+    j.erase("rope_scaling");
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+    j["index_topk"] = c.index_topk;
+    j["index_n_heads"] = c.index_heads;
+    j["index_head_dim"] = c.index_dim;
+    return j;
+  }
   return {{"architectures", {"DeepseekV3ForCausalLM"}},
           {"model_type", "kimi_k2"},
           {"vocab_size", c.vocab},
@@ -105,6 +145,14 @@ std::vector<TensorSpec> Tensors(const BenchConfig& c) {
     t.push_back({p + "self_attn.kv_a_layernorm.weight", {c.kv_lora}, false, true});
     t.push_back({p + "self_attn.kv_b_proj.weight", {c.heads * (c.nope + c.v), c.kv_lora}});
     t.push_back({p + "self_attn.o_proj.weight", {c.hidden, c.heads * c.v}});
+    if (c.dsa) {
+      const std::string x = p + "self_attn.indexer.";
+      t.push_back({x + "wq_b.weight", {c.index_heads * c.index_dim, c.q_lora}});
+      t.push_back({x + "wk.weight", {c.index_dim, c.hidden}});
+      t.push_back({x + "k_norm.weight", {c.index_dim}, false, true});
+      t.push_back({x + "k_norm.bias", {c.index_dim}});
+      t.push_back({x + "weights_proj.weight", {c.index_heads, c.hidden}});
+    }
     if (i < c.dense) {
       mlp(p + "mlp.", c.inter);
     } else {
@@ -382,12 +430,112 @@ int RunIntegrityBench(const std::string& model, const std::vector<int>& batches,
 
 }  // namespace
 
+// KV bytes per token, capacity and sessions per codec for each model directory's config.
+int RunKvTable(const std::vector<std::string>& dirs, double budget_gib, int session_tokens) {
+  const uint64_t budget = static_cast<uint64_t>(budget_gib * (1ull << 30));
+  std::printf("llm-bench --kv-table: KV budget %.0f GiB, 16-token pages, sessions of %d tokens\n\n", budget_gib,
+              session_tokens);
+  std::printf("| model | architecture | layers | values/token/layer | codec | KV B/token | tokens in budget | "
+              "sessions of %d | vs BF16 |\n|---|---|---:|---:|---|---:|---:|---:|---:|\n", session_tokens);
+  for (const auto& d : dirs) {
+    std::ifstream in(d + "/config.json");
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    const std::string arch = j.is_object() && j.contains("architectures") ? j["architectures"][0].get<std::string>() : "?";
+    uint64_t bf16_tokens = 0;
+    for (auto [codec, name] : {std::pair{LLM_KV_DTYPE_BF16, "BF16"}, std::pair{LLM_KV_DTYPE_FP8_E4M3, "FP8 e4m3"}}) {
+      llm_kv_sizing k;
+      k.struct_size = sizeof(k);
+      if (llm_model_kv_sizing(d.c_str(), codec, budget, 16, static_cast<uint32_t>(session_tokens), &k) != LLM_OK) {
+        std::fprintf(stderr, "llm-bench: %s: %s\n", d.c_str(), llm_last_error());
+        return 1;
+      }
+      if (codec == LLM_KV_DTYPE_BF16) bf16_tokens = k.capacity_tokens;
+      std::printf("| %s | %s | %u | %u | %s | %llu | %llu | %llu | %.2fx |\n", fs::path(d).filename().c_str(),
+                  arch.c_str(), k.num_layers, k.elements_per_token_layer, name,
+                  static_cast<unsigned long long>(k.bytes_per_token), static_cast<unsigned long long>(k.capacity_tokens),
+                  static_cast<unsigned long long>(k.max_sessions),
+                  static_cast<double>(k.capacity_tokens) / static_cast<double>(bf16_tokens));
+    }
+  }
+  return 0;
+}
+
+// Prefill and decode speed of dense MLA (Kimi K2 structure) and MLA + DSA (GLM-5 structure) at
+// each context length, same sizes otherwise.
+int RunContextBench(const fs::path& base, const std::vector<int>& contexts, const std::vector<int>& batches,
+                    int steps, int threads) {
+  std::printf("llm-bench --context: generated models of equal size, index_topk %lld for GLM-5 DSA\n\n",
+              static_cast<long long>(ContextConfig(true).index_topk));
+  std::printf("| model | context | sessions | attention per query | KV B/token | prefill tok/s | decode tok/s | "
+              "decode vs K2 dense |\n|---|---:|---:|---|---:|---:|---:|---:|\n");
+  for (int ctx : contexts) {
+    for (int b : batches) {
+      double dense_tps = 0;
+      for (bool dsa : {false, true}) {
+        const BenchConfig cfg = ContextConfig(dsa);
+        const fs::path dir = base / (dsa ? "glm5-dsa" : "k2-dense");
+        if (!WriteCheckpoint(cfg, dir)) return 1;
+        llm_runtime_options ro;
+        llm_runtime_options_init(&ro);
+        ro.num_threads = threads;
+        ro.kv_budget_bytes = 1ull << 30;
+        ro.max_tokens_per_step = 2048;
+        llm_runtime* rt = nullptr;
+        if (llm_runtime_create(dir.c_str(), &ro, &rt) != LLM_OK) {
+          std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+          return 1;
+        }
+        llm_runtime_info info;
+        info.struct_size = sizeof(info);
+        llm_runtime_get_info(rt, &info);
+        llm_sampling_options so;
+        llm_sampling_options_init(&so);
+        so.max_new_tokens = static_cast<uint32_t>(steps + 2);
+        std::vector<llm_session*> ss(b);
+        for (int i = 0; i < b; ++i) {
+          llm_session_create(rt, &so, &ss[i]);
+          std::vector<int32_t> prompt(ctx);
+          for (int k = 0; k < ctx; ++k) prompt[k] = static_cast<int32_t>((i * 131 + k * 17 + 1) % cfg.vocab);
+          llm_session_append_tokens(ss[i], prompt.data(), prompt.size());
+        }
+        std::vector<llm_step_result> res(b);
+        size_t n = 0;
+        int prefilled = 0;
+        const auto t0 = Clock::now();
+        while (prefilled < b) {
+          if (llm_decode_step(rt, res.data(), res.size(), &n) != LLM_OK) {
+            std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+            return 1;
+          }
+          for (size_t r = 0; r < n; ++r) prefilled += res[r].token != LLM_TOKEN_NONE;
+        }
+        const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+        const auto t1 = Clock::now();
+        for (int s = 0; s < steps; ++s) llm_decode_step(rt, res.data(), res.size(), &n);
+        const double tps = b * steps / std::chrono::duration<double>(Clock::now() - t1).count();
+        if (!dsa) dense_tps = tps;
+        const bool sparse = dsa && ctx > cfg.index_topk;
+        std::printf("| %s | %d | %d | %s | %llu | %.1f | %.2f | %.2fx |\n", dsa ? "GLM-5 DSA" : "K2 dense", ctx, b,
+                    sparse ? "512 selected" : "all (dense)", static_cast<unsigned long long>(info.kv_bytes_per_token),
+                    b * ctx / prefill_s, tps, tps / dense_tps);
+        std::fflush(stdout);
+        for (auto* s : ss) llm_session_destroy(s);
+        llm_runtime_destroy(rt);
+      }
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   fs::path dir = "/tmp/llmrt-bench-model";
   std::vector<int> batches = {1, 4, 16, 64};
   int steps = 8, threads = 0, prompt_len = 8, repeats = 5;
   bool integrity = false;
-  std::string model, tokenize_dir, text_file;
+  std::string model, tokenize_dir, text_file, kv_table;
+  std::vector<int> contexts;
+  double budget_gib = 64;
+  int session_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--integrity") {
@@ -407,14 +555,34 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::atoi(argv[i + 1]);
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--prompt") prompt_len = std::atoi(argv[i + 1]);
+    else if (a == "--kv-table") kv_table = argv[i + 1];
+    else if (a == "--budget-gib") budget_gib = std::atof(argv[i + 1]);
+    else if (a == "--session-tokens") session_tokens = std::atoi(argv[i + 1]);
+    else if (a == "--context") contexts = ParseList(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]\n"
-                           "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n");
+                           "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n"
+                           "       llm-bench --tokenize DIR --text FILE [--repeats N]\n"
+                           "       llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]\n"
+                           "       llm-bench --context 256,2048 [--sessions 1,4] [--steps N]\n");
       return 2;
     }
     ++i;
   }
   if (!tokenize_dir.empty()) return RunTokenizeBench(tokenize_dir, text_file, repeats);
+  if (!kv_table.empty()) {
+    std::vector<std::string> dirs;
+    for (size_t b = 0, e; b <= kv_table.size(); b = e + 1) {
+      e = kv_table.find(',', b);
+      if (e == std::string::npos) e = kv_table.size();
+      if (e > b) dirs.push_back(kv_table.substr(b, e - b));
+    }
+    return RunKvTable(dirs, budget_gib, session_tokens);
+  }
+  if (!contexts.empty()) {
+    std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 4} : batches;
+    return RunContextBench(dir.parent_path() / "llmrt-bench-context", contexts, b, steps, threads);
+  }
   const BenchConfig cfg;
   if (integrity) {
     if (model.empty()) {

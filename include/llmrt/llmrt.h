@@ -77,6 +77,22 @@ LLM_API const char* llm_status_string(llm_status status);
  * llmrt call on this thread. */
 LLM_API const char* llm_last_error(void);
 
+/* ---- log ---------------------------------------------------------------------------------- */
+/* Load-time notes (for example "skipping 1 multi-token-prediction layer") and warnings. By
+ * default they are written to stderr from level LLM_LOG_INFO up. */
+typedef int32_t llm_log_level;
+#define LLM_LOG_DEBUG 0
+#define LLM_LOG_INFO 1
+#define LLM_LOG_WARNING 2
+#define LLM_LOG_ERROR 3
+#define LLM_LOG_OFF 4
+/* Receives one NUL-terminated line (no trailing newline), valid only during the call. May be
+ * called from any thread that calls into llmrt; calls are serialized. */
+typedef void (*llm_log_fn)(void* user, llm_log_level level, const char* message);
+/* Routes log lines at or above min_level to fn(user, ...); fn NULL restores stderr. Process-wide.
+ * LLM_ERR_INVALID_ARGUMENT for a level outside [LLM_LOG_DEBUG, LLM_LOG_OFF]. */
+LLM_API llm_status llm_set_log_callback(llm_log_fn fn, void* user, llm_log_level min_level);
+
 /* ---- runtime ----------------------------------------------------------------------------- */
 typedef struct llm_runtime llm_runtime;
 typedef struct llm_session llm_session;
@@ -200,6 +216,23 @@ typedef struct llm_runtime_info {
 
 /* Fills *info (whose struct_size the caller set). */
 LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_info* info);
+
+/* ---- KV sizing from a config alone --------------------------------------------------------- */
+typedef struct llm_kv_sizing {
+  uint32_t struct_size;              /* set by the caller to sizeof(llm_kv_sizing) */
+  int32_t kv_dtype;                  /* the codec sized (AUTO resolved to BF16) */
+  uint32_t num_layers;
+  uint32_t elements_per_token_layer; /* MLA: kv_lora + rope (+ the DSA indexer key); GQA: 2*kv_heads*head_dim */
+  uint64_t bytes_per_token;          /* over all layers: what llm_runtime_info reports for this codec */
+  uint64_t capacity_tokens;          /* tokens that kv_budget_bytes holds, in whole pages */
+  uint64_t max_sessions;             /* sessions of session_tokens each (whole pages) that fit; 0 if not asked */
+} llm_kv_sizing;
+
+/* Sizes the KV cache of the model in model_dir (its config.json only; no weights are read) for
+ * kv_dtype, as a runtime with that budget and page size would allocate it. session_tokens 0
+ * skips the session count; page_size_tokens 0 means the runtime default. */
+LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, uint64_t kv_budget_bytes,
+                                       uint32_t page_size_tokens, uint32_t session_tokens, llm_kv_sizing* out);
 
 /* ---- sessions ---------------------------------------------------------------------------- */
 typedef struct llm_sampling_options {

@@ -9,10 +9,13 @@
 #include <string>
 
 #include "include/llmrt/llmrt.h"
+#include "src/kv/kv_sizing.h"
+#include "src/model/checkpoint.h"
 #include "src/runtime/runtime.h"
 #include "src/tokenizer/chat.h"
 #include "src/tokenizer/detokenizer.h"
 #include "src/tokenizer/tokenizer.h"
+#include "src/util/log.h"
 #include "src/util/status.h"
 
 struct llm_runtime {
@@ -182,6 +185,14 @@ LLM_API const char* llm_status_string(llm_status status) {
 
 LLM_API const char* llm_last_error(void) { return g_last_error.c_str(); }
 
+LLM_API llm_status llm_set_log_callback(llm_log_fn fn, void* user, llm_log_level min_level) {
+  if (min_level < LLM_LOG_DEBUG || min_level > LLM_LOG_OFF) {
+    return Fail(LLM_ERR_INVALID_ARGUMENT, "min_level must be LLM_LOG_DEBUG..LLM_LOG_OFF");
+  }
+  llmrt::SetLogSink(fn, user, static_cast<llmrt::LogLevel>(min_level));
+  return LLM_OK;
+}
+
 LLM_API void llm_runtime_options_init(llm_runtime_options* o) {
   if (o == nullptr) return;
   std::memset(o, 0, sizeof(*o));
@@ -255,6 +266,44 @@ LLM_API void llm_runtime_destroy(llm_runtime* runtime) {
     delete runtime;
   } catch (...) {
   }
+}
+
+LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, uint64_t kv_budget_bytes,
+                                       uint32_t page_size_tokens, uint32_t session_tokens, llm_kv_sizing* out) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(model_dir);
+  LLM_REQUIRE(out);
+  if (out->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "out->struct_size is not set");
+  llmrt::DType dt;
+  switch (kv_dtype) {
+    case LLM_KV_DTYPE_AUTO:
+    case LLM_KV_DTYPE_BF16: dt = llmrt::DType::kBF16; kv_dtype = LLM_KV_DTYPE_BF16; break;
+    case LLM_KV_DTYPE_F32: dt = llmrt::DType::kF32; break;
+    case LLM_KV_DTYPE_FP8_E4M3: dt = llmrt::DType::kF8E4M3; break;
+    default: return Fail(LLM_ERR_INVALID_ARGUMENT, "kv_dtype is not an LLM_KV_DTYPE_* value");
+  }
+  const uint32_t page = page_size_tokens == 0 ? 16 : page_size_tokens;
+  if (page > 4096) return Fail(LLM_ERR_INVALID_ARGUMENT, "page_size_tokens is outside [1, 4096]");
+  const std::string dir(model_dir);
+  absl::StatusOr<std::string> text = llmrt::ReadTextFile(dir + "/config.json");
+  if (!text.ok()) return Report(text.status());
+  absl::StatusOr<llmrt::ModelConfig> c = llmrt::ParseModelConfig(*text, dir + "/config.json");
+  if (!c.ok()) return Report(c.status());
+  const llmrt::KvSizing k = llmrt::SizeKvCache(*c, dt, kv_budget_bytes, page, session_tokens);
+  llm_kv_sizing r;
+  std::memset(&r, 0, sizeof(r));
+  r.struct_size = sizeof(r);
+  r.kv_dtype = kv_dtype;
+  r.num_layers = static_cast<uint32_t>(c->num_layers);
+  r.elements_per_token_layer = static_cast<uint32_t>(k.width);
+  r.bytes_per_token = k.bytes_per_token;
+  r.capacity_tokens = k.capacity_tokens;
+  r.max_sessions = k.sessions;
+  const uint32_t n = std::min<uint32_t>(out->struct_size, sizeof(r));
+  std::memcpy(out, &r, n);
+  out->struct_size = n;
+  return LLM_OK;
+  LLM_GUARD_END
 }
 
 LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_info* info) {

@@ -112,6 +112,8 @@ class Backend {
   virtual void Embedding(const Weight& table, const Tensor& ids, const Tensor& out) = 0;
   // out = x * rsqrt(mean(x^2) + eps) * w, per row, in float32. x may be a column view; out may be x.
   virtual void RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) = 0;
+  // out = (x - mean(x)) * rsqrt(var(x) + eps) * w + b, per row, in float32 (nn.LayerNorm).
+  virtual void LayerNorm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& out) = 0;
   // out = a + b (out may alias a or b).
   virtual void Add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // out = silu(gate) * up.
@@ -135,10 +137,11 @@ class Backend {
                     const Tensor& positions) = 0;
 
   // ---- paged KV cache ----
-  // Writes, for every token t, first[t] then second[t] into the cache row slot_mapping[t] of
-  // `layer`, converting to the cache dtype: MLA stores (latent, k_rope), GQA (keys, values).
-  virtual void KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& first,
-                       const Tensor& second, const AttentionBatch& batch) = 0;
+  // Writes, for every token t, parts[0][t], parts[1][t], ... side by side from column 0 of the
+  // cache row slot_mapping[t] of `layer`, converting to the cache dtype: MLA stores (latent,
+  // k_rope[, indexer key]), GQA (keys, values). The parts' widths sum to at most cache.width.
+  virtual void KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
+                       const AttentionBatch& batch) = 0;
 
   // ---- grouped-query attention (GLM-4.5) ----
   // Cache rows hold [K of kv_heads heads | V of kv_heads heads], head_dim each. Query head h
@@ -154,10 +157,23 @@ class Backend {
   virtual void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,
                               const Tensor& q_lat) = 0;
   // Absorbed attention: score(t, p) = (q_lat[t,h] . c_p + q_rope[t,h] . kr_p) * scale over the
-  // causal context of t, softmax in float32, out_lat[t,h] = sum_p prob * c_p.
+  // causal context of t, softmax in float32, out_lat[t,h] = sum_p prob * c_p. Cache rows start
+  // with [c (kv_lora) | kr (rope)]. With `selected` non-null (I32 [T, k], from DsaSelect), token
+  // t attends only to the positions listed in row t (up to the first -1): sparse attention.
   virtual void MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache,
                             int64_t layer, const AttentionBatch& batch, const MlaDims& d,
-                            float scale, const Tensor& out_lat) = 0;
+                            float scale, const Tensor* selected, const Tensor& out_lat) = 0;
+
+  // ---- DeepSeek Sparse Attention indexer (GLM-5) ----
+  // For every token t and cached position p of its causal context, the index score
+  //   I(t, p) = sum_h w[t,h] * relu(q[t,h] . k_p * key_scale)
+  // where k_p is the head_dim-wide indexer key at column key_offset of p's cache row. Writes the
+  // positions of the top_k largest scores (ties to the earlier position) to selected [T, top_k]
+  // in ascending order, padded with -1 when the context has fewer than top_k positions.
+  // q [T, heads * head_dim], w [T, heads].
+  virtual void DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
+                         const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset,
+                         float key_scale, int64_t top_k, const Tensor& selected) = 0;
   // out [T, heads*v] = per head W_UV o_lat[t,h], W_UV the last v rows of each head's kv_b block.
   virtual void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d,
                                const Tensor& out) = 0;

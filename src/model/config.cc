@@ -1,5 +1,7 @@
 #include "src/model/config.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
@@ -103,6 +105,7 @@ absl::Status ParseMoeCommon(const json& j, ModelConfig& c, const std::string& sr
   LLMRT_RETURN_IF_ERROR(GetDouble(j, "routed_scaling_factor", &scale, src));
   c.routed_scaling_factor = static_cast<float>(scale);
   LLMRT_RETURN_IF_ERROR(GetBool(j, "norm_topk_prob", &c.norm_topk_prob, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "num_nextn_predict_layers", false, &c.num_nextn_predict_layers, src));
   return absl::OkStatus();
 }
 
@@ -239,6 +242,69 @@ absl::Status ParseGlm4Moe(const json& j, ModelConfig& c, const std::string& src)
   return absl::OkStatus();
 }
 
+// Reads an optional list of strings, each of which must be one of `a` (-> 1) or `b` (-> 0).
+absl::Status GetLayerKinds(const json& j, const char* key, const char* a, const char* b, int64_t layers,
+                           std::vector<uint8_t>* out, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array() || static_cast<int64_t>(it->size()) != layers) {
+    return FormatError(absl::StrCat(src, ": \"", key, "\" must list one entry per layer (", layers, ")"));
+  }
+  out->clear();
+  for (const auto& e : *it) {
+    if (!e.is_string() || (e.get<std::string>() != a && e.get<std::string>() != b)) {
+      return FormatError(absl::StrCat(src, ": \"", key, "\" entries must be \"", a, "\" or \"", b, "\""));
+    }
+    out->push_back(e.get<std::string>() == a ? 1 : 0);
+  }
+  return absl::OkStatus();
+}
+
+// GLM-5.x: the DeepSeek-V3 fields plus the DSA indexer (transformers' GlmMoeDsaConfig).
+absl::Status ParseGlmMoeDsa(const json& j, ModelConfig& c, const std::string& src) {
+  LLMRT_RETURN_IF_ERROR(ParseDeepseekV3(j, c, src));
+  // GlmMoeDsaAttention applies the interleaved rotary layout unconditionally.
+  c.rope_interleave = true;
+  c.index_topk = 2048;
+  c.index_head_dim = 128;
+  c.index_n_heads = 32;
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "index_topk", false, &c.index_topk, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "index_head_dim", false, &c.index_head_dim, src));
+  LLMRT_RETURN_IF_ERROR(GetInt(j, "index_n_heads", false, &c.index_n_heads, src));
+  if (c.index_topk <= 0 || c.index_n_heads <= 0 || c.index_head_dim < c.qk_rope_head_dim) {
+    return FormatError(absl::StrCat(src, ": DSA indexer needs index_topk > 0, index_n_heads > 0 and index_head_dim >= "
+                                         "qk_rope_head_dim (got ", c.index_topk, ", ", c.index_n_heads, ", ",
+                                    c.index_head_dim, ")"));
+  }
+  if (c.q_lora_rank <= 0) {
+    return FormatError(absl::StrCat(src, ": glm_moe_dsa needs q_lora_rank (the indexer reads the q LoRA output)"));
+  }
+  // indexer_types, else the pattern transformers derives from index_topk_pattern or
+  // index_topk_freq / index_skip_topk_offset.
+  c.indexer_full.assign(c.num_layers, 1);
+  if (auto it = j.find("indexer_types"); it != j.end() && !it->is_null()) {
+    LLMRT_RETURN_IF_ERROR(GetLayerKinds(j, "indexer_types", "full", "shared", c.num_layers, &c.indexer_full, src));
+  } else if (auto pt = j.find("index_topk_pattern"); pt != j.end() && pt->is_string()) {
+    const std::string pattern = pt->get<std::string>();
+    if (static_cast<int64_t>(pattern.size()) != c.num_layers ||
+        pattern.find_first_not_of("FS") != std::string::npos) {
+      return FormatError(absl::StrCat(src, ": index_topk_pattern must be one F or S per layer"));
+    }
+    for (int64_t i = 0; i < c.num_layers; ++i) c.indexer_full[i] = pattern[i] == 'F';
+  } else {
+    int64_t freq = 1, offset = 2;
+    LLMRT_RETURN_IF_ERROR(GetInt(j, "index_topk_freq", false, &freq, src));
+    LLMRT_RETURN_IF_ERROR(GetInt(j, "index_skip_topk_offset", false, &offset, src));
+    freq = std::max<int64_t>(freq, 1);
+    for (int64_t i = 0; i < c.num_layers; ++i) c.indexer_full[i] = std::max<int64_t>(i - offset + 1, 0) % freq == 0;
+  }
+  if (!c.indexer_full[0]) {
+    return FormatError(absl::StrCat(src, ": layer 0 is a shared-indexer layer; it has no earlier selection to reuse"));
+  }
+  LLMRT_RETURN_IF_ERROR(GetLayerKinds(j, "mlp_layer_types", "sparse", "dense", c.num_layers, &c.moe_layers, src));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source) {
@@ -266,10 +332,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
     c.family = ArchFamily::kGlm4Moe;
     LLMRT_RETURN_IF_ERROR(ParseGlm4Moe(j, c, source));
     return c;
+  } else if (c.architecture == "GlmMoeDsaForCausalLM") {
+    if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) c.model_type = mt->get<std::string>();
+    c.family = ArchFamily::kGlmMoeDsa;
+    LLMRT_RETURN_IF_ERROR(ParseGlmMoeDsa(j, c, source));
+    return c;
   } else if (c.architecture != "DeepseekV3ForCausalLM") {
     return UnsupportedError(absl::StrCat(source, ": architecture \"", c.architecture,
                                          "\" is not supported (DeepseekV3ForCausalLM, "
-                                         "KimiK25ForConditionalGeneration, Glm4MoeForCausalLM)"));
+                                         "KimiK25ForConditionalGeneration, GlmMoeDsaForCausalLM, "
+                                         "Glm4MoeForCausalLM)"));
   }
   if (auto mt = text->find("model_type"); mt != text->end() && mt->is_string()) {
     c.model_type = mt->get<std::string>();

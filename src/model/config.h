@@ -27,6 +27,7 @@ struct RopeConfig {
 enum class ArchFamily {
   kDeepseekV3,  // DeepseekV3ForCausalLM / KimiK25ForConditionalGeneration: MLA + MoE
   kGlm4Moe,     // Glm4MoeForCausalLM (GLM-4.5 to 4.7): GQA + MoE
+  kGlmMoeDsa,   // GlmMoeDsaForCausalLM (GLM-5.x): MLA + DeepSeek Sparse Attention + MoE
 };
 
 struct ModelConfig {
@@ -69,16 +70,30 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool rope_interleave = true;
   RopeConfig rope;
+  // DeepSeek Sparse Attention (GLM-5): the lightning indexer's heads, width and top-k; which
+  // layers run their own indexer ("full") and which reuse the previous full layer's selection
+  // ("shared", transformers' indexer_types).
+  int64_t index_topk = 0;  // 0: dense MLA (no indexer)
+  int64_t index_head_dim = 0;
+  int64_t index_n_heads = 0;
+  std::vector<uint8_t> indexer_full;  // [num_layers], DSA only
+  // Per-layer MLP kind from mlp_layer_types (1 = MoE); empty: first_k_dense_replace decides.
+  std::vector<uint8_t> moe_layers;
+  // Multi-token-prediction layers stored after the last decoder layer (not run).
+  int64_t num_nextn_predict_layers = 0;
   std::vector<int32_t> eos_token_ids;
   int32_t bos_token_id = -1;
 
   bool IsMoeLayer(int64_t layer) const {
+    if (!moe_layers.empty()) return n_routed_experts > 0 && moe_layers[layer] != 0;
     return n_routed_experts > 0 && layer >= first_k_dense_replace && layer % moe_layer_freq == 0;
   }
-  // Elements cached per token per layer: MLA, the latent plus the shared rope key; GQA, the
-  // keys then the values of every KV head.
+  bool HasIndexer() const { return index_topk > 0; }
+  // Elements cached per token per layer: MLA, the latent plus the shared rope key, then (DSA) the
+  // indexer key; GQA, the keys then the values of every KV head.
   int64_t KvWidth() const {
-    return family == ArchFamily::kGlm4Moe ? 2 * num_kv_heads * head_dim : kv_lora_rank + qk_rope_head_dim;
+    if (family == ArchFamily::kGlm4Moe) return 2 * num_kv_heads * head_dim;
+    return kv_lora_rank + qk_rope_head_dim + (HasIndexer() ? index_head_dim : 0);
   }
 };
 

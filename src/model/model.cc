@@ -8,6 +8,7 @@ namespace llmrt {
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend) {
   switch (ck.config().family) {
     case ArchFamily::kDeepseekV3:
+    case ArchFamily::kGlmMoeDsa:  // MLA with the DSA indexer: same file (DESIGN.md)
       return LoadDeepseekV3(ck, backend);
     case ArchFamily::kGlm4Moe:
       return LoadGlm4Moe(ck, backend);

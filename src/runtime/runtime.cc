@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/kv/kv_sizing.h"
 #include "src/sched/scheduler.h"
 #include "src/util/errors.h"
 #include "src/util/status.h"
@@ -153,13 +154,14 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   LLMRT_ASSIGN_OR_RETURN(rt->model_, LoadModel(*rt->checkpoint_, *rt->backend_));
 
   const ModelConfig& c = rt->model_->config();
-  const int64_t width = rt->model_->kv_width();
-  rt->kv_bytes_per_token_ = static_cast<uint64_t>(c.num_layers * width) * DTypeSize(options.kv_dtype);
-  const uint64_t page_bytes = rt->kv_bytes_per_token_ * static_cast<uint64_t>(options.page_size);
-  const uint64_t pages = options.kv_budget_bytes / page_bytes;
+  const KvSizing sizing = SizeKvCache(c, options.kv_dtype, options.kv_budget_bytes, options.page_size);
+  const int64_t width = sizing.width;
+  LLMRT_CHECK(width == rt->model_->kv_width());
+  rt->kv_bytes_per_token_ = sizing.bytes_per_token;
+  const uint64_t pages = sizing.pages;
   if (pages == 0) {
     return absl::InvalidArgumentError(absl::StrCat("kv_budget_bytes ", options.kv_budget_bytes,
-                                                   " holds no page (one page is ", page_bytes, " bytes)"));
+                                                   " holds no page (one page is ", sizing.page_bytes, " bytes)"));
   }
   if (pages > (1u << 30)) return absl::InvalidArgumentError("kv_budget_bytes gives too many pages");
   rt->cache_.num_pages = static_cast<int64_t>(pages);

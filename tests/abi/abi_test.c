@@ -581,6 +581,72 @@ static void TestScoreFromC(void) {
   llm_runtime_destroy(rt);
 }
 
+/* KV bytes per token of the released models, from their config.json alone (tests/data/configs). */
+static void TestKvSizingFromC(void) {
+  char dir[1200];
+  llm_kv_sizing k;
+  const uint64_t gib = 1ull << 30;
+  memset(&k, 0, sizeof k);
+  k.struct_size = sizeof k;
+  snprintf(dir, sizeof dir, "%s/configs/kimi-k2", g_data);
+  /* Kimi K2: 61 layers x (512 + 64) values. */
+  CHECK_STATUS(llm_model_kv_sizing(dir, LLM_KV_DTYPE_BF16, gib, 0, 4096, &k), LLM_OK);
+  CHECK(k.struct_size == sizeof k && k.kv_dtype == LLM_KV_DTYPE_BF16 && k.num_layers == 61);
+  CHECK(k.elements_per_token_layer == 576);
+  CHECK(k.bytes_per_token == 70272);
+  CHECK(k.capacity_tokens == gib / (70272u * 16u) * 16u);
+  CHECK(k.max_sessions == gib / (70272u * 16u) / 256u);
+  {
+    const uint64_t bf16_tokens = k.capacity_tokens;
+    CHECK_STATUS(llm_model_kv_sizing(dir, LLM_KV_DTYPE_FP8_E4M3, gib, 0, 0, &k), LLM_OK);
+    CHECK(k.bytes_per_token == 35136);
+    CHECK(k.capacity_tokens >= 2 * bf16_tokens && k.capacity_tokens <= 2 * bf16_tokens + 16);
+    CHECK(k.max_sessions == 0);
+  }
+  /* GLM-5: 78 layers x (512 + 64 + 128 indexer key). */
+  snprintf(dir, sizeof dir, "%s/configs/glm-5", g_data);
+  CHECK_STATUS(llm_model_kv_sizing(dir, LLM_KV_DTYPE_AUTO, gib, 64, 0, &k), LLM_OK);
+  CHECK(k.kv_dtype == LLM_KV_DTYPE_BF16 && k.elements_per_token_layer == 704 && k.bytes_per_token == 109824);
+  /* GLM-4.5: 92 layers x 2 x 8 KV heads x 128. */
+  snprintf(dir, sizeof dir, "%s/configs/glm-4.5", g_data);
+  CHECK_STATUS(llm_model_kv_sizing(dir, LLM_KV_DTYPE_F32, gib, 16, 0, &k), LLM_OK);
+  CHECK(k.bytes_per_token == 2 * 376832);
+  /* Errors. */
+  CHECK_STATUS(llm_model_kv_sizing(NULL, LLM_KV_DTYPE_BF16, gib, 0, 0, &k), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_model_kv_sizing(dir, LLM_KV_DTYPE_BF16, gib, 0, 0, NULL), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_model_kv_sizing(dir, 77, gib, 0, 0, &k), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_model_kv_sizing(dir, LLM_KV_DTYPE_BF16, gib, 5000, 0, &k), LLM_ERR_INVALID_ARGUMENT);
+  snprintf(dir, sizeof dir, "%s/no-such-model", g_data);
+  CHECK_STATUS(llm_model_kv_sizing(dir, LLM_KV_DTYPE_BF16, gib, 0, 0, &k), LLM_ERR_NOT_FOUND);
+  k.struct_size = 0;
+  CHECK_STATUS(llm_model_kv_sizing(g_model, LLM_KV_DTYPE_BF16, gib, 0, 0, &k), LLM_ERR_INVALID_ARGUMENT);
+}
+
+typedef struct {
+  int lines;
+  llm_log_level last_level;
+} LogState;
+
+static void OnLog(void* user, llm_log_level level, const char* message) {
+  LogState* st = (LogState*)user;
+  st->lines++;
+  st->last_level = level;
+  CHECK(message != NULL && message[0] != '\0');
+}
+
+static void TestLogCallback(void) {
+  LogState st;
+  llm_runtime* rt;
+  memset(&st, 0, sizeof st);
+  CHECK_STATUS(llm_set_log_callback(OnLog, &st, -1), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_set_log_callback(OnLog, &st, LLM_LOG_OFF + 1), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_set_log_callback(OnLog, &st, LLM_LOG_DEBUG), LLM_OK);
+  rt = OpenRuntime(LLM_KV_DTYPE_F32, 0, 0); /* the tiny model logs nothing at load */
+  llm_runtime_destroy(rt);
+  CHECK(st.lines == 0);
+  CHECK_STATUS(llm_set_log_callback(NULL, NULL, LLM_LOG_INFO), LLM_OK);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s TEST_DATA_DIR SCRATCH_DIR\n", argv[0]);
@@ -600,6 +666,8 @@ int main(int argc, char** argv) {
   TestIntegrityFromC();
   TestTokenizerFromC();
   TestScoreFromC();
+  TestKvSizingFromC();
+  TestLogCallback();
   printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -33,7 +33,14 @@ constexpr float kBf16KvTolerance = 2e-3f;
 struct ModelCase {
   const char* dir;     // relative to the repository root
   const char* golden;  // golden file stem under tests/data
+  float bf16_tolerance = kBf16KvTolerance;
 };
+
+// The GLM-5 DSA model stores three bf16-rounded parts per row and has four layers; a single
+// rounding flip in its prefill moves the last logits by a median 3.6e-5 but by 1.3e-2 at p90
+// (300 random single flips of the reference's rounded values, prompt 0). The engine sees one
+// such flip in prompt 0 (2.4e-3); 5e-3 admits a small flip, tokens must still match exactly.
+constexpr float kDsaBf16KvTolerance = 5e-3f;
 
 std::ostream& operator<<(std::ostream& os, const ModelCase& m) { return os << m.golden; }
 
@@ -89,7 +96,7 @@ TEST_P(GoldenTest, BatchedBf16KvMatchesTransformersWithBf16Cache) {
     for (size_t s = 0; s < g[i].bf16_logits.size(); ++s) {
       const float d = MaxAbsDiff(out[i].logits[s], g[i].bf16_logits[s]);
       worst = std::max(worst, d);
-      EXPECT_LE(d, kBf16KvTolerance) << "prompt " << i << " step " << s;
+      EXPECT_LE(d, GetParam().bf16_tolerance) << "prompt " << i << " step " << s;
     }
   }
   std::printf("[%s] BF16 KV: max |logit - reference| = %.3g\n", name(), worst);
@@ -158,11 +165,35 @@ TEST_P(GoldenTest, BatchCompositionChunkingAndPageSizeDoNotChangeResults) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(single[i].logits, batched[i].logits);
 }
 
+// FP8 e4m3 KV (3 mantissa bits, one scale per layer) runs batched for every architecture and
+// yields finite logits for every step. Its accuracy is measured on the trained model
+// (Fp8Kv.HeldOutAccuracyStaysCloseToF32): on these random-weight models the deviation from the
+// float32 reference (printed) ranges from 0.24 to 4.7 logits, largest for GLM-5 DSA, where
+// quantized indexer keys change which positions are selected, so it is reported, not bounded.
+TEST_P(GoldenTest, BatchedFp8KvRunsEveryArchitecture) {
+  const auto g = golden();
+  RunConfig cfg;
+  cfg.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
+  cfg.max_new_tokens = static_cast<uint32_t>(g[0].generated.size());
+  const auto out = RunBatch(dir(), Prompts(g), cfg);
+  float worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_EQ(out[i].tokens.size(), g[i].generated.size()) << "prompt " << i;
+    for (const auto& row : out[i].logits) {
+      for (float v : row) ASSERT_TRUE(std::isfinite(v)) << "prompt " << i;
+    }
+    worst = std::max(worst, MaxAbsDiff(out[i].logits[0], g[i].logits[0]));
+  }
+  std::printf("[%s] FP8 KV: max |prefill logit - f32 reference| = %.3g\n", name(), worst);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, GoldenTest,
     ::testing::Values(ModelCase{"tests/data/tiny_kimi_k2_qlora_yarn", "tiny_kimi_k2_qlora_yarn"},
                       ModelCase{"tests/data/tiny_deepseek_noqlora_f32", "tiny_deepseek_noqlora_f32"},
                       ModelCase{"tests/data/tiny_glm4_moe", "tiny_glm4_moe"},
+                      // GLM-5 DSA, index_topk 8: sparse in prefill of the 41-token prompt and in decode.
+                      ModelCase{"tests/data/tiny_glm_moe_dsa", "tiny_glm_moe_dsa", kDsaBf16KvTolerance},
                       // The shipped trained model (tools/eval_hf.py --golden).
                       ModelCase{"models/kimi-k2-kjv-tiny", "kimi_k2_kjv_tiny"}),
     [](const auto& info) { return std::string(info.param.golden); });
@@ -327,6 +358,60 @@ TEST_F(LayoutTest, UnsupportedDtypeIsRefusedNamingTheTensor) {
   EXPECT_EQ(rt, nullptr);
   EXPECT_NE(std::string(llm_last_error()).find("model.embed_tokens.weight"), std::string::npos) << llm_last_error();
   EXPECT_NE(std::string(llm_last_error()).find("F8_E4M3"), std::string::npos) << llm_last_error();
+}
+
+}  // namespace
+}  // namespace llmrt::testing
+
+namespace llmrt::testing {
+namespace {
+
+void CollectLog(void* user, llm_log_level level, const char* message) {
+  static_cast<std::vector<std::pair<int, std::string>>*>(user)->emplace_back(level, message);
+}
+
+// A GLM-5 checkpoint with its multi-token-prediction layer (model.layers.<num_layers>.*, as
+// released) loads, logs that the layer is skipped, and generates exactly as without it.
+TEST_F(LayoutTest, MtpLayerIsSkippedWithALogLine) {
+  const std::string src = TestData("tiny_glm_moe_dsa");
+  auto file = SafetensorsFile::Open(src + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<TensorToWrite> all;
+  std::vector<std::string> names;
+  for (const auto& [name, info] : file->tensors()) {
+    all.push_back({name, info.dtype_name, info.shape, info.data, info.bytes});
+    // Layer 3's tensors, renamed as layer 4: the MTP layer (plus its own extra tensors).
+    if (name.rfind("model.layers.3.", 0) == 0) names.push_back("model.layers.4." + name.substr(15));
+  }
+  const size_t n = all.size();
+  for (size_t i = 0, j = 0; i < n; ++i) {
+    if (all[i].name.rfind("model.layers.3.", 0) != 0) continue;
+    TensorToWrite t = all[i];
+    t.name = names[j++];
+    all.push_back(t);
+  }
+  std::vector<uint16_t> eh(2 * 64, 0);
+  all.push_back({"model.layers.4.eh_proj.weight", "BF16", {2, 64}, eh.data(), eh.size() * 2});
+  const fs::path mtp = tmp_ / "mtp";
+  fs::create_directories(mtp);
+  std::ifstream cfg_in(src + "/config.json");
+  nlohmann::json cfg = nlohmann::json::parse(cfg_in);
+  cfg["num_nextn_predict_layers"] = 1;
+  std::ofstream(mtp / "config.json") << cfg.dump();
+  ASSERT_TRUE(WriteSafetensors((mtp / "model.safetensors").string(), all).ok());
+
+  std::vector<std::pair<int, std::string>> lines;
+  ASSERT_EQ(llm_set_log_callback(CollectLog, &lines, LLM_LOG_INFO), LLM_OK);
+  const auto g = LoadGolden(TestData("tiny_glm_moe_dsa.golden.json"));
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : g) prompts.push_back(c.prompt);
+  const auto with_mtp = RunBatch(mtp.string(), prompts, RunConfig{});
+  ASSERT_EQ(llm_set_log_callback(nullptr, nullptr, LLM_LOG_INFO), LLM_OK);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].first, LLM_LOG_INFO);
+  EXPECT_NE(lines[0].second.find("skipping 1 multi-token-prediction layer(s) from layer 4"), std::string::npos)
+      << lines[0].second;
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(with_mtp[i].tokens, g[i].generated);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "src/model/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "src/model/checkpoint.h"
@@ -98,6 +100,79 @@ TEST(Config, ParsesGlm45) {
   std::string bad = kGlm45;
   bad.replace(bad.find("\"num_key_value_heads\": 8"), 24, "\"num_key_value_heads\": 7");
   EXPECT_EQ(ParseModelConfig(bad, "x").status().code(), absl::StatusCode::kDataLoss);
+}
+
+// GLM-5's released config.json (abridged; tests/data/configs/glm-5).
+const char* kGlm5 = R"({
+  "architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa",
+  "vocab_size": 154880, "hidden_size": 6144, "intermediate_size": 12288, "moe_intermediate_size": 2048,
+  "num_hidden_layers": 78, "num_attention_heads": 64, "num_key_value_heads": 64,
+  "q_lora_rank": 2048, "kv_lora_rank": 512, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
+  "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+  "first_k_dense_replace": 3, "routed_scaling_factor": 2.5, "norm_topk_prob": true, "rms_norm_eps": 1e-05,
+  "max_position_embeddings": 202752, "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"},
+  "tie_word_embeddings": false, "hidden_act": "silu", "attention_bias": false,
+  "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32, "num_nextn_predict_layers": 1
+})";
+
+TEST(Config, ParsesGlm5Dsa) {
+  auto c = ParseModelConfig(kGlm5, "glm5");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->family, ArchFamily::kGlmMoeDsa);
+  EXPECT_TRUE(c->HasIndexer());
+  EXPECT_EQ(c->index_topk, 2048);
+  EXPECT_TRUE(c->rope_interleave);
+  EXPECT_EQ(c->num_nextn_predict_layers, 1);
+  ASSERT_EQ(c->indexer_full.size(), 78u);
+  for (uint8_t f : c->indexer_full) EXPECT_TRUE(f);  // index_topk_freq defaults to 1: all full
+  EXPECT_FALSE(c->IsMoeLayer(2));
+  EXPECT_TRUE(c->IsMoeLayer(3));
+  // MODELS.md: 576 (MLA) + 128 (indexer key) values; the MLA part is 89,856 B per token in BF16.
+  EXPECT_EQ(c->KvWidth(), 704);
+  EXPECT_EQ(c->num_layers * 576 * 2, 89856);
+  EXPECT_EQ(c->num_layers * c->KvWidth() * 2, 109824);
+  // No YaRN: the softmax scale is (192 + 64)^-0.5.
+  EXPECT_NEAR(MlaSoftmaxScale(*c), 1.0 / 16.0, 1e-7);
+}
+
+TEST(Config, Glm5IndexerAndMlpLayerPatterns) {
+  auto with = [](const std::string& extra) {
+    std::string j = kGlm5;
+    j.insert(j.rfind('}'), ", " + extra);
+    return ParseModelConfig(j, "glm5");
+  };
+  // transformers' derived pattern: full when max(i - offset + 1, 0) % freq == 0.
+  auto c = with(R"("index_topk_freq": 4, "index_skip_topk_offset": 3)");
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int i = 0; i < 12; ++i) {
+    const bool full = std::max(i - 3 + 1, 0) % 4 == 0;
+    EXPECT_EQ(c->indexer_full[i] != 0, full) << "layer " << i;
+  }
+  std::string pattern(78, 'S');
+  pattern[0] = 'F';
+  pattern[40] = 'F';
+  c = with("\"index_topk_pattern\": \"" + pattern + "\"");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->indexer_full[40]);
+  EXPECT_FALSE(c->indexer_full[41]);
+  // An explicit list wins; layer 0 cannot be shared.
+  std::string types = "\"indexer_types\": [\"shared\"";
+  for (int i = 1; i < 78; ++i) types += ", \"full\"";
+  EXPECT_EQ(with(types + "]").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(with(R"("indexer_types": ["full"])").status().code(), absl::StatusCode::kDataLoss);
+  // mlp_layer_types overrides first_k_dense_replace.
+  std::string mlp = "\"mlp_layer_types\": [\"sparse\"";
+  for (int i = 1; i < 78; ++i) mlp += i == 5 ? ", \"dense\"" : ", \"sparse\"";
+  c = with(mlp + "]");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->IsMoeLayer(0));
+  EXPECT_FALSE(c->IsMoeLayer(5));
+  EXPECT_EQ(with(R"("mlp_layer_types": ["moe"])").status().code(), absl::StatusCode::kDataLoss);
+  // The indexer reads the q LoRA output; its key must hold the rotary part.
+  std::string no_lora = kGlm5;
+  no_lora.replace(no_lora.find("\"q_lora_rank\": 2048"), 19, "\"q_lora_rank\": null");
+  EXPECT_EQ(ParseModelConfig(no_lora, "x").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(with(R"("index_head_dim": 32)").status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(Rope, YarnMatchesTransformersFormulas) {

@@ -70,47 +70,53 @@ void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n, float scale) 
   }
 }
 
-// Softmax attention of one query over positions [0, ctx) of a paged sequence: score(row) gives
-// the logit of a cache row; accumulate(weight, row) adds the row's value with its softmax weight
-// (float32 softmax, max-subtracted).
+// Softmax attention of one query over `n` positions of a paged sequence: positions
+// `selected[0..n)`, or [0, n) when `selected` is null. score(row) gives the logit of a cache row;
+// accumulate(weight, row) adds the row's value with its softmax weight (float32 softmax,
+// max-subtracted).
 template <typename Score, typename Accumulate>
-void AttendPaged(const KvCacheView& cache, int64_t layer, const int32_t* pages, int64_t ctx,
-                 std::vector<float>& scores, Score score, Accumulate accumulate) {
-  scores.resize(ctx);
+void AttendPaged(const KvCacheView& cache, int64_t layer, const int32_t* pages, int64_t n,
+                 const int32_t* selected, std::vector<float>& scores, Score score, Accumulate accumulate) {
+  auto row_of = [&](int64_t i) {
+    const int64_t p = selected != nullptr ? selected[i] : i;
+    return CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
+  };
+  scores.resize(n);
   float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t p = 0; p < ctx; ++p) {
-    scores[p] = score(CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size));
-    mx = std::max(mx, scores[p]);
+  for (int64_t i = 0; i < n; ++i) {
+    scores[i] = score(row_of(i));
+    mx = std::max(mx, scores[i]);
   }
   double sum = 0;
-  for (int64_t p = 0; p < ctx; ++p) {
-    scores[p] = std::exp(scores[p] - mx);
-    sum += scores[p];
+  for (int64_t i = 0; i < n; ++i) {
+    scores[i] = std::exp(scores[i] - mx);
+    sum += scores[i];
   }
   const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t p = 0; p < ctx; ++p) {
-    accumulate(scores[p] * inv, CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size));
-  }
+  for (int64_t i = 0; i < n; ++i) accumulate(scores[i] * inv, row_of(i));
 }
 
 }  // namespace
 
-void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& latent,
-                         const Tensor& k_rope, const AttentionBatch& batch) {
-  // (For GQA `latent` is the keys and `k_rope` the values: the op writes first then second.)
+void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
+                         const AttentionBatch& batch) {
   const int64_t T = batch.num_tokens;
-  const int64_t L = latent.row_size(), R = k_rope.row_size();
-  LLMRT_CHECK(L + R == cache.width && latent.dim(0) == T && k_rope.dim(0) == T);
+  int64_t width = 0;
+  for (const Tensor& p : parts) {
+    LLMRT_CHECK(p.dim(0) == T);
+    width += p.row_size();
+  }
+  LLMRT_CHECK(width <= cache.width);
   const int32_t* slots = batch.slot_mapping.data_as<int32_t>();
   const DType dt = cache.pages.dtype();
   const size_t es = DTypeSize(dt);
   if (dt == DType::kF8E4M3 && cache.scales.data_as<float>()[layer] == 0.0f) {
     float amax = 0.0f;
-    for (int64_t t = 0; t < T; ++t) {
-      const float* a = latent.data_as<float>() + t * latent.row_stride();
-      const float* b = k_rope.data_as<float>() + t * k_rope.row_stride();
-      for (int64_t i = 0; i < L; ++i) amax = std::max(amax, std::fabs(a[i]));
-      for (int64_t i = 0; i < R; ++i) amax = std::max(amax, std::fabs(b[i]));
+    for (const Tensor& p : parts) {
+      for (int64_t t = 0; t < T; ++t) {
+        const float* a = p.data_as<float>() + t * p.row_stride();
+        for (int64_t i = 0; i < p.row_size(); ++i) amax = std::max(amax, std::fabs(a[i]));
+      }
     }
     cache.scales.data_as<float>()[layer] = amax > 0.0f ? amax * kFp8Headroom / Fp8E4M3::kMax : 1.0f;
   }
@@ -119,8 +125,10 @@ void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& 
     const int64_t page = slots[t] / cache.page_size, row = slots[t] % cache.page_size;
     LLMRT_CHECK(page >= 0 && page < cache.num_pages);
     uint8_t* dst = CacheRow(cache, page, layer, row);
-    StoreRow(dt, latent.data_as<float>() + t * latent.row_stride(), dst, L, scale);
-    StoreRow(dt, k_rope.data_as<float>() + t * k_rope.row_stride(), dst + L * es, R, scale);
+    for (const Tensor& p : parts) {
+      StoreRow(dt, p.data_as<float>() + t * p.row_stride(), dst, p.row_size(), scale);
+      dst += p.row_size() * es;
+    }
   }
 }
 
@@ -148,7 +156,7 @@ void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t
       float* o = out.data_as<float>() + t * out.row_stride() + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
       AttendPaged(
-          cache, layer, pages, ctx, scores,
+          cache, layer, pages, ctx, /*selected=*/nullptr, scores,
           [&](const uint8_t* row) { return RowDot(qh, cdt, row + k_off, head_dim, cscale) * scale; },
           [&](float w, const uint8_t* row) { RowAxpy(w, cdt, row + v_off, o, head_dim, cscale); });
     }
@@ -179,9 +187,12 @@ void CpuBackend::MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDi
 
 void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache,
                               int64_t layer, const AttentionBatch& batch, const MlaDims& d,
-                              float scale, const Tensor& out_lat) {
+                              float scale, const Tensor* selected, const Tensor& out_lat) {
   const int64_t T = batch.num_tokens, H = d.heads, W = d.kv_lora + d.rope;
-  LLMRT_CHECK(cache.width == W && q_lat.dim(0) == T && out_lat.dim(0) == T);
+  LLMRT_CHECK(cache.width >= W && q_lat.dim(0) == T && out_lat.dim(0) == T);
+  const bool sparse = selected != nullptr;
+  LLMRT_CHECK(!sparse || selected->dim(0) == T);
+  const int64_t top_k = sparse ? selected->row_size() : 0;
   const int32_t* tseq = batch.token_seq.data_as<int32_t>();
   const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
   const int32_t* pstart = batch.seq_page_start.data_as<int32_t>();
@@ -202,10 +213,80 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
                   d.rope * sizeof(float));
       float* out = out_lat.data_as<float>() + t * out_lat.row_stride() + h * d.kv_lora;
       std::fill(out, out + d.kv_lora, 0.0f);
+      const int32_t* sel = nullptr;
+      int64_t n = ctx;
+      if (sparse) {
+        sel = selected->data_as<int32_t>() + t * top_k;
+        n = std::find(sel, sel + top_k, -1) - sel;
+      }
       AttendPaged(
-          cache, layer, pages, ctx, scores,
+          cache, layer, pages, n, sel, scores,
           [&](const uint8_t* row) { return RowDot(qc.data(), cdt, row, W, cscale) * scale; },
           [&](float w, const uint8_t* row) { RowAxpy(w, cdt, row, out, d.kv_lora, cscale); });
+    }
+  });
+}
+
+void CpuBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
+                           const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset,
+                           float key_scale, int64_t top_k, const Tensor& selected) {
+  const int64_t T = batch.num_tokens;
+  LLMRT_CHECK(q.dim(0) == T && q.row_size() == heads * head_dim && w.dim(0) == T && w.row_size() == heads);
+  LLMRT_CHECK(key_offset + head_dim <= cache.width && selected.dim(0) == T && selected.row_size() == top_k);
+  const int32_t* tseq = batch.token_seq.data_as<int32_t>();
+  const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
+  const int32_t* pstart = batch.seq_page_start.data_as<int32_t>();
+  const int32_t* pids = batch.page_ids.data_as<int32_t>();
+  const DType cdt = cache.pages.dtype();
+  const size_t es = DTypeSize(cdt);
+  const float cscale = LayerScale(cache, layer);
+  // Scores of every token whose context exceeds top_k, in chunks of positions spread over the
+  // pool (decode has one token per session, so parallelism comes from the context).
+  constexpr int64_t kChunk = 256;
+  std::vector<int64_t> offset(T + 1, 0);
+  std::vector<std::pair<int32_t, int32_t>> chunks;  // (token, first position)
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t ctx = tctx[t];
+    offset[t + 1] = offset[t] + (ctx > top_k ? ctx : 0);
+    if (ctx <= top_k) continue;
+    for (int64_t p = 0; p < ctx; p += kChunk) chunks.emplace_back(static_cast<int32_t>(t), static_cast<int32_t>(p));
+  }
+  std::vector<float> score(static_cast<size_t>(offset[T]));
+  pool_.ParallelFor(chunks.size(), 1, [&](size_t b, size_t e) {
+    for (size_t c = b; c < e; ++c) {
+      const int64_t t = chunks[c].first, p0 = chunks[c].second, p1 = std::min<int64_t>(p0 + kChunk, tctx[t]);
+      const int32_t* pages = pids + pstart[tseq[t]];
+      const float* qt = q.data_as<float>() + t * q.row_stride();
+      const float* wt = w.data_as<float>() + t * w.row_stride();
+      float* out = score.data() + offset[t];
+      for (int64_t p = p0; p < p1; ++p) {
+        const uint8_t* key = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size) + key_offset * es;
+        float s = 0.0f;
+        for (int64_t h = 0; h < heads; ++h) {
+          const float dot = RowDot(qt + h * head_dim, cdt, key, head_dim, cscale) * key_scale;
+          if (dot > 0.0f) s += wt[h] * dot;  // w[h] * relu(q_h . k)
+        }
+        out[p] = s;
+      }
+    }
+  });
+  pool_.ParallelFor(static_cast<size_t>(T), 1, [&](size_t b, size_t e) {
+    std::vector<int32_t> order;
+    for (size_t ti = b; ti < e; ++ti) {
+      const int64_t t = static_cast<int64_t>(ti), ctx = tctx[t];
+      int32_t* out = selected.data_as<int32_t>() + t * top_k;
+      if (ctx <= top_k) {  // every position is selected: dense
+        for (int64_t i = 0; i < top_k; ++i) out[i] = i < ctx ? static_cast<int32_t>(i) : -1;
+        continue;
+      }
+      const float* sc = score.data() + offset[t];
+      order.resize(ctx);
+      for (int64_t p = 0; p < ctx; ++p) order[p] = static_cast<int32_t>(p);
+      std::nth_element(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t c) {
+        return sc[a] != sc[c] ? sc[a] > sc[c] : a < c;
+      });
+      std::sort(order.begin(), order.begin() + top_k);
+      std::copy(order.begin(), order.begin() + top_k, out);
     }
   });
 }

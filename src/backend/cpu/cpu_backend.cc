@@ -118,6 +118,24 @@ void CpuBackend::RmsNorm(const Tensor& x, const Weight& w, float eps, const Tens
   }
 }
 
+void CpuBackend::LayerNorm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& out) {
+  const int64_t T = x.dim(0), D = x.row_size();
+  LLMRT_CHECK(w.rows == D && b.rows == D && out.dim(0) == T && out.row_size() == D);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xi = x.data_as<float>() + t * x.row_stride();
+    float* o = out.data_as<float>() + t * out.row_stride();
+    // Biased variance, as torch's layer_norm.
+    double sum = 0;
+    for (int64_t i = 0; i < D; ++i) sum += xi[i];
+    const double mean = sum / D;
+    double var = 0;
+    for (int64_t i = 0; i < D; ++i) var += (xi[i] - mean) * (xi[i] - mean);
+    const float inv = 1.0f / std::sqrt(static_cast<float>(var / D) + eps);
+    const float m = static_cast<float>(mean);
+    for (int64_t i = 0; i < D; ++i) o[i] = (xi[i] - m) * inv * WeightAt(w, i) + WeightAt(b, i);
+  }
+}
+
 void CpuBackend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t T = a.dim(0), D = a.row_size();
   LLMRT_CHECK(b.dim(0) == T && b.row_size() == D && out.dim(0) == T && out.row_size() == D);

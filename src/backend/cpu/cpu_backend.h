@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
 
   void Embedding(const Weight& table, const Tensor& ids, const Tensor& out) override;
   void RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) override;
+  void LayerNorm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& out) override;
   void Add(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
@@ -35,15 +36,18 @@ class CpuBackend final : public Backend {
             const std::vector<float>& inv_freq, float attention_factor, bool interleaved,
             const Tensor& positions) override;
 
-  void KvWrite(const KvCacheView& cache, int64_t layer, const Tensor& first,
-               const Tensor& second, const AttentionBatch& batch) override;
+  void KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
+               const AttentionBatch& batch) override;
   void GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
                     int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) override;
   void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,
                       const Tensor& q_lat) override;
   void MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache, int64_t layer,
-                    const AttentionBatch& batch, const MlaDims& d, float scale,
+                    const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor* selected,
                     const Tensor& out_lat) override;
+  void DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
+                 const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset, float key_scale,
+                 int64_t top_k, const Tensor& selected) override;
   void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d,
                        const Tensor& out) override;
 

@@ -13,6 +13,10 @@ namespace llmrt {
 absl::Status ComputeLogits(Backend& be, const ForwardBatch& b, const Tensor& x, const Weight& final_norm,
                            float eps, const Weight& lm_head, const Tensor& logits);
 
+// Logs the multi-token-prediction layers the checkpoint stores after its last decoder layer
+// (DeepSeek-V3 / GLM: model.layers.<num_layers>...), which llmrt does not run.
+void LogSkippedMtpLayers(const Checkpoint& ck);
+
 }  // namespace llmrt
 
 #endif  // LLMRT_MODEL_ARCH_COMMON_H_

@@ -80,6 +80,7 @@ absl::Status Glm4Moe::Load(const Checkpoint& ck) {
     }
     LLMRT_RETURN_IF_ERROR(LoadFfn(w, c, p + "mlp.", c.IsMoeLayer(i), &l.ffn));
   }
+  LogSkippedMtpLayers(ck);
   num_parameters_ = w.num_parameters();
   weight_bytes_ = w.weight_bytes();
   return absl::OkStatus();
@@ -114,7 +115,7 @@ absl::Status Glm4Moe::Attention(const Layer& l, int64_t layer, const ForwardBatc
   // Partial NeoX rotary on the first rot dims of every head.
   be_.Rope(q, H, hd, /*offset=*/0, rope_.inv_freq, rope_.attention_factor, /*interleaved=*/false, b.positions);
   be_.Rope(k, KV, hd, /*offset=*/0, rope_.inv_freq, rope_.attention_factor, /*interleaved=*/false, b.positions);
-  be_.KvWrite(cache, layer, k, v, b.attn);
+  be_.KvWrite(cache, layer, {k, v}, b.attn);
   LLMRT_ASSIGN_OR_RETURN(Tensor o, be_.Allocate(DType::kF32, {T, H * hd}));  // [T, H, hd]
   be_.GqaAttention(q, cache, layer, b.attn, H, KV, hd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), o);
   be_.MatMul(o, l.o_proj, out);  // [T, hidden]
