@@ -20,10 +20,18 @@
 
 namespace llmrt {
 
-// How a weight matrix is stored. Each format has a matmul kernel per backend.
+// How a weight matrix is stored. Each format has a matmul kernel per backend; the quantized
+// ones dequantize as w = q * scale in float32 (the checkpoints' own definition).
 enum class WeightFormat : uint8_t {
   kF32,   // float32 [rows, cols]
   kBF16,  // bfloat16 [rows, cols]
+  // float8 e4m3fn [rows, cols], float32 scales [ceil(rows / block_rows), ceil(cols / block_cols)]
+  // (DeepSeek / Kimi / GLM FP8 checkpoints: weight + weight_scale_inv, which multiplies).
+  kFp8Block,
+  // int4 symmetric in groups of `group` columns: bytes [rows, cols / 2], column 2j in the low
+  // nibble of byte j and 2j+1 in the high one, each stored as q + 8 (compressed-tensors
+  // pack-quantized, read as little-endian bytes); bfloat16 scales [rows, cols / group].
+  kInt4Group,
 };
 const char* WeightFormatName(WeightFormat f);
 
@@ -33,7 +41,12 @@ struct Weight {
   Tensor data;
   int64_t rows = 0;
   int64_t cols = 0;
+  Tensor scales;           // kFp8Block, kInt4Group
+  int64_t block_rows = 0;  // kFp8Block
+  int64_t block_cols = 0;  // kFp8Block
+  int64_t group = 0;       // kInt4Group
   bool defined() const { return data.defined() && rows > 0; }
+  bool quantized() const { return format == WeightFormat::kFp8Block || format == WeightFormat::kInt4Group; }
 };
 
 // Per-step metadata for paged attention, uploaded once per forward pass. For token t of the

@@ -92,6 +92,60 @@ absl::Status ParseRope(const json& j, ModelConfig& c, const std::string& src) {
   return absl::OkStatus();
 }
 
+// quantization_config of DeepSeek-style FP8 and compressed-tensors INT4 checkpoints (MODELS.md 4).
+absl::Status ParseQuantConfig(const json& j, QuantConfig& q, const std::string& src) {
+  auto it = j.find("quantization_config");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_object()) return FormatError(absl::StrCat(src, ": quantization_config must be an object"));
+  const json& qc = *it;
+  const std::string method = qc.value("quant_method", "");
+  if (method == "fp8") {
+    if (auto f = qc.find("fmt"); f != qc.end() && f->is_string() && f->get<std::string>() != "e4m3") {
+      return UnsupportedError(absl::StrCat(src, ": fp8 format \"", f->get<std::string>(), "\" is not supported (e4m3)"));
+    }
+    auto b = qc.find("weight_block_size");
+    if (b == qc.end() || !b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
+        !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() <= 0 || (*b)[1].get<int64_t>() <= 0) {
+      return UnsupportedError(absl::StrCat(src, ": fp8 quantization needs weight_block_size [rows, cols] "
+                                                "(per-tensor FP8 is not supported)"));
+    }
+    q.method = QuantConfig::Method::kFp8Block;
+    q.block_rows = (*b)[0].get<int64_t>();
+    q.block_cols = (*b)[1].get<int64_t>();
+    return absl::OkStatus();
+  }
+  if (method == "compressed-tensors") {
+    if (qc.value("format", "") != "pack-quantized") {
+      return UnsupportedError(absl::StrCat(src, ": compressed-tensors format \"", qc.value("format", ""),
+                                           "\" is not supported (pack-quantized)"));
+    }
+    auto groups = qc.find("config_groups");
+    if (groups == qc.end() || !groups->is_object() || groups->size() != 1) {
+      return UnsupportedError(absl::StrCat(src, ": compressed-tensors needs exactly one config group"));
+    }
+    const json& g = groups->begin().value();
+    auto w = g.find("weights");
+    if (w == g.end() || !w->is_object()) return FormatError(absl::StrCat(src, ": config group without \"weights\""));
+    if (w->value("num_bits", 0) != 4 || w->value("type", "") != "int" || !w->value("symmetric", false) ||
+        w->value("strategy", "") != "group") {
+      return UnsupportedError(absl::StrCat(src, ": compressed-tensors weights must be 4-bit symmetric int with the "
+                                                "group strategy"));
+    }
+    const int64_t gs = w->value("group_size", int64_t{0});
+    if (gs <= 0 || gs % 32 != 0) {
+      return UnsupportedError(absl::StrCat(src, ": INT4 group_size ", gs, " is not supported (a multiple of 32)"));
+    }
+    if (auto ia = g.find("input_activations"); ia != g.end() && !ia->is_null()) {
+      return UnsupportedError(absl::StrCat(src, ": quantized input activations are not supported (weight-only)"));
+    }
+    q.method = QuantConfig::Method::kCompressedInt4;
+    q.group_size = gs;
+    return absl::OkStatus();
+  }
+  return UnsupportedError(absl::StrCat(src, ": quant_method \"", method,
+                                       "\" is not supported (fp8, compressed-tensors)"));
+}
+
 // Fields both MoE families share: sizes, routing, norms, positions, tokens.
 absl::Status ParseMoeCommon(const json& j, ModelConfig& c, const std::string& src) {
   LLMRT_RETURN_IF_ERROR(GetInt(j, "n_routed_experts", false, &c.n_routed_experts, src));
@@ -106,6 +160,7 @@ absl::Status ParseMoeCommon(const json& j, ModelConfig& c, const std::string& sr
   c.routed_scaling_factor = static_cast<float>(scale);
   LLMRT_RETURN_IF_ERROR(GetBool(j, "norm_topk_prob", &c.norm_topk_prob, src));
   LLMRT_RETURN_IF_ERROR(GetInt(j, "num_nextn_predict_layers", false, &c.num_nextn_predict_layers, src));
+  LLMRT_RETURN_IF_ERROR(ParseQuantConfig(j, c.quant, src));
   return absl::OkStatus();
 }
 
@@ -348,6 +403,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
   }
   c.family = ArchFamily::kDeepseekV3;
   LLMRT_RETURN_IF_ERROR(ParseDeepseekV3(*text, c, source));
+  if (text != &j && c.quant.method == QuantConfig::Method::kNone) {
+    LLMRT_RETURN_IF_ERROR(ParseQuantConfig(j, c.quant, source));  // K2.5 keeps it at the top level
+  }
   return c;
 }
 

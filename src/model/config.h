@@ -24,6 +24,16 @@ struct RopeConfig {
   double attention_factor = 0.0;  // 0 when absent (derived)
 };
 
+// The checkpoint's quantization_config: how its linear weights are stored.
+struct QuantConfig {
+  enum class Method { kNone, kFp8Block, kCompressedInt4 };
+  Method method = Method::kNone;
+  // "fp8": weight_block_size [rows, cols] of each weight_scale_inv entry.
+  int64_t block_rows = 0, block_cols = 0;
+  // "compressed-tensors", format pack-quantized: 4-bit symmetric int, group strategy.
+  int64_t group_size = 0;
+};
+
 enum class ArchFamily {
   kDeepseekV3,  // DeepseekV3ForCausalLM / KimiK25ForConditionalGeneration: MLA + MoE
   kGlm4Moe,     // Glm4MoeForCausalLM (GLM-4.5 to 4.7): GQA + MoE
@@ -70,6 +80,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool rope_interleave = true;
   RopeConfig rope;
+  QuantConfig quant;
   // DeepSeek Sparse Attention (GLM-5): the lightning indexer's heads, width and top-k; which
   // layers run their own indexer ("full") and which reuse the previous full layer's selection
   // ("shared", transformers' indexer_types).

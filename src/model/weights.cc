@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/quant/weight_quant.h"
 #include "src/util/errors.h"
 #include "src/util/status.h"
 
@@ -37,8 +38,130 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, const std::ve
   return w;
 }
 
+void WeightLoader::Count(const std::string& name, const TensorInfo& info, uint64_t params) {
+  if (loaded_.insert(name).second) {
+    num_parameters_ += params;
+    weight_bytes_ += info.bytes;
+  }
+}
+
+absl::StatusOr<Tensor> WeightLoader::Companion(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                                               DType import_as, const std::vector<int64_t>& import_shape) {
+  const TensorInfo* info = ck_.Find(name);
+  if (info == nullptr) return absl::NotFoundError(absl::StrCat(ck_.dir(), ": missing tensor \"", name, "\""));
+  if (info->dtype != dtype || info->shape != shape) {
+    return FormatError(absl::StrCat(ck_.dir(), ": tensor \"", name, "\" is ", info->dtype_name, " [",
+                                    absl::StrJoin(info->shape, ", "), "], expected ", DTypeName(dtype), " [",
+                                    absl::StrJoin(shape, ", "), "]"));
+  }
+  Count(name, *info, 0);
+  return backend_.ImportHost(info->file, info->data, import_as, import_shape.data(),
+                             static_cast<int>(import_shape.size()));
+}
+
+absl::StatusOr<Weight> WeightLoader::LoadFp8(const std::string& name, const TensorInfo& info, int64_t rows,
+                                             int64_t cols) {
+  const QuantConfig& q = ck_.config().quant;
+  if (q.method != QuantConfig::Method::kFp8Block) {
+    return FormatError(absl::StrCat(ck_.dir(), ": tensor \"", name, "\" is F8_E4M3 but config.json has no fp8 "
+                                    "quantization_config with weight_block_size"));
+  }
+  if (info.shape != std::vector<int64_t>{rows, cols}) {
+    return FormatError(absl::StrCat(ck_.dir(), ": tensor \"", name, "\" has shape [", absl::StrJoin(info.shape, ", "),
+                                    "], expected [", rows, ", ", cols, "]"));
+  }
+  Weight w;
+  w.format = WeightFormat::kFp8Block;
+  w.rows = rows;
+  w.cols = cols;
+  w.block_rows = q.block_rows;
+  w.block_cols = q.block_cols;
+  const std::vector<int64_t> sshape = {(rows + q.block_rows - 1) / q.block_rows, (cols + q.block_cols - 1) / q.block_cols};
+  LLMRT_ASSIGN_OR_RETURN(w.scales, Companion(name + "_scale_inv", DType::kF32, sshape, DType::kF32, sshape));
+  const int64_t shape[2] = {rows, cols};
+  LLMRT_ASSIGN_OR_RETURN(w.data, backend_.ImportHost(info.file, info.data, DType::kF8E4M3, shape, 2));
+  Count(name, info, static_cast<uint64_t>(rows * cols));
+  return w;
+}
+
+absl::StatusOr<Weight> WeightLoader::LoadInt4(const std::string& stem, int64_t rows, int64_t cols) {
+  const QuantConfig& q = ck_.config().quant;
+  if (q.method != QuantConfig::Method::kCompressedInt4) {
+    return FormatError(absl::StrCat(ck_.dir(), ": \"", stem, "weight_packed\" needs a compressed-tensors "
+                                    "pack-quantized quantization_config"));
+  }
+  if (cols % q.group_size != 0) {
+    return FormatError(absl::StrCat(ck_.dir(), ": INT4 group size ", q.group_size, " does not divide the ", cols,
+                                    " columns of \"", stem, "weight\""));
+  }
+  if (const TensorInfo* shape = ck_.Find(stem + "weight_shape"); shape != nullptr) {
+    const bool ok = (shape->dtype == DType::kI32 || shape->dtype == DType::kI64) && shape->numel() == 2;
+    int64_t r = -1, c = -1;
+    if (ok && shape->dtype == DType::kI32) {
+      r = reinterpret_cast<const int32_t*>(shape->data)[0];
+      c = reinterpret_cast<const int32_t*>(shape->data)[1];
+    } else if (ok) {
+      r = reinterpret_cast<const int64_t*>(shape->data)[0];
+      c = reinterpret_cast<const int64_t*>(shape->data)[1];
+    }
+    if (r != rows || c != cols) {
+      return FormatError(absl::StrCat(ck_.dir(), ": \"", stem, "weight_shape\" is not [", rows, ", ", cols, "]"));
+    }
+    Count(stem + "weight_shape", *shape, 0);
+  }
+  Weight w;
+  w.format = WeightFormat::kInt4Group;
+  w.rows = rows;
+  w.cols = cols;
+  w.group = q.group_size;
+  LLMRT_ASSIGN_OR_RETURN(w.scales, Companion(stem + "weight_scale", DType::kBF16, {rows, cols / q.group_size},
+                                             DType::kBF16, {rows, cols / q.group_size}));
+  // Eight codes per little-endian int32: read as bytes, two codes each.
+  LLMRT_ASSIGN_OR_RETURN(w.data, Companion(stem + "weight_packed", DType::kI32, {rows, cols / 8}, DType::kU8,
+                                           {rows, cols / 2}));
+  num_parameters_ += static_cast<uint64_t>(rows * cols);
+  return w;
+}
+
 absl::StatusOr<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols) {
+  const TensorInfo* info = ck_.Find(name);
+  if (info != nullptr && info->dtype == DType::kF8E4M3) return LoadFp8(name, *info, rows, cols);
+  if (info == nullptr && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0) {
+    const std::string stem = name.substr(0, name.size() - 6);
+    if (ck_.Find(stem + "weight_packed") != nullptr) return LoadInt4(stem, rows, cols);
+  }
   return Load(name, {rows, cols});
+}
+
+absl::StatusOr<Weight> WeightLoader::Dense(const std::string& name, int64_t rows, int64_t cols) {
+  LLMRT_ASSIGN_OR_RETURN(Weight q, Matrix(name, rows, cols));
+  if (!q.quantized()) return q;
+  // Dequantized on the host from the mapped checkpoint bytes, then handed to the backend.
+  std::vector<float> host(static_cast<size_t>(rows * cols));
+  const TensorInfo* scale = nullptr;
+  if (q.format == WeightFormat::kFp8Block) {
+    const TensorInfo* data = ck_.Find(name);
+    scale = ck_.Find(name + "_scale_inv");
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeFp8BlockRow(data->data, reinterpret_cast<const float*>(scale->data), cols, q.block_rows, q.block_cols,
+                            r, host.data() + r * cols);
+    }
+  } else {
+    const std::string stem = name.substr(0, name.size() - 6);
+    const TensorInfo* packed = ck_.Find(stem + "weight_packed");
+    scale = ck_.Find(stem + "weight_scale");
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeInt4Row(packed->data, reinterpret_cast<const uint16_t*>(scale->data), cols, q.group, r,
+                        host.data() + r * cols);
+    }
+  }
+  Weight w;
+  w.format = WeightFormat::kF32;
+  w.rows = rows;
+  w.cols = cols;
+  LLMRT_ASSIGN_OR_RETURN(w.data, backend_.Allocate(DType::kF32, {rows, cols}));
+  backend_.Upload(host.data(), host.size() * sizeof(float), w.data);
+  return w;
 }
 
 absl::StatusOr<Weight> WeightLoader::Vector(const std::string& name, int64_t n) {

@@ -18,8 +18,14 @@ class WeightLoader {
  public:
   WeightLoader(const Checkpoint& ck, Backend& backend) : ck_(ck), backend_(backend) {}
 
-  // A matrix [rows, cols] in a supported weight format (BF16, F32).
+  // A matrix [rows, cols] in the format the checkpoint stores it: BF16 or F32; FP8 e4m3 with
+  // `<name>_scale_inv` block scales (quantization_config fp8); or INT4 pack-quantized as
+  // `<stem>weight_packed` / `weight_scale` / `weight_shape` (compressed-tensors), where `name`
+  // is "<stem>weight".
   absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // The same matrix as BF16 or F32, quantized storage dequantized to F32 at load: for weights
+  // an op reads as plain rows (embeddings, MLA's absorbed kv_b_proj).
+  absl::StatusOr<Weight> Dense(const std::string& name, int64_t rows, int64_t cols);
   // A vector [n] (norm weights, biases), BF16 or F32.
   absl::StatusOr<Weight> Vector(const std::string& name, int64_t n);
 
@@ -28,6 +34,12 @@ class WeightLoader {
 
  private:
   absl::StatusOr<Weight> Load(const std::string& name, const std::vector<int64_t>& shape);
+  absl::StatusOr<Weight> LoadFp8(const std::string& name, const TensorInfo& info, int64_t rows, int64_t cols);
+  absl::StatusOr<Weight> LoadInt4(const std::string& stem, int64_t rows, int64_t cols);
+  // Checks a companion tensor (scales, packed codes) and imports it.
+  absl::StatusOr<Tensor> Companion(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                                   DType import_as, const std::vector<int64_t>& import_shape);
+  void Count(const std::string& name, const TensorInfo& info, uint64_t params);
 
   const Checkpoint& ck_;
   Backend& backend_;

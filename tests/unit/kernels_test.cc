@@ -1,10 +1,13 @@
 // Every SIMD kernel against its scalar reference, over sizes 0..2N+ and misaligned starts.
+#include <array>
 #include <cmath>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "src/backend/cpu/kernels.h"
+#include "src/quant/weight_quant.h"
 #include "src/util/bf16.h"
 
 namespace llmrt::cpu {
@@ -91,6 +94,126 @@ TEST(Kernels, DotAndAxpyMatchScalar) {
         y2[mis + i] += 0.75f * bf[mis + i];
         ASSERT_NEAR(y[mis + i], y2[mis + i], 1e-6f * (1 + std::fabs(y2[mis + i])));
       }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace llmrt::cpu
+
+namespace llmrt::cpu {
+namespace {
+
+Tensor HostTensor(void* data, DType dt, std::initializer_list<int64_t> shape) {
+  return Tensor(nullptr, data, dt, shape);
+}
+
+// out = W x with W dequantized by the scalar reference (DequantizeRow), in double.
+std::vector<float> ReferenceMatMul(const Weight& w, const std::vector<float>& x, int64_t T, std::vector<float>* mag) {
+  std::vector<float> row(static_cast<size_t>(w.cols)), out(static_cast<size_t>(T * w.rows));
+  mag->assign(out.size(), 0.0f);
+  for (int64_t n = 0; n < w.rows; ++n) {
+    DequantizeRow(w, n, row.data());
+    for (int64_t t = 0; t < T; ++t) {
+      double s = 0, m = 0;
+      for (int64_t k = 0; k < w.cols; ++k) {
+        s += static_cast<double>(row[k]) * x[t * w.cols + k];
+        m += std::fabs(static_cast<double>(row[k]) * x[t * w.cols + k]);
+      }
+      out[t * w.rows + n] = static_cast<float>(s);
+      (*mag)[t * w.rows + n] = static_cast<float>(m);
+    }
+  }
+  return out;
+}
+
+void CheckQuantMatMul(const Weight& w, std::mt19937& rng, const std::string& what) {
+  for (int64_t T : {1, 2, 3, 7}) {
+    std::vector<float> x = RandomVec(static_cast<size_t>(T * w.cols), rng);
+    std::vector<float> mag;
+    const std::vector<float> want = ReferenceMatMul(w, x, T, &mag);
+    std::vector<float> scratch, got(want.size(), -1.0f);
+    int64_t ld = 0;
+    const float* xp = PrepareActivations(w, x.data(), w.cols, T, scratch, &ld);
+    // Two row ranges, as the thread pool splits them.
+    MatMulWeightRows(w, xp, ld, T, got.data(), w.rows, 0, w.rows / 2);
+    MatMulWeightRows(w, xp, ld, T, got.data(), w.rows, w.rows / 2, w.rows);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5f * (mag[i] + 1.0f)) << what << " T=" << T << " i=" << i;
+    }
+  }
+}
+
+// FP8 block-scaled: blocks of 128x128 (the checkpoints') and 32x32 / 16x48 (several blocks,
+// partial last blocks, block edges inside a SIMD vector), every code including subnormals.
+TEST(Kernels, Fp8BlockMatMulMatchesDequantizedReference) {
+  std::mt19937 rng(11);
+  for (auto [rows, cols, br, bc] : std::vector<std::array<int64_t, 4>>{
+           {5, 300, 128, 128}, {70, 96, 32, 32}, {33, 100, 16, 48}, {9, 7, 128, 128}}) {
+    std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+    for (auto& b : q) {
+      b = static_cast<uint8_t>(rng() & 0xFF);
+      if ((b & 0x7F) == 0x7F) b &= 0xFE;  // no NaN codes
+    }
+    const int64_t nbr = (rows + br - 1) / br, nbc = (cols + bc - 1) / bc;
+    std::vector<float> s(static_cast<size_t>(nbr * nbc));
+    for (auto& v : s) v = std::ldexp(1.0f + (rng() % 100) / 100.0f, -static_cast<int>(rng() % 12));
+    Weight w;
+    w.format = WeightFormat::kFp8Block;
+    w.rows = rows;
+    w.cols = cols;
+    w.block_rows = br;
+    w.block_cols = bc;
+    w.data = HostTensor(q.data(), DType::kF8E4M3, {rows, cols});
+    w.scales = HostTensor(s.data(), DType::kF32, {nbr, nbc});
+    CheckQuantMatMul(w, rng, "fp8 " + std::to_string(rows) + "x" + std::to_string(cols));
+    // The reference itself: code 0x01 is the smallest subnormal 2^-9, 0x38 is 1.0, 0xC0 is -2.
+    std::vector<float> row(static_cast<size_t>(cols));
+    q[0] = 0x01;
+    q[1] = 0x38;
+    q[2] = 0xC0;
+    DequantizeRow(w, 0, row.data());
+    EXPECT_EQ(row[0], std::ldexp(1.0f, -9) * s[0]);
+    EXPECT_EQ(row[1], s[0]);
+    EXPECT_EQ(row[2], -2.0f * s[0]);
+  }
+}
+
+// INT4 groups of 32 and 128: the SIMD kernel against the scalar reference, and the packing
+// against compressed-tensors' layout (column 8j+i in bits 4i..4i+3 of little-endian int32 j).
+TEST(Kernels, Int4GroupMatMulMatchesDequantizedReference) {
+  std::mt19937 rng(13);
+  for (auto [rows, cols, group] : std::vector<std::array<int64_t, 3>>{{7, 256, 32}, {20, 384, 128}, {3, 32, 32}}) {
+    std::vector<float> wf = RandomVec(static_cast<size_t>(rows * cols), rng);
+    std::vector<uint8_t> packed(static_cast<size_t>(rows * cols / 2), 0);
+    std::vector<uint16_t> scales(static_cast<size_t>(rows * cols / group));
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizeInt4Row(wf.data() + r * cols, cols, group, packed.data() + r * cols / 2, scales.data() + r * cols / group);
+    }
+    Weight w;
+    w.format = WeightFormat::kInt4Group;
+    w.rows = rows;
+    w.cols = cols;
+    w.group = group;
+    w.data = HostTensor(packed.data(), DType::kU8, {rows, cols / 2});
+    w.scales = HostTensor(scales.data(), DType::kBF16, {rows, cols / group});
+    CheckQuantMatMul(w, rng, "int4 g" + std::to_string(group));
+    // Round to nearest: every dequantized value is within half a step of the original, and the
+    // group's largest magnitude maps to +-7 steps.
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(w, r, row.data());
+      for (int64_t k = 0; k < cols; ++k) {
+        const float step = Bf16ToF32(scales[r * cols / group + k / group]);
+        ASSERT_LE(std::fabs(row[k] - wf[r * cols + k]), 0.5f * step * 1.0001f + 1e-6f) << r << "," << k;
+      }
+    }
+    // Column 8j+i lives in bits 4i.. of int32 word j (little-endian bytes).
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(packed.data());
+    DequantizeRow(w, 0, row.data());
+    for (int64_t k = 0; k < cols; ++k) {
+      const int code = static_cast<int>((words[k / 8] >> (4 * (k % 8))) & 0xF) - 8;
+      EXPECT_EQ(static_cast<float>(code) * Bf16ToF32(scales[k / group]), row[k]) << k;
     }
   }
 }

@@ -27,10 +27,6 @@ class HostStorage final : public Storage {
   void* data_ = nullptr;
 };
 
-DType WeightDType(const Weight& w) {
-  return w.format == WeightFormat::kBF16 ? DType::kBF16 : DType::kF32;
-}
-
 float WeightAt(const Weight& w, int64_t i) {
   return w.format == WeightFormat::kBF16 ? Bf16ToF32(w.data.data_as<uint16_t>()[i])
                                          : w.data.data_as<float>()[i];
@@ -42,6 +38,8 @@ const char* WeightFormatName(WeightFormat f) {
   switch (f) {
     case WeightFormat::kF32: return "F32";
     case WeightFormat::kBF16: return "BF16";
+    case WeightFormat::kFp8Block: return "FP8 e4m3 block-scaled";
+    case WeightFormat::kInt4Group: return "INT4 group-scaled";
   }
   return "?";
 }
@@ -180,18 +178,21 @@ void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& o
 
 void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out,
                            int64_t ldo) {
-  const DType wd = WeightDType(w);
-  const void* wp = w.data.data();
-  const int64_t K = w.cols;
+  std::vector<float> scratch;
+  int64_t ld = 0;
+  const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
   // Chunks of 16 rows keep the per-chunk overhead small against K >= 64 columns of work.
   pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
-    cpu::MatMulRows(wd, wp, K, x, ldx, t, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+    cpu::MatMulWeightRows(w, xp, ld, t, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
   });
 }
 
 void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out,
                                   int64_t ldo) {
-  cpu::MatMulRows(WeightDType(w), w.data.data(), w.cols, x, ldx, t, out, ldo, 0, w.rows);
+  std::vector<float> scratch;
+  int64_t ld = 0;
+  const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
+  cpu::MatMulWeightRows(w, xp, ld, t, out, ldo, 0, w.rows);
 }
 
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {

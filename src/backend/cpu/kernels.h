@@ -4,7 +4,9 @@
 #define LLMRT_BACKEND_CPU_KERNELS_H_
 
 #include <cstdint>
+#include <vector>
 
+#include "src/backend/backend.h"
 #include "src/backend/tensor.h"
 
 namespace llmrt::cpu {
@@ -17,6 +19,17 @@ void MatMulRows(DType wdtype, const void* w, int64_t k, const float* x, int64_t 
 float Dot(const float* a, DType bdtype, const void* b, int64_t n);
 // y[i] += alpha * x[i]; x is float32 or bfloat16.
 void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n);
+
+// MatMulRows for a weight of any format (WeightFormat), x as returned by PrepareActivations.
+void MatMulWeightRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
+                      int64_t n1);
+// The activation layout w's kernel reads: INT4 pairs with x permuted within each 32-column chunk
+// (16 even then 16 odd columns, in `scratch`); other formats use x as is. Sets *ld to the row
+// stride of the returned rows.
+const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
+                                int64_t* ld);
+// Row `row` of w in float32, natural column order (scalar reference dequantization).
+void DequantizeRow(const Weight& w, int64_t row, float* out);
 
 // Scalar references, used by the kernel tests.
 void MatMulRowsScalar(DType wdtype, const void* w, int64_t k, const float* x, int64_t ldx,

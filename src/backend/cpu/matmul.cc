@@ -4,13 +4,26 @@
 // of weights read. The kernel streams each weight row once per group of two activation rows,
 // four weight rows at a time (eight independent accumulators), widening bfloat16 to float32 in
 // registers (a 16-bit shift), so that bf16 weights cost half the bytes of f32 ones.
+//
+// Quantized weights (FP8 block-scaled, INT4 group-scaled) are dequantized a tile of four rows by
+// 128 columns at a time into float32 (w = q * scale, SIMD), and the tile is multiplied by every
+// activation row: decode reads each weight byte once, prefill reuses each dequantized tile for
+// all its rows. INT4 tiles are laid out per 32-column chunk as its 16 even columns then its 16
+// odd ones (the two nibbles of 16 bytes), and the activations are permuted to match once per
+// call (PrepareActivations).
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/backend/cpu/matmul.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "src/backend/cpu/kernels.h"
+#include "src/quant/fp8.h"
+#include "src/quant/weight_quant.h"
 #include "src/util/bf16.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -141,6 +154,119 @@ void AxpyBf16(float alpha, const void* x, float* y, int64_t n) {
   AxpyT(alpha, static_cast<const uint16_t*>(x), y, n);
 }
 
+// ---- quantized weights ----
+
+constexpr int64_t kTile = 128;  // columns per dequantized tile
+
+// float8 e4m3fn bytes -> float32: the 7 magnitude bits placed at the top of a float32's
+// exponent/mantissa give 2^(e - 127) * 1.m (or the subnormal m * 2^-129); times 2^120 that is the
+// e4m3 value 2^(e - 7) * 1.m (or m * 2^-9), exactly. (0x7F, NaN in e4m3fn, does not occur in
+// checkpoints and reads as 480.)
+HWY_INLINE hn::Vec<DF> Fp8ToF32(DF df, const uint8_t* p) {
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::Rebind<uint8_t, DF> du8;
+  const auto b = hn::PromoteTo(du32, hn::LoadU(du8, p));
+  const auto mag = hn::ShiftLeft<20>(hn::And(b, hn::Set(du32, 0x7Fu)));
+  const auto sign = hn::ShiftLeft<24>(hn::And(b, hn::Set(du32, 0x80u)));
+  return hn::Mul(hn::BitCast(df, hn::Or(mag, sign)), hn::Set(df, 0x1p120f));
+}
+
+// Columns [k0, k0 + n) of FP8 row `row`, dequantized in natural order.
+void DequantFp8(const Weight& w, int64_t row, int64_t k0, int64_t n, float* dst) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const uint8_t* q = w.data.data_as<uint8_t>() + row * w.cols;
+  const int64_t nbc = (w.cols + w.block_cols - 1) / w.block_cols;
+  const float* srow = w.scales.data_as<float>() + (row / w.block_rows) * nbc;
+  const float* table = Fp8E4M3::DecodeTable();
+  int64_t k = k0;
+  const int64_t end = k0 + n;
+  for (; k + N <= end; k += N) {
+    const int64_t b = k / w.block_cols;
+    if ((k + N - 1) / w.block_cols != b) break;  // a block edge inside the vector: finish scalar
+    hn::StoreU(hn::Mul(Fp8ToF32(df, q + k), hn::Set(df, srow[b])), df, dst + (k - k0));
+  }
+  for (; k < end; ++k) dst[k - k0] = table[q[k]] * srow[k / w.block_cols];
+}
+
+// Columns [k0, k0 + n) of INT4 row `row` (k0 and n multiples of 32), each 32-column chunk as its
+// 16 even columns then its 16 odd ones.
+void DequantInt4(const Weight& w, int64_t row, int64_t k0, int64_t n, float* dst) {
+  const DF df;
+  const hn::RebindToSigned<DF> di32;
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::RebindToUnsigned<DF> du32;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const uint8_t* q = w.data.data_as<uint8_t>() + row * (w.cols / 2);
+  const uint16_t* srow = w.scales.data_as<uint16_t>() + row * (w.cols / w.group);
+  for (int64_t k = k0; k < k0 + n; k += 32) {
+    const uint8_t* p = q + k / 2;
+    const float s = Bf16ToF32(srow[k / w.group]);
+    float* d = dst + (k - k0);
+    if (N <= 16) {
+      const auto vs = hn::Set(df, s);
+      const auto eight = hn::Set(df, 8.0f);
+      for (int64_t j = 0; j < 16; j += N) {
+        const auto b = hn::PromoteTo(du32, hn::LoadU(du8, p + j));
+        const auto lo = hn::ConvertTo(df, hn::BitCast(di32, hn::And(b, hn::Set(du32, 0xFu))));
+        const auto hi = hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(b)));
+        hn::StoreU(hn::Mul(hn::Sub(lo, eight), vs), df, d + j);
+        hn::StoreU(hn::Mul(hn::Sub(hi, eight), vs), df, d + 16 + j);
+      }
+    } else {
+      for (int64_t j = 0; j < 16; ++j) {
+        d[j] = static_cast<float>((p[j] & 0xF) - 8) * s;
+        d[16 + j] = static_cast<float>((p[j] >> 4) - 8) * s;
+      }
+    }
+  }
+}
+
+template <typename Dequant>
+void MatMulTiled(Dequant deq, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
+                 int64_t n0, int64_t n1) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  HWY_ALIGN float buf[4 * kTile];
+  for (int64_t n = n0; n < n1; n += 4) {
+    const int64_t rows = std::min<int64_t>(4, n1 - n);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t r = 0; r < rows; ++r) out[t * ldo + n + r] = 0.0f;
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += kTile) {
+      const int64_t width = std::min<int64_t>(kTile, K - k0), wv = width - width % N;
+      for (int64_t r = 0; r < rows; ++r) deq(n + r, k0, width, buf + r * kTile);
+      for (int64_t t = 0; t < T; ++t) {
+        const float* xt = x + t * ldx + k0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* br = buf + r * kTile;
+          auto a0 = hn::Zero(df), a1 = hn::Zero(df);
+          int64_t k = 0;
+          for (; k + 2 * N <= wv; k += 2 * N) {
+            a0 = hn::MulAdd(hn::Load(df, br + k), hn::LoadU(df, xt + k), a0);
+            a1 = hn::MulAdd(hn::Load(df, br + k + N), hn::LoadU(df, xt + k + N), a1);
+          }
+          for (; k < wv; k += N) a0 = hn::MulAdd(hn::Load(df, br + k), hn::LoadU(df, xt + k), a0);
+          float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+          for (; k < width; ++k) sum += br[k] * xt[k];
+          out[t * ldo + n + r] += sum;
+        }
+      }
+    }
+  }
+}
+
+void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, int64_t n0,
+                     int64_t n1) {
+  if (w.format == WeightFormat::kFp8Block) {
+    MatMulTiled([&](int64_t row, int64_t k0, int64_t n, float* dst) { DequantFp8(w, row, k0, n, dst); }, w.cols, x,
+                ldx, T, out, ldo, n0, n1);
+  } else {
+    MatMulTiled([&](int64_t row, int64_t k0, int64_t n, float* dst) { DequantInt4(w, row, k0, n, dst); }, w.cols,
+                x, ldx, T, out, ldo, n0, n1);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace llmrt::cpu
 HWY_AFTER_NAMESPACE();
@@ -154,6 +280,56 @@ HWY_EXPORT(DotF32);
 HWY_EXPORT(DotBf16);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(AxpyBf16);
+HWY_EXPORT(MatMulRowsQuant);
+
+void MatMulWeightRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
+                      int64_t n1) {
+  if (w.quantized()) {
+    HWY_DYNAMIC_DISPATCH(MatMulRowsQuant)(w, x, ldx, t, out, ldo, n0, n1);
+  } else {
+    MatMulRows(w.format == WeightFormat::kBF16 ? DType::kBF16 : DType::kF32, w.data.data(), w.cols, x, ldx, t, out,
+               ldo, n0, n1);
+  }
+}
+
+const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
+                                int64_t* ld) {
+  *ld = ldx;
+  if (w.format != WeightFormat::kInt4Group) return x;
+  const int64_t K = w.cols;
+  scratch.resize(static_cast<size_t>(t * K));
+  for (int64_t i = 0; i < t; ++i) {
+    const float* xi = x + i * ldx;
+    float* d = scratch.data() + i * K;
+    for (int64_t k = 0; k < K; k += 32) {
+      for (int64_t j = 0; j < 16; ++j) {
+        d[k + j] = xi[k + 2 * j];
+        d[k + 16 + j] = xi[k + 2 * j + 1];
+      }
+    }
+  }
+  *ld = K;
+  return scratch.data();
+}
+
+void DequantizeRow(const Weight& w, int64_t row, float* out) {
+  const int64_t K = w.cols;
+  switch (w.format) {
+    case WeightFormat::kF32:
+      std::memcpy(out, w.data.data_as<float>() + row * K, K * sizeof(float));
+      return;
+    case WeightFormat::kBF16:
+      Bf16ToF32Array(w.data.data_as<uint16_t>() + row * K, out, K);
+      return;
+    case WeightFormat::kFp8Block:
+      DequantizeFp8BlockRow(w.data.data_as<uint8_t>(), w.scales.data_as<float>(), K, w.block_rows, w.block_cols, row,
+                            out);
+      return;
+    case WeightFormat::kInt4Group:
+      DequantizeInt4Row(w.data.data_as<uint8_t>(), w.scales.data_as<uint16_t>(), K, w.group, row, out);
+      return;
+  }
+}
 
 void MatMulRows(DType wdtype, const void* w, int64_t k, const float* x, int64_t ldx, int64_t t,
                 float* out, int64_t ldo, int64_t n0, int64_t n1) {

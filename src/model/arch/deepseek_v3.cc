@@ -96,7 +96,7 @@ absl::Status DeepseekV3::Load(const Checkpoint& ck) {
   rope_ = ComputeRope(c.rope, c.qk_rope_head_dim, c.max_position_embeddings);
   softmax_scale_ = MlaSoftmaxScale(c);
 
-  LLMRT_ASSIGN_OR_RETURN(embed_, w.Matrix(c.prefix + "embed_tokens.weight", c.vocab_size, D));
+  LLMRT_ASSIGN_OR_RETURN(embed_, w.Dense(c.prefix + "embed_tokens.weight", c.vocab_size, D));
   LLMRT_ASSIGN_OR_RETURN(final_norm_, w.Vector(c.prefix + "norm.weight", D));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
@@ -119,7 +119,7 @@ absl::Status DeepseekV3::Load(const Checkpoint& ck) {
     }
     LLMRT_ASSIGN_OR_RETURN(l.kv_a, w.Matrix(a + "kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D));
     LLMRT_ASSIGN_OR_RETURN(l.kv_a_norm, w.Vector(a + "kv_a_layernorm.weight", c.kv_lora_rank));
-    LLMRT_ASSIGN_OR_RETURN(l.kv_b, w.Matrix(a + "kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim),
+    LLMRT_ASSIGN_OR_RETURN(l.kv_b, w.Dense(a + "kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim),
                                             c.kv_lora_rank));
     LLMRT_ASSIGN_OR_RETURN(l.o_proj, w.Matrix(a + "o_proj.weight", D, H * c.v_head_dim));
     if (c.HasIndexer() && c.indexer_full[i]) {

@@ -51,7 +51,7 @@ absl::Status Glm4Moe::Load(const Checkpoint& ck) {
   WeightLoader w(ck, be_);
   const int64_t D = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
   rope_ = ComputeRope(c.rope, static_cast<int64_t>(hd * c.partial_rotary_factor), c.max_position_embeddings);
-  LLMRT_ASSIGN_OR_RETURN(embed_, w.Matrix(c.prefix + "embed_tokens.weight", c.vocab_size, D));
+  LLMRT_ASSIGN_OR_RETURN(embed_, w.Dense(c.prefix + "embed_tokens.weight", c.vocab_size, D));
   LLMRT_ASSIGN_OR_RETURN(final_norm_, w.Vector(c.prefix + "norm.weight", D));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;

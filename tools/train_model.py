@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""Trains the shipped Kimi K2-architecture model on the KJV training split.
+"""Trains the shipped models on the KJV training split.
 
-The model is transformers' own DeepseekV3ForCausalLM (model_type kimi_k2): MLA with q LoRA, YaRN
-rope, a dense first layer, then MoE layers (8 routed experts, top-2, one shared expert, noaux_tc
-routing whose e_score_correction_bias is updated after every step by DeepSeek-V3's auxiliary-loss-
-free load balancing, since transformers does not train it). Text is tokenized with the Kimi-format
-tokenizer from tools/train_tokenizer.py (tiktoken, Kimi's regex). Saved in BF16 with the tokenizer
-files; held-out perplexity is measured on the saved (BF16) weights, in float32, over
-non-overlapping 128-token windows of the held-out token stream (the protocol llm-eval uses).
+--arch kimi_k2 (default): transformers' own DeepseekV3ForCausalLM (model_type kimi_k2): MLA with q
+LoRA, YaRN rope, a dense first layer, then MoE layers. Tokenized with the Kimi-format tokenizer from
+tools/train_tokenizer.py (tiktoken, Kimi's regex).
+--arch glm4_moe: transformers' Glm4MoeForCausalLM (GLM-4.5 architecture): GQA with q/k/v biases and
+per-head q/k RMSNorm, partial NeoX rotary, a dense first layer, then MoE layers. Tokenized with the
+GLM-format tokenizer.json (HF tokenizers, GLM's regex and specials).
 
-usage: python3 tools/train_kimi_model.py CORPUS_DIR TOKENIZER_DIR OUT_DIR [--minutes 70] [--seed 0]
+Both MoEs have 8 routed experts, top-2, one shared expert and noaux_tc routing whose
+e_score_correction_bias is updated after every step by DeepSeek-V3's auxiliary-loss-free load
+balancing (transformers does not train it). Saved in BF16 with the tokenizer files; held-out
+perplexity is measured on the saved (BF16) weights, in float32, over non-overlapping 128-token
+windows of the held-out token stream (the protocol llm-eval uses). With --keep-best the output holds
+the periodic save with the best held-out perplexity (early stopping) instead of the last one.
+
+usage: python3 tools/train_model.py CORPUS_DIR TOKENIZER_DIR OUT_DIR [--arch kimi_k2|glm4_moe]
+                                    [--minutes 70] [--seed 0] [--eval-every 500] [--keep-best]
 """
 import argparse
 import base64
@@ -22,7 +29,7 @@ import time
 
 import torch
 import tiktoken
-from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Glm4MoeConfig, Glm4MoeForCausalLM
 
 SEQ = 128
 
@@ -48,6 +55,33 @@ def model_config(vocab):
                       "original_max_position_embeddings": 256, "beta_fast": 32.0, "beta_slow": 1.0},
         rope_interleave=True, tie_word_embeddings=False, bos_token_id=vocab - 256, eos_token_id=vocab - 255,
         num_nextn_predict_layers=0, initializer_range=0.02)
+
+
+class GlmEncoding:
+    """The GLM tokenizer.json through HF tokenizers, with tiktoken's encode_ordinary interface."""
+
+    def __init__(self, tok_dir):
+        from tokenizers import Tokenizer
+        self.tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+        self.n_vocab = self.tok.get_vocab_size(with_added_tokens=True)
+        self.eos = self.tok.token_to_id("<|endoftext|>")
+        self.user = self.tok.token_to_id("<|user|>")
+        self.observation = self.tok.token_to_id("<|observation|>")
+
+    def encode_ordinary(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+
+def glm_config(vocab, enc):
+    # vocab rounded up to a multiple of 64, as GLM pads its embedding tables.
+    return Glm4MoeConfig(
+        vocab_size=(vocab + 63) // 64 * 64, hidden_size=256, intermediate_size=768, moe_intermediate_size=128,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64, partial_rotary_factor=0.5,
+        attention_bias=True, use_qk_norm=True, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+        n_group=1, topk_group=1, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        rms_norm_eps=1e-5, max_position_embeddings=1024, rope_theta=1000000.0, tie_word_embeddings=False,
+        num_nextn_predict_layers=0, eos_token_id=[enc.eos, enc.user, enc.observation], pad_token_id=enc.eos,
+        initializer_range=0.02)
 
 
 @torch.no_grad()
@@ -79,16 +113,23 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--arch", choices=["kimi_k2", "glm4_moe"], default="kimi_k2")
+    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--keep-best", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(2)
-    enc = load_encoding(args.tokenizer)
+    enc = load_encoding(args.tokenizer) if args.arch == "kimi_k2" else GlmEncoding(args.tokenizer)
     train_ids = enc.encode_ordinary(open(os.path.join(args.corpus, "train.txt")).read())
     held_ids = enc.encode_ordinary(open(os.path.join(args.corpus, "heldout.txt")).read())
     vocab = enc.n_vocab
     print(f"train tokens {len(train_ids)}, held-out tokens {len(held_ids)}, vocab {vocab}", flush=True)
-    cfg = model_config(vocab)
-    model = DeepseekV3ForCausalLM(cfg)
+    if args.arch == "kimi_k2":
+        cfg = model_config(vocab)
+        model = DeepseekV3ForCausalLM(cfg)
+    else:
+        cfg = glm_config(vocab, enc)
+        model = Glm4MoeForCausalLM(cfg)
     nparams = sum(p.numel() for p in model.parameters())
     print(f"parameters {nparams} ({nparams * 2 / 1e6:.1f} MB BF16)", flush=True)
     data = torch.tensor(train_ids)
@@ -115,6 +156,7 @@ def main():
     budget = args.minutes * 60
     total_steps = None
     step, acc, accn = 0, 0.0, 0
+    best_ppl, best_step, best_state = float("inf"), 0, None
     g = torch.Generator().manual_seed(args.seed)
     warmup = 100
     model.train()
@@ -148,11 +190,22 @@ def main():
             log.flush()
             print(f"step {step} loss {acc / accn:.4f} lr {lr:.2e} {time.time() - start:.0f}s", flush=True)
             acc, accn = 0.0, 0
-        if step % 500 == 0:
+        if step % args.eval_every == 0:
             ppl, top1, _ = evaluate(model, held_ids, max_windows=64)
             print(f"  held-out (64 windows) ppl {ppl:.2f} top1 {top1:.3f}", flush=True)
-            save(model, cfg, args, enc)
-    save(model, cfg, args, enc)
+            model.train()
+            if not args.keep_best or ppl < best_ppl:
+                best_ppl, best_step = ppl, step
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                save(model, cfg, args, enc)
+                print(f"  saved step {step}", flush=True)
+    if args.keep_best:
+        # The best save's weights (kept in memory: the saved per-expert tensor names are not the
+        # in-memory fused ones) for the final numbers.
+        model.load_state_dict(best_state)
+        step = best_step
+    else:
+        save(model, cfg, args, enc)
     # Final numbers on the saved BF16 weights, computed in float32. (The model is rounded in
     # memory rather than reloaded: transformers 5.24 applies its per-expert -> fused expert
     # conversion only for model_type deepseek_v3, not kimi_k2.)
@@ -182,10 +235,12 @@ def save(model, cfg, args, enc):
     for n, b in bias.items():
         tensors[n] = b.float().contiguous()
     save_file(tensors, path, metadata={"format": "pt"})
-    c = json.load(open(os.path.join(args.out, "config.json")))
-    c["model_type"] = "kimi_k2"
-    json.dump(c, open(os.path.join(args.out, "config.json"), "w"), indent=2, sort_keys=True)
-    for f in ("tiktoken.model", "tokenizer_config.json"):
+    if args.arch == "kimi_k2":
+        c = json.load(open(os.path.join(args.out, "config.json")))
+        c["model_type"] = "kimi_k2"
+        json.dump(c, open(os.path.join(args.out, "config.json"), "w"), indent=2, sort_keys=True)
+    files = ("tiktoken.model", "tokenizer_config.json") if args.arch == "kimi_k2" else ("tokenizer.json", "tokenizer_config.json")
+    for f in files:
         shutil.copy(os.path.join(args.tokenizer, f), os.path.join(args.out, f))
 
 
