@@ -8,6 +8,10 @@
 //   llm-bench --tokenize DIR --text FILE [--repeats N]
 //   llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]
 //   llm-bench --context 256,2048 [--sessions 1,4] [--steps N]
+//   llm-bench --formats bf16,fp8,int4-g32,int4-g128,int4-g32-all [--sessions 1,16,64] [--steps N]
+//
+// --formats writes the generated model in each weight format (next to DIR) and reports decode
+// and prefill speed per format, plus BF16 weights with the FP8 KV codec, as ratios to BF16.
 //
 // --kv-table sizes the KV cache of each model directory (config.json only; tests/data/configs
 // holds the released Kimi K2, GLM-5 and GLM-4.5 configs) per codec with llm_model_kv_sizing.
@@ -53,7 +57,36 @@ struct BenchConfig {
   // GLM-5 DSA indexer (GlmMoeDsaForCausalLM) when dsa.
   bool dsa = false;
   int64_t index_topk = 2048, index_heads = 32, index_dim = 128;
+  // Weight storage: "bf16"; "fp8" (every decoder linear but the router, 128x128 block scales, as
+  // DeepSeek/Kimi FP8 releases); "int4-g32" / "int4-g128" (routed experts, compressed-tensors
+  // pack-quantized, as Kimi K2-Thinking); "int4-g32-all" (every decoder linear but kv_b_proj and
+  // the router).
+  std::string weights = "bf16";
 };
+
+int64_t Int4Group(const BenchConfig& c) {
+  return c.weights.rfind("int4-g128", 0) == 0 ? 128 : 32;
+}
+
+// Whether the tensor `name` is stored quantized under c.weights.
+bool IsQuantized(const BenchConfig& c, const std::string& name, const std::vector<int64_t>& shape) {
+  if (c.weights == "bf16" || shape.size() != 2 || name.rfind("model.layers.", 0) != 0) return false;
+  if (name.find("mlp.gate.weight") != std::string::npos || name.find(".indexer.") != std::string::npos) return false;
+  if (c.weights == "fp8") return true;
+  if (c.weights == "int4-g32-all") return name.find("kv_b_proj") == std::string::npos;
+  return name.find(".mlp.experts.") != std::string::npos;
+}
+
+// Bytes one weight matrix of `shape` occupies in its storage format (codes plus scales).
+double StoredBytes(const BenchConfig& c, const std::string& name, const std::vector<int64_t>& shape, bool f32) {
+  double n = 1;
+  for (int64_t d : shape) n *= static_cast<double>(d);
+  if (!IsQuantized(c, name, shape)) return n * (f32 ? 4.0 : 2.0);
+  if (c.weights == "fp8") {
+    return n + 4.0 * static_cast<double>(((shape[0] + 127) / 128) * ((shape[1] + 127) / 128));
+  }
+  return n / 2 + 2.0 * static_cast<double>(shape[0] * (shape[1] / Int4Group(c)));
+}
 
 // The smaller pair --context compares: attention is a visible share of a step at long context.
 BenchConfig ContextConfig(bool dsa) {
@@ -71,9 +104,29 @@ BenchConfig ContextConfig(bool dsa) {
   return c;
 }
 
+nlohmann::json ConfigJsonUnquantized(const BenchConfig& c);
+
 nlohmann::json ConfigJson(const BenchConfig& c) {
+  nlohmann::json j = ConfigJsonUnquantized(c);
+  if (c.weights == "fp8") {
+    j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                                {"weight_block_size", {128, 128}}};
+  } else if (c.weights != "bf16") {
+    j["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "pack-quantized"},
+        {"config_groups",
+         {{"group_0",
+           {{"targets", {"Linear"}},
+            {"weights",
+             {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", Int4Group(c)}}}}}}}};
+  }
+  return j;
+}
+
+nlohmann::json ConfigJsonUnquantized(const BenchConfig& c) {
   if (c.dsa) {
-    nlohmann::json j = ConfigJson(BenchConfig{c.vocab, c.hidden, c.layers, c.heads, c.q_lora, c.kv_lora, c.nope,
+    nlohmann::json j = ConfigJsonUnquantized(BenchConfig{c.vocab, c.hidden, c.layers, c.heads, c.q_lora, c.kv_lora, c.nope,
                                               c.rope, c.v, c.inter, c.moe_inter, c.experts, c.top_k, c.shared,
                                               c.dense});
     j["architectures"] = {"GlmMoeDsaForCausalLM"};
@@ -175,17 +228,20 @@ int64_t Numel(const std::vector<int64_t>& s) {
 // row) and the routed experts a token did not select.
 double WeightBytesPerToken(const BenchConfig& c) {
   double bytes = 0;
+  double experts = 0;
   for (const auto& t : Tensors(c)) {
-    if (t.name.find(".mlp.experts.") != std::string::npos) continue;
     if (t.name == "model.embed_tokens.weight") {
       bytes += c.hidden * 2.0;
       continue;
     }
-    bytes += Numel(t.shape) * (t.f32 ? 4.0 : 2.0);
+    const double b = StoredBytes(c, t.name, t.shape, t.f32);
+    if (t.name.find(".mlp.experts.") != std::string::npos) {
+      experts += b;
+    } else {
+      bytes += b;
+    }
   }
-  const double expert = 3.0 * c.hidden * c.moe_inter * 2.0;
-  bytes += (c.layers - c.dense) * c.top_k * expert;
-  return bytes;
+  return bytes + experts * static_cast<double>(c.top_k) / static_cast<double>(c.experts);
 }
 
 bool WriteCheckpoint(const BenchConfig& c, const fs::path& dir) {
@@ -197,21 +253,66 @@ bool WriteCheckpoint(const BenchConfig& c, const fs::path& dir) {
   std::fprintf(stderr, "llm-bench: writing a generated checkpoint to %s ...\n", dir.c_str());
   std::vector<llmrt::TensorToWrite> out;
   uint64_t seed = 1;
+  // xorshift64 bytes for tensor seed s0 from byte offset `begin` (so chunks are reproducible).
+  auto random_bytes = [](uint64_t s0, uint8_t* dst, size_t begin, size_t n, auto map) {
+    uint64_t x = s0 * 0x9e3779b97f4a7c15ull + begin + 1;
+    for (size_t i = 0; i < n; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      dst[i] = map(x);
+    }
+  };
+  auto constant = [](std::vector<uint8_t> pattern) {
+    return [pattern](uint8_t* dst, size_t begin, size_t n) {
+      for (size_t i = 0; i < n; ++i) dst[i] = pattern[(begin + i) % pattern.size()];
+    };
+  };
   for (const auto& t : Tensors(c)) {
+    const float scale = t.shape.size() == 2 ? 1.0f / std::sqrt(static_cast<float>(t.shape[1])) : 0.01f;
+    const bool ones = t.ones, f32 = t.f32;
+    const uint64_t s0 = seed++;
+    if (IsQuantized(c, t.name, t.shape)) {
+      const int64_t rows = t.shape[0], cols = t.shape[1];
+      const std::string stem = t.name.substr(0, t.name.size() - 6);  // drop "weight"
+      if (c.weights == "fp8") {
+        // Codes of magnitude 2^-3..2^1 (exponent 4..8), either sign; scale_inv brings them to
+        // the BF16 model's spread.
+        out.push_back({t.name, "F8_E4M3", t.shape, nullptr, static_cast<size_t>(rows * cols),
+                       [=](uint8_t* dst, size_t begin, size_t n) {
+                         random_bytes(s0, dst, begin, n, [](uint64_t x) {
+                           return static_cast<uint8_t>((x & 0x80) | (((x >> 8) % 5 + 4) << 3) | ((x >> 16) & 7));
+                         });
+                       }});
+        const int64_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
+        float sv = scale * 1.7f / 2.0f;
+        std::vector<uint8_t> pat(4);
+        std::memcpy(pat.data(), &sv, 4);
+        out.push_back({t.name + "_scale_inv", "F32", {br, bc}, nullptr, static_cast<size_t>(br * bc * 4), constant(pat)});
+      } else {
+        const int64_t g = Int4Group(c);
+        out.push_back({stem + "weight_packed", "I32", {rows, cols / 8}, nullptr, static_cast<size_t>(rows * cols / 2),
+                       [=](uint8_t* dst, size_t begin, size_t n) {
+                         random_bytes(s0, dst, begin, n, [](uint64_t x) { return static_cast<uint8_t>(x >> 24); });
+                       }});
+        const uint16_t sb = llmrt::F32ToBf16(scale * 1.7f / 7.0f);
+        out.push_back({stem + "weight_scale", "BF16", {rows, cols / g}, nullptr, static_cast<size_t>(rows * (cols / g) * 2),
+                       constant({static_cast<uint8_t>(sb & 0xFF), static_cast<uint8_t>(sb >> 8)})});
+        const int32_t dims[2] = {static_cast<int32_t>(rows), static_cast<int32_t>(cols)};
+        std::vector<uint8_t> pat(8);
+        std::memcpy(pat.data(), dims, 8);
+        out.push_back({stem + "weight_shape", "I32", {2}, nullptr, 8, constant(pat)});
+      }
+      continue;
+    }
     llmrt::TensorToWrite w;
     w.name = t.name;
     w.dtype = t.f32 ? "F32" : "BF16";
     w.shape = t.shape;
     w.bytes = static_cast<size_t>(Numel(t.shape)) * (t.f32 ? 4 : 2);
-    const float scale = t.shape.size() == 2 ? 1.0f / std::sqrt(static_cast<float>(t.shape[1])) : 0.01f;
-    const bool ones = t.ones, f32 = t.f32;
-    const uint64_t s0 = seed++;
     w.fill = [=](uint8_t* dst, size_t begin, size_t n) {
       if (f32) {
-        for (size_t i = 0; i < n / 4; ++i) {
-          const float v = 0.0f;
-          std::memcpy(dst + 4 * i, &v, 4);
-        }
+        std::memset(dst, 0, n);
         return;
       }
       uint16_t* p = reinterpret_cast<uint16_t*>(dst);
@@ -527,12 +628,90 @@ int RunContextBench(const fs::path& base, const std::vector<int>& contexts, cons
   return 0;
 }
 
+// Prefill tokens/s: one session's prompt of `len` tokens, in steps of up to 512 tokens.
+double TimePrefill(llm_runtime* rt, int len, int64_t vocab) {
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = 1;
+  llm_session* s = nullptr;
+  llm_session_create(rt, &so, &s);
+  std::vector<int32_t> prompt(len);
+  for (int k = 0; k < len; ++k) prompt[k] = static_cast<int32_t>((k * 29 + 3) % vocab);
+  llm_session_append_tokens(s, prompt.data(), prompt.size());
+  llm_step_result r;
+  size_t n = 0;
+  const auto t0 = Clock::now();
+  bool done = false;
+  while (!done && llm_decode_step(rt, &r, 1, &n) == LLM_OK) done = n == 1 && r.token != LLM_TOKEN_NONE;
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  llm_session_destroy(s);
+  return len / sec;
+}
+
+// Decode (per session count) and prefill speed per weight format and KV codec, as ratios to BF16
+// weights with BF16 KV measured in the same run.
+int RunFormatBench(const fs::path& base, const std::vector<std::string>& formats, const std::vector<int>& batches,
+                   int steps, int threads, int prefill_len) {
+  struct Row {
+    std::string weights;
+    int32_t kv;
+  };
+  std::vector<Row> rows;
+  for (const auto& f : formats) rows.push_back({f, LLM_KV_DTYPE_BF16});
+  rows.push_back({"bf16", LLM_KV_DTYPE_FP8_E4M3});
+  BenchConfig ref;
+  const double ref_bytes = WeightBytesPerToken(ref);
+  std::printf("llm-bench --formats: generated Kimi-K2-structure model (%.2f GB of BF16 weights read per token at "
+              "batch 1), %d decode steps, prefill of one %d-token prompt\n\n",
+              ref_bytes / 1e9, steps, prefill_len);
+  std::printf("| weights | KV | weight GB in memory | GB read/token (batch 1) | BF16/this bytes | sessions | decode tok/s |"
+              " vs BF16 | prefill tok/s | vs BF16 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::vector<double> base_decode(batches.size(), 0);
+  double base_prefill = 0;
+  for (const Row& row : rows) {
+    BenchConfig cfg;
+    cfg.weights = row.weights;
+    const fs::path dir = row.weights == "bf16" ? base : fs::path(base.string() + "-" + row.weights);
+    if (!WriteCheckpoint(cfg, dir)) return 1;
+    llm_runtime_options ro;
+    llm_runtime_options_init(&ro);
+    ro.num_threads = threads;
+    ro.kv_budget_bytes = 512ull << 20;
+    ro.kv_dtype = row.kv;
+    llm_runtime* rt = nullptr;
+    if (llm_runtime_create(dir.c_str(), &ro, &rt) != LLM_OK) {
+      std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+      return 1;
+    }
+    llm_runtime_info info;
+    info.struct_size = sizeof(info);
+    llm_runtime_get_info(rt, &info);
+    const double bytes = WeightBytesPerToken(cfg);
+    const double prefill = TimePrefill(rt, prefill_len, cfg.vocab);
+    const bool is_base = row.weights == "bf16" && row.kv == LLM_KV_DTYPE_BF16;
+    if (is_base) base_prefill = prefill;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const StepStats st = TimeDecode(rt, batches[i], steps, 8, cfg.vocab);
+      if (is_base) base_decode[i] = st.tokens_per_s;
+      std::printf("| %s | %s | %.2f | %.3f | %.2fx | %d | %.2f | %.2fx | %s | %s |\n", row.weights.c_str(),
+                  row.kv == LLM_KV_DTYPE_BF16 ? "BF16" : "FP8", info.weight_bytes / 1e9, bytes / 1e9,
+                  ref_bytes / bytes, batches[i], st.tokens_per_s, base_decode[i] > 0 ? st.tokens_per_s / base_decode[i] : 0.0,
+                  i == 0 ? (std::to_string(static_cast<int>(prefill + 0.5))).c_str() : "",
+                  i == 0 ? (std::to_string(prefill / base_prefill).substr(0, 4) + "x").c_str() : "");
+      std::fflush(stdout);
+    }
+    llm_runtime_destroy(rt);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   fs::path dir = "/tmp/llmrt-bench-model";
   std::vector<int> batches = {1, 4, 16, 64};
   int steps = 8, threads = 0, prompt_len = 8, repeats = 5;
   bool integrity = false;
-  std::string model, tokenize_dir, text_file, kv_table;
+  std::string model, tokenize_dir, text_file, kv_table, formats;
+  int prefill_len = 256;
   std::vector<int> contexts;
   double budget_gib = 64;
   int session_tokens = 8192;
@@ -559,12 +738,16 @@ int main(int argc, char** argv) {
     else if (a == "--budget-gib") budget_gib = std::atof(argv[i + 1]);
     else if (a == "--session-tokens") session_tokens = std::atoi(argv[i + 1]);
     else if (a == "--context") contexts = ParseList(argv[i + 1]);
+    else if (a == "--formats") formats = argv[i + 1];
+    else if (a == "--prefill") prefill_len = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]\n"
                            "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n"
                            "       llm-bench --tokenize DIR --text FILE [--repeats N]\n"
                            "       llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]\n"
-                           "       llm-bench --context 256,2048 [--sessions 1,4] [--steps N]\n");
+                           "       llm-bench --context 256,2048 [--sessions 1,4] [--steps N]\n"
+                           "       llm-bench --formats bf16,fp8,int4-g32,int4-g128,int4-g32-all [--sessions 1,16,64] "
+                           "[--steps N] [--prefill N]\n");
       return 2;
     }
     ++i;
@@ -578,6 +761,16 @@ int main(int argc, char** argv) {
       if (e > b) dirs.push_back(kv_table.substr(b, e - b));
     }
     return RunKvTable(dirs, budget_gib, session_tokens);
+  }
+  if (!formats.empty()) {
+    std::vector<std::string> fs_list;
+    for (size_t b = 0, e; b <= formats.size(); b = e + 1) {
+      e = formats.find(',', b);
+      if (e == std::string::npos) e = formats.size();
+      if (e > b) fs_list.push_back(formats.substr(b, e - b));
+    }
+    std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 16, 64} : batches;
+    return RunFormatBench(dir, fs_list, b, steps, threads, prefill_len);
   }
   if (!contexts.empty()) {
     std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 4} : batches;

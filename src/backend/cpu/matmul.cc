@@ -5,12 +5,12 @@
 // four weight rows at a time (eight independent accumulators), widening bfloat16 to float32 in
 // registers (a 16-bit shift), so that bf16 weights cost half the bytes of f32 ones.
 //
-// Quantized weights (FP8 block-scaled, INT4 group-scaled) are dequantized a tile of four rows by
-// 128 columns at a time into float32 (w = q * scale, SIMD), and the tile is multiplied by every
-// activation row: decode reads each weight byte once, prefill reuses each dequantized tile for
-// all its rows. INT4 tiles are laid out per 32-column chunk as its 16 even columns then its 16
-// odd ones (the two nibbles of 16 bytes), and the activations are permuted to match once per
-// call (PrepareActivations).
+// Quantized weights (FP8 block-scaled, INT4 group-scaled) are decoded one scale block (FP8) or
+// group (INT4) at a time into float32 codes (SIMD), multiplied by the activations, and folded
+// into a per-row vector accumulator with the block's scale (w = q * scale). Prefill decodes the
+// blocks of four rows once for all its activation rows. INT4 blocks are laid out per 32-column
+// chunk as its 16 even columns then its 16 odd ones (the two nibbles of 16 bytes), and the
+// activations are permuted to match once per call (PrepareActivations).
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/backend/cpu/matmul.cc"
@@ -156,8 +156,6 @@ void AxpyBf16(float alpha, const void* x, float* y, int64_t n) {
 
 // ---- quantized weights ----
 
-constexpr int64_t kTile = 128;  // columns per dequantized tile
-
 // float8 e4m3fn bytes -> float32: the 7 magnitude bits placed at the top of a float32's
 // exponent/mantissa give 2^(e - 127) * 1.m (or the subnormal m * 2^-129); times 2^120 that is the
 // e4m3 value 2^(e - 7) * 1.m (or m * 2^-9), exactly. (0x7F, NaN in e4m3fn, does not occur in
@@ -171,99 +169,145 @@ HWY_INLINE hn::Vec<DF> Fp8ToF32(DF df, const uint8_t* p) {
   return hn::Mul(hn::BitCast(df, hn::Or(mag, sign)), hn::Set(df, 0x1p120f));
 }
 
-// Columns [k0, k0 + n) of FP8 row `row`, dequantized in natural order.
-void DequantFp8(const Weight& w, int64_t row, int64_t k0, int64_t n, float* dst) {
+// Raw codes of one block as float32 (no scale): FP8 in natural order; INT4 as q - 8, each
+// 32-column chunk as its 16 even columns then its 16 odd ones.
+void RawFp8(const uint8_t* q, int64_t width, float* dst) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const uint8_t* q = w.data.data_as<uint8_t>() + row * w.cols;
-  const int64_t nbc = (w.cols + w.block_cols - 1) / w.block_cols;
-  const float* srow = w.scales.data_as<float>() + (row / w.block_rows) * nbc;
   const float* table = Fp8E4M3::DecodeTable();
-  int64_t k = k0;
-  const int64_t end = k0 + n;
-  for (; k + N <= end; k += N) {
-    const int64_t b = k / w.block_cols;
-    if ((k + N - 1) / w.block_cols != b) break;  // a block edge inside the vector: finish scalar
-    hn::StoreU(hn::Mul(Fp8ToF32(df, q + k), hn::Set(df, srow[b])), df, dst + (k - k0));
-  }
-  for (; k < end; ++k) dst[k - k0] = table[q[k]] * srow[k / w.block_cols];
+  int64_t k = 0;
+  for (; k + N <= width; k += N) hn::StoreU(Fp8ToF32(df, q + k), df, dst + k);
+  for (; k < width; ++k) dst[k] = table[q[k]];
 }
 
-// Columns [k0, k0 + n) of INT4 row `row` (k0 and n multiples of 32), each 32-column chunk as its
-// 16 even columns then its 16 odd ones.
-void DequantInt4(const Weight& w, int64_t row, int64_t k0, int64_t n, float* dst) {
+void RawInt4(const uint8_t* q, int64_t width, float* dst) {
   const DF df;
   const hn::RebindToSigned<DF> di32;
   const hn::Rebind<uint8_t, DF> du8;
   const hn::RebindToUnsigned<DF> du32;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const uint8_t* q = w.data.data_as<uint8_t>() + row * (w.cols / 2);
-  const uint16_t* srow = w.scales.data_as<uint16_t>() + row * (w.cols / w.group);
-  for (int64_t k = k0; k < k0 + n; k += 32) {
+  const auto eight = hn::Set(df, 8.0f);
+  for (int64_t k = 0; k < width; k += 32) {
     const uint8_t* p = q + k / 2;
-    const float s = Bf16ToF32(srow[k / w.group]);
-    float* d = dst + (k - k0);
-    if (N <= 16) {
-      const auto vs = hn::Set(df, s);
-      const auto eight = hn::Set(df, 8.0f);
-      for (int64_t j = 0; j < 16; j += N) {
-        const auto b = hn::PromoteTo(du32, hn::LoadU(du8, p + j));
-        const auto lo = hn::ConvertTo(df, hn::BitCast(di32, hn::And(b, hn::Set(du32, 0xFu))));
-        const auto hi = hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(b)));
-        hn::StoreU(hn::Mul(hn::Sub(lo, eight), vs), df, d + j);
-        hn::StoreU(hn::Mul(hn::Sub(hi, eight), vs), df, d + 16 + j);
-      }
-    } else {
-      for (int64_t j = 0; j < 16; ++j) {
-        d[j] = static_cast<float>((p[j] & 0xF) - 8) * s;
-        d[16 + j] = static_cast<float>((p[j] >> 4) - 8) * s;
-      }
+    for (int64_t j = 0; j < 16; j += N) {
+      const auto b = hn::PromoteTo(du32, hn::LoadU(du8, p + j));
+      hn::StoreU(hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(b, hn::Set(du32, 0xFu)))), eight), df,
+                 dst + k + j);
+      hn::StoreU(hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(b))), eight), df, dst + k + 16 + j);
     }
   }
 }
 
-template <typename Dequant>
-void MatMulTiled(Dequant deq, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
-                 int64_t n0, int64_t n1) {
-  const DF df;
+// One block of one row against one activation row, in the order every quantized path uses:
+// vectors alternate between two accumulators from the block's start, leftover columns are
+// summed in scalar. FP8: natural order; INT4 (int4 true): per 32 columns, the 16 even codes
+// against x[k .. k+16) and the 16 odd ones against x[k+16 .. k+32) of the permuted activations.
+HWY_INLINE void BlockDot(DF df, const float* raw, const float* xt, int64_t width, bool int4, hn::Vec<DF>& sum,
+                         float& tail) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  HWY_ALIGN float buf[4 * kTile];
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df);
+  float st = 0.0f;
+  if (int4) {
+    for (int64_t k = 0; k < width; k += 32) {
+      for (int64_t j = 0; j < 16; j += N) {
+        a0 = hn::MulAdd(hn::LoadU(df, raw + k + j), hn::LoadU(df, xt + k + j), a0);
+        a1 = hn::MulAdd(hn::LoadU(df, raw + k + 16 + j), hn::LoadU(df, xt + k + 16 + j), a1);
+      }
+    }
+  } else {
+    int64_t k = 0;
+    for (; k + 2 * N <= width; k += 2 * N) {
+      a0 = hn::MulAdd(hn::LoadU(df, raw + k), hn::LoadU(df, xt + k), a0);
+      a1 = hn::MulAdd(hn::LoadU(df, raw + k + N), hn::LoadU(df, xt + k + N), a1);
+    }
+    for (; k + N <= width; k += N) a0 = hn::MulAdd(hn::LoadU(df, raw + k), hn::LoadU(df, xt + k), a0);
+    for (; k < width; ++k) st += raw[k] * xt[k];
+  }
+  sum = hn::Add(a0, a1);
+  tail = st;
+}
+
+// Rows [n0, n1) of a quantized matrix times T activation rows. Blocks (FP8: block_cols columns;
+// INT4: one group) of four rows are decoded to float32 once and used by every activation row;
+// each (row, activation) keeps a vector accumulator over blocks, folding each block in with its
+// scale. With one or a few activation rows the codes are decoded in registers instead (same
+// order, so results do not depend on how many rows a batch has).
+void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, int64_t n0,
+                     int64_t n1) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), K = w.cols;
+  const bool int4 = w.format == WeightFormat::kInt4Group;
+  // INT4 chunks hold 16 codes of each parity: vectors of up to 16 float lanes (every x86 target).
+  HWY_ASSERT(!int4 || N <= 16);
+  const int64_t bw = int4 ? w.group : w.block_cols, nb = (K + bw - 1) / bw;
+  const int64_t nbc = (K + w.block_cols - 1) / std::max<int64_t>(w.block_cols, 1);
+  auto scale_of = [&](int64_t row, int64_t b) {
+    return int4 ? Bf16ToF32(w.scales.data_as<uint16_t>()[row * (K / w.group) + b])
+                : w.scales.data_as<float>()[(row / w.block_rows) * nbc + b];
+  };
+  auto codes_of = [&](int64_t row, int64_t b) {
+    return int4 ? w.data.data_as<uint8_t>() + row * (K / 2) + b * bw / 2 : w.data.data_as<uint8_t>() + row * K + b * bw;
+  };
+  std::vector<float> raw(static_cast<size_t>((T <= 4 ? 1 : 4) * bw));
+  if (T <= 4) {  // decode: one row at a time
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t t = 0; t < T; ++t) {
+        auto acc = hn::Zero(df);
+        float tail = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t width = std::min(bw, K - b * bw);
+          // Decoded per activation row: stays in L1, and keeps the block loop identical.
+          if (int4) {
+            RawInt4(codes_of(n, b), width, raw.data());
+          } else {
+            RawFp8(codes_of(n, b), width, raw.data());
+          }
+          hn::Vec<DF> sum = hn::Zero(df);
+          float st = 0.0f;
+          BlockDot(df, raw.data(), x + t * ldx + b * bw, width, int4, sum, st);
+          const float s = scale_of(n, b);
+          acc = hn::MulAdd(sum, hn::Set(df, s), acc);
+          tail += st * s;
+        }
+        out[t * ldo + n] = hn::GetLane(hn::SumOfLanes(df, acc)) + tail;
+      }
+    }
+    return;
+  }
+  std::vector<float> accs(static_cast<size_t>(T * 4 * N)), tails(static_cast<size_t>(T * 4));
   for (int64_t n = n0; n < n1; n += 4) {
     const int64_t rows = std::min<int64_t>(4, n1 - n);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t r = 0; r < rows; ++r) out[t * ldo + n + r] = 0.0f;
-    }
-    for (int64_t k0 = 0; k0 < K; k0 += kTile) {
-      const int64_t width = std::min<int64_t>(kTile, K - k0), wv = width - width % N;
-      for (int64_t r = 0; r < rows; ++r) deq(n + r, k0, width, buf + r * kTile);
+    std::fill(accs.begin(), accs.end(), 0.0f);
+    std::fill(tails.begin(), tails.end(), 0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t width = std::min(bw, K - b * bw);
+      float scales[4];
+      for (int64_t r = 0; r < rows; ++r) {
+        if (int4) {
+          RawInt4(codes_of(n + r, b), width, raw.data() + r * bw);
+        } else {
+          RawFp8(codes_of(n + r, b), width, raw.data() + r * bw);
+        }
+        scales[r] = scale_of(n + r, b);
+      }
       for (int64_t t = 0; t < T; ++t) {
-        const float* xt = x + t * ldx + k0;
+        const float* xt = x + t * ldx + b * bw;
         for (int64_t r = 0; r < rows; ++r) {
-          const float* br = buf + r * kTile;
-          auto a0 = hn::Zero(df), a1 = hn::Zero(df);
-          int64_t k = 0;
-          for (; k + 2 * N <= wv; k += 2 * N) {
-            a0 = hn::MulAdd(hn::Load(df, br + k), hn::LoadU(df, xt + k), a0);
-            a1 = hn::MulAdd(hn::Load(df, br + k + N), hn::LoadU(df, xt + k + N), a1);
-          }
-          for (; k < wv; k += N) a0 = hn::MulAdd(hn::Load(df, br + k), hn::LoadU(df, xt + k), a0);
-          float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
-          for (; k < width; ++k) sum += br[k] * xt[k];
-          out[t * ldo + n + r] += sum;
+          hn::Vec<DF> sum = hn::Zero(df);
+          float st = 0.0f;
+          BlockDot(df, raw.data() + r * bw, xt, width, int4, sum, st);
+          float* acc = accs.data() + (t * 4 + r) * N;
+          hn::StoreU(hn::MulAdd(sum, hn::Set(df, scales[r]), hn::LoadU(df, acc)), df, acc);
+          tails[t * 4 + r] += st * scales[r];
         }
       }
     }
-  }
-}
-
-void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, int64_t n0,
-                     int64_t n1) {
-  if (w.format == WeightFormat::kFp8Block) {
-    MatMulTiled([&](int64_t row, int64_t k0, int64_t n, float* dst) { DequantFp8(w, row, k0, n, dst); }, w.cols, x,
-                ldx, T, out, ldo, n0, n1);
-  } else {
-    MatMulTiled([&](int64_t row, int64_t k0, int64_t n, float* dst) { DequantInt4(w, row, k0, n, dst); }, w.cols,
-                x, ldx, T, out, ldo, n0, n1);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        out[t * ldo + n + r] =
+            hn::GetLane(hn::SumOfLanes(df, hn::LoadU(df, accs.data() + (t * 4 + r) * N))) + tails[t * 4 + r];
+      }
+    }
   }
 }
 
