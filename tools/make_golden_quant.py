@@ -12,6 +12,12 @@ groups of 128 fit), written three ways, in the formats of the released checkpoin
   pack-quantized (weight_packed int32, weight_scale bf16, weight_shape), symmetric, group 32 / 128,
   packed with compressed-tensors' own pack_to_int32.
 
+- tiny_glm4_moe_fp8 / tiny_glm_moe_dsa_fp8: the GLM-4.5 and GLM-5 test checkpoints
+  (tools/make_golden_glm4_moe.py, make_golden_glm_moe_dsa.py) in the same FP8 format, 32x32 blocks
+  (their matrices are 64 wide): q/k/v/o projections (GLM-4.5; biases stay BF16), the MLA
+  projections and the DSA indexer's wq_b and wk (GLM-5; weights_proj stays BF16, as released), and
+  every MLP and expert projection.
+
 Everything else is BF16. References: the weights are dequantized by a direct block
 multiplication (FP8: q * scale_inv per block) or by compressed-tensors (unpack_from_int32 +
 dequantize), in float32, and transformers runs the dequantized model in float32 (eager),
@@ -27,13 +33,16 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Glm4MoeConfig, Glm4MoeForCausalLM,
+                          GlmMoeDsaConfig, GlmMoeDsaForCausalLM)
 from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32, unpack_from_int32
 from compressed_tensors.quantization import QuantizationArgs
 from compressed_tensors.quantization.lifecycle.forward import dequantize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_golden_deepseek import PROMPTS, DECODE_STEPS, Bf16KvCache, greedy_reference, randomize  # noqa: E402
+from make_golden_glm4_moe import Bf16KvCacheGlm  # noqa: E402
+from make_golden_glm_moe_dsa import Bf16KvCacheDsa, SelectionGaps  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data")
 FP8_BLOCK = 64
@@ -52,8 +61,14 @@ LAYER_LINEAR = re.compile(r"model\.layers\.\d+\.(self_attn\.(q_a|q_b|kv_a_proj_w
 EXPERT = re.compile(r"model\.layers\.\d+\.mlp\.experts\.\d+\.(gate|up|down)_proj\.weight$")
 
 
-def fp8_block_quantize(w):
+GLM_LINEAR = re.compile(r"model\.layers\.\d+\.(self_attn\.(q|k|v|o|q_a|q_b|kv_a_proj_with_mqa|kv_b)(_proj)?|"
+                        r"self_attn\.indexer\.(wq_b|wk)|mlp\.(gate_proj|up_proj|down_proj)|"
+                        r"mlp\.experts\.\d+\.\w+_proj|mlp\.shared_experts\.\w+_proj)\.weight$")
+
+
+def fp8_block_quantize(w, block=None):
     """float32 [rows, cols] -> (float8_e4m3fn codes, float32 scale_inv [ceil(r/B), ceil(c/B)])."""
+    FP8_BLOCK = block or globals()["FP8_BLOCK"]
     rows, cols = w.shape
     nr, nc = -(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK)
     scale = torch.zeros(nr, nc)
@@ -67,8 +82,9 @@ def fp8_block_quantize(w):
     return q, scale
 
 
-def fp8_block_dequantize(q, scale):
+def fp8_block_dequantize(q, scale, block=None):
     """Direct block dequantization: w = q * scale_inv of the block (DeepSeek's weight_dequant)."""
+    FP8_BLOCK = block or globals()["FP8_BLOCK"]
     rows, cols = q.shape
     s = scale.repeat_interleave(FP8_BLOCK, 0)[:rows].repeat_interleave(FP8_BLOCK, 1)[:, :cols]
     return q.float() * s
@@ -110,12 +126,16 @@ def write(name, tensors, cfg_dict, quant_config):
     return d
 
 
-def goldens(model, name, extra):
-    cases = []
+def goldens(model, name, extra, bf16_cache=Bf16KvCache):
+    cases, gaps = [], []
+    dsa = isinstance(model, GlmMoeDsaForCausalLM)
     for prompt in PROMPTS:
-        gen, steps = greedy_reference(model, prompt)
-        with Bf16KvCache(model):
+        with SelectionGaps(model) if dsa else _Null() as g:
+            gen, steps = greedy_reference(model, prompt)
+        with bf16_cache(model), (SelectionGaps(model) if dsa else _Null()) as g2:
             gen_b, steps_b = greedy_reference(model, prompt)
+        if dsa:
+            gaps += g.gaps + g2.gaps
         cases.append({"prompt": prompt, "generated": gen, "steps": steps,
                       "bf16_kv": {"generated": gen_b, "steps": steps_b}})
     golden = {"model": name, "transformers": __import__("transformers").__version__, "torch": torch.__version__,
@@ -125,6 +145,60 @@ def goldens(model, name, extra):
     with open(os.path.join(OUT, name + ".golden.json"), "w") as f:
         json.dump(golden, f)
     print(name, "smallest top-2 margin", min(s["margin"] for c in cases for s in c["steps"]), file=sys.stderr)
+    if dsa:
+        print(name, "smallest relative top-k gap", min(gaps), file=sys.stderr)
+        if min(gaps) < 1e-4:
+            sys.exit("a DSA top-k selection is too close to a tie to be a stable golden")
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def fused_model(cls, cfg, full):
+    """A float32 `cls` model from a per-expert state dict (fusing experts as transformers does)."""
+    m = cls(cfg).eval()
+    sd = m.state_dict()
+    for k in list(sd):
+        if k.endswith("mlp.experts.gate_up_proj"):
+            p = k[: -len("gate_up_proj")]
+            sd[k] = torch.stack([torch.cat([full[f"{p}{e}.gate_proj.weight"], full[f"{p}{e}.up_proj.weight"]])
+                                 for e in range(cfg.n_routed_experts)])
+        elif k.endswith("mlp.experts.down_proj"):
+            p = k[: -len("down_proj")]
+            sd[k] = torch.stack([full[f"{p}{e}.down_proj.weight"] for e in range(cfg.n_routed_experts)])
+        else:
+            sd[k] = full[k]
+    m.load_state_dict(sd)
+    return m
+
+
+def glm_fp8(src, name, cfg_cls, model_cls, bf16_cache, block=32):
+    """The FP8 (block x block) version of a GLM test checkpoint and its goldens."""
+    from safetensors.torch import load_file
+    d = os.path.join(OUT, src)
+    state = load_file(os.path.join(d, "model.safetensors"))
+    with open(os.path.join(d, "config.json")) as f:
+        cfg_dict = json.load(f)
+    cfg = cfg_cls(**{k: v for k, v in cfg_dict.items() if k not in ("architectures", "transformers_version", "dtype")})
+    cfg._attn_implementation = "eager"
+    tensors, full = {}, {}
+    for k, v in state.items():
+        if GLM_LINEAR.match(k):
+            q, sc = fp8_block_quantize(v.float(), block)
+            tensors[k] = q
+            tensors[k + "_scale_inv"] = sc
+            full[k] = fp8_block_dequantize(q, sc, block)
+        else:
+            tensors[k] = v
+            full[k] = v.float()
+    write(name, tensors, cfg_dict, {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                    "weight_block_size": [block, block]})
+    goldens(fused_model(model_cls, cfg, full), name, {"weight_block_size": [block, block]}, bf16_cache)
 
 
 def main():
@@ -156,21 +230,10 @@ def main():
         """The float32 model whose per-expert weights are `deq` (name -> float32 tensor)."""
         full = {k: v.float() for k, v in state.items()}
         full.update(deq)
-        m = DeepseekV3ForCausalLM(cfg).eval()
-        # Load through the per-expert names: fuse them as transformers' conversion does.
-        sd = m.state_dict()
-        for k in list(sd):
-            if k.endswith("mlp.experts.gate_up_proj"):
-                p = k[: -len("gate_up_proj")]
-                sd[k] = torch.stack([torch.cat([full[f"{p}{e}.gate_proj.weight"], full[f"{p}{e}.up_proj.weight"]])
-                                     for e in range(cfg.n_routed_experts)])
-            elif k.endswith("mlp.experts.down_proj"):
-                p = k[: -len("down_proj")]
-                sd[k] = torch.stack([full[f"{p}{e}.down_proj.weight"] for e in range(cfg.n_routed_experts)])
-            else:
-                sd[k] = full[k]
-        m.load_state_dict(sd)
-        return m
+        return fused_model(DeepseekV3ForCausalLM, cfg, full)
+
+    if "--glm-only" in sys.argv:
+        return glm_only()
 
     # FP8 block-scaled.
     tensors, deq = {}, {}
@@ -204,6 +267,12 @@ def main():
         name = f"tiny_kimi_k2_int4_g{group}"
         write(name, tensors, cfg_dict, int4_quant_config(group))
         goldens(reference(deq), name, {"group_size": group})
+    glm_only()
+
+
+def glm_only():
+    glm_fp8("tiny_glm4_moe", "tiny_glm4_moe_fp8", Glm4MoeConfig, Glm4MoeForCausalLM, Bf16KvCacheGlm)
+    glm_fp8("tiny_glm_moe_dsa", "tiny_glm_moe_dsa_fp8", GlmMoeDsaConfig, GlmMoeDsaForCausalLM, Bf16KvCacheDsa)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ struct ModelCase {
 // quantized ones: hidden 128) are more sensitive to a single bf16 rounding flip: on the DSA
 // model one flip in the prefill moves the last logits by a median 3.6e-5 but by 1.3e-2 at p90
 // (300 random single flips of the reference's rounded values, prompt 0). The engine sees
-// 2.2e-3 to 3.1e-3 on them; 5e-3 admits a small flip, and tokens must still match exactly.
-constexpr float kWideBf16KvTolerance = 5e-3f;
+// 1.0e-3 to 5.2e-3 on them; 1e-2 admits a typical flip (a p90 one could still exceed it), and
+// tokens must match exactly.
+constexpr float kWideBf16KvTolerance = 1e-2f;
 
 std::ostream& operator<<(std::ostream& os, const ModelCase& m) { return os << m.golden; }
 
@@ -201,6 +202,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"tests/data/tiny_kimi_k2_fp8", "tiny_kimi_k2_fp8", kWideBf16KvTolerance},
                       ModelCase{"tests/data/tiny_kimi_k2_int4_g32", "tiny_kimi_k2_int4_g32", kWideBf16KvTolerance},
                       ModelCase{"tests/data/tiny_kimi_k2_int4_g128", "tiny_kimi_k2_int4_g128", kWideBf16KvTolerance},
+                      // GLM-4.5 and GLM-5 in the same FP8 format, 32x32 blocks (indexer wq_b/wk included).
+                      ModelCase{"tests/data/tiny_glm4_moe_fp8", "tiny_glm4_moe_fp8"},
+                      ModelCase{"tests/data/tiny_glm_moe_dsa_fp8", "tiny_glm_moe_dsa_fp8", kWideBf16KvTolerance},
                       // The shipped trained model (tools/eval_hf.py --golden).
                       ModelCase{"models/kimi-k2-kjv-tiny", "kimi_k2_kjv_tiny"}),
     [](const auto& info) { return std::string(info.param.golden); });
