@@ -12,6 +12,8 @@ groups of 128 fit), written three ways, in the formats of the released checkpoin
   pack-quantized (weight_packed int32, weight_scale bf16, weight_shape), symmetric, group 32 / 128,
   packed with compressed-tensors' own pack_to_int32.
 
+- tiny_kimi_k2_quant_base: the same model unquantized (BF16), the source of quantization at load
+  (llmrt's INT4 round to nearest reproduces tiny_kimi_k2_int4_g32 from it exactly);
 - tiny_glm4_moe_fp8 / tiny_glm_moe_dsa_fp8: the GLM-4.5 and GLM-5 test checkpoints
   (tools/make_golden_glm4_moe.py, make_golden_glm_moe_dsa.py) in the same FP8 format, 32x32 blocks
   (their matrices are 64 wide): q/k/v/o projections (GLM-4.5; biases stay BF16), the MLA
@@ -120,7 +122,8 @@ def write(name, tensors, cfg_dict, quant_config):
     os.makedirs(d, exist_ok=True)
     save_file(tensors, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
     c = dict(cfg_dict)
-    c["quantization_config"] = quant_config
+    if quant_config is not None:
+        c["quantization_config"] = quant_config
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(c, f, indent=2, sort_keys=True)
     return d
@@ -225,6 +228,10 @@ def main():
     for f in os.listdir(tmp):
         os.remove(os.path.join(tmp, f))
     os.rmdir(tmp)
+
+    write("tiny_kimi_k2_quant_base", dict(state), cfg_dict, None)
+    if "--base-only" in sys.argv:
+        return
 
     def reference(deq):
         """The float32 model whose per-expert weights are `deq` (name -> float32 tensor)."""

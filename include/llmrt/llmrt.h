@@ -172,7 +172,23 @@ typedef struct llm_runtime_options {
   const llm_kv_tracker* tracker; /* copied at creation; NULL = none. Implies tag checking. */
   int32_t prefix_sharing;       /* share full KV pages of equal prompt prefixes; default 1 */
   uint32_t reserved1;
+  /* Storage of the routed experts per phase (LLM_WEIGHTS_*; default AS_STORED for both). A
+   * forward pass in which every sequence decodes uses decode_weights, any other (prefill chunks,
+   * llm_score) prefill_weights. Different values keep both sets resident (see
+   * llm_runtime_info.weight_bytes_*). INT4 is quantized at load (symmetric, round to nearest)
+   * from what the checkpoint stores, unless it already is INT4 of that group size. */
+  int32_t prefill_weights;
+  int32_t decode_weights;
 } llm_runtime_options;
+
+#define LLM_WEIGHTS_AS_STORED 0
+#define LLM_WEIGHTS_INT4_G32 1  /* INT4, one bf16 scale per 32 columns */
+#define LLM_WEIGHTS_INT4_G128 2 /* INT4, one bf16 scale per 128 columns */
+
+/* Where an FP8 KV cache takes its per-layer scales from. */
+#define LLM_KV_SCALE_NONE 0       /* not an FP8 cache */
+#define LLM_KV_SCALE_CHECKPOINT 1 /* the checkpoint's self_attn.k_scale (and v_scale) tensors */
+#define LLM_KV_SCALE_CALIBRATED 2 /* the largest magnitude of each layer's first write, with 2x headroom */
 
 /* Fills *options with defaults, including struct_size. */
 LLM_API void llm_runtime_options_init(llm_runtime_options* options);
@@ -212,6 +228,16 @@ typedef struct llm_runtime_info {
   uint64_t integrity_violations;  /* sessions aborted by KV verification */
   uint64_t preemptions;           /* sessions preempted under KV pressure */
   uint64_t integrity_check_ns;    /* time spent verifying page tables (and in on_verify) */
+  /* Resident weight bytes (codes plus scales) by storage format; both expert sets when the
+   * prefill and decode policies differ. */
+  uint64_t weight_bytes_f32;
+  uint64_t weight_bytes_bf16;
+  uint64_t weight_bytes_fp8;
+  uint64_t weight_bytes_int4;
+  int32_t prefill_weights;        /* LLM_WEIGHTS_* in effect */
+  int32_t decode_weights;
+  int32_t kv_scale_source;        /* LLM_KV_SCALE_* */
+  uint32_t reserved2;
 } llm_runtime_info;
 
 /* Fills *info (whose struct_size the caller set). */

@@ -227,6 +227,14 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
     case LLM_KV_DTYPE_FP8_E4M3: ro.kv_dtype = llmrt::DType::kF8E4M3; break;
     default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_dtype is not an LLM_KV_DTYPE_* value");
   }
+  for (int32_t p : {o.prefill_weights, o.decode_weights}) {
+    if (p < LLM_WEIGHTS_AS_STORED || p > LLM_WEIGHTS_INT4_G128) {
+      return Fail(LLM_ERR_INVALID_ARGUMENT, "options->prefill_weights / decode_weights must be LLM_WEIGHTS_* values");
+    }
+  }
+  // LLM_WEIGHTS_* values are the ExpertStorage enumerators in order.
+  ro.weights.prefill_experts = static_cast<llmrt::ExpertStorage>(o.prefill_weights);
+  ro.weights.decode_experts = static_cast<llmrt::ExpertStorage>(o.decode_weights);
   if (o.num_threads < 0) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->num_threads must be >= 0");
   ro.num_threads = o.num_threads;
   if (o.kv_budget_bytes != 0) ro.kv_budget_bytes = o.kv_budget_bytes;
@@ -338,6 +346,15 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   out.integrity_violations = i.integrity_violations;
   out.preemptions = i.preemptions;
   out.integrity_check_ns = i.integrity_check_ns;
+  out.weight_bytes_f32 = i.resident_weight_bytes[static_cast<size_t>(llmrt::WeightFormat::kF32)];
+  out.weight_bytes_bf16 = i.resident_weight_bytes[static_cast<size_t>(llmrt::WeightFormat::kBF16)];
+  out.weight_bytes_fp8 = i.resident_weight_bytes[static_cast<size_t>(llmrt::WeightFormat::kFp8Block)];
+  out.weight_bytes_int4 = i.resident_weight_bytes[static_cast<size_t>(llmrt::WeightFormat::kInt4Group)];
+  out.prefill_weights = static_cast<int32_t>(i.weights.prefill_experts);
+  out.decode_weights = static_cast<int32_t>(i.weights.decode_experts);
+  out.kv_scale_source = i.kv_scale_source == llmrt::KvScaleSource::kCheckpoint   ? LLM_KV_SCALE_CHECKPOINT
+                        : i.kv_scale_source == llmrt::KvScaleSource::kCalibrated ? LLM_KV_SCALE_CALIBRATED
+                                                                                 : LLM_KV_SCALE_NONE;
   const uint32_t n = std::min<uint32_t>(info->struct_size, sizeof(out));
   std::memcpy(info, &out, n);
   info->struct_size = n;

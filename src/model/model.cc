@@ -5,13 +5,13 @@
 
 namespace llmrt {
 
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend) {
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend, const LoadOptions& options) {
   switch (ck.config().family) {
     case ArchFamily::kDeepseekV3:
     case ArchFamily::kGlmMoeDsa:  // MLA with the DSA indexer: same file (DESIGN.md)
-      return LoadDeepseekV3(ck, backend);
+      return LoadDeepseekV3(ck, backend, options);
     case ArchFamily::kGlm4Moe:
-      return LoadGlm4Moe(ck, backend);
+      return LoadGlm4Moe(ck, backend, options);
   }
   return absl::InternalError("unknown architecture family");
 }

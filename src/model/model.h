@@ -2,6 +2,7 @@
 #ifndef LLMRT_MODEL_MODEL_H_
 #define LLMRT_MODEL_MODEL_H_
 
+#include <array>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -9,6 +10,18 @@
 #include "src/model/checkpoint.h"
 
 namespace llmrt {
+
+// Storage of the routed experts for one phase: as the checkpoint stores them, or quantized at
+// load to INT4 (symmetric, round to nearest, groups of 32 or 128) from BF16, FP8 or INT4.
+enum class ExpertStorage { kAsStored, kInt4G32, kInt4G128 };
+
+// Weights per phase (Cloudflare's policy: FP8 for compute-bound prefill, INT4 for bandwidth-bound
+// decode). Equal policies keep one resident set; different ones keep both routed-expert sets
+// resident and run a forward pass with the decode set when every sequence in it decodes.
+struct LoadOptions {
+  ExpertStorage prefill_experts = ExpertStorage::kAsStored;
+  ExpertStorage decode_experts = ExpertStorage::kAsStored;
+};
 
 // One step's input, all in backend memory.
 struct ForwardBatch {
@@ -18,6 +31,7 @@ struct ForwardBatch {
   Tensor logit_rows;  // I32 [S]: rows of the batch whose logits are wanted
   int64_t num_tokens = 0;
   int64_t num_logit_rows = 0;
+  bool decode_phase = false;  // every sequence advances by one generated token
 };
 
 class Model {
@@ -28,6 +42,8 @@ class Model {
   virtual int64_t kv_width() const = 0;
   virtual uint64_t num_parameters() const = 0;
   virtual uint64_t weight_bytes() const = 0;
+  // Resident weight bytes (codes plus scales) by WeightFormat, indexed by its value.
+  virtual std::array<uint64_t, 4> resident_bytes() const = 0;
   // Runs the batch: writes its K/V into `cache`, and the logits of the requested rows into
   // logits [S, vocab] (float32, backend memory).
   virtual absl::Status Forward(const ForwardBatch& batch, const KvCacheView& cache,
@@ -35,7 +51,8 @@ class Model {
 };
 
 // Builds the model of the checkpoint's architecture, loading and validating every weight.
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend);
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend,
+                                                 const LoadOptions& options = {});
 
 }  // namespace llmrt
 

@@ -2,7 +2,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include <cstring>
+
 #include "src/quant/weight_quant.h"
+#include "src/util/bf16.h"
 #include "src/util/errors.h"
 #include "src/util/status.h"
 
@@ -123,19 +126,99 @@ absl::StatusOr<Weight> WeightLoader::LoadInt4(const std::string& stem, int64_t r
   return w;
 }
 
+Weight WeightLoader::Resident(Weight w) {
+  uint64_t bytes = w.data.bytes();
+  if (w.quantized()) bytes += w.scales.bytes();
+  resident_[static_cast<size_t>(w.format)] += bytes;
+  return w;
+}
+
 absl::StatusOr<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols) {
   const TensorInfo* info = ck_.Find(name);
-  if (info != nullptr && info->dtype == DType::kF8E4M3) return LoadFp8(name, *info, rows, cols);
+  if (info != nullptr && info->dtype == DType::kF8E4M3) {
+    LLMRT_ASSIGN_OR_RETURN(Weight w, LoadFp8(name, *info, rows, cols));
+    return Resident(std::move(w));
+  }
   if (info == nullptr && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0) {
     const std::string stem = name.substr(0, name.size() - 6);
-    if (ck_.Find(stem + "weight_packed") != nullptr) return LoadInt4(stem, rows, cols);
+    if (ck_.Find(stem + "weight_packed") != nullptr) {
+      LLMRT_ASSIGN_OR_RETURN(Weight w, LoadInt4(stem, rows, cols));
+      return Resident(std::move(w));
+    }
   }
-  return Load(name, {rows, cols});
+  LLMRT_ASSIGN_OR_RETURN(Weight w, Load(name, {rows, cols}));
+  return Resident(std::move(w));
+}
+
+absl::StatusOr<Weight> WeightLoader::Stored(const std::string& name, int64_t rows, int64_t cols, ExpertStorage s) {
+  switch (s) {
+    case ExpertStorage::kAsStored: return Matrix(name, rows, cols);
+    case ExpertStorage::kInt4G32: return Int4(name, rows, cols, 32);
+    case ExpertStorage::kInt4G128: return Int4(name, rows, cols, 128);
+  }
+  return absl::InternalError("unknown expert storage");
+}
+
+absl::Status WeightLoader::HostRows(const std::string& name, int64_t rows, int64_t cols, std::vector<float>* out) {
+  out->resize(static_cast<size_t>(rows * cols));
+  const TensorInfo* info = ck_.Find(name);
+  const std::string stem = name.substr(0, name.size() - 6);
+  if (info == nullptr) {
+    const TensorInfo* packed = ck_.Find(stem + "weight_packed");
+    const TensorInfo* scale = ck_.Find(stem + "weight_scale");
+    const QuantConfig& q = ck_.config().quant;
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeInt4Row(packed->data, reinterpret_cast<const uint16_t*>(scale->data), cols, q.group_size, r,
+                        out->data() + r * cols);
+    }
+  } else if (info->dtype == DType::kF8E4M3) {
+    const TensorInfo* scale = ck_.Find(name + "_scale_inv");
+    const QuantConfig& q = ck_.config().quant;
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeFp8BlockRow(info->data, reinterpret_cast<const float*>(scale->data), cols, q.block_rows, q.block_cols,
+                            r, out->data() + r * cols);
+    }
+  } else if (info->dtype == DType::kBF16) {
+    Bf16ToF32Array(reinterpret_cast<const uint16_t*>(info->data), out->data(), rows * cols);
+  } else {
+    std::memcpy(out->data(), info->data, static_cast<size_t>(rows * cols) * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Weight> WeightLoader::Int4(const std::string& name, int64_t rows, int64_t cols, int64_t group) {
+  if (cols % group != 0) {
+    return FormatError(absl::StrCat(ck_.dir(), ": INT4 group size ", group, " does not divide the ", cols,
+                                    " columns of \"", name, "\""));
+  }
+  // Validates the stored tensor (presence, dtype, shape, scales) and counts its parameters.
+  LLMRT_ASSIGN_OR_RETURN(Weight stored, Matrix(name, rows, cols));
+  resident_[static_cast<size_t>(stored.format)] -= stored.data.bytes() + (stored.quantized() ? stored.scales.bytes() : 0);
+  if (stored.format == WeightFormat::kInt4Group && stored.group == group) return Resident(std::move(stored));
+  std::vector<float> host;
+  LLMRT_RETURN_IF_ERROR(HostRows(name, rows, cols, &host));
+  std::vector<uint8_t> packed(static_cast<size_t>(rows * cols / 2), 0);
+  std::vector<uint16_t> scales(static_cast<size_t>(rows * (cols / group)));
+  for (int64_t r = 0; r < rows; ++r) {
+    QuantizeInt4Row(host.data() + r * cols, cols, group, packed.data() + r * (cols / 2),
+                    scales.data() + r * (cols / group));
+  }
+  Weight w;
+  w.format = WeightFormat::kInt4Group;
+  w.rows = rows;
+  w.cols = cols;
+  w.group = group;
+  LLMRT_ASSIGN_OR_RETURN(w.data, backend_.Allocate(DType::kU8, {rows, cols / 2}));
+  backend_.Upload(packed.data(), packed.size(), w.data);
+  LLMRT_ASSIGN_OR_RETURN(w.scales, backend_.Allocate(DType::kBF16, {rows, cols / group}));
+  backend_.Upload(scales.data(), scales.size() * sizeof(uint16_t), w.scales);
+  return Resident(std::move(w));
 }
 
 absl::StatusOr<Weight> WeightLoader::Dense(const std::string& name, int64_t rows, int64_t cols) {
   LLMRT_ASSIGN_OR_RETURN(Weight q, Matrix(name, rows, cols));
   if (!q.quantized()) return q;
+  resident_[static_cast<size_t>(q.format)] -= q.data.bytes() + q.scales.bytes();
   // Dequantized on the host from the mapped checkpoint bytes, then handed to the backend.
   std::vector<float> host(static_cast<size_t>(rows * cols));
   const TensorInfo* scale = nullptr;
@@ -161,11 +244,12 @@ absl::StatusOr<Weight> WeightLoader::Dense(const std::string& name, int64_t rows
   w.cols = cols;
   LLMRT_ASSIGN_OR_RETURN(w.data, backend_.Allocate(DType::kF32, {rows, cols}));
   backend_.Upload(host.data(), host.size() * sizeof(float), w.data);
-  return w;
+  return Resident(std::move(w));
 }
 
 absl::StatusOr<Weight> WeightLoader::Vector(const std::string& name, int64_t n) {
-  return Load(name, {n});
+  LLMRT_ASSIGN_OR_RETURN(Weight w, Load(name, {n}));
+  return Resident(std::move(w));
 }
 
 }  // namespace llmrt

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "src/kv/kv_sizing.h"
 #include "src/sched/scheduler.h"
+#include "src/util/bf16.h"
 #include "src/util/errors.h"
 #include "src/util/status.h"
 
@@ -27,6 +28,7 @@ struct Runtime::Work {
 // The host side of one forward pass: token ids, positions and the paged-attention metadata.
 struct Runtime::BatchArrays {
   std::vector<int32_t> ids, pos, tseq, tctx, pstart{0}, pids, slots, lrows;
+  bool decode_phase = true;  // no sequence is prefilling or being scored
 
   // Adds one sequence: `tokens` at positions base.., over the pages of `table`. With
   // all_logits every row's logits are wanted, else (want_last) only the last row's. Returns
@@ -51,6 +53,51 @@ struct Runtime::BatchArrays {
   }
 };
 
+namespace {
+
+// The per-layer FP8 KV scales a checkpoint carries (self_attn.k_scale, and v_scale for GQA, as
+// vLLM / compressed-tensors kv_cache_scheme write them: stored = x / scale). One scale covers a
+// cache row, so a GQA layer uses the larger of its two. Empty when the checkpoint has none;
+// an error when only some layers have them or one is not a positive finite scalar.
+absl::StatusOr<std::vector<float>> CheckpointKvScales(const Checkpoint& ck) {
+  const ModelConfig& c = ck.config();
+  std::vector<float> scales;
+  int64_t found = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    float s = 0.0f;
+    for (const char* which : {"k_scale", "v_scale"}) {
+      const std::string name = absl::StrCat(c.prefix, "layers.", i, ".self_attn.", which);
+      const TensorInfo* t = ck.Find(name);
+      if (t == nullptr) continue;
+      float v = 0.0f;
+      if (t->numel() != 1 || (t->dtype != DType::kF32 && t->dtype != DType::kBF16)) {
+        return FormatError(absl::StrCat(ck.dir(), ": \"", name, "\" must be one F32 or BF16 value"));
+      }
+      if (t->dtype == DType::kF32) {
+        std::memcpy(&v, t->data, sizeof(float));
+      } else {
+        uint16_t b = 0;
+        std::memcpy(&b, t->data, sizeof(b));
+        v = Bf16ToF32(b);
+      }
+      if (!(v > 0.0f) || !std::isfinite(v)) {
+        return FormatError(absl::StrCat(ck.dir(), ": \"", name, "\" is ", v, ", not a positive finite scale"));
+      }
+      s = std::max(s, v);
+    }
+    if (s > 0.0f) ++found;
+    scales.push_back(s);
+  }
+  if (found == 0) return std::vector<float>();
+  if (found != c.num_layers) {
+    return FormatError(absl::StrCat(ck.dir(), ": ", found, " of ", c.num_layers,
+                                    " layers carry self_attn.k_scale; FP8 KV scales need all or none"));
+  }
+  return scales;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<float>> Runtime::Forward(const BatchArrays& a) {
   const ModelConfig& c = model_->config();
   const int64_t T = static_cast<int64_t>(a.ids.size()), S = static_cast<int64_t>(a.lrows.size());
@@ -62,6 +109,7 @@ absl::StatusOr<std::vector<float>> Runtime::Forward(const BatchArrays& a) {
   ForwardBatch fb;
   fb.num_tokens = T;
   fb.num_logit_rows = S;
+  fb.decode_phase = a.decode_phase;
   LLMRT_ASSIGN_OR_RETURN(fb.token_ids, upload(a.ids));
   LLMRT_ASSIGN_OR_RETURN(fb.positions, upload(a.pos));
   LLMRT_ASSIGN_OR_RETURN(fb.attn.token_seq, upload(a.tseq));
@@ -104,6 +152,7 @@ absl::Status Runtime::Score(absl::Span<const int32_t> tokens, float* logprobs, i
   for (int64_t start = 0; start < n && status.ok(); start += options_.max_tokens_per_step) {
     const int64_t m = std::min<int64_t>(options_.max_tokens_per_step, n - start);
     BatchArrays a;
+    a.decode_phase = false;
     a.Add(table, options_.page_size, start, tokens.data() + start, m, false, /*all_logits=*/true);
     absl::StatusOr<std::vector<float>> logits = Forward(a);
     if (!logits.ok()) {
@@ -151,7 +200,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   rt->backend_ = CreateCpuBackend(CpuBackendOptions{options.num_threads});
   LLMRT_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(model_dir));
   rt->checkpoint_ = std::make_unique<Checkpoint>(std::move(ck));
-  LLMRT_ASSIGN_OR_RETURN(rt->model_, LoadModel(*rt->checkpoint_, *rt->backend_));
+  LLMRT_ASSIGN_OR_RETURN(rt->model_, LoadModel(*rt->checkpoint_, *rt->backend_, options.weights));
 
   const ModelConfig& c = rt->model_->config();
   const KvSizing sizing = SizeKvCache(c, options.kv_dtype, options.kv_budget_bytes, options.page_size);
@@ -173,6 +222,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
                                                                    options.page_size, width}));
   LLMRT_ASSIGN_OR_RETURN(rt->cache_.scales, rt->backend_->Allocate(DType::kF32, {c.num_layers}));
   rt->backend_->Fill(rt->cache_.scales, 0.0f);  // FP8: calibrated by the first write of each layer
+  if (options.kv_dtype == DType::kF8E4M3) {
+    LLMRT_ASSIGN_OR_RETURN(std::vector<float> scales, CheckpointKvScales(*rt->checkpoint_));
+    if (scales.empty()) {
+      rt->kv_scale_source_ = KvScaleSource::kCalibrated;
+    } else {
+      rt->backend_->Upload(scales.data(), scales.size() * sizeof(float), rt->cache_.scales);
+      rt->kv_scale_source_ = KvScaleSource::kCheckpoint;
+    }
+  }
   std::lock_guard<std::mutex> lock(rt->mu_);
   std::shared_ptr<KvTracker> tracker = options.tracker ? options.tracker : std::shared_ptr<KvTracker>(MakeNoopTracker());
   rt->kv_ = std::make_unique<KvManager>(static_cast<int32_t>(pages), options.page_size, std::move(tracker),
@@ -212,6 +270,9 @@ RuntimeInfo Runtime::Info() const {
   i.integrity_violations = integrity_violations_;
   i.preemptions = preemptions_;
   i.integrity_check_ns = integrity_check_ns_;
+  i.resident_weight_bytes = model_->resident_bytes();
+  i.weights = options_.weights;
+  i.kv_scale_source = kv_scale_source_;
   return i;
 }
 
@@ -552,6 +613,7 @@ absl::Status Runtime::Step(std::vector<StepResult>* results) {
     // The batch as host arrays.
     for (Work& wk : work) {
       wk.s->in_flight_ = true;
+      batch.decode_phase = batch.decode_phase && !wk.prefill;
       std::vector<int32_t> toks(wk.s->pending_.begin(), wk.s->pending_.begin() + wk.n);
       wk.logit_row = batch.Add(wk.s->pages_, page_size, wk.base, toks.data(), wk.n, wk.wants_logits, false);
     }

@@ -3,6 +3,7 @@
 #ifndef LLMRT_RUNTIME_RUNTIME_H_
 #define LLMRT_RUNTIME_RUNTIME_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -43,7 +44,12 @@ struct RuntimeOptions {
   bool prefix_sharing = true;
   // Integrity checking: nullptr = no-op tracker (no verification, no events).
   std::shared_ptr<KvTracker> tracker;
+  // Routed-expert storage per phase.
+  LoadOptions weights;
 };
+
+// Where an FP8 KV cache's per-layer scales come from.
+enum class KvScaleSource { kNone, kCheckpoint, kCalibrated };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 
@@ -79,6 +85,9 @@ struct RuntimeInfo {
   uint64_t integrity_violations = 0;
   uint64_t preemptions = 0;
   uint64_t integrity_check_ns = 0;
+  std::array<uint64_t, 4> resident_weight_bytes{};  // by WeightFormat
+  LoadOptions weights;
+  KvScaleSource kv_scale_source = KvScaleSource::kNone;
 };
 
 // Faults for testing integrity checking (llm_test_control). Each returns InvalidArgument when
@@ -151,6 +160,7 @@ class Runtime {
   uint64_t integrity_check_ns_ ABSL_GUARDED_BY(mu_) = 0;
   KvCacheView cache_;
   uint64_t kv_bytes_per_token_ = 0;
+  KvScaleSource kv_scale_source_ = KvScaleSource::kNone;
   std::map<uint64_t, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);  // by id = arrival
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

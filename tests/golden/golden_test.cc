@@ -2,6 +2,7 @@
 // batching invariances that must hold exactly.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <filesystem>
 #include <fstream>
@@ -512,6 +513,176 @@ TEST_F(LayoutTest, BadQuantizedCheckpointsAreClearErrors) {
     EXPECT_EQ(Open(dir), c.want) << c.what << ": " << llm_last_error();
     EXPECT_NE(std::string(llm_last_error()).find(c.message), std::string::npos) << c.what << ": " << llm_last_error();
   }
+}
+
+}  // namespace
+}  // namespace llmrt::testing
+
+namespace llmrt::testing {
+namespace {
+
+std::vector<std::vector<int32_t>> GoldenPrompts(const std::string& golden) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : LoadGolden(TestData(golden))) prompts.push_back(c.prompt);
+  return prompts;
+}
+
+llm_runtime_info InfoOf(const std::string& dir, int32_t prefill, int32_t decode) {
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.prefill_weights = prefill;
+  ro.decode_weights = decode;
+  llm_runtime* rt = nullptr;
+  llm_runtime_info info;
+  std::memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+  if (rt != nullptr) EXPECT_EQ(llm_runtime_get_info(rt, &info), LLM_OK);
+  llm_runtime_destroy(rt);
+  return info;
+}
+
+// INT4 at load (round to nearest, symmetric, bf16 group scales) from the BF16 model reproduces
+// the INT4 checkpoint the reference tool quantized the same way: identical logits, hence the
+// INT4 golden holds for it too.
+TEST(WeightPolicy, Int4AtLoadEqualsTheInt4Checkpoint) {
+  const auto prompts = GoldenPrompts("tiny_kimi_k2_int4_g32.golden.json");
+  RunConfig int4;
+  int4.prefill_weights = int4.decode_weights = LLM_WEIGHTS_INT4_G32;
+  const auto at_load = RunBatch(TestData("tiny_kimi_k2_quant_base"), prompts, int4);
+  const auto native = RunBatch(TestData("tiny_kimi_k2_int4_g32"), prompts, RunConfig{});
+  const auto g = LoadGolden(TestData("tiny_kimi_k2_int4_g32.golden.json"));
+  ASSERT_EQ(at_load.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(at_load[i].logits, native[i].logits) << "prompt " << i;
+    EXPECT_EQ(at_load[i].tokens, g[i].generated) << "prompt " << i;
+  }
+  // An INT4 g32 checkpoint asked for g32 keeps its tensors; asked for g128 it is requantized.
+  const llm_runtime_info same = InfoOf(TestData("tiny_kimi_k2_int4_g32"), LLM_WEIGHTS_INT4_G32, LLM_WEIGHTS_INT4_G32);
+  const llm_runtime_info stored = InfoOf(TestData("tiny_kimi_k2_int4_g32"), LLM_WEIGHTS_AS_STORED, LLM_WEIGHTS_AS_STORED);
+  EXPECT_EQ(same.weight_bytes_int4, stored.weight_bytes_int4);
+  const llm_runtime_info g128 = InfoOf(TestData("tiny_kimi_k2_int4_g32"), LLM_WEIGHTS_INT4_G128, LLM_WEIGHTS_INT4_G128);
+  EXPECT_LT(g128.weight_bytes_int4, stored.weight_bytes_int4);  // fewer scales
+}
+
+// Prefill with the experts as stored (BF16), decode with INT4 g32: both sets resident (memory
+// reported by format); prefill logits are exactly the BF16 model's, decode logits those of INT4
+// experts over the BF16-prefilled cache.
+TEST(WeightPolicy, PrefillAndDecodeUseTheirOwnExpertStorage) {
+  const std::string base = TestData("tiny_kimi_k2_quant_base");
+  const auto prompts = GoldenPrompts("tiny_kimi_k2_int4_g32.golden.json");
+  RunConfig split;
+  split.decode_weights = LLM_WEIGHTS_INT4_G32;
+  const auto bf16 = RunBatch(base, prompts, RunConfig{});
+  const auto mixed = RunBatch(base, prompts, split);
+  size_t decode_steps_differing = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(mixed[i].logits.size(), bf16[i].logits.size());
+    EXPECT_EQ(mixed[i].logits[0], bf16[i].logits[0]) << "prompt " << i << ": prefill must use the stored experts";
+    for (size_t s = 1; s < mixed[i].logits.size(); ++s) decode_steps_differing += mixed[i].logits[s] != bf16[i].logits[s];
+  }
+  EXPECT_GT(decode_steps_differing, 0u) << "decode never used the INT4 experts";
+
+  const llm_runtime_info one = InfoOf(base, LLM_WEIGHTS_AS_STORED, LLM_WEIGHTS_AS_STORED);
+  const llm_runtime_info both = InfoOf(base, LLM_WEIGHTS_AS_STORED, LLM_WEIGHTS_INT4_G32);
+  const llm_runtime_info int4 = InfoOf(base, LLM_WEIGHTS_INT4_G32, LLM_WEIGHTS_INT4_G32);
+  // 2 MoE layers x 8 experts x 3 matrices of 128 x 128: BF16 2 B per weight; INT4 half a byte
+  // plus a 2-byte scale per 32.
+  const uint64_t expert_weights = 2ull * 8 * 3 * 128 * 128;
+  EXPECT_EQ(one.weight_bytes_int4, 0u);
+  EXPECT_EQ(both.weight_bytes_bf16, one.weight_bytes_bf16);
+  EXPECT_EQ(both.weight_bytes_int4, expert_weights / 2 + expert_weights / 32 * 2);
+  EXPECT_EQ(int4.weight_bytes_bf16, one.weight_bytes_bf16 - expert_weights * 2);
+  EXPECT_EQ(both.prefill_weights, LLM_WEIGHTS_AS_STORED);
+  EXPECT_EQ(both.decode_weights, LLM_WEIGHTS_INT4_G32);
+
+  // FP8 checkpoints requantize to INT4 too.
+  const llm_runtime_info fp8 = InfoOf(TestData("tiny_kimi_k2_fp8"), LLM_WEIGHTS_AS_STORED, LLM_WEIGHTS_INT4_G128);
+  EXPECT_GT(fp8.weight_bytes_fp8, 0u);
+  EXPECT_EQ(fp8.weight_bytes_int4, expert_weights / 2 + expert_weights / 128 * 2);
+
+  // Bad values.
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.decode_weights = 9;
+  llm_runtime* rt = nullptr;
+  EXPECT_EQ(llm_runtime_create(base.c_str(), &ro, &rt), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(rt, nullptr);
+}
+
+}  // namespace
+}  // namespace llmrt::testing
+
+namespace llmrt::testing {
+namespace {
+
+int32_t ScaleSource(const fs::path& dir, int32_t kv) {
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.kv_dtype = kv;
+  llm_runtime* rt = nullptr;
+  if (llm_runtime_create(dir.c_str(), &ro, &rt) != LLM_OK) return -1;
+  llm_runtime_info info;
+  info.struct_size = sizeof(info);
+  llm_runtime_get_info(rt, &info);
+  llm_runtime_destroy(rt);
+  return info.kv_scale_source;
+}
+
+// FP8 KV scales from the checkpoint (self_attn.k_scale per layer) make results independent of
+// which request first writes a layer; without them the scale is calibrated and reported so.
+TEST_F(LayoutTest, Fp8KvScalesFromTheCheckpoint) {
+  const std::string src = TestData("tiny_kimi_k2_qlora_yarn");
+  std::vector<float> scales = {0.02f, 0.03f, 0.025f};  // 3 layers; |latent| and |k_rope| stay below 448 * scale
+  std::vector<TensorToWrite> extra;
+  for (int i = 0; i < 3; ++i) {
+    extra.push_back({"model.layers." + std::to_string(i) + ".self_attn.k_scale", "F32", {}, &scales[i], 4});
+  }
+  const fs::path with = tmp_ / "with_scales";
+  CopyCheckpoint(src, with, [](nlohmann::json&) {}, [](TensorToWrite&) { return true; });
+  {
+    auto file = SafetensorsFile::Open((with / "model.safetensors").string());
+    ASSERT_TRUE(file.ok());
+    std::vector<TensorToWrite> all;
+    for (const auto& [name, info] : file->tensors()) all.push_back({name, info.dtype_name, info.shape, info.data, info.bytes});
+    for (const auto& e : extra) all.push_back(e);
+    ASSERT_TRUE(WriteSafetensors((tmp_ / "tmp.safetensors").string(), all).ok());
+  }
+  fs::rename(tmp_ / "tmp.safetensors", with / "model.safetensors");
+
+  EXPECT_EQ(ScaleSource(with, LLM_KV_DTYPE_FP8_E4M3), LLM_KV_SCALE_CHECKPOINT);
+  EXPECT_EQ(ScaleSource(src, LLM_KV_DTYPE_FP8_E4M3), LLM_KV_SCALE_CALIBRATED);
+  EXPECT_EQ(ScaleSource(with, LLM_KV_DTYPE_BF16), LLM_KV_SCALE_NONE);
+
+  const auto prompts = GoldenPrompts("tiny_kimi_k2_qlora_yarn.golden.json");
+  const std::vector<std::vector<int32_t>> reversed(prompts.rbegin(), prompts.rend());
+  RunConfig fp8;
+  fp8.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
+  fp8.max_tokens_per_step = 8;  // the first step holds only the first request's first chunk
+  auto order_independent = [&](const std::string& dir) {
+    const auto a = RunBatch(dir, prompts, fp8);
+    const auto b = RunBatch(dir, reversed, fp8);
+    bool same = true;
+    for (size_t i = 0; i < prompts.size(); ++i) same = same && a[i].logits == b[prompts.size() - 1 - i].logits;
+    return same;
+  };
+  EXPECT_TRUE(order_independent(with.string()));
+  EXPECT_FALSE(order_independent(src)) << "calibration from the first write was expected to depend on order";
+
+  // Scales on some layers only, or not a positive scalar: refused.
+  const fs::path partial = tmp_ / "partial";
+  CopyCheckpoint(with.string(), partial, [](nlohmann::json&) {},
+                 [](TensorToWrite& t) { return t.name != "model.layers.1.self_attn.k_scale"; });
+  EXPECT_EQ(ScaleSource(partial, LLM_KV_DTYPE_FP8_E4M3), -1);
+  EXPECT_NE(std::string(llm_last_error()).find("2 of 3 layers"), std::string::npos) << llm_last_error();
+  float bad = -1.0f;
+  const fs::path negative = tmp_ / "negative";
+  CopyCheckpoint(with.string(), negative, [](nlohmann::json&) {}, [&](TensorToWrite& t) {
+    if (t.name == "model.layers.2.self_attn.k_scale") t.data = &bad;
+    return true;
+  });
+  EXPECT_EQ(ScaleSource(negative, LLM_KV_DTYPE_FP8_E4M3), -1);
+  EXPECT_NE(std::string(llm_last_error()).find("positive"), std::string::npos) << llm_last_error();
 }
 
 }  // namespace

@@ -39,6 +39,8 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
   ro.max_tokens_per_step = cfg.max_tokens_per_step;
   ro.kv_budget_bytes = cfg.kv_budget_bytes;
   ro.num_threads = cfg.num_threads;
+  ro.prefill_weights = cfg.prefill_weights;
+  ro.decode_weights = cfg.decode_weights;
   llm_runtime* rt = nullptr;
   llm_status st = llm_runtime_create(model_dir.c_str(), &ro, &rt);
   if (st != LLM_OK) {

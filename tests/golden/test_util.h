@@ -28,6 +28,8 @@ struct RunConfig {
   uint64_t kv_budget_bytes = 0;
   uint32_t max_new_tokens = 9;
   int32_t num_threads = 0;
+  int32_t prefill_weights = LLM_WEIGHTS_AS_STORED;
+  int32_t decode_weights = LLM_WEIGHTS_AS_STORED;
 };
 
 struct RunOutput {

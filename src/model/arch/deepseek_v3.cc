@@ -10,6 +10,7 @@
 #include "src/model/arch/deepseek_v3.h"
 
 #include <cmath>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -59,11 +60,12 @@ class DeepseekV3 final : public Model {
  public:
   DeepseekV3(const ModelConfig& c, Backend& b) : cfg_(c), be_(b) {}
 
-  absl::Status Load(const Checkpoint& ck);
+  absl::Status Load(const Checkpoint& ck, const LoadOptions& options);
   const ModelConfig& config() const override { return cfg_; }
   int64_t kv_width() const override { return cfg_.KvWidth(); }
   uint64_t num_parameters() const override { return num_parameters_; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
+  std::array<uint64_t, 4> resident_bytes() const override { return resident_bytes_; }
   absl::Status Forward(const ForwardBatch& batch, const KvCacheView& cache, const Tensor& logits) override;
 
  private:
@@ -85,11 +87,12 @@ class DeepseekV3 final : public Model {
   std::vector<Layer> layers_;
   uint64_t num_parameters_ = 0;
   uint64_t weight_bytes_ = 0;
+  std::array<uint64_t, 4> resident_bytes_{};
 };
 
-absl::Status DeepseekV3::Load(const Checkpoint& ck) {
+absl::Status DeepseekV3::Load(const Checkpoint& ck, const LoadOptions& options) {
   const ModelConfig& c = cfg_;
-  WeightLoader w(ck, be_);
+  WeightLoader w(ck, be_, options);
   const int64_t H = c.num_heads, D = c.hidden_size;
   const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
   dims_ = MlaDims{H, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank};
@@ -137,6 +140,7 @@ absl::Status DeepseekV3::Load(const Checkpoint& ck) {
   LogSkippedMtpLayers(ck);
   num_parameters_ = w.num_parameters();
   weight_bytes_ = w.weight_bytes();
+  resident_bytes_ = w.resident_bytes();
   return absl::OkStatus();
 }
 
@@ -235,7 +239,7 @@ absl::Status DeepseekV3::Forward(const ForwardBatch& b, const KvCacheView& cache
     be_.Add(x, y, x);
     // out = h + FFN(RMSNorm(h))
     be_.RmsNorm(x, l.post_norm, static_cast<float>(c.rms_norm_eps), h);
-    LLMRT_RETURN_IF_ERROR(RunFfn(be_, c, l.ffn, h, y));  // DeepseekV3MoE / DeepseekV3MLP
+    LLMRT_RETURN_IF_ERROR(RunFfn(be_, c, l.ffn, h, y, b.decode_phase));  // DeepseekV3MoE / DeepseekV3MLP
     be_.Add(x, y, x);
   }
   return ComputeLogits(be_, b, x, final_norm_, static_cast<float>(c.rms_norm_eps), lm_head_, logits);
@@ -243,9 +247,9 @@ absl::Status DeepseekV3::Forward(const ForwardBatch& b, const KvCacheView& cache
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Backend& backend) {
+absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Backend& backend, const LoadOptions& options) {
   auto m = std::make_unique<DeepseekV3>(ck.config(), backend);
-  LLMRT_RETURN_IF_ERROR(m->Load(ck));
+  LLMRT_RETURN_IF_ERROR(m->Load(ck, options));
   return std::unique_ptr<Model>(std::move(m));
 }
 

@@ -10,7 +10,7 @@
 
 namespace llmrt {
 
-absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Backend& backend);
+absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Backend& backend, const LoadOptions& options);
 
 }  // namespace llmrt
 

@@ -6,10 +6,11 @@
 namespace llmrt {
 namespace {
 
-absl::Status LoadMlp(WeightLoader& w, const std::string& p, int64_t hidden, int64_t inter, ExpertWeights* m) {
-  LLMRT_ASSIGN_OR_RETURN(m->gate, w.Matrix(p + "gate_proj.weight", inter, hidden));
-  LLMRT_ASSIGN_OR_RETURN(m->up, w.Matrix(p + "up_proj.weight", inter, hidden));
-  LLMRT_ASSIGN_OR_RETURN(m->down, w.Matrix(p + "down_proj.weight", hidden, inter));
+absl::Status LoadMlp(WeightLoader& w, const std::string& p, int64_t hidden, int64_t inter, ExpertWeights* m,
+                     ExpertStorage s = ExpertStorage::kAsStored) {
+  LLMRT_ASSIGN_OR_RETURN(m->gate, w.Stored(p + "gate_proj.weight", inter, hidden, s));
+  LLMRT_ASSIGN_OR_RETURN(m->up, w.Stored(p + "up_proj.weight", inter, hidden, s));
+  LLMRT_ASSIGN_OR_RETURN(m->down, w.Stored(p + "down_proj.weight", hidden, inter, s));
   return absl::OkStatus();
 }
 
@@ -34,9 +35,15 @@ absl::Status LoadFfn(WeightLoader& w, const ModelConfig& c, const std::string& p
   const int64_t E = c.n_routed_experts;
   LLMRT_ASSIGN_OR_RETURN(f->router, w.Matrix(p + "gate.weight", E, D));
   LLMRT_ASSIGN_OR_RETURN(f->router_bias, w.Vector(p + "gate.e_score_correction_bias", E));
+  const LoadOptions& o = w.options();
   f->experts.resize(E);
+  if (o.decode_experts != o.prefill_experts) f->experts_decode.resize(E);
   for (int64_t e = 0; e < E; ++e) {
-    LLMRT_RETURN_IF_ERROR(LoadMlp(w, absl::StrCat(p, "experts.", e, "."), D, c.moe_intermediate_size, &f->experts[e]));
+    const std::string ep = absl::StrCat(p, "experts.", e, ".");
+    LLMRT_RETURN_IF_ERROR(LoadMlp(w, ep, D, c.moe_intermediate_size, &f->experts[e], o.prefill_experts));
+    if (!f->experts_decode.empty()) {
+      LLMRT_RETURN_IF_ERROR(LoadMlp(w, ep, D, c.moe_intermediate_size, &f->experts_decode[e], o.decode_experts));
+    }
   }
   if (c.n_shared_experts > 0) {
     f->has_shared = true;
@@ -45,14 +52,15 @@ absl::Status LoadFfn(WeightLoader& w, const ModelConfig& c, const std::string& p
   return absl::OkStatus();
 }
 
-absl::Status RunFfn(Backend& be, const ModelConfig& c, const FfnWeights& f, const Tensor& x, const Tensor& out) {
+absl::Status RunFfn(Backend& be, const ModelConfig& c, const FfnWeights& f, const Tensor& x, const Tensor& out,
+                    bool decode_phase) {
   if (!f.moe) return RunMlp(be, f.dense, x, out);
   const int64_t T = x.dim(0), K = c.num_experts_per_tok;
   const RouterParams rp{c.n_routed_experts, K, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
   LLMRT_ASSIGN_OR_RETURN(Tensor idx, be.Allocate(DType::kI32, {T, K}));  // [T, k]
   LLMRT_ASSIGN_OR_RETURN(Tensor wts, be.Allocate(DType::kF32, {T, K}));  // [T, k]
   be.MoeRoute(x, f.router, f.router_bias, rp, idx, wts);
-  be.MoeExperts(x, idx, wts, f.experts, out);
+  be.MoeExperts(x, idx, wts, decode_phase && !f.experts_decode.empty() ? f.experts_decode : f.experts, out);
   if (f.has_shared) {
     LLMRT_ASSIGN_OR_RETURN(Tensor s, be.Allocate(DType::kF32, {T, c.hidden_size}));  // [T, hidden]
     LLMRT_RETURN_IF_ERROR(RunMlp(be, f.shared, x, s));

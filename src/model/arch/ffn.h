@@ -17,7 +17,8 @@ struct FfnWeights {
   bool moe = false;
   ExpertWeights dense;                // !moe: [inter, hidden] x2, [hidden, inter]
   Weight router, router_bias;         // moe: [E, hidden], [E]
-  std::vector<ExpertWeights> experts; // moe: E routed experts
+  std::vector<ExpertWeights> experts; // moe: E routed experts (prefill storage)
+  std::vector<ExpertWeights> experts_decode;  // decode storage when it differs, else empty
   ExpertWeights shared;               // moe: width moe_intermediate_size * n_shared_experts
   bool has_shared = false;
 };
@@ -25,8 +26,9 @@ struct FfnWeights {
 // Loads `prefix` ("model.layers.N.mlp.") as a dense MLP or as an MoE block.
 absl::Status LoadFfn(WeightLoader& w, const ModelConfig& c, const std::string& prefix, bool moe, FfnWeights* out);
 
-// out [T, hidden] = FFN(x [T, hidden]).
-absl::Status RunFfn(Backend& be, const ModelConfig& c, const FfnWeights& f, const Tensor& x, const Tensor& out);
+// out [T, hidden] = FFN(x [T, hidden]); decode_phase selects the decode storage of the experts.
+absl::Status RunFfn(Backend& be, const ModelConfig& c, const FfnWeights& f, const Tensor& x, const Tensor& out,
+                    bool decode_phase);
 
 }  // namespace llmrt
 

@@ -3,6 +3,7 @@
 #include "src/model/arch/glm4_moe.h"
 
 #include <cmath>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -27,11 +28,12 @@ struct Layer {
 class Glm4Moe final : public Model {
  public:
   Glm4Moe(const ModelConfig& c, Backend& b) : cfg_(c), be_(b) {}
-  absl::Status Load(const Checkpoint& ck);
+  absl::Status Load(const Checkpoint& ck, const LoadOptions& options);
   const ModelConfig& config() const override { return cfg_; }
   int64_t kv_width() const override { return cfg_.KvWidth(); }
   uint64_t num_parameters() const override { return num_parameters_; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
+  std::array<uint64_t, 4> resident_bytes() const override { return resident_bytes_; }
   absl::Status Forward(const ForwardBatch& batch, const KvCacheView& cache, const Tensor& logits) override;
 
  private:
@@ -44,11 +46,12 @@ class Glm4Moe final : public Model {
   Weight embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
   uint64_t num_parameters_ = 0, weight_bytes_ = 0;
+  std::array<uint64_t, 4> resident_bytes_{};
 };
 
-absl::Status Glm4Moe::Load(const Checkpoint& ck) {
+absl::Status Glm4Moe::Load(const Checkpoint& ck, const LoadOptions& options) {
   const ModelConfig& c = cfg_;
-  WeightLoader w(ck, be_);
+  WeightLoader w(ck, be_, options);
   const int64_t D = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
   rope_ = ComputeRope(c.rope, static_cast<int64_t>(hd * c.partial_rotary_factor), c.max_position_embeddings);
   LLMRT_ASSIGN_OR_RETURN(embed_, w.Dense(c.prefix + "embed_tokens.weight", c.vocab_size, D));
@@ -83,6 +86,7 @@ absl::Status Glm4Moe::Load(const Checkpoint& ck) {
   LogSkippedMtpLayers(ck);
   num_parameters_ = w.num_parameters();
   weight_bytes_ = w.weight_bytes();
+  resident_bytes_ = w.resident_bytes();
   return absl::OkStatus();
 }
 
@@ -135,7 +139,7 @@ absl::Status Glm4Moe::Forward(const ForwardBatch& b, const KvCacheView& cache, c
     LLMRT_RETURN_IF_ERROR(Attention(l, i, b, cache, h, y));
     be_.Add(x, y, x);
     be_.RmsNorm(x, l.post_norm, static_cast<float>(c.rms_norm_eps), h);
-    LLMRT_RETURN_IF_ERROR(RunFfn(be_, c, l.ffn, h, y));  // Glm4MoeMoE / Glm4MoeMLP
+    LLMRT_RETURN_IF_ERROR(RunFfn(be_, c, l.ffn, h, y, b.decode_phase));  // Glm4MoeMoE / Glm4MoeMLP
     be_.Add(x, y, x);
   }
   return ComputeLogits(be_, b, x, final_norm_, static_cast<float>(c.rms_norm_eps), lm_head_, logits);
@@ -143,9 +147,9 @@ absl::Status Glm4Moe::Forward(const ForwardBatch& b, const KvCacheView& cache, c
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadGlm4Moe(const Checkpoint& ck, Backend& backend) {
+absl::StatusOr<std::unique_ptr<Model>> LoadGlm4Moe(const Checkpoint& ck, Backend& backend, const LoadOptions& options) {
   auto m = std::make_unique<Glm4Moe>(ck.config(), backend);
-  LLMRT_RETURN_IF_ERROR(m->Load(ck));
+  LLMRT_RETURN_IF_ERROR(m->Load(ck, options));
   return std::unique_ptr<Model>(std::move(m));
 }
 

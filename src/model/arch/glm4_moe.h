@@ -11,7 +11,7 @@
 
 namespace llmrt {
 
-absl::StatusOr<std::unique_ptr<Model>> LoadGlm4Moe(const Checkpoint& ck, Backend& backend);
+absl::StatusOr<std::unique_ptr<Model>> LoadGlm4Moe(const Checkpoint& ck, Backend& backend, const LoadOptions& options);
 
 }  // namespace llmrt
 
