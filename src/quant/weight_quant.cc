@@ -31,7 +31,7 @@ void QuantizeInt4Row(const float* w, int64_t cols, int64_t group, uint8_t* packe
     const float* x = w + g * group;
     float amax = 0.0f;
     for (int64_t i = 0; i < group; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const uint16_t sb = F32ToBf16(amax > 0.0f ? amax / 7.0f : 1.0f);
+    const uint16_t sb = F32ToBf16(std::max(amax / 7.0f, 1e-12f));  // zero groups: a tiny scale, codes 0
     scales[g] = sb;
     const float s = Bf16ToF32(sb);
     for (int64_t i = 0; i < group; ++i) {

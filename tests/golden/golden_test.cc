@@ -11,7 +11,9 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "src/model/checkpoint.h"
 #include "src/model/safetensors.h"
+#include "src/quant/convert.h"
 #include "tests/golden/test_util.h"
 
 namespace llmrt::testing {
@@ -537,7 +539,9 @@ llm_runtime_info InfoOf(const std::string& dir, int32_t prefill, int32_t decode)
   std::memset(&info, 0, sizeof(info));
   info.struct_size = sizeof(info);
   EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
-  if (rt != nullptr) EXPECT_EQ(llm_runtime_get_info(rt, &info), LLM_OK);
+  if (rt != nullptr) {
+    EXPECT_EQ(llm_runtime_get_info(rt, &info), LLM_OK);
+  }
   llm_runtime_destroy(rt);
   return info;
 }
@@ -683,6 +687,70 @@ TEST_F(LayoutTest, Fp8KvScalesFromTheCheckpoint) {
   });
   EXPECT_EQ(ScaleSource(negative, LLM_KV_DTYPE_FP8_E4M3), -1);
   EXPECT_NE(std::string(llm_last_error()).find("positive"), std::string::npos) << llm_last_error();
+}
+
+}  // namespace
+}  // namespace llmrt::testing
+
+namespace llmrt::testing {
+namespace {
+
+// Every tensor of `a` equals the same-named tensor of `b` byte for byte, and the names agree.
+void ExpectSameTensors(const fs::path& a, const std::string& b) {
+  auto ck_a = Checkpoint::Open(a.string());
+  auto ck_b = Checkpoint::Open(b);
+  ASSERT_TRUE(ck_a.ok()) << ck_a.status();
+  ASSERT_TRUE(ck_b.ok()) << ck_b.status();
+  ASSERT_EQ(ck_a->tensors().size(), ck_b->tensors().size());
+  for (const auto& [name, ta] : ck_a->tensors()) {
+    const TensorInfo* tb = ck_b->Find(name);
+    ASSERT_NE(tb, nullptr) << name;
+    EXPECT_EQ(ta.dtype_name, tb->dtype_name) << name;
+    EXPECT_EQ(ta.shape, tb->shape) << name;
+    ASSERT_EQ(ta.bytes, tb->bytes) << name;
+    EXPECT_EQ(std::memcmp(ta.data, tb->data, ta.bytes), 0) << name;
+  }
+}
+
+// llm-convert's converter reproduces the reference tools' checkpoints exactly: INT4 routed
+// experts as compressed-tensors' pack_to_int32 packs them, FP8 blocks as torch casts them.
+TEST_F(LayoutTest, ConverterWritesTheReferenceCheckpoints) {
+  const std::string base = TestData("tiny_kimi_k2_quant_base");
+  ConvertOptions int4;
+  int4.int4_group = 32;
+  std::string summary;
+  ASSERT_TRUE(ConvertCheckpoint(base, (tmp_ / "int4").string(), int4, &summary).ok());
+  ExpectSameTensors(tmp_ / "int4", TestData("tiny_kimi_k2_int4_g32"));
+  ConvertOptions fp8;
+  fp8.target = ConvertOptions::Target::kFp8Block;
+  fp8.fp8_block = 64;
+  fp8.max_shard_bytes = 400 << 10;  // several shards and an index
+  ASSERT_TRUE(ConvertCheckpoint(base, (tmp_ / "fp8").string(), fp8, &summary).ok());
+  EXPECT_NE(summary.find("shard(s)"), std::string::npos);
+  EXPECT_TRUE(fs::exists(tmp_ / "fp8" / "model.safetensors.index.json"));
+  ExpectSameTensors(tmp_ / "fp8", TestData("tiny_kimi_k2_fp8"));
+  const auto g = LoadGolden(TestData("tiny_kimi_k2_fp8.golden.json"));
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : g) prompts.push_back(c.prompt);
+  const auto out = RunBatch((tmp_ / "fp8").string(), prompts, RunConfig{});
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(out[i].tokens, g[i].generated);
+  // FP8 -> INT4 (the non-expert FP8 weights become BF16, as in K2-Thinking).
+  ASSERT_TRUE(ConvertCheckpoint((tmp_ / "fp8").string(), (tmp_ / "fp8-int4").string(), int4, &summary).ok());
+  llm_runtime* rt = nullptr;
+  EXPECT_EQ(llm_runtime_create((tmp_ / "fp8-int4").c_str(), nullptr, &rt), LLM_OK) << llm_last_error();
+  llm_runtime_destroy(rt);
+
+  // Errors.
+  ConvertOptions bad_group = int4;
+  bad_group.int4_group = 48;
+  EXPECT_EQ(ConvertCheckpoint(base, (tmp_ / "x").string(), bad_group, &summary).code(),
+            absl::StatusCode::kInvalidArgument);
+  bad_group.int4_group = 96;  // a multiple of 32 that does not divide 128 columns
+  EXPECT_EQ(ConvertCheckpoint(base, (tmp_ / "y").string(), bad_group, &summary).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ConvertCheckpoint(TestData("tiny_kimi_k2_int4_g32"), (tmp_ / "z").string(), int4, &summary).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(ConvertCheckpoint(base, (tmp_ / "int4").string(), int4, &summary).code(),
+            absl::StatusCode::kInvalidArgument);  // already a checkpoint there
 }
 
 }  // namespace
