@@ -60,6 +60,7 @@ struct AttentionBatch {
   Tensor seq_page_start;  // I32 [S + 1]
   Tensor page_ids;        // I32 [total pages]
   Tensor slot_mapping;    // I32 [T]: page * page_size + row where token t's K/V is written
+  Tensor seq_first_token; // I32 [S]: batch row of each sequence's first token (its rows are contiguous)
   int64_t num_tokens = 0;
   int64_t num_seqs = 0;
   int64_t max_ctx = 0;
@@ -69,9 +70,15 @@ struct AttentionBatch {
 // FP8 caches store fp8_e4m3(x / scale) with one float32 scale per layer (scales[layer]); a
 // scale of 0 means "not calibrated yet": the first KvWrite of the layer sets it from the largest
 // magnitude it writes (latent and rope parts together), with 2x headroom.
+//
+// Phase policy of the FP8 codecs: a forward pass attends over the positions it writes itself
+// (a prefill chunk, a decoding token's own position) in BF16, from `fresh` (BF16 [max tokens,
+// width], rewritten by each layer's KvWrite), and over earlier positions in the stored codec.
 struct KvCacheView {
   Tensor pages;
   Tensor scales;  // F32 [num_layers], FP8 caches only
+  Tensor fresh;   // BF16 [max tokens per pass, width], FP8 caches only
+  int64_t fresh_rows = 0;  // 0: no fresh rows (BF16 and F32 caches read everything from pages)
   int64_t num_pages = 0;
   int64_t num_layers = 0;
   int64_t page_size = 0;

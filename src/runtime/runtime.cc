@@ -27,7 +27,7 @@ struct Runtime::Work {
 
 // The host side of one forward pass: token ids, positions and the paged-attention metadata.
 struct Runtime::BatchArrays {
-  std::vector<int32_t> ids, pos, tseq, tctx, pstart{0}, pids, slots, lrows;
+  std::vector<int32_t> ids, pos, tseq, tctx, pstart{0}, pids, slots, lrows, first;
   bool decode_phase = true;  // no sequence is prefilling or being scored
 
   // Adds one sequence: `tokens` at positions base.., over the pages of `table`. With
@@ -36,6 +36,7 @@ struct Runtime::BatchArrays {
   int64_t Add(const PageTable& table, int64_t page_size, int64_t base, const int32_t* tokens, int64_t n,
               bool want_last, bool all_logits) {
     const int32_t seq = static_cast<int32_t>(pstart.size() - 1);
+    first.push_back(static_cast<int32_t>(ids.size()));
     for (const PageRef& ref : table.entries()) pids.push_back(ref.page);
     pstart.push_back(static_cast<int32_t>(pids.size()));
     const int64_t first_row = static_cast<int64_t>(lrows.size());
@@ -117,6 +118,7 @@ absl::StatusOr<std::vector<float>> Runtime::Forward(const BatchArrays& a) {
   LLMRT_ASSIGN_OR_RETURN(fb.attn.seq_page_start, upload(a.pstart));
   LLMRT_ASSIGN_OR_RETURN(fb.attn.page_ids, upload(a.pids));
   LLMRT_ASSIGN_OR_RETURN(fb.attn.slot_mapping, upload(a.slots));
+  LLMRT_ASSIGN_OR_RETURN(fb.attn.seq_first_token, upload(a.first));
   LLMRT_ASSIGN_OR_RETURN(fb.logit_rows, upload(a.lrows));
   fb.attn.num_tokens = T;
   fb.attn.num_seqs = static_cast<int64_t>(a.pstart.size() - 1);
@@ -223,6 +225,8 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   LLMRT_ASSIGN_OR_RETURN(rt->cache_.scales, rt->backend_->Allocate(DType::kF32, {c.num_layers}));
   rt->backend_->Fill(rt->cache_.scales, 0.0f);  // FP8: calibrated by the first write of each layer
   if (options.kv_dtype == DType::kF8E4M3) {
+    LLMRT_ASSIGN_OR_RETURN(rt->cache_.fresh, rt->backend_->Allocate(DType::kBF16, {options.max_tokens_per_step, width}));
+    rt->cache_.fresh_rows = options.max_tokens_per_step;
     LLMRT_ASSIGN_OR_RETURN(std::vector<float> scales, CheckpointKvScales(*rt->checkpoint_));
     if (scales.empty()) {
       rt->kv_scale_source_ = KvScaleSource::kCalibrated;

@@ -658,20 +658,43 @@ TEST_F(LayoutTest, Fp8KvScalesFromTheCheckpoint) {
   EXPECT_EQ(ScaleSource(src, LLM_KV_DTYPE_FP8_E4M3), LLM_KV_SCALE_CALIBRATED);
   EXPECT_EQ(ScaleSource(with, LLM_KV_DTYPE_BF16), LLM_KV_SCALE_NONE);
 
+  // The logits of `prompt`'s greedy continuation, with or without another request prefilled
+  // (and so writing every layer first) before it arrives.
   const auto prompts = GoldenPrompts("tiny_kimi_k2_qlora_yarn.golden.json");
-  const std::vector<std::vector<int32_t>> reversed(prompts.rbegin(), prompts.rend());
-  RunConfig fp8;
-  fp8.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
-  fp8.max_tokens_per_step = 8;  // the first step holds only the first request's first chunk
-  auto order_independent = [&](const std::string& dir) {
-    const auto a = RunBatch(dir, prompts, fp8);
-    const auto b = RunBatch(dir, reversed, fp8);
-    bool same = true;
-    for (size_t i = 0; i < prompts.size(); ++i) same = same && a[i].logits == b[prompts.size() - 1 - i].logits;
-    return same;
+  auto continuation = [](const std::string& dir, const std::vector<int32_t>* before, const std::vector<int32_t>& prompt) {
+    llm_runtime_options ro;
+    llm_runtime_options_init(&ro);
+    ro.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
+    llm_runtime* rt = nullptr;
+    EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+    llm_sampling_options so;
+    llm_sampling_options_init(&so);
+    so.max_new_tokens = 6;
+    std::vector<llm_step_result> res(2);
+    size_t n = 0;
+    llm_session* other = nullptr;
+    if (before != nullptr) {
+      llm_session_create(rt, &so, &other);
+      llm_session_append_tokens(other, before->data(), before->size());
+      llm_decode_step(rt, res.data(), res.size(), &n);  // prefills `before` alone
+    }
+    llm_session* s = nullptr;
+    llm_session_create(rt, &so, &s);
+    llm_session_append_tokens(s, prompt.data(), prompt.size());
+    std::vector<float> logits, row(256);
+    for (int step = 0; step < 6; ++step) {
+      llm_decode_step(rt, res.data(), res.size(), &n);
+      size_t count = 0;
+      if (llm_session_get_logits(s, row.data(), row.size(), &count) == LLM_OK) logits.insert(logits.end(), row.begin(), row.end());
+    }
+    llm_session_destroy(s);
+    if (other != nullptr) llm_session_destroy(other);
+    llm_runtime_destroy(rt);
+    return logits;
   };
-  EXPECT_TRUE(order_independent(with.string()));
-  EXPECT_FALSE(order_independent(src)) << "calibration from the first write was expected to depend on order";
+  EXPECT_EQ(continuation(with.string(), nullptr, prompts[0]), continuation(with.string(), &prompts[2], prompts[0]));
+  EXPECT_NE(continuation(src, nullptr, prompts[0]), continuation(src, &prompts[2], prompts[0]))
+      << "calibration from the first write was expected to depend on which request came first";
 
   // Scales on some layers only, or not a positive scalar: refused.
   const fs::path partial = tmp_ / "partial";
@@ -751,6 +774,32 @@ TEST_F(LayoutTest, ConverterWritesTheReferenceCheckpoints) {
             absl::StatusCode::kUnimplemented);
   EXPECT_EQ(ConvertCheckpoint(base, (tmp_ / "int4").string(), int4, &summary).code(),
             absl::StatusCode::kInvalidArgument);  // already a checkpoint there
+}
+
+}  // namespace
+}  // namespace llmrt::testing
+
+namespace llmrt::testing {
+namespace {
+
+// FP8 KV phase policy: a pass attends over the positions it writes itself in BF16, so a
+// prompt prefilled in one chunk sees exactly what the BF16 codec gives it, for every
+// architecture; decode then reads earlier positions in FP8, and its logits move.
+TEST(Fp8KvPhasePolicy, PrefillAttendsOverItsOwnChunkInBf16) {
+  for (const char* model : {"tiny_kimi_k2_qlora_yarn", "tiny_glm4_moe", "tiny_glm_moe_dsa"}) {
+    const auto prompts = GoldenPrompts(std::string(model) + ".golden.json");
+    RunConfig bf16, fp8;
+    bf16.kv_dtype = LLM_KV_DTYPE_BF16;
+    fp8.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
+    const auto a = RunBatch(TestData(model), prompts, bf16);
+    const auto b = RunBatch(TestData(model), prompts, fp8);
+    size_t moved = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(a[i].logits[0], b[i].logits[0]) << model << " prompt " << i;
+      for (size_t s = 1; s < a[i].logits.size(); ++s) moved += a[i].logits[s] != b[i].logits[s];
+    }
+    EXPECT_GT(moved, 0u) << model << ": decode never read FP8";
+  }
 }
 
 }  // namespace

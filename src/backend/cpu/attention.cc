@@ -4,6 +4,7 @@
 // key/value head of width kv_lora + rope (MQA), and per-head keys and values never materialize.
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -70,17 +71,48 @@ void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n, float scale) 
   }
 }
 
+// A cache row as attention reads it: its bytes, their dtype and the codec scale.
+struct Row {
+  const uint8_t* data;
+  DType dtype;
+  float scale;
+};
+
+// Where token t of the batch reads position p of its sequence: the layer's cache pages, or,
+// under the FP8 phase policy, the BF16 fresh rows of the positions this pass writes itself.
+struct RowSource {
+  const KvCacheView& cache;
+  int64_t layer;
+  const int32_t* pages;  // t's sequence's pages
+  DType dtype;
+  float scale;
+  int64_t fresh_from = INT64_MAX;  // first position served from fresh rows
+  const uint8_t* fresh = nullptr;  // fresh row of position fresh_from
+  size_t fresh_stride = 0;
+
+  RowSource(const KvCacheView& c, int64_t l, const AttentionBatch& b, int64_t t)
+      : cache(c), layer(l), pages(b.page_ids.data_as<int32_t>() + b.seq_page_start.data_as<int32_t>()[b.token_seq.data_as<int32_t>()[t]]),
+        dtype(c.pages.dtype()), scale(LayerScale(c, l)) {
+    if (c.fresh_rows == 0) return;
+    const int32_t first = b.seq_first_token.data_as<int32_t>()[b.token_seq.data_as<int32_t>()[t]];
+    fresh_from = b.token_ctx.data_as<int32_t>()[first] - 1;  // position of the sequence's first row
+    fresh_stride = static_cast<size_t>(c.width) * sizeof(uint16_t);
+    fresh = c.fresh.data_as<uint8_t>() + static_cast<size_t>(first) * fresh_stride;
+  }
+  Row operator()(int64_t p) const {
+    if (p >= fresh_from) return {fresh + static_cast<size_t>(p - fresh_from) * fresh_stride, DType::kBF16, 1.0f};
+    return {CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size), dtype, scale};
+  }
+};
+
 // Softmax attention of one query over `n` positions of a paged sequence: positions
-// `selected[0..n)`, or [0, n) when `selected` is null. score(row) gives the logit of a cache row;
+// `selected[0..n)`, or [0, n) when `selected` is null. score(row) gives the logit of a row;
 // accumulate(weight, row) adds the row's value with its softmax weight (float32 softmax,
 // max-subtracted).
 template <typename Score, typename Accumulate>
-void AttendPaged(const KvCacheView& cache, int64_t layer, const int32_t* pages, int64_t n,
-                 const int32_t* selected, std::vector<float>& scores, Score score, Accumulate accumulate) {
-  auto row_of = [&](int64_t i) {
-    const int64_t p = selected != nullptr ? selected[i] : i;
-    return CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
-  };
+void AttendPaged(const RowSource& src, int64_t n, const int32_t* selected, std::vector<float>& scores, Score score,
+                 Accumulate accumulate) {
+  auto row_of = [&](int64_t i) { return src(selected != nullptr ? selected[i] : i); };
   scores.resize(n);
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i) {
@@ -121,6 +153,16 @@ void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializ
     cache.scales.data_as<float>()[layer] = amax > 0.0f ? amax * kFp8Headroom / Fp8E4M3::kMax : 1.0f;
   }
   const float scale = LayerScale(cache, layer);
+  if (cache.fresh_rows > 0) {  // this pass's own rows, in BF16, for its attention
+    LLMRT_CHECK(T <= cache.fresh_rows);
+    for (int64_t t = 0; t < T; ++t) {
+      uint8_t* dst = cache.fresh.data_as<uint8_t>() + static_cast<size_t>(t * cache.width) * sizeof(uint16_t);
+      for (const Tensor& p : parts) {
+        StoreRow(DType::kBF16, p.data_as<float>() + t * p.row_stride(), dst, p.row_size(), 1.0f);
+        dst += p.row_size() * sizeof(uint16_t);
+      }
+    }
+  }
   for (int64_t t = 0; t < T; ++t) {
     const int64_t page = slots[t] / cache.page_size, row = slots[t] % cache.page_size;
     LLMRT_CHECK(page >= 0 && page < cache.num_pages);
@@ -137,28 +179,22 @@ void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t
                               int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) {
   const int64_t T = batch.num_tokens, group = heads / kv_heads;
   LLMRT_CHECK(cache.width == 2 * kv_heads * head_dim && q.row_size() == heads * head_dim && out.dim(0) == T);
-  const int32_t* tseq = batch.token_seq.data_as<int32_t>();
   const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
-  const int32_t* pstart = batch.seq_page_start.data_as<int32_t>();
-  const int32_t* pids = batch.page_ids.data_as<int32_t>();
-  const DType cdt = cache.pages.dtype();
-  const size_t es = DTypeSize(cdt);
-  const float cscale = LayerScale(cache, layer);
   pool_.ParallelFor(static_cast<size_t>(T * heads), 1, [&](size_t b, size_t e) {
     std::vector<float> scores;
     for (size_t i = b; i < e; ++i) {
       const int64_t t = static_cast<int64_t>(i) / heads, h = static_cast<int64_t>(i) % heads, g = h / group;
-      const int64_t ctx = tctx[t];
-      const int32_t* pages = pids + pstart[tseq[t]];
+      const RowSource src(cache, layer, batch, t);
       const float* qh = q.data_as<float>() + t * q.row_stride() + h * head_dim;
-      const size_t k_off = static_cast<size_t>(g * head_dim) * es;
-      const size_t v_off = static_cast<size_t>((kv_heads + g) * head_dim) * es;
+      const int64_t k_off = g * head_dim, v_off = (kv_heads + g) * head_dim;
       float* o = out.data_as<float>() + t * out.row_stride() + h * head_dim;
       std::fill(o, o + head_dim, 0.0f);
       AttendPaged(
-          cache, layer, pages, ctx, /*selected=*/nullptr, scores,
-          [&](const uint8_t* row) { return RowDot(qh, cdt, row + k_off, head_dim, cscale) * scale; },
-          [&](float w, const uint8_t* row) { RowAxpy(w, cdt, row + v_off, o, head_dim, cscale); });
+          src, tctx[t], /*selected=*/nullptr, scores,
+          [&](const Row& r) {
+            return RowDot(qh, r.dtype, r.data + k_off * DTypeSize(r.dtype), head_dim, r.scale) * scale;
+          },
+          [&](float w, const Row& r) { RowAxpy(w, r.dtype, r.data + v_off * DTypeSize(r.dtype), o, head_dim, r.scale); });
     }
   });
 }
@@ -193,19 +229,14 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
   const bool sparse = selected != nullptr;
   LLMRT_CHECK(!sparse || selected->dim(0) == T);
   const int64_t top_k = sparse ? selected->row_size() : 0;
-  const int32_t* tseq = batch.token_seq.data_as<int32_t>();
   const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
-  const int32_t* pstart = batch.seq_page_start.data_as<int32_t>();
-  const int32_t* pids = batch.page_ids.data_as<int32_t>();
-  const DType cdt = cache.pages.dtype();
-  const float cscale = LayerScale(cache, layer);
   const int64_t qw = d.nope + d.rope;
   pool_.ParallelFor(static_cast<size_t>(T * H), 1, [&](size_t b, size_t e) {
     std::vector<float> qc(W), scores;
     for (size_t i = b; i < e; ++i) {
       const int64_t t = static_cast<int64_t>(i) / H, h = static_cast<int64_t>(i) % H;
       const int64_t ctx = tctx[t];
-      const int32_t* pages = pids + pstart[tseq[t]];
+      const RowSource src(cache, layer, batch, t);
       // The query against a cache row: [q_lat (kv_lora) | q_rope (rope)].
       std::memcpy(qc.data(), q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora,
                   d.kv_lora * sizeof(float));
@@ -220,9 +251,8 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
         n = std::find(sel, sel + top_k, -1) - sel;
       }
       AttendPaged(
-          cache, layer, pages, n, sel, scores,
-          [&](const uint8_t* row) { return RowDot(qc.data(), cdt, row, W, cscale) * scale; },
-          [&](float w, const uint8_t* row) { RowAxpy(w, cdt, row, out, d.kv_lora, cscale); });
+          src, n, sel, scores, [&](const Row& r) { return RowDot(qc.data(), r.dtype, r.data, W, r.scale) * scale; },
+          [&](float w, const Row& r) { RowAxpy(w, r.dtype, r.data, out, d.kv_lora, r.scale); });
     }
   });
 }
@@ -233,13 +263,7 @@ void CpuBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& 
   const int64_t T = batch.num_tokens;
   LLMRT_CHECK(q.dim(0) == T && q.row_size() == heads * head_dim && w.dim(0) == T && w.row_size() == heads);
   LLMRT_CHECK(key_offset + head_dim <= cache.width && selected.dim(0) == T && selected.row_size() == top_k);
-  const int32_t* tseq = batch.token_seq.data_as<int32_t>();
   const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
-  const int32_t* pstart = batch.seq_page_start.data_as<int32_t>();
-  const int32_t* pids = batch.page_ids.data_as<int32_t>();
-  const DType cdt = cache.pages.dtype();
-  const size_t es = DTypeSize(cdt);
-  const float cscale = LayerScale(cache, layer);
   // Scores of every token whose context exceeds top_k, in chunks of positions spread over the
   // pool (decode has one token per session, so parallelism comes from the context).
   constexpr int64_t kChunk = 256;
@@ -255,15 +279,16 @@ void CpuBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& 
   pool_.ParallelFor(chunks.size(), 1, [&](size_t b, size_t e) {
     for (size_t c = b; c < e; ++c) {
       const int64_t t = chunks[c].first, p0 = chunks[c].second, p1 = std::min<int64_t>(p0 + kChunk, tctx[t]);
-      const int32_t* pages = pids + pstart[tseq[t]];
+      const RowSource src(cache, layer, batch, t);
       const float* qt = q.data_as<float>() + t * q.row_stride();
       const float* wt = w.data_as<float>() + t * w.row_stride();
       float* out = score.data() + offset[t];
       for (int64_t p = p0; p < p1; ++p) {
-        const uint8_t* key = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size) + key_offset * es;
+        const Row r = src(p);
+        const uint8_t* key = r.data + key_offset * DTypeSize(r.dtype);
         float s = 0.0f;
         for (int64_t h = 0; h < heads; ++h) {
-          const float dot = RowDot(qt + h * head_dim, cdt, key, head_dim, cscale) * key_scale;
+          const float dot = RowDot(qt + h * head_dim, r.dtype, key, head_dim, r.scale) * key_scale;
           if (dot > 0.0f) s += wt[h] * dot;  // w[h] * relu(q_h . k)
         }
         out[p] = s;
