@@ -4,6 +4,11 @@
 // each window every position but the first is scored given the ones before it.
 //
 //   llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8]
+//            [--chunk N] [--weights as-stored|int4-g32|int4-g128]
+//
+// Each window is scored by teacher forcing in passes of at most --chunk tokens (default 512).
+// A pass attends over its own positions in BF16 under the FP8 KV phase policy, so measuring an
+// FP8 KV cache as decode sees it takes --chunk 1 (every earlier position read from the cache).
 //            [--threads N]
 #include <chrono>
 #include <cmath>
@@ -33,13 +38,21 @@ int main(int argc, char** argv) {
       const std::string d = v;
       ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : d == "fp8" ? LLM_KV_DTYPE_FP8_E4M3 : LLM_KV_DTYPE_BF16;
     }
+    else if (a == "--chunk") ro.max_tokens_per_step = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (a == "--weights") {
+      const std::string w = v;
+      ro.prefill_weights = ro.decode_weights = w == "int4-g32"    ? LLM_WEIGHTS_INT4_G32
+                                               : w == "int4-g128" ? LLM_WEIGHTS_INT4_G128
+                                                                  : LLM_WEIGHTS_AS_STORED;
+    }
     else {
       std::fprintf(stderr, "llm-eval: unknown argument %s\n", a.c_str());
       return 2;
     }
   }
   if (model.empty() || text_path.empty() || window < 2) {
-    std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8] [--threads N]\n");
+    std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8] [--threads N]\n"
+                         "                [--chunk N] [--weights as-stored|int4-g32|int4-g128]\n");
     return 2;
   }
   std::ifstream in(text_path, std::ios::binary);
