@@ -7,7 +7,8 @@
   (same format as tools/make_golden_deepseek.py), written to --golden.
 
 transformers 5.24 converts per-expert weights to its fused layout only for model_type deepseek_v3,
-so the checkpoint is loaded from a temporary copy whose config says deepseek_v3.
+so a kimi_k2 checkpoint is loaded from a temporary copy whose config says deepseek_v3. GLM-4.5
+architecture checkpoints (Glm4MoeForCausalLM, GLM tokenizer.json) load directly.
 
 usage: python3 tools/eval_hf.py MODEL_DIR HELDOUT_TXT [--window 128] [--golden OUT.json]
 """
@@ -19,17 +20,26 @@ import sys
 import tempfile
 
 import torch
-from transformers import DeepseekV3ForCausalLM
+from transformers import DeepseekV3ForCausalLM, Glm4MoeForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_golden_deepseek import Bf16KvCache  # noqa: E402
-from train_kimi_model import evaluate, load_encoding  # noqa: E402
+from make_golden_glm4_moe import Bf16KvCacheGlm  # noqa: E402
+from train_model import GlmEncoding, evaluate, load_encoding  # noqa: E402
 
 PROMPTS = ["In the beginning", "And the LORD said unto Moses,"]
 STEPS = 5
 
 
+def is_glm(model_dir):
+    return json.load(open(os.path.join(model_dir, "config.json")))["architectures"][0] == "Glm4MoeForCausalLM"
+
+
 def load(model_dir):
+    if is_glm(model_dir):
+        m = Glm4MoeForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        m.config._attn_implementation = "eager"
+        return m.eval()
     tmp = tempfile.mkdtemp()
     for f in os.listdir(model_dir):
         if f.endswith(".safetensors") or f.endswith(".json"):
@@ -64,7 +74,9 @@ def main():
     ap.add_argument("--window", type=int, default=128)
     ap.add_argument("--golden")
     args = ap.parse_args()
-    enc = load_encoding(args.model)
+    glm = is_glm(args.model)
+    enc = GlmEncoding(args.model) if glm else load_encoding(args.model)
+    cache = Bf16KvCacheGlm if glm else Bf16KvCache
     model = load(args.model)
     ids = enc.encode_ordinary(open(args.heldout).read())
     ppl, top1, count = evaluate(model, ids, window=args.window)
@@ -75,7 +87,7 @@ def main():
         for p in PROMPTS:
             pid = enc.encode_ordinary(p)
             gen, steps = greedy(model, pid, STEPS)
-            with Bf16KvCache(model):
+            with cache(model):
                 gen_b, steps_b = greedy(model, pid, STEPS)
             cases.append({"prompt": pid, "text": p, "generated": gen, "steps": steps,
                           "bf16_kv": {"generated": gen_b, "steps": steps_b}})

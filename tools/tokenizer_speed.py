@@ -10,7 +10,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tokenizers import Tokenizer  # noqa: E402
-from train_kimi_model import load_encoding  # noqa: E402
+from train_model import load_encoding  # noqa: E402
 
 
 def best(fn, reps):
