@@ -561,6 +561,25 @@ int RunKvTable(const std::vector<std::string>& dirs, double budget_gib, int sess
   return 0;
 }
 
+// A runtime over `dir` for a bench, or nullptr (the error printed).
+llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budget, int32_t kv_dtype,
+                              uint32_t max_tokens_per_step, llm_runtime_info* info) {
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.num_threads = threads;
+  ro.kv_budget_bytes = kv_budget;
+  ro.kv_dtype = kv_dtype;
+  ro.max_tokens_per_step = max_tokens_per_step;
+  llm_runtime* rt = nullptr;
+  if (llm_runtime_create(dir.c_str(), &ro, &rt) != LLM_OK) {
+    std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+    return nullptr;
+  }
+  info->struct_size = sizeof(*info);
+  llm_runtime_get_info(rt, info);
+  return rt;
+}
+
 // Prefill and decode speed of dense MLA (Kimi K2 structure) and MLA + DSA (GLM-5 structure) at
 // each context length, same sizes otherwise.
 int RunContextBench(const fs::path& base, const std::vector<int>& contexts, const std::vector<int>& batches,
@@ -576,19 +595,9 @@ int RunContextBench(const fs::path& base, const std::vector<int>& contexts, cons
         const BenchConfig cfg = ContextConfig(dsa);
         const fs::path dir = base / (dsa ? "glm5-dsa" : "k2-dense");
         if (!WriteCheckpoint(cfg, dir)) return 1;
-        llm_runtime_options ro;
-        llm_runtime_options_init(&ro);
-        ro.num_threads = threads;
-        ro.kv_budget_bytes = 1ull << 30;
-        ro.max_tokens_per_step = 2048;
-        llm_runtime* rt = nullptr;
-        if (llm_runtime_create(dir.c_str(), &ro, &rt) != LLM_OK) {
-          std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
-          return 1;
-        }
         llm_runtime_info info;
-        info.struct_size = sizeof(info);
-        llm_runtime_get_info(rt, &info);
+        llm_runtime* rt = OpenBenchRuntime(dir, threads, 1ull << 30, LLM_KV_DTYPE_BF16, 2048, &info);
+        if (rt == nullptr) return 1;
         llm_sampling_options so;
         llm_sampling_options_init(&so);
         so.max_new_tokens = static_cast<uint32_t>(steps + 2);
@@ -673,19 +682,9 @@ int RunFormatBench(const fs::path& base, const std::vector<std::string>& formats
     cfg.weights = row.weights;
     const fs::path dir = row.weights == "bf16" ? base : fs::path(base.string() + "-" + row.weights);
     if (!WriteCheckpoint(cfg, dir)) return 1;
-    llm_runtime_options ro;
-    llm_runtime_options_init(&ro);
-    ro.num_threads = threads;
-    ro.kv_budget_bytes = 512ull << 20;
-    ro.kv_dtype = row.kv;
-    llm_runtime* rt = nullptr;
-    if (llm_runtime_create(dir.c_str(), &ro, &rt) != LLM_OK) {
-      std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
-      return 1;
-    }
     llm_runtime_info info;
-    info.struct_size = sizeof(info);
-    llm_runtime_get_info(rt, &info);
+    llm_runtime* rt = OpenBenchRuntime(dir, threads, 512ull << 20, row.kv, 0, &info);
+    if (rt == nullptr) return 1;
     const double bytes = WeightBytesPerToken(cfg);
     const double prefill = TimePrefill(rt, prefill_len, cfg.vocab);
     const bool is_base = row.weights == "bf16" && row.kv == LLM_KV_DTYPE_BF16;

@@ -131,6 +131,14 @@ bool ReadOptions(const T* in, T* out) {
   return true;
 }
 
+// Copies a filled output struct to the caller's, which may be an older, shorter version.
+template <typename T>
+void WriteOut(const T& filled, T* out) {
+  const uint32_t n = std::min<uint32_t>(out->struct_size, sizeof(T));
+  std::memcpy(out, &filled, n);
+  out->struct_size = n;
+}
+
 }  // namespace
 
 // Every entry point runs its body through this: exceptions become statuses.
@@ -307,9 +315,7 @@ LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, 
   r.bytes_per_token = k.bytes_per_token;
   r.capacity_tokens = k.capacity_tokens;
   r.max_sessions = k.sessions;
-  const uint32_t n = std::min<uint32_t>(out->struct_size, sizeof(r));
-  std::memcpy(out, &r, n);
-  out->struct_size = n;
+  WriteOut(r, out);
   return LLM_OK;
   LLM_GUARD_END
 }
@@ -355,9 +361,7 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   out.kv_scale_source = i.kv_scale_source == llmrt::KvScaleSource::kCheckpoint   ? LLM_KV_SCALE_CHECKPOINT
                         : i.kv_scale_source == llmrt::KvScaleSource::kCalibrated ? LLM_KV_SCALE_CALIBRATED
                                                                                  : LLM_KV_SCALE_NONE;
-  const uint32_t n = std::min<uint32_t>(info->struct_size, sizeof(out));
-  std::memcpy(info, &out, n);
-  info->struct_size = n;
+  WriteOut(out, info);
   return LLM_OK;
   LLM_GUARD_END
 }
@@ -445,9 +449,7 @@ LLM_API llm_status llm_session_get_info(const llm_session* session, llm_session_
   out.num_pending = snap.num_pending;
   out.num_generated = snap.num_generated;
   out.num_pages = snap.num_pages;
-  const uint32_t n = std::min<uint32_t>(info->struct_size, sizeof(out));
-  std::memcpy(info, &out, n);
-  info->struct_size = n;
+  WriteOut(out, info);
   return LLM_OK;
   LLM_GUARD_END
 }
@@ -542,9 +544,7 @@ LLM_API llm_status llm_tokenizer_get_info(const llm_tokenizer* tokenizer, llm_to
   out.vocab_size = static_cast<uint32_t>(tokenizer->rep->vocab_size());
   out.bos_id = tokenizer->rep->bos_id();
   out.eos_id = tokenizer->rep->eos_id();
-  const uint32_t n = std::min<uint32_t>(info->struct_size, sizeof(out));
-  std::memcpy(info, &out, n);
-  info->struct_size = n;
+  WriteOut(out, info);
   return LLM_OK;
   LLM_GUARD_END
 }
