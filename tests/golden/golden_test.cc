@@ -209,7 +209,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"tests/data/tiny_glm4_moe_fp8", "tiny_glm4_moe_fp8"},
                       ModelCase{"tests/data/tiny_glm_moe_dsa_fp8", "tiny_glm_moe_dsa_fp8", kWideBf16KvTolerance},
                       // The shipped trained model (tools/eval_hf.py --golden).
-                      ModelCase{"models/kimi-k2-kjv-tiny", "kimi_k2_kjv_tiny"}),
+                      ModelCase{"models/kimi-k2-kjv-tiny", "kimi_k2_kjv_tiny"},
+                      ModelCase{"models/glm4-moe-kjv-tiny", "glm4_moe_kjv_tiny"}),
     [](const auto& info) { return std::string(info.param.golden); });
 
 // ---- FP8 KV cache ------------------------------------------------------------------------------
