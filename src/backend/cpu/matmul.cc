@@ -248,25 +248,44 @@ void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, fl
   auto codes_of = [&](int64_t row, int64_t b) {
     return int4 ? w.data.data_as<uint8_t>() + row * (K / 2) + b * bw / 2 : w.data.data_as<uint8_t>() + row * K + b * bw;
   };
-  std::vector<float> raw(static_cast<size_t>((T <= 4 ? 1 : 4) * bw));
-  if (T <= 4) {  // decode: one row at a time
+  if (T <= 4) {  // decode: one row at a time, codes decoded in registers (BlockDot's order)
+    const hn::RebindToSigned<DF> di32;
+    const hn::Rebind<uint8_t, DF> du8;
+    const hn::RebindToUnsigned<DF> du32;
+    const auto eight = hn::Set(df, 8.0f);
+    const auto mask = hn::Set(du32, 0xFu);
+    const float* table = Fp8E4M3::DecodeTable();
     for (int64_t n = n0; n < n1; ++n) {
       for (int64_t t = 0; t < T; ++t) {
         auto acc = hn::Zero(df);
         float tail = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
           const int64_t width = std::min(bw, K - b * bw);
-          // Decoded per activation row: stays in L1, and keeps the block loop identical.
-          if (int4) {
-            RawInt4(codes_of(n, b), width, raw.data());
-          } else {
-            RawFp8(codes_of(n, b), width, raw.data());
-          }
-          hn::Vec<DF> sum = hn::Zero(df);
+          const uint8_t* q = codes_of(n, b);
+          const float* xt = x + t * ldx + b * bw;
+          auto a0 = hn::Zero(df), a1 = hn::Zero(df);
           float st = 0.0f;
-          BlockDot(df, raw.data(), x + t * ldx + b * bw, width, int4, sum, st);
+          if (int4) {
+            for (int64_t k = 0; k < width; k += 32) {
+              for (int64_t j = 0; j < 16; j += N) {
+                const auto v = hn::PromoteTo(du32, hn::LoadU(du8, q + k / 2 + j));
+                const auto lo = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(v, mask))), eight);
+                const auto hi = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(v))), eight);
+                a0 = hn::MulAdd(lo, hn::LoadU(df, xt + k + j), a0);
+                a1 = hn::MulAdd(hi, hn::LoadU(df, xt + k + 16 + j), a1);
+              }
+            }
+          } else {
+            int64_t k = 0;
+            for (; k + 2 * N <= width; k += 2 * N) {
+              a0 = hn::MulAdd(Fp8ToF32(df, q + k), hn::LoadU(df, xt + k), a0);
+              a1 = hn::MulAdd(Fp8ToF32(df, q + k + N), hn::LoadU(df, xt + k + N), a1);
+            }
+            for (; k + N <= width; k += N) a0 = hn::MulAdd(Fp8ToF32(df, q + k), hn::LoadU(df, xt + k), a0);
+            for (; k < width; ++k) st += table[q[k]] * xt[k];
+          }
           const float s = scale_of(n, b);
-          acc = hn::MulAdd(sum, hn::Set(df, s), acc);
+          acc = hn::MulAdd(hn::Add(a0, a1), hn::Set(df, s), acc);
           tail += st * s;
         }
         out[t * ldo + n] = hn::GetLane(hn::SumOfLanes(df, acc)) + tail;
@@ -274,6 +293,7 @@ void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, fl
     }
     return;
   }
+  std::vector<float> raw(static_cast<size_t>(4 * bw));
   std::vector<float> accs(static_cast<size_t>(T * 4 * N)), tails(static_cast<size_t>(T * 4));
   for (int64_t n = n0; n < n1; n += 4) {
     const int64_t rows = std::min<int64_t>(4, n1 - n);
