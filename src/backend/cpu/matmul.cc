@@ -198,33 +198,73 @@ void RawInt4(const uint8_t* q, int64_t width, float* dst) {
   }
 }
 
-// One block of one row against one activation row, in the order every quantized path uses:
-// vectors alternate between two accumulators from the block's start, leftover columns are
-// summed in scalar. FP8: natural order; INT4 (int4 true): per 32 columns, the 16 even codes
-// against x[k .. k+16) and the 16 odd ones against x[k+16 .. k+32) of the permuted activations.
-HWY_INLINE void BlockDot(DF df, const float* raw, const float* xt, int64_t width, bool int4, hn::Vec<DF>& sum,
-                         float& tail) {
+// One block of two rows of decoded codes (raw, raw + stride) against two activation rows: each
+// x vector is loaded once for both rows and each code vector once for both activations. sums
+// and tails are indexed [t * 2 + r]. The order every quantized path uses (the decode path
+// decodes in registers in the same order): vectors alternate between two accumulators from the
+// block's start (INT4: per 32 columns, the even-column codes into one, the odd into the other),
+// leftover columns are summed in scalar.
+HWY_INLINE void BlockDot2x2(DF df, const float* raw, int64_t stride, const float* x0, const float* x1, int64_t width,
+                            bool int4, hn::Vec<DF>* sums, float* tails) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto a0 = hn::Zero(df), a1 = hn::Zero(df);
-  float st = 0.0f;
+  const float* w0 = raw;
+  const float* w1 = raw + stride;
+  auto p00 = hn::Zero(df), p01 = hn::Zero(df), p10 = hn::Zero(df), p11 = hn::Zero(df);  // a0[t][r]
+  auto q00 = hn::Zero(df), q01 = hn::Zero(df), q10 = hn::Zero(df), q11 = hn::Zero(df);  // a1[t][r]
+  int64_t k = 0;
   if (int4) {
-    for (int64_t k = 0; k < width; k += 32) {
+    for (; k < width; k += 32) {
       for (int64_t j = 0; j < 16; j += N) {
-        a0 = hn::MulAdd(hn::LoadU(df, raw + k + j), hn::LoadU(df, xt + k + j), a0);
-        a1 = hn::MulAdd(hn::LoadU(df, raw + k + 16 + j), hn::LoadU(df, xt + k + 16 + j), a1);
+        const int64_t ka = k + j, kb = k + 16 + j;
+        const auto xa0 = hn::LoadU(df, x0 + ka), xa1 = hn::LoadU(df, x1 + ka);
+        const auto wa0 = hn::LoadU(df, w0 + ka), wa1 = hn::LoadU(df, w1 + ka);
+        p00 = hn::MulAdd(wa0, xa0, p00);
+        p01 = hn::MulAdd(wa1, xa0, p01);
+        p10 = hn::MulAdd(wa0, xa1, p10);
+        p11 = hn::MulAdd(wa1, xa1, p11);
+        const auto xb0 = hn::LoadU(df, x0 + kb), xb1 = hn::LoadU(df, x1 + kb);
+        const auto wb0 = hn::LoadU(df, w0 + kb), wb1 = hn::LoadU(df, w1 + kb);
+        q00 = hn::MulAdd(wb0, xb0, q00);
+        q01 = hn::MulAdd(wb1, xb0, q01);
+        q10 = hn::MulAdd(wb0, xb1, q10);
+        q11 = hn::MulAdd(wb1, xb1, q11);
       }
     }
   } else {
-    int64_t k = 0;
     for (; k + 2 * N <= width; k += 2 * N) {
-      a0 = hn::MulAdd(hn::LoadU(df, raw + k), hn::LoadU(df, xt + k), a0);
-      a1 = hn::MulAdd(hn::LoadU(df, raw + k + N), hn::LoadU(df, xt + k + N), a1);
+      const auto xa0 = hn::LoadU(df, x0 + k), xa1 = hn::LoadU(df, x1 + k);
+      const auto wa0 = hn::LoadU(df, w0 + k), wa1 = hn::LoadU(df, w1 + k);
+      p00 = hn::MulAdd(wa0, xa0, p00);
+      p01 = hn::MulAdd(wa1, xa0, p01);
+      p10 = hn::MulAdd(wa0, xa1, p10);
+      p11 = hn::MulAdd(wa1, xa1, p11);
+      const auto xb0 = hn::LoadU(df, x0 + k + N), xb1 = hn::LoadU(df, x1 + k + N);
+      const auto wb0 = hn::LoadU(df, w0 + k + N), wb1 = hn::LoadU(df, w1 + k + N);
+      q00 = hn::MulAdd(wb0, xb0, q00);
+      q01 = hn::MulAdd(wb1, xb0, q01);
+      q10 = hn::MulAdd(wb0, xb1, q10);
+      q11 = hn::MulAdd(wb1, xb1, q11);
     }
-    for (; k + N <= width; k += N) a0 = hn::MulAdd(hn::LoadU(df, raw + k), hn::LoadU(df, xt + k), a0);
-    for (; k < width; ++k) st += raw[k] * xt[k];
+    for (; k + N <= width; k += N) {
+      const auto xa0 = hn::LoadU(df, x0 + k), xa1 = hn::LoadU(df, x1 + k);
+      const auto wa0 = hn::LoadU(df, w0 + k), wa1 = hn::LoadU(df, w1 + k);
+      p00 = hn::MulAdd(wa0, xa0, p00);
+      p01 = hn::MulAdd(wa1, xa0, p01);
+      p10 = hn::MulAdd(wa0, xa1, p10);
+      p11 = hn::MulAdd(wa1, xa1, p11);
+    }
   }
-  sum = hn::Add(a0, a1);
-  tail = st;
+  sums[0] = hn::Add(p00, q00);
+  sums[1] = hn::Add(p01, q01);
+  sums[2] = hn::Add(p10, q10);
+  sums[3] = hn::Add(p11, q11);
+  for (int i = 0; i < 4; ++i) {
+    const float* w = i % 2 == 0 ? w0 : w1;
+    const float* xt = i < 2 ? x0 : x1;
+    float st = 0.0f;
+    for (int64_t c = k; c < width; ++c) st += w[c] * xt[c];
+    tails[i] = st;
+  }
 }
 
 // Rows [n0, n1) of a quantized matrix times T activation rows. Blocks (FP8: block_cols columns;
@@ -301,24 +341,32 @@ void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, fl
     std::fill(tails.begin(), tails.end(), 0.0f);
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t width = std::min(bw, K - b * bw);
-      float scales[4];
-      for (int64_t r = 0; r < rows; ++r) {
-        if (int4) {
+      float scales[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t r = 0; r < 4; ++r) {
+        if (r >= rows) {
+          std::fill(raw.begin() + r * bw, raw.begin() + (r + 1) * bw, 0.0f);
+        } else if (int4) {
           RawInt4(codes_of(n + r, b), width, raw.data() + r * bw);
         } else {
           RawFp8(codes_of(n + r, b), width, raw.data() + r * bw);
         }
-        scales[r] = scale_of(n + r, b);
+        if (r < rows) scales[r] = scale_of(n + r, b);
       }
-      for (int64_t t = 0; t < T; ++t) {
-        const float* xt = x + t * ldx + b * bw;
-        for (int64_t r = 0; r < rows; ++r) {
-          hn::Vec<DF> sum = hn::Zero(df);
-          float st = 0.0f;
-          BlockDot(df, raw.data() + r * bw, xt, width, int4, sum, st);
-          float* acc = accs.data() + (t * 4 + r) * N;
-          hn::StoreU(hn::MulAdd(sum, hn::Set(df, scales[r]), hn::LoadU(df, acc)), df, acc);
-          tails[t * 4 + r] += st * scales[r];
+      for (int64_t t = 0; t < T; t += 2) {
+        const bool two = t + 1 < T;
+        const float* x0 = x + t * ldx + b * bw;
+        const float* x1 = two ? x0 + ldx : x0;
+        for (int64_t r0 = 0; r0 < rows; r0 += 2) {
+          hn::Vec<DF> sums[4];
+          float st[4];
+          BlockDot2x2(df, raw.data() + r0 * bw, bw, x0, x1, width, int4, sums, st);
+          for (int64_t i = 0; i < (two ? 4 : 2); ++i) {
+            const int64_t r = r0 + i % 2, tt = t + i / 2;
+            if (r >= rows) continue;
+            float* acc = accs.data() + (tt * 4 + r) * N;
+            hn::StoreU(hn::MulAdd(sums[i], hn::Set(df, scales[r]), hn::LoadU(df, acc)), df, acc);
+            tails[tt * 4 + r] += st[i] * scales[r];
+          }
         }
       }
     }
