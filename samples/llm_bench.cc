@@ -610,14 +610,17 @@ int RunContextBench(const fs::path& base, const std::vector<int>& contexts, cons
         }
         std::vector<llm_step_result> res(b);
         size_t n = 0;
-        int prefilled = 0;
+        // Prefill until every session has sampled its first token.
+        std::vector<llm_session*> pending(ss.begin(), ss.end());
         const auto t0 = Clock::now();
-        while (prefilled < b) {
+        while (!pending.empty()) {
           if (llm_decode_step(rt, res.data(), res.size(), &n) != LLM_OK) {
             std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
             return 1;
           }
-          for (size_t r = 0; r < n; ++r) prefilled += res[r].token != LLM_TOKEN_NONE;
+          for (size_t r = 0; r < n; ++r) {
+            if (res[r].token != LLM_TOKEN_NONE) pending.erase(std::remove(pending.begin(), pending.end(), res[r].session), pending.end());
+          }
         }
         const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
         const auto t1 = Clock::now();
