@@ -15,9 +15,10 @@
 //
 // --kv-table sizes the KV cache of each model directory (config.json only; tests/data/configs
 // holds the released Kimi K2, GLM-5 and GLM-4.5 configs) per codec with llm_model_kv_sizing.
-// --context compares a generated Kimi-K2-structure model (dense MLA) with a GLM-5-structure one
-// (MLA + DSA indexer, index_topk 512) of the same sizes, prefilling each session to the given
-// context lengths: below index_topk both attend densely, above it GLM-5 attends to 512 positions.
+// --context compares generated Kimi-K2-structure (dense MLA), GLM-5-structure (MLA + DSA indexer,
+// index_topk 512) and GLM-4.5-structure (GQA) models of the same hidden size, layers and MoE,
+// prefilling each session to the given context lengths: below index_topk the MLA models attend
+// densely, above it GLM-5 attends to 512 positions.
 //
 // --integrity compares decode throughput and p95 step latency with the no-op tracker, the
 // built-in tag checker and a host callback tracker (counting events), interleaving the three in
@@ -57,6 +58,9 @@ struct BenchConfig {
   // GLM-5 DSA indexer (GlmMoeDsaForCausalLM) when dsa.
   bool dsa = false;
   int64_t index_topk = 2048, index_heads = 32, index_dim = 128;
+  // GLM-4.5 structure (Glm4MoeForCausalLM: GQA with biases, q/k norm, partial rotary) when gqa.
+  bool gqa = false;
+  int64_t kv_heads = 2, head_dim = 128;
   // Weight storage: "bf16"; "fp8" (every decoder linear but the router, 128x128 block scales, as
   // DeepSeek/Kimi FP8 releases); "int4-g32" / "int4-g128" (routed experts, compressed-tensors
   // pack-quantized, as Kimi K2-Thinking); "int4-g32-all" (every decoder linear but kv_b_proj and
@@ -88,8 +92,8 @@ double StoredBytes(const BenchConfig& c, const std::string& name, const std::vec
   return n / 2 + 2.0 * static_cast<double>(shape[0] * (shape[1] / Int4Group(c)));
 }
 
-// The smaller pair --context compares: attention is a visible share of a step at long context.
-BenchConfig ContextConfig(bool dsa) {
+// The smaller models --context compares: attention is a visible share of a step at long context.
+BenchConfig ContextConfig(bool dsa, bool gqa = false) {
   BenchConfig c;
   c.vocab = 8192;
   c.hidden = 1024;
@@ -101,6 +105,8 @@ BenchConfig ContextConfig(bool dsa) {
   c.top_k = 2;
   c.dsa = dsa;
   c.index_topk = 512;
+  c.gqa = gqa;
+  c.heads = gqa ? 8 : c.heads;  // GLM-4.5's 96 query heads over 8 KV heads of 128, scaled down
   return c;
 }
 
@@ -125,6 +131,33 @@ nlohmann::json ConfigJson(const BenchConfig& c) {
 }
 
 nlohmann::json ConfigJsonUnquantized(const BenchConfig& c) {
+  if (c.gqa) {
+    return {{"architectures", {"Glm4MoeForCausalLM"}},
+            {"model_type", "glm4_moe"},
+            {"vocab_size", c.vocab},
+            {"hidden_size", c.hidden},
+            {"intermediate_size", c.inter},
+            {"moe_intermediate_size", c.moe_inter},
+            {"num_hidden_layers", c.layers},
+            {"num_attention_heads", c.heads},
+            {"num_key_value_heads", c.kv_heads},
+            {"head_dim", c.head_dim},
+            {"partial_rotary_factor", 0.5},
+            {"attention_bias", true},
+            {"use_qk_norm", true},
+            {"n_routed_experts", c.experts},
+            {"num_experts_per_tok", c.top_k},
+            {"n_shared_experts", c.shared},
+            {"n_group", 1},
+            {"topk_group", 1},
+            {"first_k_dense_replace", c.dense},
+            {"routed_scaling_factor", 2.5},
+            {"norm_topk_prob", true},
+            {"rms_norm_eps", 1e-5},
+            {"max_position_embeddings", 131072},
+            {"rope_theta", 1000000.0},
+            {"tie_word_embeddings", false}};
+  }
   if (c.dsa) {
     nlohmann::json j = ConfigJsonUnquantized(BenchConfig{c.vocab, c.hidden, c.layers, c.heads, c.q_lora, c.kv_lora, c.nope,
                                               c.rope, c.v, c.inter, c.moe_inter, c.experts, c.top_k, c.shared,
@@ -191,6 +224,18 @@ std::vector<TensorSpec> Tensors(const BenchConfig& c) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     t.push_back({p + "input_layernorm.weight", {c.hidden}, false, true});
     t.push_back({p + "post_attention_layernorm.weight", {c.hidden}, false, true});
+    if (c.gqa) {
+      const std::string a = p + "self_attn.";
+      t.push_back({a + "q_proj.weight", {c.heads * c.head_dim, c.hidden}});
+      t.push_back({a + "k_proj.weight", {c.kv_heads * c.head_dim, c.hidden}});
+      t.push_back({a + "v_proj.weight", {c.kv_heads * c.head_dim, c.hidden}});
+      t.push_back({a + "q_proj.bias", {c.heads * c.head_dim}});
+      t.push_back({a + "k_proj.bias", {c.kv_heads * c.head_dim}});
+      t.push_back({a + "v_proj.bias", {c.kv_heads * c.head_dim}});
+      t.push_back({a + "o_proj.weight", {c.hidden, c.heads * c.head_dim}});
+      t.push_back({a + "q_norm.weight", {c.head_dim}, false, true});
+      t.push_back({a + "k_norm.weight", {c.head_dim}, false, true});
+    } else {
     t.push_back({p + "self_attn.q_a_proj.weight", {c.q_lora, c.hidden}});
     t.push_back({p + "self_attn.q_a_layernorm.weight", {c.q_lora}, false, true});
     t.push_back({p + "self_attn.q_b_proj.weight", {c.heads * qk, c.q_lora}});
@@ -198,6 +243,7 @@ std::vector<TensorSpec> Tensors(const BenchConfig& c) {
     t.push_back({p + "self_attn.kv_a_layernorm.weight", {c.kv_lora}, false, true});
     t.push_back({p + "self_attn.kv_b_proj.weight", {c.heads * (c.nope + c.v), c.kv_lora}});
     t.push_back({p + "self_attn.o_proj.weight", {c.hidden, c.heads * c.v}});
+    }
     if (c.dsa) {
       const std::string x = p + "self_attn.indexer.";
       t.push_back({x + "wq_b.weight", {c.index_heads * c.index_dim, c.q_lora}});
@@ -580,20 +626,22 @@ llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budg
   return rt;
 }
 
-// Prefill and decode speed of dense MLA (Kimi K2 structure) and MLA + DSA (GLM-5 structure) at
+// Prefill and decode speed of dense MLA (Kimi K2), MLA + DSA (GLM-5) and GQA (GLM-4.5) at
 // each context length, same sizes otherwise.
 int RunContextBench(const fs::path& base, const std::vector<int>& contexts, const std::vector<int>& batches,
                     int steps, int threads) {
-  std::printf("llm-bench --context: generated models of equal size, index_topk %lld for GLM-5 DSA\n\n",
+  std::printf("llm-bench --context: generated models of equal hidden size, layers and MoE: Kimi K2 (MLA), GLM-5 "
+              "(MLA + DSA, index_topk %lld), GLM-4.5 (GQA, 8 query / 2 KV heads of 128)\n\n",
               static_cast<long long>(ContextConfig(true).index_topk));
   std::printf("| model | context | sessions | attention per query | KV B/token | prefill tok/s | decode tok/s | "
               "decode vs K2 dense |\n|---|---:|---:|---|---:|---:|---:|---:|\n");
   for (int ctx : contexts) {
     for (int b : batches) {
       double dense_tps = 0;
-      for (bool dsa : {false, true}) {
-        const BenchConfig cfg = ContextConfig(dsa);
-        const fs::path dir = base / (dsa ? "glm5-dsa" : "k2-dense");
+      for (int model = 0; model < 3; ++model) {
+        const bool dsa = model == 1, gqa = model == 2;
+        const BenchConfig cfg = ContextConfig(dsa, gqa);
+        const fs::path dir = base / (gqa ? "glm45-gqa" : dsa ? "glm5-dsa" : "k2-dense");
         if (!WriteCheckpoint(cfg, dir)) return 1;
         llm_runtime_info info;
         llm_runtime* rt = OpenBenchRuntime(dir, threads, 1ull << 30, LLM_KV_DTYPE_BF16, 2048, &info);
@@ -626,10 +674,12 @@ int RunContextBench(const fs::path& base, const std::vector<int>& contexts, cons
         const auto t1 = Clock::now();
         for (int s = 0; s < steps; ++s) llm_decode_step(rt, res.data(), res.size(), &n);
         const double tps = b * steps / std::chrono::duration<double>(Clock::now() - t1).count();
-        if (!dsa) dense_tps = tps;
+        if (model == 0) dense_tps = tps;
         const bool sparse = dsa && ctx > cfg.index_topk;
-        std::printf("| %s | %d | %d | %s | %llu | %.1f | %.2f | %.2fx |\n", dsa ? "GLM-5 DSA" : "K2 dense", ctx, b,
-                    sparse ? "512 selected" : "all (dense)", static_cast<unsigned long long>(info.kv_bytes_per_token),
+        std::printf("| %s | %d | %d | %s | %llu | %.1f | %.2f | %.2fx |\n",
+                    gqa ? "GLM-4.5 GQA" : dsa ? "GLM-5 DSA" : "K2 dense", ctx, b,
+                    sparse ? "512 selected" : gqa ? "all (GQA)" : "all (dense)",
+                    static_cast<unsigned long long>(info.kv_bytes_per_token),
                     b * ctx / prefill_s, tps, tps / dense_tps);
         std::fflush(stdout);
         for (auto* s : ss) llm_session_destroy(s);
