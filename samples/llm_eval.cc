@@ -24,6 +24,7 @@
 int main(int argc, char** argv) {
   std::string model, text_path;
   size_t window = 128, max_windows = 0;
+  std::string agree_with;
   llm_runtime_options ro;
   llm_runtime_options_init(&ro);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
       const std::string d = v;
       ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : d == "fp8" ? LLM_KV_DTYPE_FP8_E4M3 : LLM_KV_DTYPE_BF16;
     }
+    else if (a == "--agree-with") agree_with = v;
     else if (a == "--chunk") ro.max_tokens_per_step = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
     else if (a == "--weights") {
       const std::string w = v;
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
   }
   if (model.empty() || text_path.empty() || window < 2) {
     std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8] [--threads N]\n"
-                         "                [--chunk N] [--weights as-stored|int4-g32|int4-g128]\n");
+                         "                [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--agree-with DIR]\n");
     return 2;
   }
   std::ifstream in(text_path, std::ios::binary);
@@ -67,6 +69,10 @@ int main(int argc, char** argv) {
   llm_runtime* rt = nullptr;
   llm_status st = llm_tokenizer_create(model.c_str(), &tok);
   if (st == LLM_OK) st = llm_runtime_create(model.c_str(), &ro, &rt);
+  // --agree-with DIR: the reference whose top-1 predictions are compared (DIR's checkpoint as
+  // stored, BF16 KV, default passes; e.g. the BF16 model a quantized one came from).
+  llm_runtime* ref = nullptr;
+  if (st == LLM_OK && !agree_with.empty()) st = llm_runtime_create(agree_with.c_str(), nullptr, &ref);
   if (st != LLM_OK) {
     std::fprintf(stderr, "llm-eval: %s: %s\n", llm_status_string(st), llm_last_error());
     llm_tokenizer_destroy(tok);
@@ -79,9 +85,9 @@ int main(int argc, char** argv) {
   size_t windows = n > 0 ? (n - 1) / window : 0;
   if (max_windows > 0 && windows > max_windows) windows = max_windows;
   double nll = 0;
-  size_t correct = 0, scored = 0;
-  std::vector<float> lp(window - 1);
-  std::vector<int32_t> am(window - 1);
+  size_t correct = 0, scored = 0, agreed = 0;
+  std::vector<float> lp(window - 1), lp_ref(window - 1);
+  std::vector<int32_t> am(window - 1), am_ref(window - 1);
   auto t0 = std::chrono::steady_clock::now();
   for (size_t w = 0; w < windows; ++w) {
     const int32_t* win = ids.data() + w * window;
@@ -90,7 +96,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "llm-eval: %s: %s\n", llm_status_string(st), llm_last_error());
       return 1;
     }
+    if (ref != nullptr && llm_score(ref, win, window, lp_ref.data(), am_ref.data()) != LLM_OK) {
+      std::fprintf(stderr, "llm-eval: %s\n", llm_last_error());
+      return 1;
+    }
     for (size_t p = 0; p + 1 < window; ++p) {
+      if (ref != nullptr) agreed += am[p] == am_ref[p];
       nll -= lp[p];
       correct += am[p] == win[p + 1];
       ++scored;
@@ -105,6 +116,11 @@ int main(int argc, char** argv) {
   std::printf("| %s | %s | %zu | %zu x %zu | %zu | %.4f | %.4f | %.0f |\n", model.c_str(), text_path.c_str(), n, windows,
               window, scored, scored ? std::exp(nll / scored) : 0.0, scored ? static_cast<double>(correct) / scored : 0.0,
               secs > 0 ? windows * window / secs : 0.0);
+  if (ref != nullptr) {
+    std::printf("\ntop-1 agreement with the reference (BF16 KV): %.4f\n",
+                scored ? static_cast<double>(agreed) / scored : 0.0);
+    llm_runtime_destroy(ref);
+  }
   llm_runtime_destroy(rt);
   llm_tokenizer_destroy(tok);
   return 0;
