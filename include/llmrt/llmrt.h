@@ -330,6 +330,25 @@ LLM_API llm_status llm_session_get_logits(const llm_session* session, float* out
 
 #define LLM_TOKEN_NONE (-1)
 
+/* ---- KV export / import (prefill-role and decode-role runtimes) ------------------------- */
+/* Serializes a session for llm_session_import_kv into another runtime of the same model: its
+ * cached K/V rows of every layer in this runtime's KV codec (with the FP8 scales), its tokens,
+ * its pending tokens and sampler state, a model fingerprint and a 64-bit checksum. Call it
+ * between steps (for example once the prefill produced the first token). With buffer NULL or
+ * capacity too small: LLM_ERR_BUFFER_TOO_SMALL and *out_size = the bytes needed.
+ * LLM_ERR_INVALID_STATE for a failed, cancelled or preempted session. */
+LLM_API llm_status llm_session_export_kv(llm_session* session, void* buffer, size_t capacity, size_t* out_size);
+
+/* Creates a session in `runtime` from an export, converting the rows to this runtime's KV codec
+ * (BF16 -> FP8 calibrates the layer scale on the imported rows if the layer has none yet; FP8
+ * -> FP8 keeps the bytes when the scales agree). The session continues exactly where the
+ * exporter's stopped (its next step feeds the pending token), sampling with `options` (NULL:
+ * defaults) from the exported generator state. LLM_ERR_FORMAT for a truncated or altered export
+ * (checksum mismatch), LLM_ERR_INVALID_ARGUMENT for one from another model,
+ * LLM_ERR_KV_EXHAUSTED when its pages do not fit (nothing is kept). */
+LLM_API llm_status llm_session_import_kv(llm_runtime* runtime, const void* data, size_t size,
+                                         const llm_sampling_options* options, llm_session** out_session);
+
 typedef struct llm_step_result {
   llm_session* session;
   uint64_t session_id;

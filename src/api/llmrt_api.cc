@@ -373,26 +373,69 @@ LLM_API void llm_sampling_options_init(llm_sampling_options* o) {
   o->top_p = 1.0f;
 }
 
-LLM_API llm_status llm_session_create(llm_runtime* runtime, const llm_sampling_options* options,
-                                      llm_session** out_session) {
-  LLM_GUARD_BEGIN
-  LLM_REQUIRE(out_session);
-  *out_session = nullptr;
-  LLM_REQUIRE(runtime);
+namespace {
+
+// Sampling options from the ABI struct (NULL: defaults).
+llm_status ToSessionOptions(const llm_sampling_options* options, llmrt::SessionOptions* so) {
   llm_sampling_options o;
   llm_sampling_options_init(&o);
   if (!ReadOptions(options, &o)) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->struct_size is invalid");
   if (o.num_stop_tokens > 0 && o.stop_tokens == nullptr) {
     return Fail(LLM_ERR_INVALID_ARGUMENT, "stop_tokens is NULL but num_stop_tokens > 0");
   }
+  so->sampling.temperature = o.temperature;
+  so->sampling.top_k = o.top_k;
+  so->sampling.top_p = o.top_p;
+  so->sampling.min_p = o.min_p;
+  so->max_new_tokens = o.max_new_tokens;
+  so->seed = o.seed;
+  so->stop_tokens.assign(o.stop_tokens, o.stop_tokens + o.num_stop_tokens);
+  return LLM_OK;
+}
+
+}  // namespace
+
+LLM_API llm_status llm_session_export_kv(llm_session* session, void* buffer, size_t capacity, size_t* out_size) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(session);
+  LLM_REQUIRE(out_size);
+  llmrt::Session* s = FromHandle(session);
+  std::vector<uint8_t> blob;
+  const absl::Status st = s->runtime()->ExportKv(s, &blob);
+  if (!st.ok()) return Report(st);
+  *out_size = blob.size();
+  if (buffer == nullptr || capacity < blob.size()) {
+    return Fail(LLM_ERR_BUFFER_TOO_SMALL, "the export needs " + std::to_string(blob.size()) + " bytes");
+  }
+  std::memcpy(buffer, blob.data(), blob.size());
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_session_import_kv(llm_runtime* runtime, const void* data, size_t size,
+                                         const llm_sampling_options* options, llm_session** out_session) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(out_session);
+  *out_session = nullptr;
+  LLM_REQUIRE(runtime);
+  LLM_REQUIRE(data);
   llmrt::SessionOptions so;
-  so.sampling.temperature = o.temperature;
-  so.sampling.top_k = o.top_k;
-  so.sampling.top_p = o.top_p;
-  so.sampling.min_p = o.min_p;
-  so.max_new_tokens = o.max_new_tokens;
-  so.seed = o.seed;
-  so.stop_tokens.assign(o.stop_tokens, o.stop_tokens + o.num_stop_tokens);
+  if (const llm_status st = ToSessionOptions(options, &so); st != LLM_OK) return st;
+  auto s = runtime->rep->ImportKv(absl::MakeConstSpan(static_cast<const uint8_t*>(data), size), so);
+  if (!s.ok()) return Report(s.status());
+  *out_session = ToHandle(*s);
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_session_create(llm_runtime* runtime, const llm_sampling_options* options,
+                                      llm_session** out_session) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(out_session);
+  *out_session = nullptr;
+  LLM_REQUIRE(runtime);
+  llmrt::SessionOptions so;
+  if (const llm_status st = ToSessionOptions(options, &so); st != LLM_OK) return st;
   auto s = runtime->rep->CreateSession(so);
   if (!s.ok()) return Report(s.status());
   *out_session = ToHandle(*s);

@@ -163,6 +163,16 @@ class Backend {
   virtual void KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
                        const AttentionBatch& batch) = 0;
 
+  // Copies the codec bytes of the cache rows `slots` of `layer` to host memory `dst`, row after
+  // row (KV export).
+  virtual void KvExportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
+                            uint8_t* dst) = 0;
+  // Writes rows given as host bytes of codec `src_dtype` (F32, BF16, or FP8 with `src_scale`)
+  // into the cache rows `slots` of `layer`, converting to the cache's codec (KV import). An FP8
+  // layer without a scale yet takes src_scale from an FP8 source, else calibrates on the rows.
+  virtual void KvImportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
+                            const uint8_t* src, DType src_dtype, float src_scale) = 0;
+
   // ---- grouped-query attention (GLM-4.5) ----
   // Cache rows hold [K of kv_heads heads | V of kv_heads heads], head_dim each. Query head h
   // uses KV head h / (heads / kv_heads). out[t,h] = softmax(q[t,h].K * scale) V over the causal

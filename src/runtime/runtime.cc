@@ -99,6 +99,181 @@ absl::StatusOr<std::vector<float>> CheckpointKvScales(const Checkpoint& ck) {
 
 }  // namespace
 
+namespace {
+
+constexpr char kKvMagic[8] = {'L', 'L', 'M', 'R', 'T', 'K', 'V', '1'};
+constexpr uint32_t kKvVersion = 1;
+
+uint64_t Fnv1a(const uint8_t* p, size_t n, uint64_t h = 1469598103934665603ull) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// What must agree for KV rows to mean the same thing in two runtimes.
+uint64_t ModelFingerprint(const ModelConfig& c) {
+  const std::string s = absl::StrCat(c.architecture, "|", c.num_layers, "|", c.KvWidth(), "|", c.hidden_size, "|",
+                                     c.vocab_size, "|", c.kv_lora_rank, "|", c.qk_rope_head_dim, "|",
+                                     c.index_head_dim, "|", c.num_kv_heads, "|", c.head_dim);
+  return Fnv1a(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+uint32_t CodecId(DType d) { return d == DType::kF32 ? 0 : d == DType::kBF16 ? 1 : 2; }
+
+struct BlobWriter {
+  std::vector<uint8_t>* out;
+  template <typename T>
+  void Put(const T& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    out->insert(out->end(), p, p + sizeof(T));
+  }
+  void Bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out->insert(out->end(), b, b + n);
+  }
+};
+
+struct BlobReader {
+  absl::Span<const uint8_t> in;
+  size_t pos = 0;
+  bool ok = true;
+  template <typename T>
+  T Get() {
+    T v{};
+    if (pos + sizeof(T) > in.size()) {
+      ok = false;
+      return v;
+    }
+    std::memcpy(&v, in.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  const uint8_t* Bytes(size_t n) {
+    if (pos + n > in.size() || n > in.size()) {
+      ok = false;
+      return nullptr;
+    }
+    const uint8_t* p = in.data() + pos;
+    pos += n;
+    return p;
+  }
+};
+
+}  // namespace
+
+absl::Status Runtime::ExportKv(const Session* session, std::vector<uint8_t>* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Session* s = session;
+  if (s->in_flight_ || s->destroy_requested_) {
+    return absl::FailedPreconditionError("the session is in a step or being destroyed");
+  }
+  if (s->state_ == SessionState::kFailed || s->state_ == SessionState::kCancelled || s->recomputing_) {
+    return absl::FailedPreconditionError("a failed, cancelled or preempted session has no KV to export");
+  }
+  const ModelConfig& c = model_->config();
+  const int64_t P = static_cast<int64_t>(s->context_.size()), L = c.num_layers, W = cache_.width;
+  const DType dt = cache_.pages.dtype();
+  const size_t row = static_cast<size_t>(W) * DTypeSize(dt);
+  out->clear();
+  BlobWriter w{out};
+  w.Bytes(kKvMagic, sizeof(kKvMagic));
+  w.Put(kKvVersion);
+  w.Put(ModelFingerprint(c));
+  w.Put(CodecId(dt));
+  w.Put(static_cast<uint32_t>(L));
+  w.Put(static_cast<uint32_t>(W));
+  w.Put(static_cast<uint32_t>(P));
+  w.Put(static_cast<uint32_t>(s->pending_.size()));
+  w.Put(static_cast<uint32_t>(s->unfed_token_.has_value()));
+  w.Put(static_cast<int32_t>(s->unfed_token_.value_or(-1)));
+  w.Put(s->num_generated_);
+  w.Put(static_cast<uint32_t>(s->state_));
+  for (uint64_t v : s->rng_.state()) w.Put(v);
+  std::vector<float> scales(static_cast<size_t>(L), 0.0f);
+  if (dt == DType::kF8E4M3) backend_->Download(cache_.scales, scales.data(), scales.size() * sizeof(float));
+  w.Bytes(scales.data(), scales.size() * sizeof(float));
+  w.Bytes(s->context_.data(), s->context_.size() * sizeof(int32_t));
+  for (int32_t t : s->pending_) w.Put(t);
+  std::vector<int32_t> slots(static_cast<size_t>(P));
+  const int64_t ps = options_.page_size;
+  for (int64_t p = 0; p < P; ++p) slots[p] = s->pages_.entries()[p / ps].page * static_cast<int32_t>(ps) + static_cast<int32_t>(p % ps);
+  for (int64_t l = 0; l < L; ++l) {
+    const size_t at = out->size();
+    out->resize(at + row * static_cast<size_t>(P));
+    backend_->KvExportRows(cache_, l, slots, out->data() + at);
+  }
+  w.Put(Fnv1a(out->data(), out->size()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Session*> Runtime::ImportKv(absl::Span<const uint8_t> blob, const SessionOptions& options) {
+  // Parse and check everything before touching the runtime.
+  if (blob.size() < sizeof(kKvMagic) + sizeof(uint64_t) || std::memcmp(blob.data(), kKvMagic, sizeof(kKvMagic)) != 0) {
+    return FormatError("not an llmrt KV export (bad magic or too short)");
+  }
+  uint64_t sum = 0;
+  std::memcpy(&sum, blob.data() + blob.size() - sizeof(uint64_t), sizeof(sum));
+  if (Fnv1a(blob.data(), blob.size() - sizeof(uint64_t)) != sum) {
+    return FormatError("KV export checksum mismatch: the data was truncated or altered");
+  }
+  BlobReader r{blob.subspan(0, blob.size() - sizeof(uint64_t)), sizeof(kKvMagic)};
+  const uint32_t version = r.Get<uint32_t>();
+  const uint64_t fingerprint = r.Get<uint64_t>();
+  const uint32_t codec = r.Get<uint32_t>();
+  const uint32_t L = r.Get<uint32_t>(), W = r.Get<uint32_t>(), P = r.Get<uint32_t>(), npending = r.Get<uint32_t>();
+  const uint32_t has_unfed = r.Get<uint32_t>();
+  const int32_t unfed = r.Get<int32_t>();
+  const uint32_t generated = r.Get<uint32_t>(), state = r.Get<uint32_t>();
+  std::array<uint64_t, 4> rng{};
+  for (auto& v : rng) v = r.Get<uint64_t>();
+  const ModelConfig& c = model_->config();
+  if (!r.ok) return FormatError("KV export header is truncated");
+  if (version != kKvVersion) return UnsupportedError(absl::StrCat("KV export version ", version, " (this build reads 1)"));
+  if (fingerprint != ModelFingerprint(c) || L != c.num_layers || W != cache_.width) {
+    return absl::InvalidArgumentError("the KV export comes from a different model");
+  }
+  if (codec > 2 || state > static_cast<uint32_t>(SessionState::kFailed)) return FormatError("KV export header is corrupt");
+  const DType src = codec == 0 ? DType::kF32 : codec == 1 ? DType::kBF16 : DType::kF8E4M3;
+  const uint8_t* scales_p = r.Bytes(static_cast<size_t>(L) * sizeof(float));
+  const uint8_t* tokens_p = r.Bytes(static_cast<size_t>(P) * sizeof(int32_t));
+  const uint8_t* pending_p = r.Bytes(static_cast<size_t>(npending) * sizeof(int32_t));
+  const size_t row = static_cast<size_t>(W) * DTypeSize(src);
+  const uint8_t* rows_p = r.Bytes(row * P * L);
+  if (!r.ok || r.pos != r.in.size()) return FormatError("KV export body does not match its header");
+  std::vector<int32_t> tokens(P), pending(npending);
+  std::memcpy(tokens.data(), tokens_p, tokens.size() * sizeof(int32_t));
+  std::memcpy(pending.data(), pending_p, pending.size() * sizeof(int32_t));
+  std::vector<float> scales(L);
+  std::memcpy(scales.data(), scales_p, scales.size() * sizeof(float));
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= c.vocab_size) return FormatError("KV export holds a token outside the vocabulary");
+  }
+  if (P + npending > static_cast<uint64_t>(c.max_position_embeddings)) {
+    return absl::OutOfRangeError("KV export is longer than max_position_embeddings");
+  }
+
+  LLMRT_ASSIGN_OR_RETURN(Session * s, CreateSession(options));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!kv_->Reserve(s->id_, s->pages_, P)) {
+    const uint32_t free_pages = static_cast<uint32_t>(kv_->pool().num_free());
+    FinishDestroy(s);
+    return KvExhaustedError(absl::StrCat("importing ", P, " positions needs KV pages; ", free_pages, " are free"));
+  }
+  const int64_t ps = options_.page_size;
+  std::vector<int32_t> slots(P);
+  for (int64_t p = 0; p < P; ++p) slots[p] = s->pages_.entries()[p / ps].page * static_cast<int32_t>(ps) + static_cast<int32_t>(p % ps);
+  for (uint32_t l = 0; l < L; ++l) {
+    backend_->KvImportRows(cache_, l, slots, rows_p + static_cast<size_t>(l) * row * P, src, scales[l]);
+  }
+  s->context_ = std::move(tokens);
+  s->pending_.assign(pending.begin(), pending.end());
+  if (has_unfed) s->unfed_token_ = unfed;
+  s->num_generated_ = generated;
+  s->state_ = static_cast<SessionState>(state);
+  s->rng_.set_state(rng);
+  kv_->RegisterPrefix(s->id_, s->pages_, s->context_);
+  return s;
+}
+
 absl::StatusOr<std::vector<float>> Runtime::Forward(const BatchArrays& a) {
   const ModelConfig& c = model_->config();
   const int64_t T = static_cast<int64_t>(a.ids.size()), S = static_cast<int64_t>(a.lrows.size());

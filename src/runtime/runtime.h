@@ -129,6 +129,14 @@ class Runtime {
   // (if argmax is not null) the most likely token. Uses KV pages of its own for the duration.
   absl::Status Score(absl::Span<const int32_t> tokens, float* logprobs, int32_t* argmax);
 
+  // KV export / import between runtimes of the same model (prefill role -> decode role). The
+  // blob holds the session's cached rows of every layer in this runtime's codec (with its FP8
+  // scales), its tokens, pending tokens and sampler state, a model fingerprint and a checksum.
+  absl::Status ExportKv(const Session* session, std::vector<uint8_t>* out) const;
+  // Creates a session from an exported blob, converting rows to this runtime's codec. A blob
+  // that is truncated, fails its checksum or comes from another model is an error.
+  absl::StatusOr<Session*> ImportKv(absl::Span<const uint8_t> blob, const SessionOptions& options);
+
   // Testing hook: injects a KV fault. args: kFreeMappedPage {session id, entry},
   // kCorruptEntry {session id, entry, new page}, kSwapPages {id a, entry a, id b, entry b}.
   absl::Status InjectKvFault(KvFault fault, const std::vector<int64_t>& args);

@@ -3,6 +3,7 @@
 #ifndef LLMRT_SCHED_SAMPLER_H_
 #define LLMRT_SCHED_SAMPLER_H_
 
+#include <array>
 #include <cstdint>
 
 namespace llmrt {
@@ -19,6 +20,11 @@ class Rng {
  public:
   explicit Rng(uint64_t seed = 0);
   uint64_t Next();
+  // The generator's state (KV export / import carries it so sampling continues identically).
+  std::array<uint64_t, 4> state() const { return {s_[0], s_[1], s_[2], s_[3]}; }
+  void set_state(const std::array<uint64_t, 4>& s) {
+    for (int i = 0; i < 4; ++i) s_[i] = s[i];
+  }
   // Uniform in [0, 1).
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 

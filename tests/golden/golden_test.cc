@@ -807,3 +807,163 @@ TEST(Fp8KvPhasePolicy, PrefillAttendsOverItsOwnChunkInBf16) {
 
 }  // namespace
 }  // namespace llmrt::testing
+
+namespace llmrt::testing {
+namespace {
+
+llm_runtime* OpenRole(const std::string& dir, int32_t kv, int32_t decode_weights, uint64_t budget = 0) {
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.kv_dtype = kv;
+  ro.decode_weights = decode_weights;
+  ro.kv_budget_bytes = budget;
+  llm_runtime* rt = nullptr;
+  EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+  return rt;
+}
+
+struct Trace {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+};
+
+// Steps `rt` until session `s` finishes (or `stop_after_first` and it produced its first token).
+void RunSession(llm_runtime* rt, llm_session* s, Trace* t, bool stop_after_first = false) {
+  llm_step_result res[4];
+  size_t n = 0;
+  std::vector<float> row(256);
+  for (int guard = 0; guard < 100; ++guard) {
+    ASSERT_EQ(llm_decode_step(rt, res, 4, &n), LLM_OK) << llm_last_error();
+    bool finished = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (res[i].session != s || res[i].token == LLM_TOKEN_NONE) continue;
+      size_t count = 0;
+      ASSERT_EQ(llm_session_get_logits(s, row.data(), row.size(), &count), LLM_OK);
+      t->tokens.push_back(res[i].token);
+      t->logits.push_back(row);
+      finished = res[i].finish_reason != LLM_FINISH_NONE;
+    }
+    if (finished || (stop_after_first && !t->tokens.empty())) return;
+  }
+  FAIL() << "the session did not finish";
+}
+
+std::vector<uint8_t> Export(llm_session* s) {
+  size_t size = 0;
+  EXPECT_EQ(llm_session_export_kv(s, nullptr, 0, &size), LLM_ERR_BUFFER_TOO_SMALL);
+  std::vector<uint8_t> blob(size);
+  EXPECT_EQ(llm_session_export_kv(s, blob.data(), blob.size(), &size), LLM_OK) << llm_last_error();
+  return blob;
+}
+
+// Role split: a prefill-role runtime prefills and exports; a decode-role runtime (INT4 decode
+// experts) imports and decodes. Tokens and logits equal one runtime with the same policies,
+// for the BF16 and FP8 codecs.
+TEST(KvExport, RoleSplitEqualsOneRuntimeWithTheSamePolicies) {
+  const std::string base = TestData("tiny_kimi_k2_quant_base");
+  const auto prompts = GoldenPrompts("tiny_kimi_k2_int4_g32.golden.json");
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = 8;
+  so.temperature = 0.9f;  // sampling: the generator state travels with the export
+  so.seed = 11;
+  for (int32_t kv : {LLM_KV_DTYPE_BF16, LLM_KV_DTYPE_FP8_E4M3}) {
+    llm_runtime* one = OpenRole(base, kv, LLM_WEIGHTS_INT4_G32);
+    llm_runtime* prefill = OpenRole(base, kv, LLM_WEIGHTS_AS_STORED);
+    llm_runtime* decode = OpenRole(base, kv, LLM_WEIGHTS_INT4_G32);
+    for (const auto& prompt : prompts) {
+      Trace want, got;
+      llm_session* s = nullptr;
+      ASSERT_EQ(llm_session_create(one, &so, &s), LLM_OK);
+      ASSERT_EQ(llm_session_append_tokens(s, prompt.data(), prompt.size()), LLM_OK);
+      RunSession(one, s, &want);
+      llm_session_destroy(s);
+
+      llm_session* p = nullptr;
+      ASSERT_EQ(llm_session_create(prefill, &so, &p), LLM_OK);
+      ASSERT_EQ(llm_session_append_tokens(p, prompt.data(), prompt.size()), LLM_OK);
+      RunSession(prefill, p, &got, /*stop_after_first=*/true);
+      const std::vector<uint8_t> blob = Export(p);
+      llm_session_destroy(p);
+      llm_session* d = nullptr;
+      ASSERT_EQ(llm_session_import_kv(decode, blob.data(), blob.size(), &so, &d), LLM_OK) << llm_last_error();
+      RunSession(decode, d, &got);
+      llm_session_destroy(d);
+      EXPECT_EQ(got.tokens, want.tokens) << "kv " << kv;
+      EXPECT_EQ(got.logits, want.logits) << "kv " << kv;
+    }
+    llm_runtime_destroy(one);
+    llm_runtime_destroy(prefill);
+    llm_runtime_destroy(decode);
+  }
+}
+
+// BF16 -> FP8 on import, and every way an import can be refused.
+TEST(KvExport, ConvertsOnImportAndRefusesBadBlobs) {
+  const std::string base = TestData("tiny_kimi_k2_quant_base");
+  const std::vector<int32_t> prompt = GoldenPrompts("tiny_kimi_k2_int4_g32.golden.json")[2];  // 41 tokens
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = 6;
+  llm_runtime* bf16 = OpenRole(base, LLM_KV_DTYPE_BF16, LLM_WEIGHTS_AS_STORED);
+  llm_session* p = nullptr;
+  ASSERT_EQ(llm_session_create(bf16, &so, &p), LLM_OK);
+  ASSERT_EQ(llm_session_append_tokens(p, prompt.data(), prompt.size()), LLM_OK);
+  Trace first;
+  RunSession(bf16, p, &first, true);
+  const std::vector<uint8_t> blob = Export(p);
+  // The same session continued in place, as the reference for the converted import.
+  Trace in_place;
+  RunSession(bf16, p, &in_place);
+  llm_session_destroy(p);
+
+  llm_runtime* fp8 = OpenRole(base, LLM_KV_DTYPE_FP8_E4M3, LLM_WEIGHTS_AS_STORED);
+  llm_session* d = nullptr;
+  ASSERT_EQ(llm_session_import_kv(fp8, blob.data(), blob.size(), &so, &d), LLM_OK) << llm_last_error();
+  Trace converted;
+  RunSession(fp8, d, &converted);
+  ASSERT_EQ(converted.tokens.size(), in_place.tokens.size());
+  // FP8 rows (3 mantissa bits) against BF16 ones: the first decode step's logits stay close.
+  EXPECT_LT(MaxAbsDiff(converted.logits[0], in_place.logits[0]), 0.5f);
+  EXPECT_EQ(converted.tokens[0], in_place.tokens[0]);
+  llm_runtime_info info;
+  info.struct_size = sizeof(info);
+  llm_runtime_get_info(fp8, &info);
+  EXPECT_EQ(info.kv_scale_source, LLM_KV_SCALE_CALIBRATED);
+  llm_session_destroy(d);
+
+  // Altered, truncated, foreign, too large for the pool, NULLs.
+  const uint32_t free_before = [&] {
+    llm_runtime_get_info(fp8, &info);
+    return info.pages_free;
+  }();
+  std::vector<uint8_t> bad = blob;
+  bad[bad.size() / 2] ^= 0x01;
+  EXPECT_EQ(llm_session_import_kv(fp8, bad.data(), bad.size(), &so, &d), LLM_ERR_FORMAT);
+  EXPECT_NE(std::string(llm_last_error()).find("checksum"), std::string::npos) << llm_last_error();
+  EXPECT_EQ(d, nullptr);
+  EXPECT_EQ(llm_session_import_kv(fp8, blob.data(), blob.size() - 9, &so, &d), LLM_ERR_FORMAT);
+  EXPECT_EQ(llm_session_import_kv(fp8, blob.data(), 5, &so, &d), LLM_ERR_FORMAT);
+  llm_runtime* glm = OpenRole(TestData("tiny_glm4_moe"), LLM_KV_DTYPE_BF16, LLM_WEIGHTS_AS_STORED);
+  EXPECT_EQ(llm_session_import_kv(glm, blob.data(), blob.size(), &so, &d), LLM_ERR_INVALID_ARGUMENT);
+  llm_runtime_destroy(glm);
+  // A pool of one 16-token page cannot hold 42 positions; nothing leaks.
+  llm_runtime* tiny = OpenRole(base, LLM_KV_DTYPE_BF16, LLM_WEIGHTS_AS_STORED, 16ull * 3 * 144 * 2);
+  llm_runtime_get_info(tiny, &info);
+  const uint32_t tiny_free = info.pages_free;
+  EXPECT_EQ(llm_session_import_kv(tiny, blob.data(), blob.size(), &so, &d), LLM_ERR_KV_EXHAUSTED);
+  llm_runtime_get_info(tiny, &info);
+  EXPECT_EQ(info.pages_free, tiny_free);
+  EXPECT_EQ(info.num_sessions, 0u);
+  llm_runtime_destroy(tiny);
+  llm_runtime_get_info(fp8, &info);
+  EXPECT_EQ(info.pages_free, free_before);
+  size_t size = 0;
+  EXPECT_EQ(llm_session_import_kv(fp8, nullptr, 10, &so, &d), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(llm_session_export_kv(nullptr, nullptr, 0, &size), LLM_ERR_INVALID_ARGUMENT);
+  llm_runtime_destroy(fp8);
+  llm_runtime_destroy(bf16);
+}
+
+}  // namespace
+}  // namespace llmrt::testing

@@ -174,6 +174,52 @@ void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializ
   }
 }
 
+void CpuBackend::KvExportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
+                              uint8_t* dst) {
+  const size_t row_bytes = static_cast<size_t>(cache.width) * DTypeSize(cache.pages.dtype());
+  for (int32_t slot : slots) {
+    LLMRT_CHECK(slot >= 0 && slot / cache.page_size < cache.num_pages);
+    std::memcpy(dst, CacheRow(cache, slot / cache.page_size, layer, slot % cache.page_size), row_bytes);
+    dst += row_bytes;
+  }
+}
+
+void CpuBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
+                              const uint8_t* src, DType src_dtype, float src_scale) {
+  const int64_t W = cache.width;
+  const size_t src_row = static_cast<size_t>(W) * DTypeSize(src_dtype);
+  const DType dt = cache.pages.dtype();
+  std::vector<float> rows(static_cast<size_t>(W) * slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const uint8_t* r = src + i * src_row;
+    float* out = rows.data() + i * W;
+    if (src_dtype == DType::kF8E4M3) {
+      const float* table = Fp8E4M3::DecodeTable();
+      for (int64_t k = 0; k < W; ++k) out[k] = table[r[k]] * src_scale;
+    } else if (src_dtype == DType::kBF16) {
+      Bf16ToF32Array(reinterpret_cast<const uint16_t*>(r), out, W);
+    } else {
+      std::memcpy(out, r, static_cast<size_t>(W) * sizeof(float));
+    }
+  }
+  if (dt == DType::kF8E4M3 && cache.scales.data_as<float>()[layer] == 0.0f) {
+    float amax = 0.0f;
+    for (float v : rows) amax = std::max(amax, std::fabs(v));
+    cache.scales.data_as<float>()[layer] =
+        src_dtype == DType::kF8E4M3 ? src_scale : (amax > 0.0f ? amax * kFp8Headroom / Fp8E4M3::kMax : 1.0f);
+  }
+  const float scale = LayerScale(cache, layer);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    LLMRT_CHECK(slots[i] >= 0 && slots[i] / cache.page_size < cache.num_pages);
+    uint8_t* dst = CacheRow(cache, slots[i] / cache.page_size, layer, slots[i] % cache.page_size);
+    if (dt == src_dtype && (dt != DType::kF8E4M3 || scale == src_scale)) {
+      std::memcpy(dst, src + i * src_row, src_row);  // same codec: the bytes as they were
+    } else {
+      StoreRow(dt, rows.data() + i * W, dst, W, scale);
+    }
+  }
+}
+
 // Grouped-query attention over the paged cache; each cache row is [K heads | V heads].
 void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
                               int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) {
