@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "src/backend/cpu/kernels.h"
+#include "src/quant/fp8.h"
 #include "src/quant/weight_quant.h"
 #include "src/util/bf16.h"
 
@@ -93,6 +94,22 @@ TEST(Kernels, DotAndAxpyMatchScalar) {
       for (int64_t i = 0; i < n; ++i) {
         y2[mis + i] += 0.75f * bf[mis + i];
         ASSERT_NEAR(y[mis + i], y2[mis + i], 1e-6f * (1 + std::fabs(y2[mis + i])));
+      }
+      // FP8 e4m3 codes (every code but NaN), as FP8 KV rows are read.
+      std::vector<uint8_t> b8(bf.size());
+      std::vector<float> f8(bf.size());
+      for (size_t i = 0; i < b8.size(); ++i) {
+        b8[i] = static_cast<uint8_t>(rng() & 0xFF);
+        if ((b8[i] & 0x7F) == 0x7F) b8[i] = 0x00;
+        f8[i] = Fp8E4M3::ToFloat(b8[i]);
+      }
+      EXPECT_NEAR(Dot(a.data() + mis, DType::kF8E4M3, b8.data() + mis, n),
+                  DotScalar(a.data() + mis, DType::kF32, f8.data() + mis, n), Tol(a.data() + mis, f8.data() + mis, n));
+      std::vector<float> z = RandomVec(n + mis, rng), z2 = z;
+      Axpy(-1.25f, DType::kF8E4M3, b8.data() + mis, z.data() + mis, n);
+      for (int64_t i = 0; i < n; ++i) {
+        z2[mis + i] += -1.25f * f8[mis + i];
+        ASSERT_NEAR(z[mis + i], z2[mis + i], 1e-6f * (1 + std::fabs(z2[mis + i])));
       }
     }
   }

@@ -40,22 +40,13 @@ float LayerScale(const KvCacheView& c, int64_t layer) {
 
 // sum_i q[i] * row[i] over a cache row of any codec.
 float RowDot(const float* q, DType dt, const uint8_t* row, int64_t n, float scale) {
-  if (dt != DType::kF8E4M3) return cpu::Dot(q, dt, row, n);
-  const float* table = Fp8E4M3::DecodeTable();
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += q[i] * table[row[i]];
-  return s * scale;
+  const float s = cpu::Dot(q, dt, row, n);
+  return dt == DType::kF8E4M3 ? s * scale : s;
 }
 
 // y += alpha * row over a cache row of any codec.
 void RowAxpy(float alpha, DType dt, const uint8_t* row, float* y, int64_t n, float scale) {
-  if (dt != DType::kF8E4M3) {
-    cpu::Axpy(alpha, dt, row, y, n);
-    return;
-  }
-  const float* table = Fp8E4M3::DecodeTable();
-  const float a = alpha * scale;
-  for (int64_t i = 0; i < n; ++i) y[i] += a * table[row[i]];
+  cpu::Axpy(dt == DType::kF8E4M3 ? alpha * scale : alpha, dt, row, y, n);
 }
 
 void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n, float scale) {

@@ -15,9 +15,9 @@ namespace llmrt::cpu {
 // W is float32 or bfloat16 (wdtype), row-major [*, K]; x and out are float32.
 void MatMulRows(DType wdtype, const void* w, int64_t k, const float* x, int64_t ldx, int64_t t,
                 float* out, int64_t ldo, int64_t n0, int64_t n1);
-// sum_i a[i] * b[i]; b is float32 or bfloat16.
+// sum_i a[i] * b[i]; b is float32, bfloat16 or float8 e4m3 (unscaled codes).
 float Dot(const float* a, DType bdtype, const void* b, int64_t n);
-// y[i] += alpha * x[i]; x is float32 or bfloat16.
+// y[i] += alpha * x[i]; x is float32, bfloat16 or float8 e4m3 (unscaled codes).
 void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n);
 
 // MatMulRows for a weight of any format (WeightFormat), x as returned by PrepareActivations.

@@ -169,6 +169,36 @@ HWY_INLINE hn::Vec<DF> Fp8ToF32(DF df, const uint8_t* p) {
   return hn::Mul(hn::BitCast(df, hn::Or(mag, sign)), hn::Set(df, 0x1p120f));
 }
 
+// sum_i a[i] * fp8(b[i]) and y[i] += alpha * fp8(x[i]) (FP8 KV rows; the caller applies the
+// codec scale).
+float DotFp8(const float* a, const void* bv, int64_t n) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const uint8_t* b = static_cast<const uint8_t*>(bv);
+  const float* table = Fp8E4M3::DecodeTable();
+  auto s0 = hn::Zero(df), s1 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    s0 = hn::MulAdd(hn::LoadU(df, a + i), Fp8ToF32(df, b + i), s0);
+    s1 = hn::MulAdd(hn::LoadU(df, a + i + N), Fp8ToF32(df, b + i + N), s1);
+  }
+  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::LoadU(df, a + i), Fp8ToF32(df, b + i), s0);
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
+  for (; i < n; ++i) s += a[i] * table[b[i]];
+  return s;
+}
+
+void AxpyFp8(float alpha, const void* xv, float* y, int64_t n) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const uint8_t* x = static_cast<const uint8_t*>(xv);
+  const float* table = Fp8E4M3::DecodeTable();
+  const auto va = hn::Set(df, alpha);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::MulAdd(va, Fp8ToF32(df, x + i), hn::LoadU(df, y + i)), df, y + i);
+  for (; i < n; ++i) y[i] += alpha * table[x[i]];
+}
+
 // Raw codes of one block as float32 (no scale): FP8 in natural order; INT4 as q - 8, each
 // 32-column chunk as its 16 even columns then its 16 odd ones.
 void RawFp8(const uint8_t* q, int64_t width, float* dst) {
@@ -393,6 +423,8 @@ HWY_EXPORT(DotBf16);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(AxpyBf16);
 HWY_EXPORT(MatMulRowsQuant);
+HWY_EXPORT(DotFp8);
+HWY_EXPORT(AxpyFp8);
 
 void MatMulWeightRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
                       int64_t n1) {
@@ -454,12 +486,15 @@ void MatMulRows(DType wdtype, const void* w, int64_t k, const float* x, int64_t 
 
 float Dot(const float* a, DType bdtype, const void* b, int64_t n) {
   if (bdtype == DType::kBF16) return HWY_DYNAMIC_DISPATCH(DotBf16)(a, b, n);
+  if (bdtype == DType::kF8E4M3) return HWY_DYNAMIC_DISPATCH(DotFp8)(a, b, n);
   return HWY_DYNAMIC_DISPATCH(DotF32)(a, b, n);
 }
 
 void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n) {
   if (xdtype == DType::kBF16) {
     HWY_DYNAMIC_DISPATCH(AxpyBf16)(alpha, x, y, n);
+  } else if (xdtype == DType::kF8E4M3) {
+    HWY_DYNAMIC_DISPATCH(AxpyFp8)(alpha, x, y, n);
   } else {
     HWY_DYNAMIC_DISPATCH(AxpyF32)(alpha, x, y, n);
   }
@@ -468,8 +503,9 @@ void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n) {
 float DotScalar(const float* a, DType bdtype, const void* b, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) {
-    float bv = bdtype == DType::kBF16 ? Bf16ToF32(static_cast<const uint16_t*>(b)[i])
-                                      : static_cast<const float*>(b)[i];
+    float bv = bdtype == DType::kBF16    ? Bf16ToF32(static_cast<const uint16_t*>(b)[i])
+               : bdtype == DType::kF8E4M3 ? Fp8E4M3::ToFloat(static_cast<const uint8_t*>(b)[i])
+                                          : static_cast<const float*>(b)[i];
     s += static_cast<double>(a[i]) * bv;
   }
   return static_cast<float>(s);
