@@ -3,7 +3,7 @@
 // into non-overlapping windows of --window tokens (the last partial window is dropped); within
 // each window every position but the first is scored given the ones before it.
 //
-//   llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8]
+//   llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8|fp8-tiled]
 //            [--chunk N] [--weights as-stored|int4-g32|int4-g128]
 //
 // Each window is scored by teacher forcing in passes of at most --chunk tokens (default 512).
@@ -37,7 +37,10 @@ int main(int argc, char** argv) {
     else if (a == "--threads") ro.num_threads = std::atoi(v);
     else if (a == "--kv-dtype") {
       const std::string d = v;
-      ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : d == "fp8" ? LLM_KV_DTYPE_FP8_E4M3 : LLM_KV_DTYPE_BF16;
+      ro.kv_dtype = d == "f32"         ? LLM_KV_DTYPE_F32
+                    : d == "fp8"       ? LLM_KV_DTYPE_FP8_E4M3
+                    : d == "fp8-tiled" ? LLM_KV_DTYPE_FP8_E4M3_TILED
+                                       : LLM_KV_DTYPE_BF16;
     }
     else if (a == "--agree-with") agree_with = v;
     else if (a == "--chunk") ro.max_tokens_per_step = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
@@ -53,7 +56,7 @@ int main(int argc, char** argv) {
     }
   }
   if (model.empty() || text_path.empty() || window < 2) {
-    std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8] [--threads N]\n"
+    std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8|fp8-tiled] [--threads N]\n"
                          "                [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--agree-with DIR]\n");
     return 2;
   }

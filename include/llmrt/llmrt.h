@@ -104,9 +104,12 @@ typedef struct llm_session llm_session;
 #define LLM_KV_DTYPE_AUTO 0 /* BF16 */
 #define LLM_KV_DTYPE_BF16 1
 #define LLM_KV_DTYPE_F32 2 /* exact reference storage, for verification */
-#define LLM_KV_DTYPE_FP8_E4M3 3 /* one byte per value, one scale per layer calibrated from the first
-                                   prefill that writes the layer (largest magnitude of latent and
-                                   rope parts, 2x headroom); half the bytes of BF16 */
+#define LLM_KV_DTYPE_FP8_E4M3 3 /* one byte per value, one scale per layer: the checkpoint's k_scale,
+                                   else calibrated from the first write of the layer (largest
+                                   magnitude, 2x headroom); half the bytes of BF16 */
+#define LLM_KV_DTYPE_FP8_E4M3_TILED 4 /* FP8 with one float32 scale per 128-value tile of each token
+                                         (per head for GQA), MLA's rope key kept in BF16: 656 B per
+                                         token per layer for Kimi K2 (BF16: 1152, flat FP8: 576) */
 
 /* ---- KV-cache integrity ------------------------------------------------------------------
  * Every physical KV page carries a 64-bit tag renewed each time the page is handed out; each
@@ -189,6 +192,7 @@ typedef struct llm_runtime_options {
 #define LLM_KV_SCALE_NONE 0       /* not an FP8 cache */
 #define LLM_KV_SCALE_CHECKPOINT 1 /* the checkpoint's self_attn.k_scale (and v_scale) tensors */
 #define LLM_KV_SCALE_CALIBRATED 2 /* the largest magnitude of each layer's first write, with 2x headroom */
+#define LLM_KV_SCALE_PER_TILE 3   /* the tiled codec: each token's tiles carry their own scales */
 
 /* Fills *options with defaults, including struct_size. */
 LLM_API void llm_runtime_options_init(llm_runtime_options* options);

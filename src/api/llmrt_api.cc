@@ -233,6 +233,10 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
     case LLM_KV_DTYPE_BF16: ro.kv_dtype = llmrt::DType::kBF16; break;
     case LLM_KV_DTYPE_F32: ro.kv_dtype = llmrt::DType::kF32; break;
     case LLM_KV_DTYPE_FP8_E4M3: ro.kv_dtype = llmrt::DType::kF8E4M3; break;
+    case LLM_KV_DTYPE_FP8_E4M3_TILED:
+      ro.kv_dtype = llmrt::DType::kF8E4M3;
+      ro.kv_tiled = true;
+      break;
     default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_dtype is not an LLM_KV_DTYPE_* value");
   }
   for (int32_t p : {o.prefill_weights, o.decode_weights}) {
@@ -295,7 +299,8 @@ LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, 
     case LLM_KV_DTYPE_AUTO:
     case LLM_KV_DTYPE_BF16: dt = llmrt::DType::kBF16; kv_dtype = LLM_KV_DTYPE_BF16; break;
     case LLM_KV_DTYPE_F32: dt = llmrt::DType::kF32; break;
-    case LLM_KV_DTYPE_FP8_E4M3: dt = llmrt::DType::kF8E4M3; break;
+    case LLM_KV_DTYPE_FP8_E4M3:
+    case LLM_KV_DTYPE_FP8_E4M3_TILED: dt = llmrt::DType::kF8E4M3; break;
     default: return Fail(LLM_ERR_INVALID_ARGUMENT, "kv_dtype is not an LLM_KV_DTYPE_* value");
   }
   const uint32_t page = page_size_tokens == 0 ? 16 : page_size_tokens;
@@ -305,7 +310,8 @@ LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, 
   if (!text.ok()) return Report(text.status());
   absl::StatusOr<llmrt::ModelConfig> c = llmrt::ParseModelConfig(*text, dir + "/config.json");
   if (!c.ok()) return Report(c.status());
-  const llmrt::KvSizing k = llmrt::SizeKvCache(*c, dt, kv_budget_bytes, page, session_tokens);
+  const llmrt::KvSizing k =
+      llmrt::SizeKvCache(*c, dt, kv_budget_bytes, page, session_tokens, kv_dtype == LLM_KV_DTYPE_FP8_E4M3_TILED);
   llm_kv_sizing r;
   std::memset(&r, 0, sizeof(r));
   r.struct_size = sizeof(r);
@@ -333,7 +339,7 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   std::snprintf(out.model_type, sizeof(out.model_type), "%s", i.model_type.c_str());
   out.backend = LLM_BACKEND_CPU;
   out.kv_dtype = i.kv_dtype == llmrt::DType::kF32       ? LLM_KV_DTYPE_F32
-                 : i.kv_dtype == llmrt::DType::kF8E4M3 ? LLM_KV_DTYPE_FP8_E4M3
+                 : i.kv_dtype == llmrt::DType::kF8E4M3 ? (i.kv_tiled ? LLM_KV_DTYPE_FP8_E4M3_TILED : LLM_KV_DTYPE_FP8_E4M3)
                                                        : LLM_KV_DTYPE_BF16;
   out.vocab_size = static_cast<uint32_t>(i.vocab_size);
   out.num_layers = static_cast<uint32_t>(i.num_layers);
@@ -360,6 +366,7 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   out.decode_weights = static_cast<int32_t>(i.weights.decode_experts);
   out.kv_scale_source = i.kv_scale_source == llmrt::KvScaleSource::kCheckpoint   ? LLM_KV_SCALE_CHECKPOINT
                         : i.kv_scale_source == llmrt::KvScaleSource::kCalibrated ? LLM_KV_SCALE_CALIBRATED
+                        : i.kv_scale_source == llmrt::KvScaleSource::kPerTile    ? LLM_KV_SCALE_PER_TILE
                                                                                  : LLM_KV_SCALE_NONE;
   WriteOut(out, info);
   return LLM_OK;

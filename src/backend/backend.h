@@ -71,11 +71,32 @@ struct AttentionBatch {
 // scale of 0 means "not calibrated yet": the first KvWrite of the layer sets it from the largest
 // magnitude it writes (latent and rope parts together), with 2x headroom.
 //
+// The tiled FP8 codec (KvRowLayout, `tiled` set; pages are U8 rows of row_bytes): values in FP8
+// e4m3 with one float32 scale per tile (the tile's largest magnitude / 448, per token), except
+// segments kept in BF16 (MLA's rope key). Row bytes: each segment's codes in order, then every
+// tile scale.
+//
 // Phase policy of the FP8 codecs: a forward pass attends over the positions it writes itself
 // (a prefill chunk, a decoding token's own position) in BF16, from `fresh` (BF16 [max tokens,
 // width], rewritten by each layer's KvWrite), and over earlier positions in the stored codec.
+struct KvSegment {
+  int64_t start = 0, count = 0;  // values [start, start + count) of the row
+  bool bf16 = false;             // kept in BF16; else FP8 tiles
+  int64_t tile = 128;            // FP8: values per scale
+  int64_t byte_offset = 0;       // where the segment's codes start in the row
+  int64_t first_scale = 0;       // FP8: index of its first tile scale
+};
+struct KvRowLayout {
+  int64_t width = 0;      // values per row
+  int64_t row_bytes = 0;  // codes plus scales
+  int64_t scale_offset = 0;  // byte offset of the float32 scales
+  std::vector<KvSegment> segments;
+};
+
 struct KvCacheView {
   Tensor pages;
+  const KvRowLayout* tiled = nullptr;  // the tiled FP8 codec, else null
+  int64_t row_bytes = 0;               // bytes of one row (width * dtype size unless tiled)
   Tensor scales;  // F32 [num_layers], FP8 caches only
   Tensor fresh;   // BF16 [max tokens per pass, width], FP8 caches only
   int64_t fresh_rows = 0;  // 0: no fresh rows (BF16 and F32 caches read everything from pages)
@@ -171,7 +192,7 @@ class Backend {
   // into the cache rows `slots` of `layer`, converting to the cache's codec (KV import). An FP8
   // layer without a scale yet takes src_scale from an FP8 source, else calibrates on the rows.
   virtual void KvImportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
-                            const uint8_t* src, DType src_dtype, float src_scale) = 0;
+                            const uint8_t* src, DType src_dtype, float src_scale, const KvRowLayout* src_tiled) = 0;
 
   // ---- grouped-query attention (GLM-4.5) ----
   // Cache rows hold [K of kv_heads heads | V of kv_heads heads], head_dim each. Query head h

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "src/backend/backend.h"
 #include "src/backend/tensor.h"
 #include "src/model/config.h"
 
@@ -19,9 +20,15 @@ struct KvSizing {
   uint64_t sessions = 0;            // sessions of session_tokens that fit (whole pages each); 0 if not asked
 };
 
-// Sizes a cache of `dtype` (F32, BF16, F8E4M3) and `page_size` tokens per page in `budget_bytes`.
+// The tiled FP8 row of the model: MLA's latent (and the DSA index key) in FP8 tiles of 128 with
+// the rope key in BF16 (656 bytes per token per layer at Kimi K2's sizes); GQA's keys and values
+// in FP8 with one scale per head.
+KvRowLayout TiledKvLayout(const ModelConfig& c);
+
+// Sizes a cache of `dtype` (F32, BF16, F8E4M3; `tiled`: the tiled FP8 codec) and `page_size`
+// tokens per page in `budget_bytes`.
 KvSizing SizeKvCache(const ModelConfig& c, DType dtype, uint64_t budget_bytes, int64_t page_size,
-                     int64_t session_tokens = 0);
+                     int64_t session_tokens = 0, bool tiled = false);
 
 }  // namespace llmrt
 

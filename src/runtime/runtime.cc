@@ -117,7 +117,8 @@ uint64_t ModelFingerprint(const ModelConfig& c) {
   return Fnv1a(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
-uint32_t CodecId(DType d) { return d == DType::kF32 ? 0 : d == DType::kBF16 ? 1 : 2; }
+// 0 F32, 1 BF16, 2 FP8 with a scale per layer, 3 tiled FP8.
+uint32_t CodecId(DType d, bool tiled) { return tiled ? 3 : d == DType::kF32 ? 0 : d == DType::kBF16 ? 1 : 2; }
 
 struct BlobWriter {
   std::vector<uint8_t>* out;
@@ -171,14 +172,14 @@ absl::Status Runtime::ExportKv(const Session* session, std::vector<uint8_t>* out
   }
   const ModelConfig& c = model_->config();
   const int64_t P = static_cast<int64_t>(s->context_.size()), L = c.num_layers, W = cache_.width;
-  const DType dt = cache_.pages.dtype();
-  const size_t row = static_cast<size_t>(W) * DTypeSize(dt);
+  const DType dt = cache_.tiled != nullptr ? DType::kF8E4M3 : cache_.pages.dtype();
+  const size_t row = static_cast<size_t>(cache_.row_bytes);
   out->clear();
   BlobWriter w{out};
   w.Bytes(kKvMagic, sizeof(kKvMagic));
   w.Put(kKvVersion);
   w.Put(ModelFingerprint(c));
-  w.Put(CodecId(dt));
+  w.Put(CodecId(dt, cache_.tiled != nullptr));
   w.Put(static_cast<uint32_t>(L));
   w.Put(static_cast<uint32_t>(W));
   w.Put(static_cast<uint32_t>(P));
@@ -189,7 +190,9 @@ absl::Status Runtime::ExportKv(const Session* session, std::vector<uint8_t>* out
   w.Put(static_cast<uint32_t>(s->state_));
   for (uint64_t v : s->rng_.state()) w.Put(v);
   std::vector<float> scales(static_cast<size_t>(L), 0.0f);
-  if (dt == DType::kF8E4M3) backend_->Download(cache_.scales, scales.data(), scales.size() * sizeof(float));
+  if (dt == DType::kF8E4M3 && cache_.tiled == nullptr) {
+    backend_->Download(cache_.scales, scales.data(), scales.size() * sizeof(float));
+  }
   w.Bytes(scales.data(), scales.size() * sizeof(float));
   w.Bytes(s->context_.data(), s->context_.size() * sizeof(int32_t));
   for (int32_t t : s->pending_) w.Put(t);
@@ -231,12 +234,14 @@ absl::StatusOr<Session*> Runtime::ImportKv(absl::Span<const uint8_t> blob, const
   if (fingerprint != ModelFingerprint(c) || L != c.num_layers || W != cache_.width) {
     return absl::InvalidArgumentError("the KV export comes from a different model");
   }
-  if (codec > 2 || state > static_cast<uint32_t>(SessionState::kFailed)) return FormatError("KV export header is corrupt");
+  if (codec > 3 || state > static_cast<uint32_t>(SessionState::kFailed)) return FormatError("KV export header is corrupt");
   const DType src = codec == 0 ? DType::kF32 : codec == 1 ? DType::kBF16 : DType::kF8E4M3;
+  const KvRowLayout src_layout = TiledKvLayout(c);  // the same model's tiled row
+  const KvRowLayout* src_tiled = codec == 3 ? &src_layout : nullptr;
   const uint8_t* scales_p = r.Bytes(static_cast<size_t>(L) * sizeof(float));
   const uint8_t* tokens_p = r.Bytes(static_cast<size_t>(P) * sizeof(int32_t));
   const uint8_t* pending_p = r.Bytes(static_cast<size_t>(npending) * sizeof(int32_t));
-  const size_t row = static_cast<size_t>(W) * DTypeSize(src);
+  const size_t row = src_tiled != nullptr ? static_cast<size_t>(src_tiled->row_bytes) : static_cast<size_t>(W) * DTypeSize(src);
   const uint8_t* rows_p = r.Bytes(row * P * L);
   if (!r.ok || r.pos != r.in.size()) return FormatError("KV export body does not match its header");
   std::vector<int32_t> tokens(P), pending(npending);
@@ -262,7 +267,7 @@ absl::StatusOr<Session*> Runtime::ImportKv(absl::Span<const uint8_t> blob, const
   std::vector<int32_t> slots(P);
   for (int64_t p = 0; p < P; ++p) slots[p] = s->pages_.entries()[p / ps].page * static_cast<int32_t>(ps) + static_cast<int32_t>(p % ps);
   for (uint32_t l = 0; l < L; ++l) {
-    backend_->KvImportRows(cache_, l, slots, rows_p + static_cast<size_t>(l) * row * P, src, scales[l]);
+    backend_->KvImportRows(cache_, l, slots, rows_p + static_cast<size_t>(l) * row * P, src, scales[l], src_tiled);
   }
   s->context_ = std::move(tokens);
   s->pending_.assign(pending.begin(), pending.end());
@@ -380,7 +385,11 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   LLMRT_ASSIGN_OR_RETURN(rt->model_, LoadModel(*rt->checkpoint_, *rt->backend_, options.weights));
 
   const ModelConfig& c = rt->model_->config();
-  const KvSizing sizing = SizeKvCache(c, options.kv_dtype, options.kv_budget_bytes, options.page_size);
+  if (options.kv_tiled && options.kv_dtype != DType::kF8E4M3) {
+    return absl::InvalidArgumentError("the tiled KV codec is an FP8 codec");
+  }
+  const KvSizing sizing =
+      SizeKvCache(c, options.kv_dtype, options.kv_budget_bytes, options.page_size, 0, options.kv_tiled);
   const int64_t width = sizing.width;
   LLMRT_CHECK(width == rt->model_->kv_width());
   rt->kv_bytes_per_token_ = sizing.bytes_per_token;
@@ -394,16 +403,28 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   rt->cache_.num_layers = c.num_layers;
   rt->cache_.page_size = options.page_size;
   rt->cache_.width = width;
-  LLMRT_ASSIGN_OR_RETURN(rt->cache_.pages, rt->backend_->Allocate(options.kv_dtype,
-                                                                  {static_cast<int64_t>(pages), c.num_layers,
-                                                                   options.page_size, width}));
+  if (options.kv_tiled) {
+    rt->tiled_layout_ = TiledKvLayout(c);
+    rt->cache_.tiled = &rt->tiled_layout_;
+    rt->cache_.row_bytes = rt->tiled_layout_.row_bytes;
+    LLMRT_ASSIGN_OR_RETURN(rt->cache_.pages, rt->backend_->Allocate(DType::kU8, {static_cast<int64_t>(pages), c.num_layers,
+                                                                                 options.page_size,
+                                                                                 rt->cache_.row_bytes}));
+  } else {
+    rt->cache_.row_bytes = width * static_cast<int64_t>(DTypeSize(options.kv_dtype));
+    LLMRT_ASSIGN_OR_RETURN(rt->cache_.pages, rt->backend_->Allocate(options.kv_dtype,
+                                                                    {static_cast<int64_t>(pages), c.num_layers,
+                                                                     options.page_size, width}));
+  }
   LLMRT_ASSIGN_OR_RETURN(rt->cache_.scales, rt->backend_->Allocate(DType::kF32, {c.num_layers}));
   rt->backend_->Fill(rt->cache_.scales, 0.0f);  // FP8: calibrated by the first write of each layer
   if (options.kv_dtype == DType::kF8E4M3) {
     LLMRT_ASSIGN_OR_RETURN(rt->cache_.fresh, rt->backend_->Allocate(DType::kBF16, {options.max_tokens_per_step, width}));
     rt->cache_.fresh_rows = options.max_tokens_per_step;
     LLMRT_ASSIGN_OR_RETURN(std::vector<float> scales, CheckpointKvScales(*rt->checkpoint_));
-    if (scales.empty()) {
+    if (options.kv_tiled) {
+      rt->kv_scale_source_ = KvScaleSource::kPerTile;  // checkpoint per-layer scales do not apply
+    } else if (scales.empty()) {
       rt->kv_scale_source_ = KvScaleSource::kCalibrated;
     } else {
       rt->backend_->Upload(scales.data(), scales.size() * sizeof(float), rt->cache_.scales);
@@ -432,6 +453,7 @@ RuntimeInfo Runtime::Info() const {
   i.model_type = c.model_type;
   i.backend = BackendKind::kCpu;
   i.kv_dtype = options_.kv_dtype;
+  i.kv_tiled = options_.kv_tiled;
   i.vocab_size = c.vocab_size;
   i.num_layers = c.num_layers;
   i.num_parameters = model_->num_parameters();

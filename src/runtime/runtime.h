@@ -35,7 +35,8 @@ enum class KvPressurePolicy {
 struct RuntimeOptions {
   BackendKind backend = BackendKind::kAuto;
   int num_threads = 0;
-  DType kv_dtype = DType::kBF16;  // F32 or BF16
+  DType kv_dtype = DType::kBF16;  // F32, BF16 or F8E4M3
+  bool kv_tiled = false;          // with F8E4M3: the tiled codec (scales per 128-value tile)
   uint64_t kv_budget_bytes = 256ull << 20;
   int64_t page_size = 16;
   int64_t max_sessions = 256;
@@ -49,7 +50,7 @@ struct RuntimeOptions {
 };
 
 // Where an FP8 KV cache's per-layer scales come from.
-enum class KvScaleSource { kNone, kCheckpoint, kCalibrated };
+enum class KvScaleSource { kNone, kCheckpoint, kCalibrated, kPerTile };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 
@@ -68,6 +69,7 @@ struct RuntimeInfo {
   std::string model_type;
   BackendKind backend = BackendKind::kCpu;
   DType kv_dtype = DType::kBF16;
+  bool kv_tiled = false;
   int64_t vocab_size = 0;
   int64_t num_layers = 0;
   uint64_t num_parameters = 0;
@@ -169,6 +171,7 @@ class Runtime {
   KvCacheView cache_;
   uint64_t kv_bytes_per_token_ = 0;
   KvScaleSource kv_scale_source_ = KvScaleSource::kNone;
+  KvRowLayout tiled_layout_;  // the tiled FP8 codec's row (cache_.tiled points here)
   std::map<uint64_t, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);  // by id = arrival
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

@@ -25,9 +25,68 @@ DType WeightDType(const Weight& w) {
 
 // Address of row `row` of `layer` in page `page`.
 uint8_t* CacheRow(const KvCacheView& c, int64_t page, int64_t layer, int64_t row) {
-  const size_t es = DTypeSize(c.pages.dtype());
-  const int64_t index = ((page * c.num_layers + layer) * c.page_size + row) * c.width;
-  return c.pages.data_as<uint8_t>() + static_cast<size_t>(index) * es;
+  const int64_t index = ((page * c.num_layers + layer) * c.page_size + row);
+  return c.pages.data_as<uint8_t>() + static_cast<size_t>(index) * static_cast<size_t>(c.row_bytes);
+}
+
+// ---- the tiled FP8 codec (KvRowLayout) ----
+
+const float* TileScales(const KvRowLayout& l, const uint8_t* row) {
+  return reinterpret_cast<const float*>(row + l.scale_offset);
+}
+
+// Encodes `width` float values into a tiled row: per FP8 tile, scale = max|x| / 448.
+void EncodeTiled(const KvRowLayout& l, const float* x, uint8_t* row) {
+  float* scales = reinterpret_cast<float*>(row + l.scale_offset);
+  for (const KvSegment& s : l.segments) {
+    if (s.bf16) {
+      F32ToBf16Array(x + s.start, reinterpret_cast<uint16_t*>(row + s.byte_offset), s.count);
+      continue;
+    }
+    for (int64_t t0 = 0, k = 0; t0 < s.count; t0 += s.tile, ++k) {
+      const int64_t n = std::min(s.tile, s.count - t0);
+      float amax = 0.0f;
+      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[s.start + t0 + i]));
+      const float scale = amax > 0.0f ? amax / Fp8E4M3::kMax : 1.0f;
+      scales[s.first_scale + k] = scale;
+      const float inv = 1.0f / scale;
+      for (int64_t i = 0; i < n; ++i) row[s.byte_offset + t0 + i] = Fp8E4M3::FromFloat(x[s.start + t0 + i] * inv);
+    }
+  }
+}
+
+void DecodeTiled(const KvRowLayout& l, const uint8_t* row, float* x) {
+  const float* scales = TileScales(l, row);
+  for (const KvSegment& s : l.segments) {
+    if (s.bf16) {
+      Bf16ToF32Array(reinterpret_cast<const uint16_t*>(row + s.byte_offset), x + s.start, s.count);
+      continue;
+    }
+    for (int64_t i = 0; i < s.count; ++i) {
+      x[s.start + i] = Fp8E4M3::ToFloat(row[s.byte_offset + i]) * scales[s.first_scale + i / s.tile];
+    }
+  }
+}
+
+// Calls fn(segment, tile scale or 1, first value, count) for each stretch of values
+// [start, start + n) lying in one BF16 segment or one FP8 tile.
+template <typename Fn>
+void ForEachTiledRun(const KvRowLayout& l, const uint8_t* row, int64_t start, int64_t n, Fn fn) {
+  const float* scales = TileScales(l, row);
+  const int64_t end = start + n;
+  for (const KvSegment& s : l.segments) {
+    const int64_t a = std::max(start, s.start), b = std::min(end, s.start + s.count);
+    if (a >= b) continue;
+    if (s.bf16) {
+      fn(s, 1.0f, a, b - a);
+      continue;
+    }
+    for (int64_t v = a; v < b;) {
+      const int64_t k = (v - s.start) / s.tile, tile_end = std::min(b, s.start + (k + 1) * s.tile);
+      fn(s, scales[s.first_scale + k], v, tile_end - v);
+      v = tile_end;
+    }
+  }
 }
 
 // Headroom of the calibrated FP8 scale over the calibration batch's largest magnitude: later
@@ -35,18 +94,41 @@ uint8_t* CacheRow(const KvCacheView& c, int64_t page, int64_t layer, int64_t row
 constexpr float kFp8Headroom = 2.0f;
 
 float LayerScale(const KvCacheView& c, int64_t layer) {
-  return c.pages.dtype() == DType::kF8E4M3 ? c.scales.data_as<float>()[layer] : 1.0f;
+  return c.pages.dtype() == DType::kF8E4M3 && c.tiled == nullptr ? c.scales.data_as<float>()[layer] : 1.0f;
 }
 
-// sum_i q[i] * row[i] over a cache row of any codec.
-float RowDot(const float* q, DType dt, const uint8_t* row, int64_t n, float scale) {
-  const float s = cpu::Dot(q, dt, row, n);
-  return dt == DType::kF8E4M3 ? s * scale : s;
+// A cache row as attention reads it: its bytes, their codec and the codec's layer scale.
+struct Row {
+  const uint8_t* data;
+  DType dtype;
+  float scale;
+  const KvRowLayout* tiled = nullptr;
+};
+
+// sum_i q[i] * row[start + i] for i < n, over a cache row of any codec.
+float RowDot(const float* q, const Row& r, int64_t start, int64_t n) {
+  if (r.tiled != nullptr) {
+    float sum = 0.0f;
+    ForEachTiledRun(*r.tiled, r.data, start, n, [&](const KvSegment& s, float scale, int64_t v, int64_t len) {
+      const uint8_t* codes = r.data + s.byte_offset + (v - s.start) * (s.bf16 ? 2 : 1);
+      sum += cpu::Dot(q + (v - start), s.bf16 ? DType::kBF16 : DType::kF8E4M3, codes, len) * scale;
+    });
+    return sum;
+  }
+  const float s = cpu::Dot(q, r.dtype, r.data + start * DTypeSize(r.dtype), n);
+  return r.dtype == DType::kF8E4M3 ? s * r.scale : s;
 }
 
-// y += alpha * row over a cache row of any codec.
-void RowAxpy(float alpha, DType dt, const uint8_t* row, float* y, int64_t n, float scale) {
-  cpu::Axpy(dt == DType::kF8E4M3 ? alpha * scale : alpha, dt, row, y, n);
+// y[i] += alpha * row[start + i] for i < n, over a cache row of any codec.
+void RowAxpy(float alpha, const Row& r, int64_t start, int64_t n, float* y) {
+  if (r.tiled != nullptr) {
+    ForEachTiledRun(*r.tiled, r.data, start, n, [&](const KvSegment& s, float scale, int64_t v, int64_t len) {
+      const uint8_t* codes = r.data + s.byte_offset + (v - s.start) * (s.bf16 ? 2 : 1);
+      cpu::Axpy(alpha * scale, s.bf16 ? DType::kBF16 : DType::kF8E4M3, codes, y + (v - start), len);
+    });
+    return;
+  }
+  cpu::Axpy(r.dtype == DType::kF8E4M3 ? alpha * r.scale : alpha, r.dtype, r.data + start * DTypeSize(r.dtype), y, n);
 }
 
 void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n, float scale) {
@@ -61,13 +143,6 @@ void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n, float scale) 
     std::memcpy(dst, src, n * sizeof(float));
   }
 }
-
-// A cache row as attention reads it: its bytes, their dtype and the codec scale.
-struct Row {
-  const uint8_t* data;
-  DType dtype;
-  float scale;
-};
 
 // Where token t of the batch reads position p of its sequence: the layer's cache pages, or,
 // under the FP8 phase policy, the BF16 fresh rows of the positions this pass writes itself.
@@ -92,7 +167,7 @@ struct RowSource {
   }
   Row operator()(int64_t p) const {
     if (p >= fresh_from) return {fresh + static_cast<size_t>(p - fresh_from) * fresh_stride, DType::kBF16, 1.0f};
-    return {CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size), dtype, scale};
+    return {CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size), dtype, scale, cache.tiled};
   }
 };
 
@@ -133,7 +208,7 @@ void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializ
   const int32_t* slots = batch.slot_mapping.data_as<int32_t>();
   const DType dt = cache.pages.dtype();
   const size_t es = DTypeSize(dt);
-  if (dt == DType::kF8E4M3 && cache.scales.data_as<float>()[layer] == 0.0f) {
+  if (dt == DType::kF8E4M3 && cache.tiled == nullptr && cache.scales.data_as<float>()[layer] == 0.0f) {
     float amax = 0.0f;
     for (const Tensor& p : parts) {
       for (int64_t t = 0; t < T; ++t) {
@@ -154,10 +229,21 @@ void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializ
       }
     }
   }
+  std::vector<float> values(cache.tiled != nullptr ? static_cast<size_t>(cache.width) : 0);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t page = slots[t] / cache.page_size, row = slots[t] % cache.page_size;
     LLMRT_CHECK(page >= 0 && page < cache.num_pages);
     uint8_t* dst = CacheRow(cache, page, layer, row);
+    if (cache.tiled != nullptr) {  // the row's values (parts side by side, zeros after), then encoded
+      std::fill(values.begin(), values.end(), 0.0f);
+      float* v = values.data();
+      for (const Tensor& p : parts) {
+        std::memcpy(v, p.data_as<float>() + t * p.row_stride(), p.row_size() * sizeof(float));
+        v += p.row_size();
+      }
+      EncodeTiled(*cache.tiled, values.data(), dst);
+      continue;
+    }
     for (const Tensor& p : parts) {
       StoreRow(dt, p.data_as<float>() + t * p.row_stride(), dst, p.row_size(), scale);
       dst += p.row_size() * es;
@@ -167,7 +253,7 @@ void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializ
 
 void CpuBackend::KvExportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
                               uint8_t* dst) {
-  const size_t row_bytes = static_cast<size_t>(cache.width) * DTypeSize(cache.pages.dtype());
+  const size_t row_bytes = static_cast<size_t>(cache.row_bytes);
   for (int32_t slot : slots) {
     LLMRT_CHECK(slot >= 0 && slot / cache.page_size < cache.num_pages);
     std::memcpy(dst, CacheRow(cache, slot / cache.page_size, layer, slot % cache.page_size), row_bytes);
@@ -176,15 +262,18 @@ void CpuBackend::KvExportRows(const KvCacheView& cache, int64_t layer, const std
 }
 
 void CpuBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
-                              const uint8_t* src, DType src_dtype, float src_scale) {
+                              const uint8_t* src, DType src_dtype, float src_scale, const KvRowLayout* src_tiled) {
   const int64_t W = cache.width;
-  const size_t src_row = static_cast<size_t>(W) * DTypeSize(src_dtype);
+  const size_t src_row =
+      src_tiled != nullptr ? static_cast<size_t>(src_tiled->row_bytes) : static_cast<size_t>(W) * DTypeSize(src_dtype);
   const DType dt = cache.pages.dtype();
   std::vector<float> rows(static_cast<size_t>(W) * slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     const uint8_t* r = src + i * src_row;
     float* out = rows.data() + i * W;
-    if (src_dtype == DType::kF8E4M3) {
+    if (src_tiled != nullptr) {
+      DecodeTiled(*src_tiled, r, out);
+    } else if (src_dtype == DType::kF8E4M3) {
       const float* table = Fp8E4M3::DecodeTable();
       for (int64_t k = 0; k < W; ++k) out[k] = table[r[k]] * src_scale;
     } else if (src_dtype == DType::kBF16) {
@@ -193,17 +282,24 @@ void CpuBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const std
       std::memcpy(out, r, static_cast<size_t>(W) * sizeof(float));
     }
   }
-  if (dt == DType::kF8E4M3 && cache.scales.data_as<float>()[layer] == 0.0f) {
+  if (dt == DType::kF8E4M3 && cache.tiled == nullptr && cache.scales.data_as<float>()[layer] == 0.0f) {
     float amax = 0.0f;
     for (float v : rows) amax = std::max(amax, std::fabs(v));
-    cache.scales.data_as<float>()[layer] =
-        src_dtype == DType::kF8E4M3 ? src_scale : (amax > 0.0f ? amax * kFp8Headroom / Fp8E4M3::kMax : 1.0f);
+    cache.scales.data_as<float>()[layer] = src_dtype == DType::kF8E4M3 && src_tiled == nullptr
+                                               ? src_scale
+                                               : (amax > 0.0f ? amax * kFp8Headroom / Fp8E4M3::kMax : 1.0f);
   }
   const float scale = LayerScale(cache, layer);
   for (size_t i = 0; i < slots.size(); ++i) {
     LLMRT_CHECK(slots[i] >= 0 && slots[i] / cache.page_size < cache.num_pages);
     uint8_t* dst = CacheRow(cache, slots[i] / cache.page_size, layer, slots[i] % cache.page_size);
-    if (dt == src_dtype && (dt != DType::kF8E4M3 || scale == src_scale)) {
+    if ((src_tiled != nullptr) != (cache.tiled != nullptr)) {
+      if (cache.tiled != nullptr) {
+        EncodeTiled(*cache.tiled, rows.data() + i * W, dst);
+      } else {
+        StoreRow(dt, rows.data() + i * W, dst, W, scale);
+      }
+    } else if (cache.tiled != nullptr || (dt == src_dtype && (dt != DType::kF8E4M3 || scale == src_scale))) {
       std::memcpy(dst, src + i * src_row, src_row);  // same codec: the bytes as they were
     } else {
       StoreRow(dt, rows.data() + i * W, dst, W, scale);
@@ -228,10 +324,8 @@ void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t
       std::fill(o, o + head_dim, 0.0f);
       AttendPaged(
           src, tctx[t], /*selected=*/nullptr, scores,
-          [&](const Row& r) {
-            return RowDot(qh, r.dtype, r.data + k_off * DTypeSize(r.dtype), head_dim, r.scale) * scale;
-          },
-          [&](float w, const Row& r) { RowAxpy(w, r.dtype, r.data + v_off * DTypeSize(r.dtype), o, head_dim, r.scale); });
+          [&](const Row& r) { return RowDot(qh, r, k_off, head_dim) * scale; },
+          [&](float w, const Row& r) { RowAxpy(w, r, v_off, head_dim, o); });
     }
   });
 }
@@ -288,8 +382,8 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
         n = std::find(sel, sel + top_k, -1) - sel;
       }
       AttendPaged(
-          src, n, sel, scores, [&](const Row& r) { return RowDot(qc.data(), r.dtype, r.data, W, r.scale) * scale; },
-          [&](float w, const Row& r) { RowAxpy(w, r.dtype, r.data, out, d.kv_lora, r.scale); });
+          src, n, sel, scores, [&](const Row& r) { return RowDot(qc.data(), r, 0, W) * scale; },
+          [&](float w, const Row& r) { RowAxpy(w, r, 0, d.kv_lora, out); });
     }
   });
 }
@@ -322,10 +416,9 @@ void CpuBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& 
       float* out = score.data() + offset[t];
       for (int64_t p = p0; p < p1; ++p) {
         const Row r = src(p);
-        const uint8_t* key = r.data + key_offset * DTypeSize(r.dtype);
         float s = 0.0f;
         for (int64_t h = 0; h < heads; ++h) {
-          const float dot = RowDot(qt + h * head_dim, r.dtype, key, head_dim, r.scale) * key_scale;
+          const float dot = RowDot(qt + h * head_dim, r, key_offset, head_dim) * key_scale;
           if (dot > 0.0f) s += wt[h] * dot;  // w[h] * relu(q_h . k)
         }
         out[p] = s;

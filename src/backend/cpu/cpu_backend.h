@@ -41,7 +41,7 @@ class CpuBackend final : public Backend {
   void KvExportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
                     uint8_t* dst) override;
   void KvImportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots, const uint8_t* src,
-                    DType src_dtype, float src_scale) override;
+                    DType src_dtype, float src_scale, const KvRowLayout* src_tiled) override;
   void GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
                     int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) override;
   void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,
