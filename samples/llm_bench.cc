@@ -589,7 +589,8 @@ int RunKvTable(const std::vector<std::string>& dirs, double budget_gib, int sess
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     const std::string arch = j.is_object() && j.contains("architectures") ? j["architectures"][0].get<std::string>() : "?";
     uint64_t bf16_tokens = 0;
-    for (auto [codec, name] : {std::pair{LLM_KV_DTYPE_BF16, "BF16"}, std::pair{LLM_KV_DTYPE_FP8_E4M3, "FP8 e4m3"}}) {
+    for (auto [codec, name] : {std::pair{LLM_KV_DTYPE_BF16, "BF16"}, std::pair{LLM_KV_DTYPE_FP8_E4M3, "FP8 e4m3 flat"},
+                               std::pair{LLM_KV_DTYPE_FP8_E4M3_TILED, "FP8 e4m3 tiled"}}) {
       llm_kv_sizing k;
       k.struct_size = sizeof(k);
       if (llm_model_kv_sizing(d.c_str(), codec, budget, 16, static_cast<uint32_t>(session_tokens), &k) != LLM_OK) {
@@ -721,6 +722,7 @@ int RunFormatBench(const fs::path& base, const std::vector<std::string>& formats
   std::vector<Row> rows;
   for (const auto& f : formats) rows.push_back({f, LLM_KV_DTYPE_BF16});
   rows.push_back({"bf16", LLM_KV_DTYPE_FP8_E4M3});
+  rows.push_back({"bf16", LLM_KV_DTYPE_FP8_E4M3_TILED});
   BenchConfig ref;
   const double ref_bytes = WeightBytesPerToken(ref);
   std::printf("llm-bench --formats: generated Kimi-K2-structure model (%.2f GB of BF16 weights read per token at "
@@ -746,7 +748,8 @@ int RunFormatBench(const fs::path& base, const std::vector<std::string>& formats
       const StepStats st = TimeDecode(rt, batches[i], steps, 8, cfg.vocab);
       if (is_base) base_decode[i] = st.tokens_per_s;
       std::printf("| %s | %s | %.2f | %.3f | %.2fx | %d | %.2f | %.2fx | %s | %s |\n", row.weights.c_str(),
-                  row.kv == LLM_KV_DTYPE_BF16 ? "BF16" : "FP8", info.weight_bytes / 1e9, bytes / 1e9,
+                  row.kv == LLM_KV_DTYPE_BF16 ? "BF16" : row.kv == LLM_KV_DTYPE_FP8_E4M3 ? "FP8 flat" : "FP8 tiled",
+                  info.weight_bytes / 1e9, bytes / 1e9,
                   ref_bytes / bytes, batches[i], st.tokens_per_s, base_decode[i] > 0 ? st.tokens_per_s / base_decode[i] : 0.0,
                   i == 0 ? (std::to_string(static_cast<int>(prefill + 0.5))).c_str() : "",
                   i == 0 ? (std::to_string(prefill / base_prefill).substr(0, 4) + "x").c_str() : "");
