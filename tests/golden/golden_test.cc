@@ -245,48 +245,57 @@ TEST(Fp8Kv, HalvesBytesPerTokenAndDoublesCapacity) {
   llm_runtime_destroy(fp8);
 }
 
+// Scores `windows` held-out windows of 128 tokens with two runtimes of the shipped model.
+struct HeldOut {
+  double nll_ref = 0, nll = 0;
+  size_t agree = 0, right_ref = 0, right = 0, count = 0;
+};
+HeldOut CompareHeldOut(llm_runtime* ref, llm_runtime* test, size_t windows) {
+  HeldOut h;
+  llm_tokenizer* tok = nullptr;
+  EXPECT_EQ(llm_tokenizer_create((std::string(LLMRT_SOURCE_DIR) + "/models/kimi-k2-kjv-tiny").c_str(), &tok), LLM_OK);
+  std::ifstream in(TestData("kjv_heldout.txt"), std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<int32_t> ids(text.size());
+  size_t n = 0;
+  EXPECT_EQ(llm_tokenize(tok, text.data(), text.size(), 0, ids.data(), ids.size(), &n), LLM_OK);
+  llm_tokenizer_destroy(tok);
+  const size_t W = 128;
+  std::vector<float> lr(W - 1), lq(W - 1);
+  std::vector<int32_t> ar(W - 1), aq(W - 1);
+  for (size_t w = 0; w < windows && (w + 1) * W <= n; ++w) {
+    EXPECT_EQ(llm_score(ref, ids.data() + w * W, W, lr.data(), ar.data()), LLM_OK);
+    EXPECT_EQ(llm_score(test, ids.data() + w * W, W, lq.data(), aq.data()), LLM_OK);
+    for (size_t p = 0; p + 1 < W; ++p) {
+      h.nll_ref -= lr[p];
+      h.nll -= lq[p];
+      h.agree += ar[p] == aq[p];
+      h.right_ref += ar[p] == ids[w * W + p + 1];
+      h.right += aq[p] == ids[w * W + p + 1];
+      ++h.count;
+    }
+  }
+  return h;
+}
+
 // On the trained model, FP8 KV keeps held-out perplexity within 1% of float32 KV and top-1
 // accuracy within one point; the two agree on the top-1 token at more than 90% of positions
 // (three mantissa bits move near-tied top-2 logits). Windows are scored one token per pass, so
 // every earlier position is read from the FP8 cache as decode reads it (a pass's own positions
 // are BF16 under the phase policy). The per-layer scale is calibrated on the first window.
 TEST(Fp8Kv, HeldOutAccuracyStaysCloseToF32) {
-  llm_tokenizer* tok = nullptr;
-  ASSERT_EQ(llm_tokenizer_create((std::string(LLMRT_SOURCE_DIR) + "/models/kimi-k2-kjv-tiny").c_str(), &tok), LLM_OK);
-  std::ifstream in(TestData("kjv_heldout.txt"), std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<int32_t> ids(text.size());
-  size_t n = 0;
-  ASSERT_EQ(llm_tokenize(tok, text.data(), text.size(), 0, ids.data(), ids.size(), &n), LLM_OK);
   llm_runtime* ref = OpenShipped(LLM_KV_DTYPE_F32);
   llm_runtime* fp8 = OpenShipped(LLM_KV_DTYPE_FP8_E4M3, 0, /*max_tokens_per_step=*/1);
-  const size_t W = 128, windows = 24;
-  double nll_ref = 0, nll_fp8 = 0;
-  size_t agree = 0, count = 0, right_ref = 0, right_fp8 = 0;
-  std::vector<float> lr(W - 1), lq(W - 1);
-  std::vector<int32_t> ar(W - 1), aq(W - 1);
-  for (size_t w = 0; w < windows; ++w) {
-    ASSERT_EQ(llm_score(ref, ids.data() + w * W, W, lr.data(), ar.data()), LLM_OK);
-    ASSERT_EQ(llm_score(fp8, ids.data() + w * W, W, lq.data(), aq.data()), LLM_OK);
-    for (size_t p = 0; p + 1 < W; ++p) {
-      nll_ref -= lr[p];
-      nll_fp8 -= lq[p];
-      agree += ar[p] == aq[p];
-      right_ref += ar[p] == ids[w * W + p + 1];
-      right_fp8 += aq[p] == ids[w * W + p + 1];
-      ++count;
-    }
-  }
-  const double ppl_ref = std::exp(nll_ref / count), ppl_fp8 = std::exp(nll_fp8 / count);
-  const double acc_ref = static_cast<double>(right_ref) / count, acc_fp8 = static_cast<double>(right_fp8) / count;
+  const HeldOut h = CompareHeldOut(ref, fp8, 24);
+  const double ppl_ref = std::exp(h.nll_ref / h.count), ppl_fp8 = std::exp(h.nll / h.count);
+  const double acc_ref = static_cast<double>(h.right_ref) / h.count, acc_fp8 = static_cast<double>(h.right) / h.count;
   std::printf("[fp8 kv] perplexity %.4f vs %.4f (f32 kv), top-1 accuracy %.4f vs %.4f, agreement %.4f\n", ppl_fp8,
-              ppl_ref, acc_fp8, acc_ref, static_cast<double>(agree) / count);
+              ppl_ref, acc_fp8, acc_ref, static_cast<double>(h.agree) / h.count);
   EXPECT_LT(std::fabs(ppl_fp8 / ppl_ref - 1.0), 0.01);
   EXPECT_LT(std::fabs(acc_fp8 - acc_ref), 0.01);
-  EXPECT_GT(static_cast<double>(agree) / count, 0.90);
+  EXPECT_GT(static_cast<double>(h.agree) / h.count, 0.90);
   llm_runtime_destroy(ref);
   llm_runtime_destroy(fp8);
-  llm_tokenizer_destroy(tok);
 }
 
 // ---- checkpoint layouts -------------------------------------------------------------------
@@ -989,13 +998,6 @@ TEST(Fp8TiledKv, SizesAndHeldOutAccuracy) {
             LLM_OK);
   EXPECT_EQ(k.bytes_per_token, 92u * (2048u + 16u * 4u));  // one scale per K and V head
 
-  llm_tokenizer* tok = nullptr;
-  ASSERT_EQ(llm_tokenizer_create((std::string(LLMRT_SOURCE_DIR) + "/models/kimi-k2-kjv-tiny").c_str(), &tok), LLM_OK);
-  std::ifstream in(TestData("kjv_heldout.txt"), std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<int32_t> ids(text.size());
-  size_t n = 0;
-  ASSERT_EQ(llm_tokenize(tok, text.data(), text.size(), 0, ids.data(), ids.size(), &n), LLM_OK);
   llm_runtime* ref = OpenShipped(LLM_KV_DTYPE_BF16);
   llm_runtime* tiled = OpenShipped(LLM_KV_DTYPE_FP8_E4M3_TILED, 0, /*max_tokens_per_step=*/1);
   llm_runtime_info info;
@@ -1004,29 +1006,14 @@ TEST(Fp8TiledKv, SizesAndHeldOutAccuracy) {
   EXPECT_EQ(info.kv_dtype, LLM_KV_DTYPE_FP8_E4M3_TILED);
   EXPECT_EQ(info.kv_scale_source, LLM_KV_SCALE_PER_TILE);
   EXPECT_EQ(info.kv_bytes_per_token, 4u * (128u + 16u * 2u + 4u));  // the shipped model's row
-  const size_t W = 128, windows = 24;
-  double nll_ref = 0, nll = 0;
-  size_t agree = 0, count = 0;
-  std::vector<float> lr(W - 1), lq(W - 1);
-  std::vector<int32_t> ar(W - 1), aq(W - 1);
-  for (size_t w = 0; w < windows; ++w) {
-    ASSERT_EQ(llm_score(ref, ids.data() + w * W, W, lr.data(), ar.data()), LLM_OK);
-    ASSERT_EQ(llm_score(tiled, ids.data() + w * W, W, lq.data(), aq.data()), LLM_OK);
-    for (size_t p = 0; p + 1 < W; ++p) {
-      nll_ref -= lr[p];
-      nll -= lq[p];
-      agree += ar[p] == aq[p];
-      ++count;
-    }
-  }
-  const double ratio = std::exp((nll - nll_ref) / count);
+  const HeldOut h = CompareHeldOut(ref, tiled, 24);
+  const double ratio = std::exp((h.nll - h.nll_ref) / h.count);
   std::printf("[fp8 tiled kv] perplexity ratio to BF16 KV %.5f, top-1 agreement %.4f\n", ratio,
-              static_cast<double>(agree) / count);
+              static_cast<double>(h.agree) / h.count);
   EXPECT_LT(std::fabs(ratio - 1.0), 0.005);
-  EXPECT_GT(static_cast<double>(agree) / count, 0.97);
+  EXPECT_GT(static_cast<double>(h.agree) / h.count, 0.97);
   llm_runtime_destroy(ref);
   llm_runtime_destroy(tiled);
-  llm_tokenizer_destroy(tok);
 }
 
 }  // namespace

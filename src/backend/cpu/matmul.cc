@@ -39,8 +39,23 @@ HWY_INLINE hn::Vec<DF> LoadW(DF df, const uint16_t* p) {
   const hn::Rebind<uint16_t, DF> du16;
   return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, p))));
 }
+// float8 e4m3fn bytes -> float32: the 7 magnitude bits placed at the top of a float32's
+// exponent/mantissa give 2^(e - 127) * 1.m (or the subnormal m * 2^-129); times 2^120 that is the
+// e4m3 value 2^(e - 7) * 1.m (or m * 2^-9), exactly. (0x7F, NaN in e4m3fn, does not occur in
+// checkpoints and reads as 480.)
+HWY_INLINE hn::Vec<DF> Fp8ToF32(DF df, const uint8_t* p) {
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::Rebind<uint8_t, DF> du8;
+  const auto b = hn::PromoteTo(du32, hn::LoadU(du8, p));
+  const auto mag = hn::ShiftLeft<20>(hn::And(b, hn::Set(du32, 0x7Fu)));
+  const auto sign = hn::ShiftLeft<24>(hn::And(b, hn::Set(du32, 0x80u)));
+  return hn::Mul(hn::BitCast(df, hn::Or(mag, sign)), hn::Set(df, 0x1p120f));
+}
+
+HWY_INLINE hn::Vec<DF> LoadW(DF df, const uint8_t* p) { return Fp8ToF32(df, p); }
 HWY_INLINE float ScalarW(const float* p) { return *p; }
 HWY_INLINE float ScalarW(const uint16_t* p) { return Bf16ToF32(*p); }
+HWY_INLINE float ScalarW(const uint8_t* p) { return Fp8E4M3::ToFloat(*p); }
 
 template <typename WT>
 void MatMulRowsT(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out,
@@ -137,6 +152,10 @@ float DotF32(const float* a, const void* b, int64_t n) {
 float DotBf16(const float* a, const void* b, int64_t n) {
   return DotT(a, static_cast<const uint16_t*>(b), n);
 }
+// FP8 KV rows: unscaled e4m3 codes (the caller applies the codec scale).
+float DotFp8(const float* a, const void* b, int64_t n) {
+  return DotT(a, static_cast<const uint8_t*>(b), n);
+}
 
 template <typename XT>
 void AxpyT(float alpha, const XT* x, float* y, int64_t n) {
@@ -153,51 +172,11 @@ void AxpyF32(float alpha, const void* x, float* y, int64_t n) {
 void AxpyBf16(float alpha, const void* x, float* y, int64_t n) {
   AxpyT(alpha, static_cast<const uint16_t*>(x), y, n);
 }
+void AxpyFp8(float alpha, const void* x, float* y, int64_t n) {
+  AxpyT(alpha, static_cast<const uint8_t*>(x), y, n);
+}
 
 // ---- quantized weights ----
-
-// float8 e4m3fn bytes -> float32: the 7 magnitude bits placed at the top of a float32's
-// exponent/mantissa give 2^(e - 127) * 1.m (or the subnormal m * 2^-129); times 2^120 that is the
-// e4m3 value 2^(e - 7) * 1.m (or m * 2^-9), exactly. (0x7F, NaN in e4m3fn, does not occur in
-// checkpoints and reads as 480.)
-HWY_INLINE hn::Vec<DF> Fp8ToF32(DF df, const uint8_t* p) {
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::Rebind<uint8_t, DF> du8;
-  const auto b = hn::PromoteTo(du32, hn::LoadU(du8, p));
-  const auto mag = hn::ShiftLeft<20>(hn::And(b, hn::Set(du32, 0x7Fu)));
-  const auto sign = hn::ShiftLeft<24>(hn::And(b, hn::Set(du32, 0x80u)));
-  return hn::Mul(hn::BitCast(df, hn::Or(mag, sign)), hn::Set(df, 0x1p120f));
-}
-
-// sum_i a[i] * fp8(b[i]) and y[i] += alpha * fp8(x[i]) (FP8 KV rows; the caller applies the
-// codec scale).
-float DotFp8(const float* a, const void* bv, int64_t n) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const uint8_t* b = static_cast<const uint8_t*>(bv);
-  const float* table = Fp8E4M3::DecodeTable();
-  auto s0 = hn::Zero(df), s1 = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    s0 = hn::MulAdd(hn::LoadU(df, a + i), Fp8ToF32(df, b + i), s0);
-    s1 = hn::MulAdd(hn::LoadU(df, a + i + N), Fp8ToF32(df, b + i + N), s1);
-  }
-  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::LoadU(df, a + i), Fp8ToF32(df, b + i), s0);
-  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
-  for (; i < n; ++i) s += a[i] * table[b[i]];
-  return s;
-}
-
-void AxpyFp8(float alpha, const void* xv, float* y, int64_t n) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const uint8_t* x = static_cast<const uint8_t*>(xv);
-  const float* table = Fp8E4M3::DecodeTable();
-  const auto va = hn::Set(df, alpha);
-  int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::MulAdd(va, Fp8ToF32(df, x + i), hn::LoadU(df, y + i)), df, y + i);
-  for (; i < n; ++i) y[i] += alpha * table[x[i]];
-}
 
 // Raw codes of one block as float32 (no scale): FP8 in natural order; INT4 as q - 8, each
 // 32-column chunk as its 16 even columns then its 16 odd ones.
