@@ -276,6 +276,10 @@ HWY_INLINE void BlockDot2x2(DF df, const float* raw, int64_t stride, const float
   }
 }
 
+// Activation rows up to which codes are decoded in registers for each row (decode); beyond,
+// blocks of four rows are decoded once and reused by every activation row (prefill).
+constexpr int64_t kDirectMaxRows = 4;
+
 // Rows [n0, n1) of a quantized matrix times T activation rows. Blocks (FP8: block_cols columns;
 // INT4: one group) of four rows are decoded to float32 once and used by every activation row;
 // each (row, activation) keeps a vector accumulator over blocks, folding each block in with its
@@ -297,7 +301,7 @@ void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, fl
   auto codes_of = [&](int64_t row, int64_t b) {
     return int4 ? w.data.data_as<uint8_t>() + row * (K / 2) + b * bw / 2 : w.data.data_as<uint8_t>() + row * K + b * bw;
   };
-  if (T <= 4) {  // decode: one row at a time, codes decoded in registers (BlockDot's order)
+  if (T <= kDirectMaxRows) {  // decode: one row at a time, codes decoded in registers (BlockDot's order)
     const hn::RebindToSigned<DF> di32;
     const hn::Rebind<uint8_t, DF> du8;
     const hn::RebindToUnsigned<DF> du32;
