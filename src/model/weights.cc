@@ -133,20 +133,18 @@ Weight WeightLoader::Resident(Weight w) {
   return w;
 }
 
-absl::StatusOr<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols) {
+absl::StatusOr<Weight> WeightLoader::LoadMatrix(const std::string& name, int64_t rows, int64_t cols) {
   const TensorInfo* info = ck_.Find(name);
-  if (info != nullptr && info->dtype == DType::kF8E4M3) {
-    LLMRT_ASSIGN_OR_RETURN(Weight w, LoadFp8(name, *info, rows, cols));
-    return Resident(std::move(w));
-  }
+  if (info != nullptr && info->dtype == DType::kF8E4M3) return LoadFp8(name, *info, rows, cols);
   if (info == nullptr && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0) {
     const std::string stem = name.substr(0, name.size() - 6);
-    if (ck_.Find(stem + "weight_packed") != nullptr) {
-      LLMRT_ASSIGN_OR_RETURN(Weight w, LoadInt4(stem, rows, cols));
-      return Resident(std::move(w));
-    }
+    if (ck_.Find(stem + "weight_packed") != nullptr) return LoadInt4(stem, rows, cols);
   }
-  LLMRT_ASSIGN_OR_RETURN(Weight w, Load(name, {rows, cols}));
+  return Load(name, {rows, cols});
+}
+
+absl::StatusOr<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols) {
+  LLMRT_ASSIGN_OR_RETURN(Weight w, LoadMatrix(name, rows, cols));
   return Resident(std::move(w));
 }
 
@@ -192,8 +190,7 @@ absl::StatusOr<Weight> WeightLoader::Int4(const std::string& name, int64_t rows,
                                     " columns of \"", name, "\""));
   }
   // Validates the stored tensor (presence, dtype, shape, scales) and counts its parameters.
-  LLMRT_ASSIGN_OR_RETURN(Weight stored, Matrix(name, rows, cols));
-  resident_[static_cast<size_t>(stored.format)] -= stored.data.bytes() + (stored.quantized() ? stored.scales.bytes() : 0);
+  LLMRT_ASSIGN_OR_RETURN(Weight stored, LoadMatrix(name, rows, cols));
   if (stored.format == WeightFormat::kInt4Group && stored.group == group) return Resident(std::move(stored));
   std::vector<float> host;
   LLMRT_RETURN_IF_ERROR(HostRows(name, rows, cols, &host));
@@ -216,9 +213,8 @@ absl::StatusOr<Weight> WeightLoader::Int4(const std::string& name, int64_t rows,
 }
 
 absl::StatusOr<Weight> WeightLoader::Dense(const std::string& name, int64_t rows, int64_t cols) {
-  LLMRT_ASSIGN_OR_RETURN(Weight q, Matrix(name, rows, cols));
-  if (!q.quantized()) return q;
-  resident_[static_cast<size_t>(q.format)] -= q.data.bytes() + q.scales.bytes();
+  LLMRT_ASSIGN_OR_RETURN(Weight q, LoadMatrix(name, rows, cols));
+  if (!q.quantized()) return Resident(std::move(q));
   // Dequantized on the host from the mapped checkpoint bytes, then handed to the backend.
   std::vector<float> host(static_cast<size_t>(rows * cols));
   const TensorInfo* scale = nullptr;

@@ -54,6 +54,8 @@ class WeightLoader {
                                    DType import_as, const std::vector<int64_t>& import_shape);
   void Count(const std::string& name, const TensorInfo& info, uint64_t params);
   Weight Resident(Weight w);
+  // Matrix without counting it resident (Int4 and Dense keep a different copy).
+  absl::StatusOr<Weight> LoadMatrix(const std::string& name, int64_t rows, int64_t cols);
   // Row r of the checkpoint matrix `name` [rows, cols] in float32, whatever its storage.
   absl::Status HostRows(const std::string& name, int64_t rows, int64_t cols, std::vector<float>* out);
 

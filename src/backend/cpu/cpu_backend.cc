@@ -178,7 +178,7 @@ void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& o
 
 void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out,
                            int64_t ldo) {
-  std::vector<float> scratch;
+  thread_local std::vector<float> scratch;  // INT4's permuted activations, reused across calls
   int64_t ld = 0;
   const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
   // Chunks of 16 rows keep the per-chunk overhead small against K >= 64 columns of work.
@@ -189,7 +189,7 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
 
 void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out,
                                   int64_t ldo) {
-  std::vector<float> scratch;
+  thread_local std::vector<float> scratch;
   int64_t ld = 0;
   const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
   cpu::MatMulWeightRows(w, xp, ld, t, out, ldo, 0, w.rows);

@@ -220,48 +220,29 @@ HWY_INLINE void BlockDot2x2(DF df, const float* raw, int64_t stride, const float
   const float* w1 = raw + stride;
   auto p00 = hn::Zero(df), p01 = hn::Zero(df), p10 = hn::Zero(df), p11 = hn::Zero(df);  // a0[t][r]
   auto q00 = hn::Zero(df), q01 = hn::Zero(df), q10 = hn::Zero(df), q11 = hn::Zero(df);  // a1[t][r]
+  // One vector of columns at k: both rows against both activations into four accumulators.
+  auto fma4 = [&](int64_t k, hn::Vec<DF>& a00, hn::Vec<DF>& a01, hn::Vec<DF>& a10, hn::Vec<DF>& a11) {
+    const auto x0k = hn::LoadU(df, x0 + k), x1k = hn::LoadU(df, x1 + k);
+    const auto w0k = hn::LoadU(df, w0 + k), w1k = hn::LoadU(df, w1 + k);
+    a00 = hn::MulAdd(w0k, x0k, a00);
+    a01 = hn::MulAdd(w1k, x0k, a01);
+    a10 = hn::MulAdd(w0k, x1k, a10);
+    a11 = hn::MulAdd(w1k, x1k, a11);
+  };
   int64_t k = 0;
   if (int4) {
     for (; k < width; k += 32) {
       for (int64_t j = 0; j < 16; j += N) {
-        const int64_t ka = k + j, kb = k + 16 + j;
-        const auto xa0 = hn::LoadU(df, x0 + ka), xa1 = hn::LoadU(df, x1 + ka);
-        const auto wa0 = hn::LoadU(df, w0 + ka), wa1 = hn::LoadU(df, w1 + ka);
-        p00 = hn::MulAdd(wa0, xa0, p00);
-        p01 = hn::MulAdd(wa1, xa0, p01);
-        p10 = hn::MulAdd(wa0, xa1, p10);
-        p11 = hn::MulAdd(wa1, xa1, p11);
-        const auto xb0 = hn::LoadU(df, x0 + kb), xb1 = hn::LoadU(df, x1 + kb);
-        const auto wb0 = hn::LoadU(df, w0 + kb), wb1 = hn::LoadU(df, w1 + kb);
-        q00 = hn::MulAdd(wb0, xb0, q00);
-        q01 = hn::MulAdd(wb1, xb0, q01);
-        q10 = hn::MulAdd(wb0, xb1, q10);
-        q11 = hn::MulAdd(wb1, xb1, q11);
+        fma4(k + j, p00, p01, p10, p11);
+        fma4(k + 16 + j, q00, q01, q10, q11);
       }
     }
   } else {
     for (; k + 2 * N <= width; k += 2 * N) {
-      const auto xa0 = hn::LoadU(df, x0 + k), xa1 = hn::LoadU(df, x1 + k);
-      const auto wa0 = hn::LoadU(df, w0 + k), wa1 = hn::LoadU(df, w1 + k);
-      p00 = hn::MulAdd(wa0, xa0, p00);
-      p01 = hn::MulAdd(wa1, xa0, p01);
-      p10 = hn::MulAdd(wa0, xa1, p10);
-      p11 = hn::MulAdd(wa1, xa1, p11);
-      const auto xb0 = hn::LoadU(df, x0 + k + N), xb1 = hn::LoadU(df, x1 + k + N);
-      const auto wb0 = hn::LoadU(df, w0 + k + N), wb1 = hn::LoadU(df, w1 + k + N);
-      q00 = hn::MulAdd(wb0, xb0, q00);
-      q01 = hn::MulAdd(wb1, xb0, q01);
-      q10 = hn::MulAdd(wb0, xb1, q10);
-      q11 = hn::MulAdd(wb1, xb1, q11);
+      fma4(k, p00, p01, p10, p11);
+      fma4(k + N, q00, q01, q10, q11);
     }
-    for (; k + N <= width; k += N) {
-      const auto xa0 = hn::LoadU(df, x0 + k), xa1 = hn::LoadU(df, x1 + k);
-      const auto wa0 = hn::LoadU(df, w0 + k), wa1 = hn::LoadU(df, w1 + k);
-      p00 = hn::MulAdd(wa0, xa0, p00);
-      p01 = hn::MulAdd(wa1, xa0, p01);
-      p10 = hn::MulAdd(wa0, xa1, p10);
-      p11 = hn::MulAdd(wa1, xa1, p11);
-    }
+    for (; k + N <= width; k += N) fma4(k, p00, p01, p10, p11);
   }
   sums[0] = hn::Add(p00, q00);
   sums[1] = hn::Add(p01, q01);
@@ -346,8 +327,11 @@ void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, fl
     }
     return;
   }
-  std::vector<float> raw(static_cast<size_t>(4 * bw));
-  std::vector<float> accs(static_cast<size_t>(T * 4 * N)), tails(static_cast<size_t>(T * 4));
+  // Per-thread buffers, reused across calls (this runs once per 16-row chunk of every matmul).
+  thread_local std::vector<float> raw, accs, tails;
+  raw.resize(static_cast<size_t>(4 * bw));
+  accs.resize(static_cast<size_t>(T * 4 * N));
+  tails.resize(static_cast<size_t>(T * 4));
   for (int64_t n = n0; n < n1; n += 4) {
     const int64_t rows = std::min<int64_t>(4, n1 - n);
     std::fill(accs.begin(), accs.end(), 0.0f);
