@@ -16,6 +16,7 @@
 #include "src/tokenizer/detokenizer.h"
 #include "src/tokenizer/tokenizer.h"
 #include "src/util/log.h"
+#include "src/util/file.h"
 #include "src/util/status.h"
 
 struct llm_runtime {

@@ -4,34 +4,15 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "src/util/errors.h"
+#include "src/util/file.h"
 #include "src/util/status.h"
 
 namespace llmrt {
-namespace {
-
-bool IsFile(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-}  // namespace
-
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  if (!IsFile(path)) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return IoError(absl::StrCat(path, ": read failed"));
-  return ss.str();
-}
 
 absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   struct stat st;
@@ -45,7 +26,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
 
   std::vector<std::string> files;
   const std::string index_path = dir + "/model.safetensors.index.json";
-  if (IsFile(index_path)) {
+  if (IsRegularFile(index_path)) {
     LLMRT_ASSIGN_OR_RETURN(std::string idx_text, ReadTextFile(index_path));
     auto j = nlohmann::json::parse(idx_text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {

@@ -30,8 +30,6 @@ class Checkpoint {
   std::map<std::string, TensorInfo> tensors_;
 };
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
-
 }  // namespace llmrt
 
 #endif  // LLMRT_MODEL_CHECKPOINT_H_

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "src/util/errors.h"
+#include "src/util/file.h"
 #include "src/util/status.h"
 
 namespace llmrt {
@@ -20,20 +21,11 @@ namespace llmrt {
 using json = nlohmann::json;
 
 absl::StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return IoError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return IoError(absl::StrCat(path, ": cannot stat: ", std::strerror(e)));
-  }
+  uint64_t file_size = 0;
+  LLMRT_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &file_size));
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
-  f->size_ = static_cast<size_t>(st.st_size);
+  f->size_ = static_cast<size_t>(file_size);
   if (f->size_ > 0) {
     // MAP_POPULATE maps every page up front: decode then never stalls on first-touch faults of
     // experts it had not used yet.

@@ -15,6 +15,7 @@
 #include "src/quant/weight_quant.h"
 #include "src/util/bf16.h"
 #include "src/util/errors.h"
+#include "src/util/file.h"
 #include "src/util/status.h"
 
 namespace llmrt {

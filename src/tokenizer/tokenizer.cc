@@ -3,16 +3,15 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
-#include "src/model/checkpoint.h"
 #include "src/tokenizer/utf8.h"
 #include "src/util/errors.h"
+#include "src/util/file.h"
 #include "src/util/status.h"
 
 namespace llmrt {
@@ -23,11 +22,6 @@ const char kKimiPattern[] =
 namespace {
 
 using json = nlohmann::json;
-
-bool FileExists(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 // Kimi K2's named special tokens, by offset from the first special id.
 constexpr std::pair<int, const char*> kKimiSpecials[] = {
@@ -79,7 +73,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& di
     t->special_[id] = true;
     t->specials_.push_back({text, id});
   };
-  if (FileExists(tk)) {
+  if (IsRegularFile(tk)) {
     t->family_ = TokenizerFamily::kKimi;
     LLMRT_ASSIGN_OR_RETURN(std::string text, ReadTextFile(tk));
     absl::flat_hash_map<std::string, int32_t> ranks;
@@ -108,7 +102,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& di
     // Specials: tokenizer_config.json's added_tokens_decoder when present, else Kimi's layout.
     const std::string cfg_path = dir + "/tokenizer_config.json";
     bool have_added = false;
-    if (FileExists(cfg_path)) {
+    if (IsRegularFile(cfg_path)) {
       LLMRT_ASSIGN_OR_RETURN(std::string cfg_text, ReadTextFile(cfg_path));
       json cfg = json::parse(cfg_text, nullptr, false);
       if (cfg.is_discarded() || !cfg.is_object()) return FormatError(absl::StrCat(cfg_path, ": not valid JSON"));
@@ -136,7 +130,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& di
     t->eos_ = t->SpecialId("[EOS]");
     LLMRT_ASSIGN_OR_RETURN(t->regex_, Regex::Compile(pattern));
     t->tiktoken_ = std::make_unique<TiktokenBpe>(std::move(ranks));
-  } else if (FileExists(tj)) {
+  } else if (IsRegularFile(tj)) {
     t->family_ = TokenizerFamily::kGlm;
     LLMRT_ASSIGN_OR_RETURN(std::string text, ReadTextFile(tj));
     json j = json::parse(text, nullptr, false);
