@@ -40,7 +40,7 @@
 
 #include "llmrt/llmrt.h"
 #include "nlohmann/json.hpp"
-#include "src/model/safetensors.h"
+#include "src/util/safetensors.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/util/bf16.h"
 

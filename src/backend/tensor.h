@@ -11,18 +11,9 @@
 #include <memory>
 #include <string>
 
+#include "src/util/dtype.h"
+
 namespace llmrt {
-
-enum class DType : uint8_t { kF32, kBF16, kF16, kF8E4M3, kI32, kI64, kU8, kI8 };
-
-size_t DTypeSize(DType t);
-const char* DTypeName(DType t);
-
-// Keeps backend memory alive; subclasses free it (aligned host memory, an mmap, device memory).
-class Storage {
- public:
-  virtual ~Storage() = default;
-};
 
 // A strided view: rank 1 to 4, contiguous in its last dimension; the first dimension may have
 // a row stride larger than the product of the others (column slices of a matrix).

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "src/model/config.h"
-#include "src/model/safetensors.h"
+#include "src/util/safetensors.h"
 
 namespace llmrt {
 

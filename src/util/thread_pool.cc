@@ -1,6 +1,7 @@
 #include "src/util/thread_pool.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace llmrt {
 
@@ -20,9 +21,17 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::RunChunks() {
   for (;;) {
+    if (failed_.load(std::memory_order_relaxed)) break;
     size_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
     if (begin >= n_) break;
-    (*fn_)(begin, std::min(n_, begin + chunk_));
+    try {
+      (*fn_)(begin, std::min(n_, begin + chunk_));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+      failed_.store(true, std::memory_order_relaxed);
+      break;
+    }
   }
 }
 
@@ -61,17 +70,22 @@ void ThreadPool::ParallelFor(size_t n, size_t min_chunk,
     n_ = n;
     chunk_ = chunk;
     next_.store(0, std::memory_order_relaxed);
+    failed_.store(false, std::memory_order_relaxed);
+    error_ = nullptr;
     active_ = workers_.size();
     ++generation_;
   }
   work_cv_.notify_all();
   RunChunks();
+  std::exception_ptr error;
   {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return active_ == 0; });
     fn_ = nullptr;
+    error = std::exchange(error_, nullptr);
   }
   busy_.store(false);
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace llmrt

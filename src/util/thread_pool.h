@@ -1,11 +1,14 @@
 // A fixed pool of worker threads for data-parallel loops. The calling thread takes part, so a
 // pool of N threads runs N-1 workers. Not reentrant: a ParallelFor body must not call
-// ParallelFor on the same pool (nested calls run inline instead).
+// ParallelFor on the same pool (nested calls run inline instead). Exception-safe: an exception
+// thrown by a chunk on any thread stops the remaining chunks and is rethrown to the caller of
+// ParallelFor once every thread has left the loop.
 #ifndef LLMRT_UTIL_THREAD_POOL_H_
 #define LLMRT_UTIL_THREAD_POOL_H_
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <cstddef>
 #include <functional>
 #include <mutex>
@@ -25,7 +28,8 @@ class ThreadPool {
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls fn(begin, end) over [0, n) split into chunks of at least min_chunk items, spread
-  // over all threads; returns when every chunk is done.
+  // over all threads; returns when every chunk is done. If a chunk throws, chunks not yet started
+  // are skipped and the first exception is rethrown here.
   void ParallelFor(size_t n, size_t min_chunk, const std::function<void(size_t, size_t)>& fn);
 
  private:
@@ -41,6 +45,8 @@ class ThreadPool {
   size_t chunk_ = 1;
   std::atomic<size_t> next_{0};
   size_t active_ = 0;
+  std::exception_ptr error_;  // first exception of the current loop (guarded by mu_)
+  std::atomic<bool> failed_{false};
   uint64_t generation_ = 0;
   bool stop_ = false;
   std::atomic<bool> busy_{false};

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "src/model/config.h"
-#include "src/model/safetensors.h"
+#include "src/util/safetensors.h"
 #include "src/tokenizer/detokenizer.h"
 #include "src/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_targets.h"

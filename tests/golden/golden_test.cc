@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "src/model/checkpoint.h"
-#include "src/model/safetensors.h"
+#include "src/util/safetensors.h"
 #include "src/quant/convert.h"
 #include "tests/golden/test_util.h"
 

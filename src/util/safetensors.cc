@@ -1,4 +1,4 @@
-#include "src/model/safetensors.h"
+#include "src/util/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

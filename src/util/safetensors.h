@@ -1,8 +1,8 @@
 // safetensors files, memory-mapped: an 8-byte little-endian header length, a JSON header
 // {name: {dtype, shape, data_offsets: [begin, end]}} (offsets relative to the data section),
 // then the raw little-endian tensor bytes. Every entry is validated at open.
-#ifndef LLMRT_MODEL_SAFETENSORS_H_
-#define LLMRT_MODEL_SAFETENSORS_H_
+#ifndef LLMRT_UTIL_SAFETENSORS_H_
+#define LLMRT_UTIL_SAFETENSORS_H_
 
 #include <cstdint>
 #include <functional>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "src/backend/tensor.h"
+#include "src/util/dtype.h"
 
 namespace llmrt {
 
@@ -75,4 +75,4 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
 
 }  // namespace llmrt
 
-#endif  // LLMRT_MODEL_SAFETENSORS_H_
+#endif  // LLMRT_UTIL_SAFETENSORS_H_
