@@ -12,15 +12,16 @@
 #include <cstdlib>
 #include <string>
 
-#include "src/quant/convert.h"
+#include "llmrt/llmrt.h"
 
 int main(int argc, char** argv) {
   std::string in, out, to;
-  llmrt::ConvertOptions o;
+  llm_convert_options o;
+  llm_convert_options_init(&o);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--all-linears") {
-      o.int4_all_linears = true;
+      o.int4_all_linears = 1;
       continue;
     }
     if (i + 1 >= argc) {
@@ -35,9 +36,9 @@ int main(int argc, char** argv) {
     } else if (a == "--to") {
       to = v;
     } else if (a == "--block") {
-      o.fp8_block = std::atoll(v);
+      o.fp8_block = static_cast<uint32_t>(std::atoll(v));
     } else if (a == "--group") {
-      o.int4_group = std::atoll(v);
+      o.int4_group = static_cast<uint32_t>(std::atoll(v));
     } else if (a == "--shard-gib") {
       o.max_shard_bytes = static_cast<uint64_t>(std::atof(v) * (1ull << 30));
     } else {
@@ -51,13 +52,12 @@ int main(int argc, char** argv) {
                  "       llm-convert --in DIR --out DIR --to int4 [--group 32|128] [--all-linears] [--shard-gib N]\n");
     return 2;
   }
-  o.target = to == "fp8" ? llmrt::ConvertOptions::Target::kFp8Block : llmrt::ConvertOptions::Target::kInt4;
-  std::string summary;
-  const absl::Status st = llmrt::ConvertCheckpoint(in, out, o, &summary);
-  if (!st.ok()) {
-    std::fprintf(stderr, "llm-convert: %s\n", std::string(st.message()).c_str());
+  o.target = to == "fp8" ? LLM_CONVERT_FP8_BLOCK : LLM_CONVERT_INT4;
+  char summary[512];
+  if (llm_convert_checkpoint(in.c_str(), out.c_str(), &o, summary, sizeof(summary), nullptr) != LLM_OK) {
+    std::fprintf(stderr, "llm-convert: %s\n", llm_last_error());
     return 1;
   }
-  std::printf("llm-convert: %s -> %s: %s\n", in.c_str(), out.c_str(), summary.c_str());
+  std::printf("llm-convert: %s -> %s: %s\n", in.c_str(), out.c_str(), summary);
   return 0;
 }

@@ -205,8 +205,9 @@ LLM_API void llm_runtime_options_init(llm_runtime_options* options);
 LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
                                       llm_runtime** out_runtime);
 
-/* Destroys the runtime. REQUIRES: every session of this runtime was destroyed first; live
- * sessions are destroyed with it and their handles become invalid. NULL is a no-op. */
+/* Destroys the runtime and every session still alive in it (their handles become invalid).
+ * NULL is a no-op. REQUIRES: no other thread uses the runtime or its sessions during or after
+ * the call. */
 LLM_API void llm_runtime_destroy(llm_runtime* runtime);
 
 typedef struct llm_runtime_info {
@@ -214,7 +215,7 @@ typedef struct llm_runtime_info {
   char architecture[64];       /* "DeepseekV3ForCausalLM", NUL-terminated */
   char model_type[32];         /* config.json model_type, e.g. "kimi_k2" */
   int32_t backend;             /* LLM_BACKEND_CPU or LLM_BACKEND_CUDA */
-  int32_t kv_dtype;            /* LLM_KV_DTYPE_BF16, _F32 or _FP8_E4M3 */
+  int32_t kv_dtype;            /* LLM_KV_DTYPE_BF16, _F32, _FP8_E4M3 or _FP8_E4M3_TILED */
   uint32_t vocab_size;
   uint32_t num_layers;
   uint64_t num_parameters;     /* parameters of the model that runs (vision towers excluded) */
@@ -242,6 +243,8 @@ typedef struct llm_runtime_info {
   int32_t decode_weights;
   int32_t kv_scale_source;        /* LLM_KV_SCALE_* */
   uint32_t reserved2;
+  uint64_t workspace_bytes;       /* backend memory of the forward-pass workspace, allocated once at
+                                     creation from max_tokens_per_step and the model */
 } llm_runtime_info;
 
 /* Fills *info (whose struct_size the caller set). */
@@ -263,6 +266,35 @@ typedef struct llm_kv_sizing {
  * skips the session count; page_size_tokens 0 means the runtime default. */
 LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, uint64_t kv_budget_bytes,
                                        uint32_t page_size_tokens, uint32_t session_tokens, llm_kv_sizing* out);
+
+/* ---- checkpoint conversion ----------------------------------------------------------------- */
+#define LLM_CONVERT_INT4 0      /* INT4 compressed-tensors pack-quantized (Kimi K2-Thinking layout) */
+#define LLM_CONVERT_FP8_BLOCK 1 /* FP8 e4m3 with 128x128 block scales (DeepSeek / Kimi / GLM FP8 releases) */
+
+typedef struct llm_convert_options {
+  uint32_t struct_size;
+  int32_t target;            /* LLM_CONVERT_*; default INT4 */
+  uint32_t fp8_block;        /* FP8 block rows = cols; 0 = 128 */
+  uint32_t int4_group;       /* INT4 columns per scale; 0 = 32 */
+  int32_t int4_all_linears;  /* 0: routed experts only; 1: every decoder linear but kv_b_proj, the
+                                router and the DSA indexer */
+  uint32_t reserved0;
+  uint64_t max_shard_bytes;  /* 0 = 5 GiB */
+} llm_convert_options;
+
+LLM_API void llm_convert_options_init(llm_convert_options* options);
+
+/* Writes the checkpoint in in_dir (BF16, F32 or FP8 block-scaled) into out_dir (created; must not
+ * hold a checkpoint already) with its linear weights quantized as `options` says (NULL:
+ * defaults), with the tensor names and quantization_config the Hugging Face ecosystem reads;
+ * everything else is written as BF16 (F32 stays F32) and tokenizer files are copied. When
+ * summary is not NULL it receives one line per output format (tensor counts and bytes),
+ * truncated to capacity with a NUL terminator; *out_len (may be NULL) gets its full length.
+ * LLM_ERR_INVALID_ARGUMENT for bad options (a group that is not a multiple of 32) or an out_dir
+ * that already holds a checkpoint; LLM_ERR_FORMAT or LLM_ERR_UNSUPPORTED for checkpoints it
+ * cannot convert (a group not dividing a matrix's columns, an INT4 source). */
+LLM_API llm_status llm_convert_checkpoint(const char* in_dir, const char* out_dir, const llm_convert_options* options,
+                                          char* summary, size_t capacity, size_t* out_len);
 
 /* ---- sessions ---------------------------------------------------------------------------- */
 typedef struct llm_sampling_options {
@@ -343,15 +375,43 @@ LLM_API llm_status llm_session_get_logits(const llm_session* session, float* out
  * LLM_ERR_INVALID_STATE for a failed, cancelled or preempted session. */
 LLM_API llm_status llm_session_export_kv(llm_session* session, void* buffer, size_t capacity, size_t* out_size);
 
-/* Creates a session in `runtime` from an export, converting the rows to this runtime's KV codec
- * (BF16 -> FP8 calibrates the layer scale on the imported rows if the layer has none yet; FP8
- * -> FP8 keeps the bytes when the scales agree). The session continues exactly where the
- * exporter's stopped (its next step feeds the pending token), sampling with `options` (NULL:
- * defaults) from the exported generator state. LLM_ERR_FORMAT for a truncated or altered export
- * (checksum mismatch), LLM_ERR_INVALID_ARGUMENT for one from another model,
- * LLM_ERR_KV_EXHAUSTED when its pages do not fit (nothing is kept). */
+/* Creates a session in `runtime` from an export, converting the rows to this runtime's KV codec.
+ * The session continues exactly where the exporter's stopped (its next step feeds the pending
+ * token), sampling with `options` (NULL: defaults) from the exported generator state.
+ *
+ * What is validated before anything changes: the checksum (it detects accidents; anyone can
+ * reseal a tampered blob), the model fingerprint, the codec, that every count matches the
+ * blob's size, that the session state and its queues are consistent, that every token
+ * (context, pending, held) is in [0, vocab_size), that the length fits max_position_embeddings,
+ * that FP8 scales are finite and within [1e-12, 1e12], and that every row value is finite.
+ *
+ * What an import may affect: only the session it creates. Rows are stored at the layer scales
+ * this runtime already has (FP8 -> FP8 keeps the bytes when the scales agree, otherwise values
+ * are re-encoded and saturate); it never sets a layer scale and its pages are never shared as
+ * prefix pages with other sessions. A per-layer FP8 runtime whose layers have no scale yet (no
+ * checkpoint k_scale, nothing computed) refuses it with LLM_ERR_INVALID_STATE: use the
+ * authenticated variant below, a checkpoint with k_scale, or run a prompt first.
+ *
+ * LLM_ERR_FORMAT for a truncated, altered or inconsistent export, LLM_ERR_INVALID_ARGUMENT for
+ * one from another model or an authenticated one, LLM_ERR_OUT_OF_RANGE for one longer than the
+ * context, LLM_ERR_KV_EXHAUSTED when its pages do not fit (nothing is kept). */
 LLM_API llm_status llm_session_import_kv(llm_runtime* runtime, const void* data, size_t size,
                                          const llm_sampling_options* options, llm_session** out_session);
+
+/* Authenticated KV transfer, for role-split deployments that move KV across machines: the export
+ * ends with HMAC-SHA256 under `key` (16 to 1024 bytes, a secret the host shares between its
+ * prefill and decode runtimes) instead of a checksum. The import verifies the MAC before reading
+ * anything (LLM_ERR_FORMAT on a mismatch: altered, truncated, or made with another key), runs the
+ * same validation, and then trusts the blob like state this runtime computed: it may set the
+ * scale of an FP8 layer that has none yet (the exporter's per-layer scale, or one calibrated on
+ * the imported rows), and its pages may be shared as prefix pages. An unauthenticated export is
+ * refused by the authenticated import and vice versa. */
+LLM_API llm_status llm_session_export_kv_authenticated(llm_session* session, const void* key, size_t key_len,
+                                                       void* buffer, size_t capacity, size_t* out_size);
+LLM_API llm_status llm_session_import_kv_authenticated(llm_runtime* runtime, const void* data, size_t size,
+                                                       const void* key, size_t key_len,
+                                                       const llm_sampling_options* options,
+                                                       llm_session** out_session);
 
 typedef struct llm_step_result {
   llm_session* session;
@@ -369,7 +429,9 @@ typedef struct llm_step_result {
  * decoding session, in session creation order, under max_tokens_per_step and the free KV
  * pages; runs them as one batched forward pass; samples. Writes one result per session that
  * was scheduled or changed state. capacity must be at least the number of live sessions, else
- * LLM_ERR_BUFFER_TOO_SMALL with that number in *out_count, before any work;
+ * LLM_ERR_BUFFER_TOO_SMALL with that number in *out_count, before any work. The check is made
+ * under the runtime lock together with the planning of the step, so a session another thread
+ * creates meanwhile is either counted or not part of this step: results are never lost.
  * *out_count tells how many results were written.
  * A session that cannot get a KV page is handled by the runtime's kv_pressure policy (by
  * default it gets status LLM_ERR_KV_EXHAUSTED and is not advanced). A failure of one session

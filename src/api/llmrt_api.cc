@@ -9,7 +9,9 @@
 #include <string>
 
 #include "include/llmrt/llmrt.h"
+#include "src/convert/convert.h"
 #include "src/kv/kv_sizing.h"
+#include "src/model/model.h"
 #include "src/model/checkpoint.h"
 #include "src/runtime/runtime.h"
 #include "src/tokenizer/chat.h"
@@ -115,6 +117,26 @@ llm_status WriteText(const std::string& t, char* out, size_t capacity, size_t* o
   std::memcpy(out, t.data(), t.size());
   out[t.size()] = '\0';
   return LLM_OK;
+}
+
+// LLM_KV_DTYPE_* to the KV codec it names, and back.
+bool KvCodecOf(int32_t kv_dtype, uint32_t* codec) {
+  switch (kv_dtype) {
+    case LLM_KV_DTYPE_AUTO:
+    case LLM_KV_DTYPE_BF16: *codec = llmrt::kKvCodecBf16; return true;
+    case LLM_KV_DTYPE_F32: *codec = llmrt::kKvCodecF32; return true;
+    case LLM_KV_DTYPE_FP8_E4M3: *codec = llmrt::kKvCodecFp8; return true;
+    case LLM_KV_DTYPE_FP8_E4M3_TILED: *codec = llmrt::kKvCodecFp8Tiled; return true;
+    default: return false;
+  }
+}
+int32_t KvDtypeOf(uint32_t codec) {
+  switch (codec) {
+    case llmrt::kKvCodecF32: return LLM_KV_DTYPE_F32;
+    case llmrt::kKvCodecFp8: return LLM_KV_DTYPE_FP8_E4M3;
+    case llmrt::kKvCodecFp8Tiled: return LLM_KV_DTYPE_FP8_E4M3_TILED;
+    default: return LLM_KV_DTYPE_BF16;
+  }
 }
 
 llmrt::Session* FromHandle(llm_session* s) { return reinterpret_cast<llmrt::Session*>(s); }
@@ -229,16 +251,8 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
     case LLM_BACKEND_CUDA: ro.backend = llmrt::BackendKind::kCuda; break;
     default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->backend is not an LLM_BACKEND_* value");
   }
-  switch (o.kv_dtype) {
-    case LLM_KV_DTYPE_AUTO:
-    case LLM_KV_DTYPE_BF16: ro.kv_dtype = llmrt::DType::kBF16; break;
-    case LLM_KV_DTYPE_F32: ro.kv_dtype = llmrt::DType::kF32; break;
-    case LLM_KV_DTYPE_FP8_E4M3: ro.kv_dtype = llmrt::DType::kF8E4M3; break;
-    case LLM_KV_DTYPE_FP8_E4M3_TILED:
-      ro.kv_dtype = llmrt::DType::kF8E4M3;
-      ro.kv_tiled = true;
-      break;
-    default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_dtype is not an LLM_KV_DTYPE_* value");
+  if (!KvCodecOf(o.kv_dtype, &ro.policy.kv_codec)) {
+    return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_dtype is not an LLM_KV_DTYPE_* value");
   }
   for (int32_t p : {o.prefill_weights, o.decode_weights}) {
     if (p < LLM_WEIGHTS_AS_STORED || p > LLM_WEIGHTS_INT4_G128) {
@@ -246,8 +260,8 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
     }
   }
   // LLM_WEIGHTS_* values are the ExpertStorage enumerators in order.
-  ro.weights.prefill_experts = static_cast<llmrt::ExpertStorage>(o.prefill_weights);
-  ro.weights.decode_experts = static_cast<llmrt::ExpertStorage>(o.decode_weights);
+  ro.policy.prefill_experts = static_cast<llmrt::ExpertStorage>(o.prefill_weights);
+  ro.policy.decode_experts = static_cast<llmrt::ExpertStorage>(o.decode_weights);
   if (o.num_threads < 0) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->num_threads must be >= 0");
   ro.num_threads = o.num_threads;
   if (o.kv_budget_bytes != 0) ro.kv_budget_bytes = o.kv_budget_bytes;
@@ -295,15 +309,9 @@ LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, 
   LLM_REQUIRE(model_dir);
   LLM_REQUIRE(out);
   if (out->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "out->struct_size is not set");
-  llmrt::DType dt;
-  switch (kv_dtype) {
-    case LLM_KV_DTYPE_AUTO:
-    case LLM_KV_DTYPE_BF16: dt = llmrt::DType::kBF16; kv_dtype = LLM_KV_DTYPE_BF16; break;
-    case LLM_KV_DTYPE_F32: dt = llmrt::DType::kF32; break;
-    case LLM_KV_DTYPE_FP8_E4M3:
-    case LLM_KV_DTYPE_FP8_E4M3_TILED: dt = llmrt::DType::kF8E4M3; break;
-    default: return Fail(LLM_ERR_INVALID_ARGUMENT, "kv_dtype is not an LLM_KV_DTYPE_* value");
-  }
+  uint32_t codec = 0;
+  if (!KvCodecOf(kv_dtype, &codec)) return Fail(LLM_ERR_INVALID_ARGUMENT, "kv_dtype is not an LLM_KV_DTYPE_* value");
+  if (kv_dtype == LLM_KV_DTYPE_AUTO) kv_dtype = LLM_KV_DTYPE_BF16;
   const uint32_t page = page_size_tokens == 0 ? 16 : page_size_tokens;
   if (page > 4096) return Fail(LLM_ERR_INVALID_ARGUMENT, "page_size_tokens is outside [1, 4096]");
   const std::string dir(model_dir);
@@ -311,8 +319,8 @@ LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, 
   if (!text.ok()) return Report(text.status());
   absl::StatusOr<llmrt::ModelConfig> c = llmrt::ParseModelConfig(*text, dir + "/config.json");
   if (!c.ok()) return Report(c.status());
-  const llmrt::KvSizing k =
-      llmrt::SizeKvCache(*c, dt, kv_budget_bytes, page, session_tokens, kv_dtype == LLM_KV_DTYPE_FP8_E4M3_TILED);
+  const llmrt::KvSizing k = llmrt::SizeKvCache(*llmrt::FindKvCodec(codec), llmrt::ModelKvShape(*c), kv_budget_bytes,
+                                               page, session_tokens);
   llm_kv_sizing r;
   std::memset(&r, 0, sizeof(r));
   r.struct_size = sizeof(r);
@@ -338,10 +346,8 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   out.struct_size = sizeof(out);
   std::snprintf(out.architecture, sizeof(out.architecture), "%s", i.architecture.c_str());
   std::snprintf(out.model_type, sizeof(out.model_type), "%s", i.model_type.c_str());
-  out.backend = LLM_BACKEND_CPU;
-  out.kv_dtype = i.kv_dtype == llmrt::DType::kF32       ? LLM_KV_DTYPE_F32
-                 : i.kv_dtype == llmrt::DType::kF8E4M3 ? (i.kv_tiled ? LLM_KV_DTYPE_FP8_E4M3_TILED : LLM_KV_DTYPE_FP8_E4M3)
-                                                       : LLM_KV_DTYPE_BF16;
+  out.backend = i.backend == llmrt::BackendKind::kCuda ? LLM_BACKEND_CUDA : LLM_BACKEND_CPU;
+  out.kv_dtype = KvDtypeOf(i.kv_codec);
   out.vocab_size = static_cast<uint32_t>(i.vocab_size);
   out.num_layers = static_cast<uint32_t>(i.num_layers);
   out.num_parameters = i.num_parameters;
@@ -359,17 +365,57 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   out.integrity_violations = i.integrity_violations;
   out.preemptions = i.preemptions;
   out.integrity_check_ns = i.integrity_check_ns;
-  out.weight_bytes_f32 = i.resident_weight_bytes[static_cast<size_t>(llmrt::WeightFormat::kF32)];
-  out.weight_bytes_bf16 = i.resident_weight_bytes[static_cast<size_t>(llmrt::WeightFormat::kBF16)];
-  out.weight_bytes_fp8 = i.resident_weight_bytes[static_cast<size_t>(llmrt::WeightFormat::kFp8Block)];
-  out.weight_bytes_int4 = i.resident_weight_bytes[static_cast<size_t>(llmrt::WeightFormat::kInt4Group)];
-  out.prefill_weights = static_cast<int32_t>(i.weights.prefill_experts);
-  out.decode_weights = static_cast<int32_t>(i.weights.decode_experts);
+  out.weight_bytes_f32 = i.resident_weight_bytes[llmrt::kWeightF32];
+  out.weight_bytes_bf16 = i.resident_weight_bytes[llmrt::kWeightBf16];
+  out.weight_bytes_fp8 = i.resident_weight_bytes[llmrt::kWeightFp8Block];
+  out.weight_bytes_int4 = i.resident_weight_bytes[llmrt::kWeightInt4Group];
+  out.prefill_weights = static_cast<int32_t>(i.policy.prefill_experts);
+  out.decode_weights = static_cast<int32_t>(i.policy.decode_experts);
+  out.workspace_bytes = i.workspace_bytes;
   out.kv_scale_source = i.kv_scale_source == llmrt::KvScaleSource::kCheckpoint   ? LLM_KV_SCALE_CHECKPOINT
                         : i.kv_scale_source == llmrt::KvScaleSource::kCalibrated ? LLM_KV_SCALE_CALIBRATED
                         : i.kv_scale_source == llmrt::KvScaleSource::kPerTile    ? LLM_KV_SCALE_PER_TILE
                                                                                  : LLM_KV_SCALE_NONE;
   WriteOut(out, info);
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API void llm_convert_options_init(llm_convert_options* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+  o->target = LLM_CONVERT_INT4;
+}
+
+LLM_API llm_status llm_convert_checkpoint(const char* in_dir, const char* out_dir, const llm_convert_options* options,
+                                          char* summary, size_t capacity, size_t* out_len) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(in_dir);
+  LLM_REQUIRE(out_dir);
+  if (capacity > 0) LLM_REQUIRE(summary);
+  llm_convert_options o;
+  llm_convert_options_init(&o);
+  if (!ReadOptions(options, &o)) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->struct_size is invalid");
+  llmrt::ConvertOptions co;
+  switch (o.target) {
+    case LLM_CONVERT_INT4: co.target = llmrt::ConvertOptions::Target::kInt4; break;
+    case LLM_CONVERT_FP8_BLOCK: co.target = llmrt::ConvertOptions::Target::kFp8Block; break;
+    default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->target is not an LLM_CONVERT_* value");
+  }
+  if (o.fp8_block != 0) co.fp8_block = o.fp8_block;
+  if (o.int4_group != 0) co.int4_group = o.int4_group;
+  co.int4_all_linears = o.int4_all_linears != 0;
+  if (o.max_shard_bytes != 0) co.max_shard_bytes = o.max_shard_bytes;
+  std::string text;
+  const absl::Status st = llmrt::ConvertCheckpoint(in_dir, out_dir, co, &text);
+  if (!st.ok()) return Report(st);
+  if (out_len != nullptr) *out_len = text.size();
+  if (capacity > 0) {
+    const size_t n = std::min(text.size(), capacity - 1);
+    std::memcpy(summary, text.data(), n);
+    summary[n] = '\0';
+  }
   return LLM_OK;
   LLM_GUARD_END
 }
@@ -403,13 +449,16 @@ llm_status ToSessionOptions(const llm_sampling_options* options, llmrt::SessionO
 
 }  // namespace
 
-LLM_API llm_status llm_session_export_kv(llm_session* session, void* buffer, size_t capacity, size_t* out_size) {
-  LLM_GUARD_BEGIN
+namespace {
+
+llm_status ExportKv(llm_session* session, const void* key, size_t key_len, void* buffer, size_t capacity,
+                    size_t* out_size) {
   LLM_REQUIRE(session);
   LLM_REQUIRE(out_size);
   llmrt::Session* s = FromHandle(session);
   std::vector<uint8_t> blob;
-  const absl::Status st = s->runtime()->ExportKv(s, &blob);
+  const absl::Status st =
+      s->runtime()->ExportKv(s, absl::MakeConstSpan(static_cast<const uint8_t*>(key), key_len), &blob);
   if (!st.ok()) return Report(st);
   *out_size = blob.size();
   if (buffer == nullptr || capacity < blob.size()) {
@@ -417,22 +466,55 @@ LLM_API llm_status llm_session_export_kv(llm_session* session, void* buffer, siz
   }
   std::memcpy(buffer, blob.data(), blob.size());
   return LLM_OK;
-  LLM_GUARD_END
 }
 
-LLM_API llm_status llm_session_import_kv(llm_runtime* runtime, const void* data, size_t size,
-                                         const llm_sampling_options* options, llm_session** out_session) {
-  LLM_GUARD_BEGIN
+llm_status ImportKv(llm_runtime* runtime, const void* data, size_t size, const void* key, size_t key_len,
+                    const llm_sampling_options* options, llm_session** out_session) {
   LLM_REQUIRE(out_session);
   *out_session = nullptr;
   LLM_REQUIRE(runtime);
   LLM_REQUIRE(data);
   llmrt::SessionOptions so;
   if (const llm_status st = ToSessionOptions(options, &so); st != LLM_OK) return st;
-  auto s = runtime->rep->ImportKv(absl::MakeConstSpan(static_cast<const uint8_t*>(data), size), so);
+  auto s = runtime->rep->ImportKv(absl::MakeConstSpan(static_cast<const uint8_t*>(data), size),
+                                  absl::MakeConstSpan(static_cast<const uint8_t*>(key), key_len), so);
   if (!s.ok()) return Report(s.status());
   *out_session = ToHandle(*s);
   return LLM_OK;
+}
+
+}  // namespace
+
+LLM_API llm_status llm_session_export_kv(llm_session* session, void* buffer, size_t capacity, size_t* out_size) {
+  LLM_GUARD_BEGIN
+  return ExportKv(session, nullptr, 0, buffer, capacity, out_size);
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_session_import_kv(llm_runtime* runtime, const void* data, size_t size,
+                                         const llm_sampling_options* options, llm_session** out_session) {
+  LLM_GUARD_BEGIN
+  return ImportKv(runtime, data, size, nullptr, 0, options, out_session);
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_session_export_kv_authenticated(llm_session* session, const void* key, size_t key_len,
+                                                       void* buffer, size_t capacity, size_t* out_size) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(key);
+  if (key_len == 0) return Fail(LLM_ERR_INVALID_ARGUMENT, "key_len must not be 0");
+  return ExportKv(session, key, key_len, buffer, capacity, out_size);
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_session_import_kv_authenticated(llm_runtime* runtime, const void* data, size_t size,
+                                                       const void* key, size_t key_len,
+                                                       const llm_sampling_options* options, llm_session** out_session) {
+  LLM_GUARD_BEGIN
+  if (out_session != nullptr) *out_session = nullptr;
+  LLM_REQUIRE(key);
+  if (key_len == 0) return Fail(LLM_ERR_INVALID_ARGUMENT, "key_len must not be 0");
+  return ImportKv(runtime, data, size, key, key_len, options, out_session);
   LLM_GUARD_END
 }
 
@@ -525,15 +607,13 @@ LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* result
   *out_count = 0;
   LLM_REQUIRE(runtime);
   if (capacity > 0) LLM_REQUIRE(results);
-  const size_t needed = runtime->rep->MaxStepResults();
-  if (capacity < needed) {
-    *out_count = needed;
-    return Fail(LLM_ERR_BUFFER_TOO_SMALL,
-                "results must hold one entry per live session (" + std::to_string(needed) + ")");
-  }
   std::vector<llmrt::StepResult> rs;
-  rs.reserve(needed);
-  absl::Status st = runtime->rep->Step(&rs);
+  size_t needed = 0;
+  absl::Status st = runtime->rep->Step(&rs, capacity, &needed);
+  if (st.code() == absl::StatusCode::kOutOfRange) {
+    *out_count = needed;
+    return Fail(LLM_ERR_BUFFER_TOO_SMALL, std::string(st.message()));
+  }
   if (!st.ok()) return Report(st);
   LLMRT_CHECK(rs.size() <= capacity);
   for (size_t i = 0; i < rs.size(); ++i) {

@@ -1,57 +1,78 @@
 // The backend op interface: everything an architecture's forward pass may ask of a device.
 //
-// Contract:
-//  - Tensors passed to ops live in this backend's memory (Allocate, ImportWeight, Upload).
-//  - Ops are enqueued in call order on the backend's stream and may complete asynchronously;
-//    Download and Synchronize wait. The CPU backend runs each op before returning.
-//  - Activations are float32. Weights come in the formats of WeightFormat; matmul dispatches on
-//    the format. Ops take `out` last and never alias inputs unless stated.
-//  - backend knows nothing of models or sessions: ops receive dimensions and index tensors.
+// Contract (DESIGN.md section 2, "the step contract"):
+//  - Tensors passed to ops live in this backend's memory (Allocate, ImportHost, PrepareWeight).
+//    A forward pass allocates nothing: its buffers come from a workspace the runtime allocates
+//    once (src/model/workspace.h), its metadata from one upload per step.
+//  - Ops take only backend objects (tensors, prepared weights, expert banks, rope tables, KV
+//    views), never host vectors, so a device backend can enqueue them and replay them as a
+//    captured graph. Ops run in call order and may complete asynchronously; Download and
+//    Synchronize wait.
+//  - Ops do not return statuses. A failure inside an op (a device error, an exception in a CPU
+//    worker thread) is recorded and later ops are skipped; Synchronize returns it. The runtime
+//    fails the step's sessions with that status; nothing crashes.
+//  - Activations have the backend's activation_dtype() (float32 on the CPU). Weights come in the
+//    formats of the weight-format registry (src/quant/weight_format.h); matmul dispatches on the
+//    format id, and a backend refuses formats it has no kernel for (PrepareWeight).
+//  - Ops take `out` last and never alias inputs unless stated. backend knows nothing of models
+//    or sessions: ops receive dimensions and index tensors.
 #ifndef LLMRT_BACKEND_BACKEND_H_
 #define LLMRT_BACKEND_BACKEND_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "src/backend/tensor.h"
+#include "src/quant/kv_codec.h"
+#include "src/quant/weight_format.h"
 
 namespace llmrt {
 
-// How a weight matrix is stored. Each format has a matmul kernel per backend; the quantized
-// ones dequantize as w = q * scale in float32 (the checkpoints' own definition).
-enum class WeightFormat : uint8_t {
-  kF32,   // float32 [rows, cols]
-  kBF16,  // bfloat16 [rows, cols]
-  // float8 e4m3fn [rows, cols], float32 scales [ceil(rows / block_rows), ceil(cols / block_cols)]
-  // (DeepSeek / Kimi / GLM FP8 checkpoints: weight + weight_scale_inv, which multiplies).
-  kFp8Block,
-  // int4 symmetric in groups of `group` columns: bytes [rows, cols / 2], column 2j in the low
-  // nibble of byte j and 2j+1 in the high one, each stored as q + 8 (compressed-tensors
-  // pack-quantized, read as little-endian bytes); bfloat16 scales [rows, cols / group].
-  kInt4Group,
-};
-const char* WeightFormatName(WeightFormat f);
+enum class BackendKind { kAuto, kCpu, kCuda };
+const char* BackendKindName(BackendKind kind);
 
-// A weight matrix [rows, cols] (or a vector [rows] with cols == 1) in backend memory.
+// A weight matrix [rows, cols] (or a vector [rows] with cols == 1) in backend memory, in a
+// registered weight format, possibly in a backend-private layout (PrepareWeight).
 struct Weight {
-  WeightFormat format = WeightFormat::kBF16;
+  WeightFormatId format = kWeightBf16;
+  bool quantized = false;
   Tensor data;
+  Tensor scales;  // quantized formats
   int64_t rows = 0;
   int64_t cols = 0;
-  Tensor scales;           // kFp8Block, kInt4Group
-  int64_t block_rows = 0;  // kFp8Block
-  int64_t block_cols = 0;  // kFp8Block
-  int64_t group = 0;       // kInt4Group
+  WeightParams params;
   bool defined() const { return data.defined() && rows > 0; }
-  bool quantized() const { return format == WeightFormat::kFp8Block || format == WeightFormat::kInt4Group; }
 };
 
-// Per-step metadata for paged attention, uploaded once per forward pass. For token t of the
-// batch: token_seq[t] is its sequence, token_ctx[t] the number of cached positions it attends
-// to (its position + 1, causal). Sequence s owns pages
+// A routed-expert set prepared by the backend (stacked weights, pointer arrays, ...).
+class ExpertBank {
+ public:
+  virtual ~ExpertBank() = default;
+  virtual int64_t num_experts() const = 0;
+};
+
+// One routed expert: SwiGLU down(silu(gate(x)) * up(x)).
+struct ExpertWeights {
+  Weight gate;  // [inter, hidden]
+  Weight up;    // [inter, hidden]
+  Weight down;  // [hidden, inter]
+};
+
+// A rotary embedding prepared at load: inverse frequencies F32 [half] (YaRN applied) and the
+// factor cos and sin are multiplied by.
+struct RopeTable {
+  Tensor inv_freq;
+  int64_t half = 0;
+  float attention_factor = 1.0f;
+};
+
+// Per-step metadata for paged attention (views of the step's one metadata upload). For token t
+// of the batch: token_seq[t] is its sequence, token_ctx[t] the number of cached positions it
+// attends to (its position + 1, causal). Sequence s owns pages
 // page_ids[seq_page_start[s] .. seq_page_start[s+1]), position p of s lives in page
 // page_ids[seq_page_start[s] + p / page_size] at row p % page_size.
 struct AttentionBatch {
@@ -66,44 +87,27 @@ struct AttentionBatch {
   int64_t max_ctx = 0;
 };
 
-// The paged KV cache: [num_pages, num_layers, page_size, width] in `dtype` (F32 or BF16).
-// FP8 caches store fp8_e4m3(x / scale) with one float32 scale per layer (scales[layer]); a
-// scale of 0 means "not calibrated yet": the first KvWrite of the layer sets it from the largest
-// magnitude it writes (latent and rope parts together), with 2x headroom.
+// The paged KV cache (owned by src/kv/kv_store.h): pages [num_pages, num_layers, page_size,
+// row_bytes] of rows in `codec`'s `layout`. Per-layer codecs keep one float32 scale per layer in
+// `scales`; `scale_set` (host flags, one per layer) says which layers have one, and a forward
+// pass calibrates a layer without one explicitly (KvCalibrate) before its first write.
 //
-// The tiled FP8 codec (KvRowLayout, `tiled` set; pages are U8 rows of row_bytes): values in FP8
-// e4m3 with one float32 scale per tile (the tile's largest magnitude / 448, per token), except
-// segments kept in BF16 (MLA's rope key). Row bytes: each segment's codes in order, then every
-// tile scale.
-//
-// Phase policy of the FP8 codecs: a forward pass attends over the positions it writes itself
-// (a prefill chunk, a decoding token's own position) in BF16, from `fresh` (BF16 [max tokens,
-// width], rewritten by each layer's KvWrite), and over earlier positions in the stored codec.
-struct KvSegment {
-  int64_t start = 0, count = 0;  // values [start, start + count) of the row
-  bool bf16 = false;             // kept in BF16; else FP8 tiles
-  int64_t tile = 128;            // FP8: values per scale
-  int64_t byte_offset = 0;       // where the segment's codes start in the row
-  int64_t first_scale = 0;       // FP8: index of its first tile scale
-};
-struct KvRowLayout {
-  int64_t width = 0;      // values per row
-  int64_t row_bytes = 0;  // codes plus scales
-  int64_t scale_offset = 0;  // byte offset of the float32 scales
-  std::vector<KvSegment> segments;
-};
-
+// Phase policy of the lossy codecs: a forward pass attends over the positions it writes itself
+// (a prefill chunk, a decoding token's own position) in BF16, from `fresh` (BF16 [max tokens per
+// pass, width], rewritten by each layer's KvWrite), and over earlier positions in the codec.
 struct KvCacheView {
   Tensor pages;
-  const KvRowLayout* tiled = nullptr;  // the tiled FP8 codec, else null
-  int64_t row_bytes = 0;               // bytes of one row (width * dtype size unless tiled)
-  Tensor scales;  // F32 [num_layers], FP8 caches only
-  Tensor fresh;   // BF16 [max tokens per pass, width], FP8 caches only
-  int64_t fresh_rows = 0;  // 0: no fresh rows (BF16 and F32 caches read everything from pages)
+  const KvCodec* codec = nullptr;
+  const KvRowLayout* layout = nullptr;
+  Tensor scales;                 // F32 [num_layers]: per-layer codecs
+  uint8_t* scale_set = nullptr;  // host [num_layers]: per-layer codecs
+  Tensor fresh;                  // BF16 [fresh_rows, width]
+  int64_t fresh_rows = 0;        // 0: every position is read from pages
   int64_t num_pages = 0;
   int64_t num_layers = 0;
   int64_t page_size = 0;
   int64_t width = 0;
+  int64_t row_bytes = 0;
 };
 
 // MLA dimensions for the absorbed (latent-space) attention of DeepSeek-V3-style models.
@@ -125,34 +129,43 @@ struct RouterParams {
   float routed_scaling_factor = 1.0f;
 };
 
-// One routed expert: SwiGLU down(silu(gate(x)) * up(x)).
-struct ExpertWeights {
-  Weight gate;  // [inter, hidden]
-  Weight up;    // [inter, hidden]
-  Weight down;  // [hidden, inter]
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  virtual BackendKind kind() const = 0;
+  // The element type of activations (float32 on the CPU).
+  virtual DType activation_dtype() const { return DType::kF32; }
 
-  // ---- memory ----
-  virtual absl::StatusOr<Tensor> Allocate(DType dtype, std::initializer_list<int64_t> shape) = 0;
+  // ---- memory (never during a forward pass) ----
+  // A new tensor in backend memory. Counted: a step performs none after warm-up.
+  absl::StatusOr<Tensor> Allocate(DType dtype, std::initializer_list<int64_t> shape);
+  uint64_t allocation_count() const { return allocations_; }
   // Makes host bytes (kept alive by `keepalive`, e.g. an mmap) usable as a backend tensor. The
-  // CPU backend wraps them without a copy; device backends upload.
-  virtual absl::StatusOr<Tensor> ImportHost(std::shared_ptr<Storage> keepalive, const void* data,
-                                            DType dtype, const int64_t* shape, int rank) = 0;
-  virtual void Upload(const void* src, size_t bytes, const Tensor& dst) = 0;
-  virtual void Download(const Tensor& src, void* dst, size_t bytes) = 0;
-  virtual void Fill(const Tensor& t, float value) = 0;
-  virtual void Synchronize() = 0;
+  // CPU backend wraps them without a copy when aligned; device backends upload.
+  virtual absl::StatusOr<Tensor> ImportHost(std::shared_ptr<Storage> keepalive, const void* data, DType dtype,
+                                            const int64_t* shape, int rank) = 0;
+  // A stored matrix in this backend's layout for its format. UNSUPPORTED when the backend has
+  // no matmul kernel for the format.
+  virtual absl::StatusOr<Weight> PrepareWeight(const StoredMatrix& m) = 0;
+  virtual bool SupportsWeightFormat(WeightFormatId format) const = 0;
+  // Routed experts for MoeExperts, in expert order.
+  virtual absl::StatusOr<std::unique_ptr<ExpertBank>> PrepareExperts(std::vector<ExpertWeights> experts) = 0;
+  virtual absl::Status Upload(const void* src, size_t bytes, const Tensor& dst) = 0;
+  virtual absl::Status Download(const Tensor& src, void* dst, size_t bytes) = 0;
+  // Waits for every enqueued op. Returns the first failure recorded since the last call (and
+  // clears it: the backend stays usable), OK otherwise.
+  virtual absl::Status Synchronize() = 0;
 
   // ---- elementwise and norms ----
+  // t[i] = value (F32 tensors).
+  virtual void Fill(const Tensor& t, float value) = 0;
   // out[t] = table[ids[t]] as float32. table [vocab, hidden]; ids I32 [T]; out [T, hidden].
   virtual void Embedding(const Weight& table, const Tensor& ids, const Tensor& out) = 0;
   // out = x * rsqrt(mean(x^2) + eps) * w, per row, in float32. x may be a column view; out may be x.
   virtual void RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) = 0;
+  // The same over every head_dim-wide group of each row (per-head q/k norm): x [T, G * head_dim].
+  virtual void HeadRmsNorm(const Tensor& x, int64_t head_dim, const Weight& w, float eps, const Tensor& out) = 0;
   // out = (x - mean(x)) * rsqrt(var(x) + eps) * w + b, per row, in float32 (nn.LayerNorm).
   virtual void LayerNorm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& out) = 0;
   // out = a + b (out may alias a or b).
@@ -169,30 +182,30 @@ class Backend {
   virtual void MatMul(const Tensor& x, const Weight& w, const Tensor& out) = 0;
 
   // ---- rotary embedding ----
-  // Rotates, in place, dims [offset, offset + inv_freq.size()*2) of each of `heads` heads of
-  // width head_dim in every row of x [T, heads * head_dim] (x may be a column view), by angle
-  // positions[t] * inv_freq[i], with cos/sin scaled by attention_factor. interleaved: pairs
-  // (2i, 2i+1) (GPT-J / DeepSeek layout); else (i, i + half) (NeoX rotate_half). positions I32 [T].
-  virtual void Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset,
-                    const std::vector<float>& inv_freq, float attention_factor, bool interleaved,
-                    const Tensor& positions) = 0;
+  // Rotates, in place, dims [offset, offset + 2 * rope.half) of each of `heads` heads of width
+  // head_dim in every row of x [T, heads * head_dim] (x may be a column view), by angle
+  // positions[t] * inv_freq[i], cos/sin times attention_factor. interleaved: pairs (2i, 2i+1)
+  // (GPT-J / DeepSeek layout); else (i, i + half) (NeoX rotate_half). positions I32 [T].
+  virtual void Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset, const RopeTable& rope,
+                    bool interleaved, const Tensor& positions) = 0;
 
   // ---- paged KV cache ----
+  // Per-layer codecs: sets the layer's scale to codec.CalibratedScale(largest magnitude of the
+  // parts' values). Called once per layer, before its first KvWrite.
+  virtual void KvCalibrate(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts) = 0;
   // Writes, for every token t, parts[0][t], parts[1][t], ... side by side from column 0 of the
-  // cache row slot_mapping[t] of `layer`, converting to the cache dtype: MLA stores (latent,
+  // cache row slot_mapping[t] of `layer`, encoded by the cache's codec: MLA stores (latent,
   // k_rope[, indexer key]), GQA (keys, values). The parts' widths sum to at most cache.width.
   virtual void KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
                        const AttentionBatch& batch) = 0;
-
-  // Copies the codec bytes of the cache rows `slots` of `layer` to host memory `dst`, row after
-  // row (KV export).
-  virtual void KvExportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
-                            uint8_t* dst) = 0;
-  // Writes rows given as host bytes of codec `src_dtype` (F32, BF16, or FP8 with `src_scale`)
-  // into the cache rows `slots` of `layer`, converting to the cache's codec (KV import). An FP8
-  // layer without a scale yet takes src_scale from an FP8 source, else calibrates on the rows.
-  virtual void KvImportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
-                            const uint8_t* src, DType src_dtype, float src_scale, const KvRowLayout* src_tiled) = 0;
+  // Copies the codec bytes of the cache rows `slots` (I32 [n]) of `layer` into dst (U8
+  // [n, row_bytes]), row after row (KV export).
+  virtual void KvExportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& dst) = 0;
+  // Writes rows src (U8 [n, src_layout.row_bytes], encoded by src_codec with src_scale) into the
+  // cache rows `slots` of `layer`, converting to the cache's codec (KV import). Per-layer cache
+  // codecs use the layer's scale, which must be set.
+  virtual void KvImportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& src,
+                            const KvCodec& src_codec, const KvRowLayout& src_layout, float src_scale) = 0;
 
   // ---- grouped-query attention (GLM-4.5) ----
   // Cache rows hold [K of kv_heads heads | V of kv_heads heads], head_dim each. Query head h
@@ -214,6 +227,9 @@ class Backend {
   virtual void MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache,
                             int64_t layer, const AttentionBatch& batch, const MlaDims& d,
                             float scale, const Tensor* selected, const Tensor& out_lat) = 0;
+  // out [T, heads*v] = per head W_UV o_lat[t,h], W_UV the last v rows of each head's kv_b block.
+  virtual void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d,
+                               const Tensor& out) = 0;
 
   // ---- DeepSeek Sparse Attention indexer (GLM-5) ----
   // For every token t and cached position p of its causal context, the index score
@@ -225,9 +241,6 @@ class Backend {
   virtual void DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
                          const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset,
                          float key_scale, int64_t top_k, const Tensor& selected) = 0;
-  // out [T, heads*v] = per head W_UV o_lat[t,h], W_UV the last v rows of each head's kv_b block.
-  virtual void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d,
-                               const Tensor& out) = 0;
 
   // ---- mixture of experts ----
   // noaux_tc routing: logits = x gate^T in float32, s = sigmoid, choice = s + bias, group
@@ -235,14 +248,15 @@ class Backend {
   virtual void MoeRoute(const Tensor& x, const Weight& gate, const Weight& bias,
                         const RouterParams& p, const Tensor& idx, const Tensor& weights) = 0;
   // out [T, hidden] = sum_k weights[t,k] * expert_{idx[t,k]}(x[t]); only selected experts run.
-  virtual void MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights,
-                          const std::vector<ExpertWeights>& experts, const Tensor& out) = 0;
-};
+  virtual void MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights, const ExpertBank& experts,
+                          const Tensor& out) = 0;
 
-struct CpuBackendOptions {
-  int num_threads = 0;  // 0 = one per core
+ protected:
+  virtual absl::StatusOr<Tensor> DoAllocate(DType dtype, const int64_t* shape, int rank) = 0;
+
+ private:
+  uint64_t allocations_ = 0;
 };
-std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options);
 
 }  // namespace llmrt
 

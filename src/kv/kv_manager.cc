@@ -4,9 +4,9 @@
 
 namespace llmrt {
 
-KvManager::KvManager(int32_t num_pages, int64_t page_size, std::shared_ptr<KvTracker> tracker,
+KvManager::KvManager(std::unique_ptr<PageAllocator> allocator, int64_t page_size, std::shared_ptr<KvTracker> tracker,
                      bool prefix_sharing)
-    : pool_(num_pages),
+    : pool_(std::move(allocator)),
       page_size_(page_size),
       tracker_(std::move(tracker)),
       observe_(tracker_->observes()),
@@ -17,10 +17,10 @@ bool KvManager::Reserve(uint64_t session, PageTable& table, int64_t num_position
   const int64_t needed = (num_positions + page_size_ - 1) / page_size_;
   const size_t before = e.size();
   while (static_cast<int64_t>(e.size()) < needed) {
-    auto ref = pool_.Allocate();
+    auto ref = pool_->Allocate();
     if (!ref) {
       while (e.size() > before) {
-        pool_.Release(e.back());
+        pool_->Release(e.back());
         e.pop_back();
       }
       return false;
@@ -39,8 +39,8 @@ void KvManager::Truncate(uint64_t session, PageTable& table, int64_t num_positio
   while (static_cast<int64_t>(e.size()) > keep) {
     const PageRef ref = e.back();
     e.pop_back();
-    const bool valid = pool_.IsCurrent(ref);
-    pool_.Release(ref);
+    const bool valid = pool_->IsCurrent(ref);
+    pool_->Release(ref);
     if (observe_ && valid) tracker_->OnFree(session, ref);
   }
 }
@@ -51,9 +51,9 @@ std::vector<int32_t> KvManager::Verify(uint64_t session, const PageTable& table)
   std::vector<int32_t> failed;
   const auto& e = table.entries();
   for (size_t i = 0; i < e.size(); ++i) {
-    if (!pool_.IsCurrent(e[i])) {
+    if (!pool_->IsCurrent(e[i])) {
       failed.push_back(static_cast<int32_t>(i));
-      const uint64_t actual = e[i].page >= 0 && e[i].page < pool_.num_pages() ? pool_.tag(e[i].page) : 0;
+      const uint64_t actual = e[i].page >= 0 && e[i].page < pool_->num_pages() ? pool_->tag(e[i].page) : 0;
       tracker_->OnViolation(session, static_cast<int32_t>(i), e[i], actual);
     }
   }
@@ -83,12 +83,12 @@ int64_t KvManager::ShareCachedPrefix(uint64_t session, PageTable& table, const s
     auto it = prefix_.find(h);
     if (it == prefix_.end()) break;
     const PrefixEntry& pe = it->second;
-    if (!pool_.IsCurrent(pe.ref) || pe.parent != parent ||
+    if (!pool_->IsCurrent(pe.ref) || pe.parent != parent ||
         !std::equal(pe.tokens.begin(), pe.tokens.end(), tokens.begin() + covered)) {
-      if (!pool_.IsCurrent(pe.ref)) prefix_.erase(it);  // the page was freed: forget it
+      if (!pool_->IsCurrent(pe.ref)) prefix_.erase(it);  // the page was freed: forget it
       break;
     }
-    pool_.Share(pe.ref);
+    pool_->Share(pe.ref);
     table.mutable_entries().push_back(pe.ref);
     if (observe_) tracker_->OnShare(pe.owner, session, pe.ref);
     covered += page_size_;
@@ -107,8 +107,8 @@ void KvManager::RegisterPrefix(uint64_t session, const PageTable& table, const s
     const uint64_t h = BlockHash(parent, blk, page_size_);
     const PageRef& ref = table.entries()[b];
     auto it = prefix_.find(h);
-    if (it == prefix_.end() || !pool_.IsCurrent(it->second.ref)) {
-      if (pool_.IsCurrent(ref)) prefix_[h] = PrefixEntry{parent, std::vector<int32_t>(blk, blk + page_size_), ref, session};
+    if (it == prefix_.end() || !pool_->IsCurrent(it->second.ref)) {
+      if (pool_->IsCurrent(ref)) prefix_[h] = PrefixEntry{parent, std::vector<int32_t>(blk, blk + page_size_), ref, session};
     }
     parent = h;
   }
@@ -116,18 +116,18 @@ void KvManager::RegisterPrefix(uint64_t session, const PageTable& table, const s
 
 int32_t KvManager::ReclaimOrphans(
     const std::function<void(const std::function<void(const PageTable&)>&)>& for_each_table) {
-  std::vector<int32_t> refs(pool_.num_pages(), 0);
+  std::vector<int32_t> refs(pool_->num_pages(), 0);
   for_each_table([&](const PageTable& t) {
     for (const PageRef& r : t.entries()) {
-      if (pool_.IsCurrent(r)) ++refs[r.page];
+      if (pool_->IsCurrent(r)) ++refs[r.page];
     }
   });
   int32_t reclaimed = 0;
-  for (int32_t p = 0; p < pool_.num_pages(); ++p) {
-    const int32_t h = pool_.holders(p);
+  for (int32_t p = 0; p < pool_->num_pages(); ++p) {
+    const int32_t h = pool_->holders(p);
     if (h > refs[p]) {
-      const PageRef ref{p, pool_.tag(p)};
-      pool_.SetHolders(p, refs[p]);
+      const PageRef ref{p, pool_->tag(p)};
+      pool_->SetHolders(p, refs[p]);
       if (refs[p] == 0) {
         ++reclaimed;
         if (observe_) tracker_->OnFree(0, ref);

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "src/kv/page_pool.h"
+#include "src/kv/page_allocator.h"
 #include "src/kv/page_table.h"
 #include "src/kv/tracker.h"
 
@@ -22,10 +22,12 @@ struct PrefixStats {
 
 class KvManager {
  public:
-  KvManager(int32_t num_pages, int64_t page_size, std::shared_ptr<KvTracker> tracker, bool prefix_sharing);
+  // Manages the pages of `allocator` (a PagePool unless the caller brings another).
+  KvManager(std::unique_ptr<PageAllocator> allocator, int64_t page_size, std::shared_ptr<KvTracker> tracker,
+            bool prefix_sharing);
 
-  PagePool& pool() { return pool_; }
-  const PagePool& pool() const { return pool_; }
+  PageAllocator& pool() { return *pool_; }
+  const PageAllocator& pool() const { return *pool_; }
   KvTracker& tracker() { return *tracker_; }
   int64_t page_size() const { return page_size_; }
   const PrefixStats& prefix_stats() const { return stats_; }
@@ -63,7 +65,7 @@ class KvManager {
   };
   static uint64_t BlockHash(uint64_t parent, const int32_t* tokens, int64_t n);
 
-  PagePool pool_;
+  std::unique_ptr<PageAllocator> pool_;
   int64_t page_size_;
   std::shared_ptr<KvTracker> tracker_;
   bool observe_;

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "src/kv/page_pool.h"
+#include "src/kv/page_allocator.h"
 
 namespace llmrt {
 

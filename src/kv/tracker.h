@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "src/kv/page_pool.h"
+#include "src/kv/page_allocator.h"
 
 namespace llmrt {
 

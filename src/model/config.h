@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "src/quant/quant_config.h"
 
 namespace llmrt {
 
@@ -22,16 +23,6 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 0;
   bool truncate = true;
   double attention_factor = 0.0;  // 0 when absent (derived)
-};
-
-// The checkpoint's quantization_config: how its linear weights are stored.
-struct QuantConfig {
-  enum class Method { kNone, kFp8Block, kCompressedInt4 };
-  Method method = Method::kNone;
-  // "fp8": weight_block_size [rows, cols] of each weight_scale_inv entry.
-  int64_t block_rows = 0, block_cols = 0;
-  // "compressed-tensors", format pack-quantized: 4-bit symmetric int, group strategy.
-  int64_t group_size = 0;
 };
 
 enum class ArchFamily {

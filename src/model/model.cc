@@ -8,12 +8,16 @@ namespace llmrt {
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend, const LoadOptions& options) {
   switch (ck.config().family) {
     case ArchFamily::kDeepseekV3:
-    case ArchFamily::kGlmMoeDsa:  // MLA with the DSA indexer: same file (DESIGN.md)
+    case ArchFamily::kGlmMoeDsa:  // MLA with the DSA indexer: same attention block
       return LoadDeepseekV3(ck, backend, options);
     case ArchFamily::kGlm4Moe:
       return LoadGlm4Moe(ck, backend, options);
   }
   return absl::InternalError("unknown architecture family");
+}
+
+KvShape ModelKvShape(const ModelConfig& c) {
+  return c.family == ArchFamily::kGlm4Moe ? Glm4MoeKvShape(c) : DeepseekV3KvShape(c);
 }
 
 }  // namespace llmrt

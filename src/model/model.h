@@ -8,22 +8,19 @@
 #include "absl/status/statusor.h"
 #include "src/backend/backend.h"
 #include "src/model/checkpoint.h"
+#include "src/model/workspace.h"
+#include "src/quant/kv_codec.h"
+#include "src/quant/phase_policy.h"
 
 namespace llmrt {
 
-// Storage of the routed experts for one phase: as the checkpoint stores them, or quantized at
-// load to INT4 (symmetric, round to nearest, groups of 32 or 128) from BF16, FP8 or INT4.
-enum class ExpertStorage { kAsStored, kInt4G32, kInt4G128 };
-
-// Weights per phase (Cloudflare's policy: FP8 for compute-bound prefill, INT4 for bandwidth-bound
-// decode). Equal policies keep one resident set; different ones keep both routed-expert sets
-// resident and run a forward pass with the decode set when every sequence in it decodes.
+// What the loader needs of the phase policy: the routed experts' storage per phase.
 struct LoadOptions {
   ExpertStorage prefill_experts = ExpertStorage::kAsStored;
   ExpertStorage decode_experts = ExpertStorage::kAsStored;
 };
 
-// One step's input, all in backend memory.
+// One step's input, all in backend memory (views of the step's metadata upload).
 struct ForwardBatch {
   Tensor token_ids;   // I32 [T]
   Tensor positions;   // I32 [T]
@@ -34,21 +31,30 @@ struct ForwardBatch {
   bool decode_phase = false;  // every sequence advances by one generated token
 };
 
+// Resident weight bytes (codes plus scales) by weight format id.
+using BytesByFormat = std::array<uint64_t, kMaxWeightFormats>;
+
 class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // Elements of KV cache per token per layer.
-  virtual int64_t kv_width() const = 0;
+  // What the model caches per token per layer.
+  virtual const KvShape& kv_shape() const = 0;
   virtual uint64_t num_parameters() const = 0;
+  // Bytes of the checkpoint tensors the model reads.
   virtual uint64_t weight_bytes() const = 0;
-  // Resident weight bytes (codes plus scales) by WeightFormat, indexed by its value.
-  virtual std::array<uint64_t, 4> resident_bytes() const = 0;
-  // Runs the batch: writes its K/V into `cache`, and the logits of the requested rows into
-  // logits [S, vocab] (float32, backend memory).
-  virtual absl::Status Forward(const ForwardBatch& batch, const KvCacheView& cache,
+  virtual const BytesByFormat& resident_bytes() const = 0;
+  // Workspace bytes a pass of up to max_tokens tokens and max_logit_rows logit rows takes.
+  virtual uint64_t WorkspaceBytes(int64_t max_tokens, int64_t max_logit_rows) const = 0;
+  // Runs the batch: writes its K/V into `cache` and the logits of the requested rows into
+  // logits [S, vocab] (backend memory). Buffers come from `ws`. Errors of backend ops surface
+  // at the runtime's Synchronize.
+  virtual absl::Status Forward(const ForwardBatch& batch, const KvCacheView& cache, Workspace& ws,
                                const Tensor& logits) = 0;
 };
+
+// What a model of config `c` caches per token per layer (no weights are read).
+KvShape ModelKvShape(const ModelConfig& c);
 
 // Builds the model of the checkpoint's architecture, loading and validating every weight.
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend,

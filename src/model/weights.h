@@ -1,13 +1,15 @@
-// WeightLoader: the one place where checkpoint tensors become typed backend weights. It checks
-// each tensor's presence, dtype and shape against what the architecture expects and counts
-// parameters and bytes.
+// WeightLoader: the one place where checkpoint tensors become backend weights. Each matrix is
+// recognized by the weight-format table (src/quant/weight_format.h: the first registered format
+// whose loader claims it), checked against the shape the architecture expects, and prepared by
+// the backend in its own layout. It counts parameters and bytes.
 #ifndef LLMRT_MODEL_WEIGHTS_H_
 #define LLMRT_MODEL_WEIGHTS_H_
 
-#include <array>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "src/backend/backend.h"
@@ -18,23 +20,21 @@ namespace llmrt {
 
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& ck, Backend& backend, const LoadOptions& options = {})
-      : ck_(ck), backend_(backend), options_(options) {}
+  WeightLoader(const Checkpoint& ck, Backend& backend, const LoadOptions& options = {});
+  ~WeightLoader();
 
   const LoadOptions& options() const { return options_; }
+  Backend& backend() { return backend_; }
 
-  // A matrix [rows, cols] in the format the checkpoint stores it: BF16 or F32; FP8 e4m3 with
-  // `<name>_scale_inv` block scales (quantization_config fp8); or INT4 pack-quantized as
-  // `<stem>weight_packed` / `weight_scale` / `weight_shape` (compressed-tensors), where `name`
-  // is "<stem>weight".
+  // A matrix [rows, cols] in the format the checkpoint stores it. `name` is "<stem>weight".
   absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols);
   // The same matrix as BF16 or F32, quantized storage dequantized to F32 at load: for weights
   // an op reads as plain rows (embeddings, MLA's absorbed kv_b_proj).
   absl::StatusOr<Weight> Dense(const std::string& name, int64_t rows, int64_t cols);
-  // The same matrix quantized at load to INT4 (symmetric, round to nearest, `group` columns per
-  // scale) from whatever the checkpoint stores (BF16, F32, FP8 blocks, or INT4 of another
-  // group); an INT4 checkpoint tensor of the same group is used as is.
-  absl::StatusOr<Weight> Int4(const std::string& name, int64_t rows, int64_t cols, int64_t group);
+  // The same matrix in `format` with `params`, quantized at load from whatever the checkpoint
+  // stores (a checkpoint matrix already in that format and layout is used as it is).
+  absl::StatusOr<Weight> Quantized(const std::string& name, int64_t rows, int64_t cols, WeightFormatId format,
+                                   const WeightParams& params);
   // The matrix in the storage `s` asks for.
   absl::StatusOr<Weight> Stored(const std::string& name, int64_t rows, int64_t cols, ExpertStorage s);
   // A vector [n] (norm weights, biases), BF16 or F32.
@@ -42,28 +42,24 @@ class WeightLoader {
 
   uint64_t num_parameters() const { return num_parameters_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
-  // Bytes of the weights handed out (codes plus scales), by WeightFormat.
-  const std::array<uint64_t, 4>& resident_bytes() const { return resident_; }
+  // Bytes of the weights handed out (codes plus scales), by format id.
+  const BytesByFormat& resident_bytes() const { return resident_; }
 
  private:
-  absl::StatusOr<Weight> Load(const std::string& name, const std::vector<int64_t>& shape);
-  absl::StatusOr<Weight> LoadFp8(const std::string& name, const TensorInfo& info, int64_t rows, int64_t cols);
-  absl::StatusOr<Weight> LoadInt4(const std::string& stem, int64_t rows, int64_t cols);
-  // Checks a companion tensor (scales, packed codes) and imports it.
-  absl::StatusOr<Tensor> Companion(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
-                                   DType import_as, const std::vector<int64_t>& import_shape);
-  void Count(const std::string& name, const TensorInfo& info, uint64_t params);
-  Weight Resident(Weight w);
-  // Matrix without counting it resident (Int4 and Dense keep a different copy).
-  absl::StatusOr<Weight> LoadMatrix(const std::string& name, int64_t rows, int64_t cols);
-  // Row r of the checkpoint matrix `name` [rows, cols] in float32, whatever its storage.
-  absl::Status HostRows(const std::string& name, int64_t rows, int64_t cols, std::vector<float>* out);
+  class Source;
+  // The stored matrix `name` as the first format that recognizes it; counts its tensors.
+  absl::StatusOr<StoredMatrix> Find(const std::string& name, int64_t rows, int64_t cols);
+  absl::StatusOr<Weight> Prepare(const StoredMatrix& m);
+  // The stored matrix in float32 rows.
+  static std::vector<float> HostRows(const StoredMatrix& m);
 
   const Checkpoint& ck_;
   Backend& backend_;
   LoadOptions options_;
-  std::array<uint64_t, 4> resident_{};
-  std::set<std::string> loaded_;
+  std::unique_ptr<Source> source_;
+  BytesByFormat resident_{};
+  std::set<std::string> counted_tensors_;
+  std::set<std::string> counted_matrices_;
   uint64_t num_parameters_ = 0;
   uint64_t weight_bytes_ = 0;
 };

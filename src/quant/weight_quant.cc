@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "src/quant/fp8.h"
 #include "src/util/bf16.h"
@@ -13,7 +14,11 @@ void DequantizeFp8BlockRow(const uint8_t* q, const float* scales, int64_t cols, 
   const int64_t nbc = (cols + block_cols - 1) / block_cols;
   const float* s = scales + (row / block_rows) * nbc;
   const uint8_t* r = q + row * cols;
-  for (int64_t k = 0; k < cols; ++k) out[k] = Fp8E4M3::ToFloat(r[k]) * s[k / block_cols];
+  for (int64_t k = 0; k < cols; ++k) {
+    float scale;  // checkpoint bytes need not be aligned
+    std::memcpy(&scale, s + k / block_cols, sizeof(scale));
+    out[k] = Fp8E4M3::ToFloat(r[k]) * scale;
+  }
 }
 
 void DequantizeInt4Row(const uint8_t* packed, const uint16_t* scales, int64_t cols, int64_t group, int64_t row,
@@ -22,7 +27,9 @@ void DequantizeInt4Row(const uint8_t* packed, const uint16_t* scales, int64_t co
   const uint16_t* s = scales + row * (cols / group);
   for (int64_t k = 0; k < cols; ++k) {
     const int nib = (k % 2 == 0) ? (p[k / 2] & 0xF) : (p[k / 2] >> 4);
-    out[k] = static_cast<float>(nib - 8) * Bf16ToF32(s[k / group]);
+    uint16_t scale;  // checkpoint bytes need not be aligned
+    std::memcpy(&scale, s + k / group, sizeof(scale));
+    out[k] = static_cast<float>(nib - 8) * Bf16ToF32(scale);
   }
 }
 

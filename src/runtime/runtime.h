@@ -1,13 +1,16 @@
-// Runtime: owns the backend, the loaded model, the KV page pool and the sessions, and runs the
-// scheduler loop one step at a time. Thread-safe: every public method takes the runtime lock.
+// Runtime: owns the backend, the loaded model, the KV store and page allocator, and the sessions,
+// and runs the scheduler loop one step at a time. Thread-safe: every public method takes the
+// runtime lock. Its parts are split by concern: runtime.cc (creation, sessions, info),
+// step.cc (one scheduler iteration), kv_transfer.cc (KV export and import), score.cc (teacher-
+// forced scoring).
 #ifndef LLMRT_RUNTIME_RUNTIME_H_
 #define LLMRT_RUNTIME_RUNTIME_H_
 
 #include <array>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,27 +19,23 @@
 #include "absl/types/span.h"
 #include "src/backend/backend.h"
 #include "src/kv/kv_manager.h"
+#include "src/kv/kv_store.h"
 #include "src/kv/tracker.h"
 #include "src/model/checkpoint.h"
 #include "src/model/model.h"
+#include "src/model/workspace.h"
+#include "src/quant/phase_policy.h"
 #include "src/runtime/session.h"
+#include "src/runtime/step_batch.h"
+#include "src/sched/admission.h"
 
 namespace llmrt {
-
-enum class BackendKind { kAuto, kCpu, kCuda };
-
-// What a step does with a session whose next tokens find no free KV page.
-enum class KvPressurePolicy {
-  kFail,     // report LLM_ERR_KV_EXHAUSTED for that session this step; it stays as it was
-  kQueue,    // it waits (prompts keep arrival order) until pages free up
-  kPreempt,  // newer running sessions give their pages back and recompute later
-};
 
 struct RuntimeOptions {
   BackendKind backend = BackendKind::kAuto;
   int num_threads = 0;
-  DType kv_dtype = DType::kBF16;  // F32, BF16 or F8E4M3
-  bool kv_tiled = false;          // with F8E4M3: the tiled codec (scales per 128-value tile)
+  // Weights per phase, the KV codec, and whether a pass attends over its own rows in BF16.
+  PhasePolicy policy;
   uint64_t kv_budget_bytes = 256ull << 20;
   int64_t page_size = 16;
   int64_t max_sessions = 256;
@@ -45,8 +44,9 @@ struct RuntimeOptions {
   bool prefix_sharing = true;
   // Integrity checking: nullptr = no-op tracker (no verification, no events).
   std::shared_ptr<KvTracker> tracker;
-  // Routed-expert storage per phase.
-  LoadOptions weights;
+  // Pads every decode pass to a power of two tokens (what a device backend does to replay one
+  // captured graph per bucket); a backend may ask for its own buckets. For tests of padding.
+  bool pad_decode_to_power_of_two = false;
 };
 
 // Where an FP8 KV cache's per-layer scales come from.
@@ -68,8 +68,7 @@ struct RuntimeInfo {
   std::string architecture;
   std::string model_type;
   BackendKind backend = BackendKind::kCpu;
-  DType kv_dtype = DType::kBF16;
-  bool kv_tiled = false;
+  uint32_t kv_codec = kKvCodecBf16;
   int64_t vocab_size = 0;
   int64_t num_layers = 0;
   uint64_t num_parameters = 0;
@@ -87,9 +86,10 @@ struct RuntimeInfo {
   uint64_t integrity_violations = 0;
   uint64_t preemptions = 0;
   uint64_t integrity_check_ns = 0;
-  std::array<uint64_t, 4> resident_weight_bytes{};  // by WeightFormat
-  LoadOptions weights;
+  BytesByFormat resident_weight_bytes{};
+  PhasePolicy policy;
   KvScaleSource kv_scale_source = KvScaleSource::kNone;
+  uint64_t workspace_bytes = 0;
 };
 
 // Faults for testing integrity checking (llm_test_control). Each returns InvalidArgument when
@@ -99,6 +99,11 @@ enum class KvFault {
   kCorruptEntry,     // point one page-table entry at another page
   kSwapPages,        // swap one page-table entry of two sessions
 };
+
+// How far a KV import is trusted: an authenticated blob (a keyed MAC the host verified with its
+// key) is treated like state this runtime computed; an unauthenticated one only affects its own
+// session.
+enum class KvImportTrust { kUntrusted, kAuthenticated };
 
 class Runtime {
  public:
@@ -112,10 +117,11 @@ class Runtime {
   absl::Status Append(Session* session, absl::Span<const int32_t> tokens);
   absl::Status Cancel(Session* session);
   absl::Status CopyLogits(const Session* session, float* out, size_t capacity, size_t* count) const;
-  // Upper bound on the results one Step reports (the number of live sessions).
-  size_t MaxStepResults() const;
-  // One scheduler iteration; appends one result per session scheduled or changed.
-  absl::Status Step(std::vector<StepResult>* results);
+  // One scheduler iteration; appends one result per session scheduled or changed, at most
+  // `max_results`. When more sessions are alive than max_results, returns OutOfRange with the
+  // count in *needed before doing anything (checked under the lock, so no session created
+  // meanwhile can make the results overflow).
+  absl::Status Step(std::vector<StepResult>* results, size_t max_results, size_t* needed);
 
   // Snapshot of a session's counters under the lock.
   struct SessionSnapshot {
@@ -133,45 +139,64 @@ class Runtime {
 
   // KV export / import between runtimes of the same model (prefill role -> decode role). The
   // blob holds the session's cached rows of every layer in this runtime's codec (with its FP8
-  // scales), its tokens, pending tokens and sampler state, a model fingerprint and a checksum.
-  absl::Status ExportKv(const Session* session, std::vector<uint8_t>* out) const;
+  // scales), its tokens, pending tokens and sampler state, a model fingerprint, and a checksum
+  // or, with a key, an HMAC-SHA256.
+  absl::Status ExportKv(const Session* session, absl::Span<const uint8_t> key, std::vector<uint8_t>* out) const;
   // Creates a session from an exported blob, converting rows to this runtime's codec. A blob
-  // that is truncated, fails its checksum or comes from another model is an error.
-  absl::StatusOr<Session*> ImportKv(absl::Span<const uint8_t> blob, const SessionOptions& options);
+  // that is truncated, fails its checksum or MAC, comes from another model, or holds tokens,
+  // states, scales or values out of range is an error. An untrusted import never sets layer
+  // scales and never shares its pages as prefix pages.
+  absl::StatusOr<Session*> ImportKv(absl::Span<const uint8_t> blob, absl::Span<const uint8_t> key,
+                                    const SessionOptions& options);
 
   // Testing hook: injects a KV fault. args: kFreeMappedPage {session id, entry},
   // kCorruptEntry {session id, entry, new page}, kSwapPages {id a, entry a, id b, entry b}.
   absl::Status InjectKvFault(KvFault fault, const std::vector<int64_t>& args);
 
+  // For tests of the step contract: the backend's allocation count and the workspace.
+  const Backend& backend() const { return *backend_; }
+  uint64_t workspace_bytes() const { return workspace_->capacity(); }
+
  private:
   struct Work;
-  struct BatchArrays;
   Runtime() = default;
-  // Uploads the arrays, runs the model, returns the requested logit rows [S, vocab].
-  absl::StatusOr<std::vector<float>> Forward(const BatchArrays& a);
+  absl::Status Init(const std::string& model_dir);
+  // Plans the step under the lock: reports cancellations and failures into *results and
+  // returns the sessions that run, with the batch built.
+  std::vector<Work> Plan(std::vector<StepResult>* results) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Commit(const std::vector<Work>& work, const absl::Status& forward, std::vector<StepResult>* results)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Uploads the batch's metadata, runs the model, waits, and copies the logit rows to
+  // host_logits_ [rows, vocab]. REQUIRES: step_mu_ held.
+  absl::Status Forward(StepBatch& batch, const Tensor& logits);
   void ReleasePages(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Preempt(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Abort(Session* s, std::vector<int32_t> failed_entries, std::vector<StepResult>* results)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Session* FindById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishDestroy(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t LiveSessions() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // std::mutex rather than absl::Mutex: ThreadSanitizer understands pthread mutexes without an
   // instrumented Abseil build.
-  std::mutex step_mu_;  // one step at a time; taken before mu_
+  mutable std::mutex step_mu_;  // one forward pass or KV transfer at a time (steps, scoring); taken before mu_
   mutable std::mutex mu_;
   RuntimeOptions options_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<KvStore> store_;
   std::unique_ptr<KvManager> kv_ ABSL_GUARDED_BY(mu_);
+  // The buffers of a forward pass, allocated once (used under step_mu_).
+  std::unique_ptr<Workspace> workspace_;
+  StepBatch batch_;
+  Tensor logits_;          // F32 [max step logit rows, vocab]
+  Tensor score_logits_;    // F32 [max_tokens_per_step, vocab], made by the first Score that needs it
+  std::vector<float> host_logits_;
   uint64_t integrity_violations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t integrity_check_ns_ ABSL_GUARDED_BY(mu_) = 0;
-  KvCacheView cache_;
-  uint64_t kv_bytes_per_token_ = 0;
   KvScaleSource kv_scale_source_ = KvScaleSource::kNone;
-  KvRowLayout tiled_layout_;  // the tiled FP8 codec's row (cache_.tiled points here)
   std::map<uint64_t, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);  // by id = arrival
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

@@ -66,6 +66,9 @@ class Session {
   bool destroy_requested_ = false;
   // Preempted mid-generation: its context is being recomputed; no new turn may be appended.
   bool recomputing_ = false;
+  // False for sessions imported without authentication: their pages never enter the prefix
+  // cache, so a tampered import cannot change what other sessions compute.
+  bool share_prefix_ = true;
   // Page ids whose tags failed verification (LLM_ERR_KV_INTEGRITY).
   std::vector<int32_t> failed_pages_;
 };

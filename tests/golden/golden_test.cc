@@ -6,14 +6,14 @@
 #include <functional>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "src/model/checkpoint.h"
 #include "src/util/safetensors.h"
-#include "src/quant/convert.h"
 #include "tests/golden/test_util.h"
 
 namespace llmrt::testing {
@@ -731,16 +731,38 @@ TEST_F(LayoutTest, Fp8KvScalesFromTheCheckpoint) {
 namespace llmrt::testing {
 namespace {
 
+// Every tensor of a checkpoint directory: model.safetensors, or the shards its index names.
+absl::StatusOr<std::map<std::string, TensorInfo>> ReadCheckpointTensors(const std::string& dir) {
+  std::vector<std::string> files;
+  if (fs::exists(fs::path(dir) / "model.safetensors.index.json")) {
+    std::ifstream in(fs::path(dir) / "model.safetensors.index.json");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    std::set<std::string> shards;
+    for (const auto& [name, shard] : j.at("weight_map").items()) shards.insert(shard.get<std::string>());
+    files.assign(shards.begin(), shards.end());
+  } else {
+    files.push_back("model.safetensors");
+  }
+  std::map<std::string, TensorInfo> all;
+  for (const std::string& f : files) {
+    auto file = SafetensorsFile::Open((fs::path(dir) / f).string());
+    if (!file.ok()) return file.status();
+    for (const auto& [name, info] : file->tensors()) all.emplace(name, info);
+  }
+  return all;
+}
+
 // Every tensor of `a` equals the same-named tensor of `b` byte for byte, and the names agree.
 void ExpectSameTensors(const fs::path& a, const std::string& b) {
-  auto ck_a = Checkpoint::Open(a.string());
-  auto ck_b = Checkpoint::Open(b);
+  auto ck_a = ReadCheckpointTensors(a.string());
+  auto ck_b = ReadCheckpointTensors(b);
   ASSERT_TRUE(ck_a.ok()) << ck_a.status();
   ASSERT_TRUE(ck_b.ok()) << ck_b.status();
-  ASSERT_EQ(ck_a->tensors().size(), ck_b->tensors().size());
-  for (const auto& [name, ta] : ck_a->tensors()) {
-    const TensorInfo* tb = ck_b->Find(name);
-    ASSERT_NE(tb, nullptr) << name;
+  ASSERT_EQ(ck_a->size(), ck_b->size());
+  for (const auto& [name, ta] : *ck_a) {
+    auto it = ck_b->find(name);
+    ASSERT_NE(it, ck_b->end()) << name;
+    const TensorInfo* tb = &it->second;
     EXPECT_EQ(ta.dtype_name, tb->dtype_name) << name;
     EXPECT_EQ(ta.shape, tb->shape) << name;
     ASSERT_EQ(ta.bytes, tb->bytes) << name;
@@ -752,16 +774,23 @@ void ExpectSameTensors(const fs::path& a, const std::string& b) {
 // experts as compressed-tensors' pack_to_int32 packs them, FP8 blocks as torch casts them.
 TEST_F(LayoutTest, ConverterWritesTheReferenceCheckpoints) {
   const std::string base = TestData("tiny_kimi_k2_quant_base");
-  ConvertOptions int4;
+  auto convert = [&](const std::string& in, const fs::path& out, const llm_convert_options& o) {
+    char summary[256];
+    const llm_status st = llm_convert_checkpoint(in.c_str(), out.c_str(), &o, summary, sizeof(summary), nullptr);
+    return std::make_pair(st, std::string(st == LLM_OK ? summary : llm_last_error()));
+  };
+  llm_convert_options int4;
+  llm_convert_options_init(&int4);
   int4.int4_group = 32;
-  std::string summary;
-  ASSERT_TRUE(ConvertCheckpoint(base, (tmp_ / "int4").string(), int4, &summary).ok());
+  ASSERT_EQ(convert(base, tmp_ / "int4", int4).first, LLM_OK) << llm_last_error();
   ExpectSameTensors(tmp_ / "int4", TestData("tiny_kimi_k2_int4_g32"));
-  ConvertOptions fp8;
-  fp8.target = ConvertOptions::Target::kFp8Block;
+  llm_convert_options fp8;
+  llm_convert_options_init(&fp8);
+  fp8.target = LLM_CONVERT_FP8_BLOCK;
   fp8.fp8_block = 64;
   fp8.max_shard_bytes = 400 << 10;  // several shards and an index
-  ASSERT_TRUE(ConvertCheckpoint(base, (tmp_ / "fp8").string(), fp8, &summary).ok());
+  const auto [fp8_status, summary] = convert(base, tmp_ / "fp8", fp8);
+  ASSERT_EQ(fp8_status, LLM_OK) << summary;
   EXPECT_NE(summary.find("shard(s)"), std::string::npos);
   EXPECT_TRUE(fs::exists(tmp_ / "fp8" / "model.safetensors.index.json"));
   ExpectSameTensors(tmp_ / "fp8", TestData("tiny_kimi_k2_fp8"));
@@ -771,22 +800,19 @@ TEST_F(LayoutTest, ConverterWritesTheReferenceCheckpoints) {
   const auto out = RunBatch((tmp_ / "fp8").string(), prompts, RunConfig{});
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(out[i].tokens, g[i].generated);
   // FP8 -> INT4 (the non-expert FP8 weights become BF16, as in K2-Thinking).
-  ASSERT_TRUE(ConvertCheckpoint((tmp_ / "fp8").string(), (tmp_ / "fp8-int4").string(), int4, &summary).ok());
+  ASSERT_EQ(convert((tmp_ / "fp8").string(), tmp_ / "fp8-int4", int4).first, LLM_OK) << llm_last_error();
   llm_runtime* rt = nullptr;
   EXPECT_EQ(llm_runtime_create((tmp_ / "fp8-int4").c_str(), nullptr, &rt), LLM_OK) << llm_last_error();
   llm_runtime_destroy(rt);
 
   // Errors.
-  ConvertOptions bad_group = int4;
+  llm_convert_options bad_group = int4;
   bad_group.int4_group = 48;
-  EXPECT_EQ(ConvertCheckpoint(base, (tmp_ / "x").string(), bad_group, &summary).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(convert(base, tmp_ / "x", bad_group).first, LLM_ERR_INVALID_ARGUMENT);
   bad_group.int4_group = 96;  // a multiple of 32 that does not divide 128 columns
-  EXPECT_EQ(ConvertCheckpoint(base, (tmp_ / "y").string(), bad_group, &summary).code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(ConvertCheckpoint(TestData("tiny_kimi_k2_int4_g32"), (tmp_ / "z").string(), int4, &summary).code(),
-            absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(ConvertCheckpoint(base, (tmp_ / "int4").string(), int4, &summary).code(),
-            absl::StatusCode::kInvalidArgument);  // already a checkpoint there
+  EXPECT_EQ(convert(base, tmp_ / "y", bad_group).first, LLM_ERR_FORMAT);
+  EXPECT_EQ(convert(TestData("tiny_kimi_k2_int4_g32"), tmp_ / "z", int4).first, LLM_ERR_UNSUPPORTED);
+  EXPECT_EQ(convert(base, tmp_ / "int4", int4).first, LLM_ERR_INVALID_ARGUMENT);  // already a checkpoint there
 }
 
 }  // namespace
@@ -859,11 +885,19 @@ void RunSession(llm_runtime* rt, llm_session* s, Trace* t, bool stop_after_first
   FAIL() << "the session did not finish";
 }
 
-std::vector<uint8_t> Export(llm_session* s) {
+// The key of authenticated transfers in these tests.
+const uint8_t kKey[32] = {7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5, 2, 3, 5, 3, 6, 0, 2, 8, 7, 4, 7, 1, 3, 5, 2, 6, 6};
+
+// Exports `s`, authenticated with kKey when `authenticated`.
+std::vector<uint8_t> Export(llm_session* s, bool authenticated = false) {
   size_t size = 0;
-  EXPECT_EQ(llm_session_export_kv(s, nullptr, 0, &size), LLM_ERR_BUFFER_TOO_SMALL);
+  auto run = [&](void* buf, size_t cap) {
+    return authenticated ? llm_session_export_kv_authenticated(s, kKey, sizeof(kKey), buf, cap, &size)
+                         : llm_session_export_kv(s, buf, cap, &size);
+  };
+  EXPECT_EQ(run(nullptr, 0), LLM_ERR_BUFFER_TOO_SMALL);
   std::vector<uint8_t> blob(size);
-  EXPECT_EQ(llm_session_export_kv(s, blob.data(), blob.size(), &size), LLM_OK) << llm_last_error();
+  EXPECT_EQ(run(blob.data(), blob.size()), LLM_OK) << llm_last_error();
   return blob;
 }
 
@@ -894,10 +928,14 @@ TEST(KvExport, RoleSplitEqualsOneRuntimeWithTheSamePolicies) {
       ASSERT_EQ(llm_session_create(prefill, &so, &p), LLM_OK);
       ASSERT_EQ(llm_session_append_tokens(p, prompt.data(), prompt.size()), LLM_OK);
       RunSession(prefill, p, &got, /*stop_after_first=*/true);
-      const std::vector<uint8_t> blob = Export(p);
+      // The decode runtime adopts the prefill runtime's FP8 layer scales: shared state, which
+      // only an authenticated import may set.
+      const std::vector<uint8_t> blob = Export(p, /*authenticated=*/true);
       llm_session_destroy(p);
       llm_session* d = nullptr;
-      ASSERT_EQ(llm_session_import_kv(decode, blob.data(), blob.size(), &so, &d), LLM_OK) << llm_last_error();
+      ASSERT_EQ(llm_session_import_kv_authenticated(decode, blob.data(), blob.size(), kKey, sizeof(kKey), &so, &d),
+                LLM_OK)
+          << llm_last_error();
       RunSession(decode, d, &got);
       llm_session_destroy(d);
       EXPECT_EQ(got.tokens, want.tokens) << "kv " << kv;
@@ -923,6 +961,7 @@ TEST(KvExport, ConvertsOnImportAndRefusesBadBlobs) {
   Trace first;
   RunSession(bf16, p, &first, true);
   const std::vector<uint8_t> blob = Export(p);
+  const std::vector<uint8_t> signed_blob = Export(p, /*authenticated=*/true);
   // The same session continued in place, as the reference for the converted import.
   Trace in_place;
   RunSession(bf16, p, &in_place);
@@ -930,7 +969,13 @@ TEST(KvExport, ConvertsOnImportAndRefusesBadBlobs) {
 
   llm_runtime* fp8 = OpenRole(base, LLM_KV_DTYPE_FP8_E4M3, LLM_WEIGHTS_AS_STORED);
   llm_session* d = nullptr;
-  ASSERT_EQ(llm_session_import_kv(fp8, blob.data(), blob.size(), &so, &d), LLM_OK) << llm_last_error();
+  // The fresh FP8 runtime has no layer scales: an unauthenticated import may not set them.
+  EXPECT_EQ(llm_session_import_kv(fp8, blob.data(), blob.size(), &so, &d), LLM_ERR_INVALID_STATE);
+  EXPECT_EQ(d, nullptr);
+  ASSERT_EQ(llm_session_import_kv_authenticated(fp8, signed_blob.data(), signed_blob.size(), kKey, sizeof(kKey), &so,
+                                                &d),
+            LLM_OK)
+      << llm_last_error();
   Trace converted;
   RunSession(fp8, d, &converted);
   ASSERT_EQ(converted.tokens.size(), in_place.tokens.size());

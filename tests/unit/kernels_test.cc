@@ -176,11 +176,12 @@ TEST(Kernels, Fp8BlockMatMulMatchesDequantizedReference) {
     std::vector<float> s(static_cast<size_t>(nbr * nbc));
     for (auto& v : s) v = std::ldexp(1.0f + (rng() % 100) / 100.0f, -static_cast<int>(rng() % 12));
     Weight w;
-    w.format = WeightFormat::kFp8Block;
+    w.format = kWeightFp8Block;
+    w.quantized = true;
     w.rows = rows;
     w.cols = cols;
-    w.block_rows = br;
-    w.block_cols = bc;
+    w.params.block_rows = br;
+    w.params.block_cols = bc;
     w.data = HostTensor(q.data(), DType::kF8E4M3, {rows, cols});
     w.scales = HostTensor(s.data(), DType::kF32, {nbr, nbc});
     CheckQuantMatMul(w, rng, "fp8 " + std::to_string(rows) + "x" + std::to_string(cols));
@@ -208,10 +209,11 @@ TEST(Kernels, Int4GroupMatMulMatchesDequantizedReference) {
       QuantizeInt4Row(wf.data() + r * cols, cols, group, packed.data() + r * cols / 2, scales.data() + r * cols / group);
     }
     Weight w;
-    w.format = WeightFormat::kInt4Group;
+    w.format = kWeightInt4Group;
+    w.quantized = true;
     w.rows = rows;
     w.cols = cols;
-    w.group = group;
+    w.params.group = group;
     w.data = HostTensor(packed.data(), DType::kU8, {rows, cols / 2});
     w.scales = HostTensor(scales.data(), DType::kBF16, {rows, cols / group});
     CheckQuantMatMul(w, rng, "int4 g" + std::to_string(group));

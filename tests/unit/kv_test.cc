@@ -49,7 +49,7 @@ TEST(PagePool, ExhaustionReturnsNothing) {
 }
 
 KvManager Manager(int32_t pages, int64_t page_size, bool verify = true) {
-  return KvManager(pages, page_size, verify ? std::shared_ptr<KvTracker>(MakeTagChecker())
+  return KvManager(std::make_unique<PagePool>(pages), page_size, verify ? std::shared_ptr<KvTracker>(MakeTagChecker())
                                             : std::shared_ptr<KvTracker>(MakeNoopTracker()),
                    /*prefix_sharing=*/true);
 }
@@ -152,7 +152,7 @@ class RecordingTracker : public KvTracker {
 
 TEST(KvManager, TrackerSeesEveryEventAndMayVeto) {
   auto t = std::make_shared<RecordingTracker>();
-  KvManager kv(8, 4, t, true);
+  KvManager kv(std::make_unique<PagePool>(8), 4, t, true);
   PageTable a, b;
   std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
   ASSERT_TRUE(kv.Reserve(1, a, 5));

@@ -19,9 +19,7 @@
 namespace llmrt {
 namespace {
 
-DType WeightDType(const Weight& w) {
-  return w.format == WeightFormat::kBF16 ? DType::kBF16 : DType::kF32;
-}
+DType WeightDType(const Weight& w) { return w.format == kWeightBf16 ? DType::kBF16 : DType::kF32; }
 
 // Address of row `row` of `layer` in page `page`.
 uint8_t* CacheRow(const KvCacheView& c, int64_t page, int64_t layer, int64_t row) {
@@ -29,43 +27,12 @@ uint8_t* CacheRow(const KvCacheView& c, int64_t page, int64_t layer, int64_t row
   return c.pages.data_as<uint8_t>() + static_cast<size_t>(index) * static_cast<size_t>(c.row_bytes);
 }
 
-// ---- the tiled FP8 codec (KvRowLayout) ----
+bool IsBuiltinCodec(const KvCodec& c) { return c.id() <= kKvCodecFp8Tiled; }
+
+// ---- mixed rows (the tiled FP8 codec's KvRowLayout) ----
 
 const float* TileScales(const KvRowLayout& l, const uint8_t* row) {
   return reinterpret_cast<const float*>(row + l.scale_offset);
-}
-
-// Encodes `width` float values into a tiled row: per FP8 tile, scale = max|x| / 448.
-void EncodeTiled(const KvRowLayout& l, const float* x, uint8_t* row) {
-  float* scales = reinterpret_cast<float*>(row + l.scale_offset);
-  for (const KvSegment& s : l.segments) {
-    if (s.bf16) {
-      F32ToBf16Array(x + s.start, reinterpret_cast<uint16_t*>(row + s.byte_offset), s.count);
-      continue;
-    }
-    for (int64_t t0 = 0, k = 0; t0 < s.count; t0 += s.tile, ++k) {
-      const int64_t n = std::min(s.tile, s.count - t0);
-      float amax = 0.0f;
-      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[s.start + t0 + i]));
-      const float scale = amax > 0.0f ? amax / Fp8E4M3::kMax : 1.0f;
-      scales[s.first_scale + k] = scale;
-      const float inv = 1.0f / scale;
-      for (int64_t i = 0; i < n; ++i) row[s.byte_offset + t0 + i] = Fp8E4M3::FromFloat(x[s.start + t0 + i] * inv);
-    }
-  }
-}
-
-void DecodeTiled(const KvRowLayout& l, const uint8_t* row, float* x) {
-  const float* scales = TileScales(l, row);
-  for (const KvSegment& s : l.segments) {
-    if (s.bf16) {
-      Bf16ToF32Array(reinterpret_cast<const uint16_t*>(row + s.byte_offset), x + s.start, s.count);
-      continue;
-    }
-    for (int64_t i = 0; i < s.count; ++i) {
-      x[s.start + i] = Fp8E4M3::ToFloat(row[s.byte_offset + i]) * scales[s.first_scale + i / s.tile];
-    }
-  }
 }
 
 // Calls fn(segment, tile scale or 1, first value, count) for each stretch of values
@@ -89,27 +56,24 @@ void ForEachTiledRun(const KvRowLayout& l, const uint8_t* row, int64_t start, in
   }
 }
 
-// Headroom of the calibrated FP8 scale over the calibration batch's largest magnitude: later
-// tokens up to twice as large are stored without saturating.
-constexpr float kFp8Headroom = 2.0f;
-
 float LayerScale(const KvCacheView& c, int64_t layer) {
-  return c.pages.dtype() == DType::kF8E4M3 && c.tiled == nullptr ? c.scales.data_as<float>()[layer] : 1.0f;
+  return c.codec->scale_kind() == KvScaleKind::kPerLayer ? c.scales.data_as<float>()[layer] : 1.0f;
 }
 
-// A cache row as attention reads it: its bytes, their codec and the codec's layer scale.
+// A cache row as attention reads it: its bytes, their element type and the codec's layer scale,
+// or the mixed layout whose segments say so.
 struct Row {
   const uint8_t* data;
   DType dtype;
   float scale;
-  const KvRowLayout* tiled = nullptr;
+  const KvRowLayout* mixed = nullptr;
 };
 
 // sum_i q[i] * row[start + i] for i < n, over a cache row of any codec.
 float RowDot(const float* q, const Row& r, int64_t start, int64_t n) {
-  if (r.tiled != nullptr) {
+  if (r.mixed != nullptr) {
     float sum = 0.0f;
-    ForEachTiledRun(*r.tiled, r.data, start, n, [&](const KvSegment& s, float scale, int64_t v, int64_t len) {
+    ForEachTiledRun(*r.mixed, r.data, start, n, [&](const KvSegment& s, float scale, int64_t v, int64_t len) {
       const uint8_t* codes = r.data + s.byte_offset + (v - s.start) * (s.bf16 ? 2 : 1);
       sum += cpu::Dot(q + (v - start), s.bf16 ? DType::kBF16 : DType::kF8E4M3, codes, len) * scale;
     });
@@ -121,8 +85,8 @@ float RowDot(const float* q, const Row& r, int64_t start, int64_t n) {
 
 // y[i] += alpha * row[start + i] for i < n, over a cache row of any codec.
 void RowAxpy(float alpha, const Row& r, int64_t start, int64_t n, float* y) {
-  if (r.tiled != nullptr) {
-    ForEachTiledRun(*r.tiled, r.data, start, n, [&](const KvSegment& s, float scale, int64_t v, int64_t len) {
+  if (r.mixed != nullptr) {
+    ForEachTiledRun(*r.mixed, r.data, start, n, [&](const KvSegment& s, float scale, int64_t v, int64_t len) {
       const uint8_t* codes = r.data + s.byte_offset + (v - s.start) * (s.bf16 ? 2 : 1);
       cpu::Axpy(alpha * scale, s.bf16 ? DType::kBF16 : DType::kF8E4M3, codes, y + (v - start), len);
     });
@@ -131,34 +95,24 @@ void RowAxpy(float alpha, const Row& r, int64_t start, int64_t n, float* y) {
   cpu::Axpy(r.dtype == DType::kF8E4M3 ? alpha * r.scale : alpha, r.dtype, r.data + start * DTypeSize(r.dtype), y, n);
 }
 
-void StoreRow(DType dt, const float* src, uint8_t* dst, int64_t n, float scale) {
-  if (dt == DType::kF8E4M3) {
-    const float inv = 1.0f / scale;
-    for (int64_t i = 0; i < n; ++i) dst[i] = Fp8E4M3::FromFloat(src[i] * inv);
-    return;
-  }
-  if (dt == DType::kBF16) {
-    F32ToBf16Array(src, reinterpret_cast<uint16_t*>(dst), n);
-  } else {
-    std::memcpy(dst, src, n * sizeof(float));
-  }
-}
-
 // Where token t of the batch reads position p of its sequence: the layer's cache pages, or,
 // under the FP8 phase policy, the BF16 fresh rows of the positions this pass writes itself.
+// Codecs without a CPU row kernel (registered ones beyond the built-ins) are decoded by their
+// scalar reference into a per-thread float row.
 struct RowSource {
   const KvCacheView& cache;
   int64_t layer;
   const int32_t* pages;  // t's sequence's pages
   DType dtype;
   float scale;
+  bool generic;
   int64_t fresh_from = INT64_MAX;  // first position served from fresh rows
   const uint8_t* fresh = nullptr;  // fresh row of position fresh_from
   size_t fresh_stride = 0;
 
   RowSource(const KvCacheView& c, int64_t l, const AttentionBatch& b, int64_t t)
       : cache(c), layer(l), pages(b.page_ids.data_as<int32_t>() + b.seq_page_start.data_as<int32_t>()[b.token_seq.data_as<int32_t>()[t]]),
-        dtype(c.pages.dtype()), scale(LayerScale(c, l)) {
+        dtype(c.codec->dtype()), scale(LayerScale(c, l)), generic(!IsBuiltinCodec(*c.codec)) {
     if (c.fresh_rows == 0) return;
     const int32_t first = b.seq_first_token.data_as<int32_t>()[b.token_seq.data_as<int32_t>()[t]];
     fresh_from = b.token_ctx.data_as<int32_t>()[first] - 1;  // position of the sequence's first row
@@ -167,7 +121,14 @@ struct RowSource {
   }
   Row operator()(int64_t p) const {
     if (p >= fresh_from) return {fresh + static_cast<size_t>(p - fresh_from) * fresh_stride, DType::kBF16, 1.0f};
-    return {CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size), dtype, scale, cache.tiled};
+    const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
+    if (generic) {
+      thread_local std::vector<float> decoded;
+      decoded.resize(static_cast<size_t>(cache.width));
+      cache.codec->DecodeRow(*cache.layout, row, scale, decoded.data());
+      return {reinterpret_cast<const uint8_t*>(decoded.data()), DType::kF32, 1.0f};
+    }
+    return {row, dtype, scale, cache.layout->mixed() ? cache.layout : nullptr};
   }
 };
 
@@ -194,272 +155,269 @@ void AttendPaged(const RowSource& src, int64_t n, const int32_t* selected, std::
   for (int64_t i = 0; i < n; ++i) accumulate(scores[i] * inv, row_of(i));
 }
 
+// The values of token t's row: the parts side by side, zeros after.
+void GatherRowValues(std::initializer_list<Tensor> parts, int64_t t, std::vector<float>& values) {
+  std::fill(values.begin(), values.end(), 0.0f);
+  float* v = values.data();
+  for (const Tensor& p : parts) {
+    std::memcpy(v, p.data_as<float>() + t * p.row_stride(), p.row_size() * sizeof(float));
+    v += p.row_size();
+  }
+}
+
 }  // namespace
 
-void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
-                         const AttentionBatch& batch) {
-  const int64_t T = batch.num_tokens;
-  int64_t width = 0;
-  for (const Tensor& p : parts) {
-    LLMRT_CHECK(p.dim(0) == T);
-    width += p.row_size();
-  }
-  LLMRT_CHECK(width <= cache.width);
-  const int32_t* slots = batch.slot_mapping.data_as<int32_t>();
-  const DType dt = cache.pages.dtype();
-  const size_t es = DTypeSize(dt);
-  if (dt == DType::kF8E4M3 && cache.tiled == nullptr && cache.scales.data_as<float>()[layer] == 0.0f) {
+void CpuBackend::KvCalibrate(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts) {
+  Run("KvCalibrate", [&] {
+    LLMRT_CHECK(cache.codec->scale_kind() == KvScaleKind::kPerLayer && layer >= 0 && layer < cache.num_layers);
     float amax = 0.0f;
     for (const Tensor& p : parts) {
-      for (int64_t t = 0; t < T; ++t) {
+      for (int64_t t = 0; t < p.dim(0); ++t) {
         const float* a = p.data_as<float>() + t * p.row_stride();
         for (int64_t i = 0; i < p.row_size(); ++i) amax = std::max(amax, std::fabs(a[i]));
       }
     }
-    cache.scales.data_as<float>()[layer] = amax > 0.0f ? amax * kFp8Headroom / Fp8E4M3::kMax : 1.0f;
-  }
-  const float scale = LayerScale(cache, layer);
-  if (cache.fresh_rows > 0) {  // this pass's own rows, in BF16, for its attention
-    LLMRT_CHECK(T <= cache.fresh_rows);
-    for (int64_t t = 0; t < T; ++t) {
-      uint8_t* dst = cache.fresh.data_as<uint8_t>() + static_cast<size_t>(t * cache.width) * sizeof(uint16_t);
-      for (const Tensor& p : parts) {
-        StoreRow(DType::kBF16, p.data_as<float>() + t * p.row_stride(), dst, p.row_size(), 1.0f);
-        dst += p.row_size() * sizeof(uint16_t);
-      }
-    }
-  }
-  std::vector<float> values(cache.tiled != nullptr ? static_cast<size_t>(cache.width) : 0);
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t page = slots[t] / cache.page_size, row = slots[t] % cache.page_size;
-    LLMRT_CHECK(page >= 0 && page < cache.num_pages);
-    uint8_t* dst = CacheRow(cache, page, layer, row);
-    if (cache.tiled != nullptr) {  // the row's values (parts side by side, zeros after), then encoded
-      std::fill(values.begin(), values.end(), 0.0f);
-      float* v = values.data();
-      for (const Tensor& p : parts) {
-        std::memcpy(v, p.data_as<float>() + t * p.row_stride(), p.row_size() * sizeof(float));
-        v += p.row_size();
-      }
-      EncodeTiled(*cache.tiled, values.data(), dst);
-      continue;
-    }
+    cache.scales.data_as<float>()[layer] = cache.codec->CalibratedScale(amax);
+  });
+}
+
+void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
+                         const AttentionBatch& batch) {
+  Run("KvWrite", [&] {
+    const int64_t T = batch.num_tokens;
+    int64_t width = 0;
     for (const Tensor& p : parts) {
-      StoreRow(dt, p.data_as<float>() + t * p.row_stride(), dst, p.row_size(), scale);
-      dst += p.row_size() * es;
+      LLMRT_CHECK(p.dim(0) == T);
+      width += p.row_size();
     }
-  }
-}
-
-void CpuBackend::KvExportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
-                              uint8_t* dst) {
-  const size_t row_bytes = static_cast<size_t>(cache.row_bytes);
-  for (int32_t slot : slots) {
-    LLMRT_CHECK(slot >= 0 && slot / cache.page_size < cache.num_pages);
-    std::memcpy(dst, CacheRow(cache, slot / cache.page_size, layer, slot % cache.page_size), row_bytes);
-    dst += row_bytes;
-  }
-}
-
-void CpuBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
-                              const uint8_t* src, DType src_dtype, float src_scale, const KvRowLayout* src_tiled) {
-  const int64_t W = cache.width;
-  const size_t src_row =
-      src_tiled != nullptr ? static_cast<size_t>(src_tiled->row_bytes) : static_cast<size_t>(W) * DTypeSize(src_dtype);
-  const DType dt = cache.pages.dtype();
-  std::vector<float> rows(static_cast<size_t>(W) * slots.size());
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const uint8_t* r = src + i * src_row;
-    float* out = rows.data() + i * W;
-    if (src_tiled != nullptr) {
-      DecodeTiled(*src_tiled, r, out);
-    } else if (src_dtype == DType::kF8E4M3) {
-      const float* table = Fp8E4M3::DecodeTable();
-      for (int64_t k = 0; k < W; ++k) out[k] = table[r[k]] * src_scale;
-    } else if (src_dtype == DType::kBF16) {
-      Bf16ToF32Array(reinterpret_cast<const uint16_t*>(r), out, W);
-    } else {
-      std::memcpy(out, r, static_cast<size_t>(W) * sizeof(float));
-    }
-  }
-  if (dt == DType::kF8E4M3 && cache.tiled == nullptr && cache.scales.data_as<float>()[layer] == 0.0f) {
-    float amax = 0.0f;
-    for (float v : rows) amax = std::max(amax, std::fabs(v));
-    cache.scales.data_as<float>()[layer] = src_dtype == DType::kF8E4M3 && src_tiled == nullptr
-                                               ? src_scale
-                                               : (amax > 0.0f ? amax * kFp8Headroom / Fp8E4M3::kMax : 1.0f);
-  }
-  const float scale = LayerScale(cache, layer);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    LLMRT_CHECK(slots[i] >= 0 && slots[i] / cache.page_size < cache.num_pages);
-    uint8_t* dst = CacheRow(cache, slots[i] / cache.page_size, layer, slots[i] % cache.page_size);
-    if ((src_tiled != nullptr) != (cache.tiled != nullptr)) {
-      if (cache.tiled != nullptr) {
-        EncodeTiled(*cache.tiled, rows.data() + i * W, dst);
-      } else {
-        StoreRow(dt, rows.data() + i * W, dst, W, scale);
+    LLMRT_CHECK(width <= cache.width);
+    const int32_t* slots = batch.slot_mapping.data_as<int32_t>();
+    const float scale = LayerScale(cache, layer);
+    LLMRT_CHECK(scale > 0.0f);
+    thread_local std::vector<float> values;
+    values.resize(static_cast<size_t>(cache.width));
+    if (cache.fresh_rows > 0) {  // this pass's own rows, in BF16, for its attention
+      LLMRT_CHECK(T <= cache.fresh_rows);
+      for (int64_t t = 0; t < T; ++t) {
+        GatherRowValues(parts, t, values);
+        F32ToBf16Array(values.data(), cache.fresh.data_as<uint16_t>() + t * cache.width, width);
       }
-    } else if (cache.tiled != nullptr || (dt == src_dtype && (dt != DType::kF8E4M3 || scale == src_scale))) {
-      std::memcpy(dst, src + i * src_row, src_row);  // same codec: the bytes as they were
-    } else {
-      StoreRow(dt, rows.data() + i * W, dst, W, scale);
     }
-  }
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t page = slots[t] / cache.page_size, row = slots[t] % cache.page_size;
+      LLMRT_CHECK(slots[t] >= 0 && page < cache.num_pages);
+      GatherRowValues(parts, t, values);
+      cache.codec->EncodeRow(*cache.layout, values.data(), scale, CacheRow(cache, page, layer, row));
+    }
+  });
+}
+
+void CpuBackend::KvExportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& dst) {
+  Run("KvExportRows", [&] {
+    const int64_t n = slots.numel();
+    const size_t row_bytes = static_cast<size_t>(cache.row_bytes);
+    LLMRT_CHECK(dst.bytes() >= static_cast<size_t>(n) * row_bytes && dst.contiguous());
+    const int32_t* s = slots.data_as<int32_t>();
+    uint8_t* out = dst.data_as<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      LLMRT_CHECK(s[i] >= 0 && s[i] / cache.page_size < cache.num_pages);
+      std::memcpy(out + i * row_bytes, CacheRow(cache, s[i] / cache.page_size, layer, s[i] % cache.page_size),
+                  row_bytes);
+    }
+  });
+}
+
+void CpuBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& src,
+                              const KvCodec& src_codec, const KvRowLayout& src_layout, float src_scale) {
+  Run("KvImportRows", [&] {
+    const int64_t n = slots.numel(), W = cache.width;
+    const size_t src_row = static_cast<size_t>(src_layout.row_bytes);
+    LLMRT_CHECK(src_layout.width == W && src.bytes() >= static_cast<size_t>(n) * src_row);
+    const float scale = LayerScale(cache, layer);
+    LLMRT_CHECK(scale > 0.0f);
+    // The same codec at the same scale keeps the bytes as they were.
+    const bool same = src_codec.id() == cache.codec->id() &&
+                      (cache.codec->scale_kind() != KvScaleKind::kPerLayer || scale == src_scale);
+    thread_local std::vector<float> values;
+    values.resize(static_cast<size_t>(W));
+    const int32_t* s = slots.data_as<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      LLMRT_CHECK(s[i] >= 0 && s[i] / cache.page_size < cache.num_pages);
+      const uint8_t* r = src.data_as<uint8_t>() + static_cast<size_t>(i) * src_row;
+      uint8_t* dst = CacheRow(cache, s[i] / cache.page_size, layer, s[i] % cache.page_size);
+      if (same) {
+        std::memcpy(dst, r, src_row);
+        continue;
+      }
+      src_codec.DecodeRow(src_layout, r, src_scale, values.data());
+      cache.codec->EncodeRow(*cache.layout, values.data(), scale, dst);
+    }
+  });
 }
 
 // Grouped-query attention over the paged cache; each cache row is [K heads | V heads].
 void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
                               int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) {
-  const int64_t T = batch.num_tokens, group = heads / kv_heads;
-  LLMRT_CHECK(cache.width == 2 * kv_heads * head_dim && q.row_size() == heads * head_dim && out.dim(0) == T);
-  const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
-  pool_.ParallelFor(static_cast<size_t>(T * heads), 1, [&](size_t b, size_t e) {
-    std::vector<float> scores;
-    for (size_t i = b; i < e; ++i) {
-      const int64_t t = static_cast<int64_t>(i) / heads, h = static_cast<int64_t>(i) % heads, g = h / group;
-      const RowSource src(cache, layer, batch, t);
-      const float* qh = q.data_as<float>() + t * q.row_stride() + h * head_dim;
-      const int64_t k_off = g * head_dim, v_off = (kv_heads + g) * head_dim;
-      float* o = out.data_as<float>() + t * out.row_stride() + h * head_dim;
-      std::fill(o, o + head_dim, 0.0f);
-      AttendPaged(
-          src, tctx[t], /*selected=*/nullptr, scores,
-          [&](const Row& r) { return RowDot(qh, r, k_off, head_dim) * scale; },
-          [&](float w, const Row& r) { RowAxpy(w, r, v_off, head_dim, o); });
-    }
+  Run("GqaAttention", [&] {
+    const int64_t T = batch.num_tokens, group = heads / kv_heads;
+    LLMRT_CHECK(cache.width == 2 * kv_heads * head_dim && q.row_size() == heads * head_dim && out.dim(0) == T);
+    const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
+    pool_.ParallelFor(static_cast<size_t>(T * heads), 1, [&](size_t b, size_t e) {
+      std::vector<float> scores;
+      for (size_t i = b; i < e; ++i) {
+        const int64_t t = static_cast<int64_t>(i) / heads, h = static_cast<int64_t>(i) % heads, g = h / group;
+        const RowSource src(cache, layer, batch, t);
+        const float* qh = q.data_as<float>() + t * q.row_stride() + h * head_dim;
+        const int64_t k_off = g * head_dim, v_off = (kv_heads + g) * head_dim;
+        float* o = out.data_as<float>() + t * out.row_stride() + h * head_dim;
+        std::fill(o, o + head_dim, 0.0f);
+        AttendPaged(
+            src, tctx[t], /*selected=*/nullptr, scores,
+            [&](const Row& r) { return RowDot(qh, r, k_off, head_dim) * scale; },
+            [&](float w, const Row& r) { RowAxpy(w, r, v_off, head_dim, o); });
+      }
+    });
   });
 }
 
 void CpuBackend::MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,
                                 const Tensor& q_lat) {
-  const int64_t T = q.dim(0), qw = d.nope + d.rope, blk = d.nope + d.v;
-  LLMRT_CHECK(q.row_size() == d.heads * qw && kv_b.rows == d.heads * blk && kv_b.cols == d.kv_lora);
-  LLMRT_CHECK(q_lat.dim(0) == T && q_lat.row_size() == d.heads * d.kv_lora);
-  const DType wd = WeightDType(kv_b);
-  const size_t es = DTypeSize(wd);
-  pool_.ParallelFor(static_cast<size_t>(T * d.heads), 1, [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) {
-      const int64_t t = static_cast<int64_t>(i) / d.heads, h = static_cast<int64_t>(i) % d.heads;
-      const float* qn = q.data_as<float>() + t * q.row_stride() + h * qw;
-      float* out = q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora;
-      std::fill(out, out + d.kv_lora, 0.0f);
-      // q_lat = sum_i q_nope[i] * W_UK[i, :], rows i of head h's block.
-      for (int64_t r = 0; r < d.nope; ++r) {
-        const uint8_t* row = kv_b.data.data_as<uint8_t>() + static_cast<size_t>((h * blk + r) * d.kv_lora) * es;
-        cpu::Axpy(qn[r], wd, row, out, d.kv_lora);
+  Run("MlaAbsorbQuery", [&] {
+    const int64_t T = q.dim(0), qw = d.nope + d.rope, blk = d.nope + d.v;
+    LLMRT_CHECK(q.row_size() == d.heads * qw && kv_b.rows == d.heads * blk && kv_b.cols == d.kv_lora);
+    LLMRT_CHECK(q_lat.dim(0) == T && q_lat.row_size() == d.heads * d.kv_lora);
+    const DType wd = WeightDType(kv_b);
+    const size_t es = DTypeSize(wd);
+    pool_.ParallelFor(static_cast<size_t>(T * d.heads), 1, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) {
+        const int64_t t = static_cast<int64_t>(i) / d.heads, h = static_cast<int64_t>(i) % d.heads;
+        const float* qn = q.data_as<float>() + t * q.row_stride() + h * qw;
+        float* out = q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora;
+        std::fill(out, out + d.kv_lora, 0.0f);
+        // q_lat = sum_i q_nope[i] * W_UK[i, :], rows i of head h's block.
+        for (int64_t r = 0; r < d.nope; ++r) {
+          const uint8_t* row = kv_b.data.data_as<uint8_t>() + static_cast<size_t>((h * blk + r) * d.kv_lora) * es;
+          cpu::Axpy(qn[r], wd, row, out, d.kv_lora);
+        }
       }
-    }
+    });
   });
 }
 
 void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache,
                               int64_t layer, const AttentionBatch& batch, const MlaDims& d,
                               float scale, const Tensor* selected, const Tensor& out_lat) {
-  const int64_t T = batch.num_tokens, H = d.heads, W = d.kv_lora + d.rope;
-  LLMRT_CHECK(cache.width >= W && q_lat.dim(0) == T && out_lat.dim(0) == T);
-  const bool sparse = selected != nullptr;
-  LLMRT_CHECK(!sparse || selected->dim(0) == T);
-  const int64_t top_k = sparse ? selected->row_size() : 0;
-  const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
-  const int64_t qw = d.nope + d.rope;
-  pool_.ParallelFor(static_cast<size_t>(T * H), 1, [&](size_t b, size_t e) {
-    std::vector<float> qc(W), scores;
-    for (size_t i = b; i < e; ++i) {
-      const int64_t t = static_cast<int64_t>(i) / H, h = static_cast<int64_t>(i) % H;
-      const int64_t ctx = tctx[t];
-      const RowSource src(cache, layer, batch, t);
-      // The query against a cache row: [q_lat (kv_lora) | q_rope (rope)].
-      std::memcpy(qc.data(), q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora,
-                  d.kv_lora * sizeof(float));
-      std::memcpy(qc.data() + d.kv_lora, q.data_as<float>() + t * q.row_stride() + h * qw + d.nope,
-                  d.rope * sizeof(float));
-      float* out = out_lat.data_as<float>() + t * out_lat.row_stride() + h * d.kv_lora;
-      std::fill(out, out + d.kv_lora, 0.0f);
-      const int32_t* sel = nullptr;
-      int64_t n = ctx;
-      if (sparse) {
-        sel = selected->data_as<int32_t>() + t * top_k;
-        n = std::find(sel, sel + top_k, -1) - sel;
+  Run("MlaAttention", [&] {
+    const int64_t T = batch.num_tokens, H = d.heads, W = d.kv_lora + d.rope;
+    LLMRT_CHECK(cache.width >= W && q_lat.dim(0) == T && out_lat.dim(0) == T);
+    const bool sparse = selected != nullptr;
+    LLMRT_CHECK(!sparse || selected->dim(0) == T);
+    const int64_t top_k = sparse ? selected->row_size() : 0;
+    const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
+    const int64_t qw = d.nope + d.rope;
+    pool_.ParallelFor(static_cast<size_t>(T * H), 1, [&](size_t b, size_t e) {
+      std::vector<float> qc(W), scores;
+      for (size_t i = b; i < e; ++i) {
+        const int64_t t = static_cast<int64_t>(i) / H, h = static_cast<int64_t>(i) % H;
+        const int64_t ctx = tctx[t];
+        const RowSource src(cache, layer, batch, t);
+        // The query against a cache row: [q_lat (kv_lora) | q_rope (rope)].
+        std::memcpy(qc.data(), q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora,
+                    d.kv_lora * sizeof(float));
+        std::memcpy(qc.data() + d.kv_lora, q.data_as<float>() + t * q.row_stride() + h * qw + d.nope,
+                    d.rope * sizeof(float));
+        float* out = out_lat.data_as<float>() + t * out_lat.row_stride() + h * d.kv_lora;
+        std::fill(out, out + d.kv_lora, 0.0f);
+        const int32_t* sel = nullptr;
+        int64_t n = ctx;
+        if (sparse) {
+          sel = selected->data_as<int32_t>() + t * top_k;
+          n = std::find(sel, sel + top_k, -1) - sel;
+        }
+        AttendPaged(
+            src, n, sel, scores, [&](const Row& r) { return RowDot(qc.data(), r, 0, W) * scale; },
+            [&](float w, const Row& r) { RowAxpy(w, r, 0, d.kv_lora, out); });
       }
-      AttendPaged(
-          src, n, sel, scores, [&](const Row& r) { return RowDot(qc.data(), r, 0, W) * scale; },
-          [&](float w, const Row& r) { RowAxpy(w, r, 0, d.kv_lora, out); });
-    }
+    });
   });
 }
 
 void CpuBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
                            const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset,
                            float key_scale, int64_t top_k, const Tensor& selected) {
-  const int64_t T = batch.num_tokens;
-  LLMRT_CHECK(q.dim(0) == T && q.row_size() == heads * head_dim && w.dim(0) == T && w.row_size() == heads);
-  LLMRT_CHECK(key_offset + head_dim <= cache.width && selected.dim(0) == T && selected.row_size() == top_k);
-  const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
-  // Scores of every token whose context exceeds top_k, in chunks of positions spread over the
-  // pool (decode has one token per session, so parallelism comes from the context).
-  constexpr int64_t kChunk = 256;
-  std::vector<int64_t> offset(T + 1, 0);
-  std::vector<std::pair<int32_t, int32_t>> chunks;  // (token, first position)
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t ctx = tctx[t];
-    offset[t + 1] = offset[t] + (ctx > top_k ? ctx : 0);
-    if (ctx <= top_k) continue;
-    for (int64_t p = 0; p < ctx; p += kChunk) chunks.emplace_back(static_cast<int32_t>(t), static_cast<int32_t>(p));
-  }
-  std::vector<float> score(static_cast<size_t>(offset[T]));
-  pool_.ParallelFor(chunks.size(), 1, [&](size_t b, size_t e) {
-    for (size_t c = b; c < e; ++c) {
-      const int64_t t = chunks[c].first, p0 = chunks[c].second, p1 = std::min<int64_t>(p0 + kChunk, tctx[t]);
-      const RowSource src(cache, layer, batch, t);
-      const float* qt = q.data_as<float>() + t * q.row_stride();
-      const float* wt = w.data_as<float>() + t * w.row_stride();
-      float* out = score.data() + offset[t];
-      for (int64_t p = p0; p < p1; ++p) {
-        const Row r = src(p);
-        float s = 0.0f;
-        for (int64_t h = 0; h < heads; ++h) {
-          const float dot = RowDot(qt + h * head_dim, r, key_offset, head_dim) * key_scale;
-          if (dot > 0.0f) s += wt[h] * dot;  // w[h] * relu(q_h . k)
+  Run("DsaSelect", [&] {
+    const int64_t T = batch.num_tokens;
+    LLMRT_CHECK(q.dim(0) == T && q.row_size() == heads * head_dim && w.dim(0) == T && w.row_size() == heads);
+    LLMRT_CHECK(key_offset + head_dim <= cache.width && selected.dim(0) == T && selected.row_size() == top_k);
+    const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
+    // Scores of every token whose context exceeds top_k, in chunks of positions spread over the
+    // pool (decode has one token per session, so parallelism comes from the context).
+    constexpr int64_t kChunk = 256;
+    std::vector<int64_t> offset(T + 1, 0);
+    std::vector<std::pair<int32_t, int32_t>> chunks;  // (token, first position)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t ctx = tctx[t];
+      offset[t + 1] = offset[t] + (ctx > top_k ? ctx : 0);
+      if (ctx <= top_k) continue;
+      for (int64_t p = 0; p < ctx; p += kChunk) chunks.emplace_back(static_cast<int32_t>(t), static_cast<int32_t>(p));
+    }
+    std::vector<float> score(static_cast<size_t>(offset[T]));
+    pool_.ParallelFor(chunks.size(), 1, [&](size_t b, size_t e) {
+      for (size_t c = b; c < e; ++c) {
+        const int64_t t = chunks[c].first, p0 = chunks[c].second, p1 = std::min<int64_t>(p0 + kChunk, tctx[t]);
+        const RowSource src(cache, layer, batch, t);
+        const float* qt = q.data_as<float>() + t * q.row_stride();
+        const float* wt = w.data_as<float>() + t * w.row_stride();
+        float* out = score.data() + offset[t];
+        for (int64_t p = p0; p < p1; ++p) {
+          const Row r = src(p);
+          float s = 0.0f;
+          for (int64_t h = 0; h < heads; ++h) {
+            const float dot = RowDot(qt + h * head_dim, r, key_offset, head_dim) * key_scale;
+            if (dot > 0.0f) s += wt[h] * dot;  // w[h] * relu(q_h . k)
+          }
+          out[p] = s;
         }
-        out[p] = s;
       }
-    }
-  });
-  pool_.ParallelFor(static_cast<size_t>(T), 1, [&](size_t b, size_t e) {
-    std::vector<int32_t> order;
-    for (size_t ti = b; ti < e; ++ti) {
-      const int64_t t = static_cast<int64_t>(ti), ctx = tctx[t];
-      int32_t* out = selected.data_as<int32_t>() + t * top_k;
-      if (ctx <= top_k) {  // every position is selected: dense
-        for (int64_t i = 0; i < top_k; ++i) out[i] = i < ctx ? static_cast<int32_t>(i) : -1;
-        continue;
+    });
+    pool_.ParallelFor(static_cast<size_t>(T), 1, [&](size_t b, size_t e) {
+      std::vector<int32_t> order;
+      for (size_t ti = b; ti < e; ++ti) {
+        const int64_t t = static_cast<int64_t>(ti), ctx = tctx[t];
+        int32_t* out = selected.data_as<int32_t>() + t * top_k;
+        if (ctx <= top_k) {  // every position is selected: dense
+          for (int64_t i = 0; i < top_k; ++i) out[i] = i < ctx ? static_cast<int32_t>(i) : -1;
+          continue;
+        }
+        const float* sc = score.data() + offset[t];
+        order.resize(ctx);
+        for (int64_t p = 0; p < ctx; ++p) order[p] = static_cast<int32_t>(p);
+        std::nth_element(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t c) {
+          return sc[a] != sc[c] ? sc[a] > sc[c] : a < c;
+        });
+        std::sort(order.begin(), order.begin() + top_k);
+        std::copy(order.begin(), order.begin() + top_k, out);
       }
-      const float* sc = score.data() + offset[t];
-      order.resize(ctx);
-      for (int64_t p = 0; p < ctx; ++p) order[p] = static_cast<int32_t>(p);
-      std::nth_element(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t c) {
-        return sc[a] != sc[c] ? sc[a] > sc[c] : a < c;
-      });
-      std::sort(order.begin(), order.begin() + top_k);
-      std::copy(order.begin(), order.begin() + top_k, out);
-    }
+    });
   });
 }
 
 void CpuBackend::MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d,
                                  const Tensor& out) {
-  const int64_t T = o_lat.dim(0), blk = d.nope + d.v;
-  LLMRT_CHECK(out.dim(0) == T && out.row_size() == d.heads * d.v);
-  const DType wd = WeightDType(kv_b);
-  const size_t es = DTypeSize(wd);
-  pool_.ParallelFor(static_cast<size_t>(d.heads), 1, [&](size_t b, size_t e) {
-    for (size_t h = b; h < e; ++h) {
-      // W_UV of head h: rows [h*blk + nope, h*blk + nope + v) of kv_b.
-      const uint8_t* w = kv_b.data.data_as<uint8_t>() +
-                         static_cast<size_t>((static_cast<int64_t>(h) * blk + d.nope) * d.kv_lora) * es;
-      cpu::MatMulRows(wd, w, d.kv_lora, o_lat.data_as<float>() + h * d.kv_lora, o_lat.row_stride(), T,
-                      out.data_as<float>() + h * d.v, out.row_stride(), 0, d.v);
-    }
+  Run("MlaProjectValue", [&] {
+    const int64_t T = o_lat.dim(0), blk = d.nope + d.v;
+    LLMRT_CHECK(out.dim(0) == T && out.row_size() == d.heads * d.v);
+    const DType wd = WeightDType(kv_b);
+    const size_t es = DTypeSize(wd);
+    pool_.ParallelFor(static_cast<size_t>(d.heads), 1, [&](size_t b, size_t e) {
+      for (size_t h = b; h < e; ++h) {
+        // W_UV of head h: rows [h*blk + nope, h*blk + nope + v) of kv_b.
+        const uint8_t* w = kv_b.data.data_as<uint8_t>() +
+                           static_cast<size_t>((static_cast<int64_t>(h) * blk + d.nope) * d.kv_lora) * es;
+        cpu::MatMulRows(wd, w, d.kv_lora, o_lat.data_as<float>() + h * d.kv_lora, o_lat.row_stride(), T,
+                        out.data_as<float>() + h * d.v, out.row_stride(), 0, d.v);
+      }
+    });
   });
 }
 

@@ -27,157 +27,242 @@ class HostStorage final : public Storage {
   void* data_ = nullptr;
 };
 
-float WeightAt(const Weight& w, int64_t i) {
-  return w.format == WeightFormat::kBF16 ? Bf16ToF32(w.data.data_as<uint16_t>()[i])
-                                         : w.data.data_as<float>()[i];
+// Element i of a norm weight or bias (F32 or BF16 vector).
+float VectorAt(const Weight& w, int64_t i) {
+  return w.format == kWeightBf16 ? Bf16ToF32(w.data.data_as<uint16_t>()[i]) : w.data.data_as<float>()[i];
+}
+
+void RmsNormRow(const float* xi, const Weight& w, float eps, int64_t D, float* o) {
+  // Sum of squares in float32 like torch's mean over a float32 tensor; a double accumulator
+  // keeps the result independent of the summation order.
+  double ss = 0;
+  for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(xi[i]) * xi[i];
+  const float inv = 1.0f / std::sqrt(static_cast<float>(ss / D) + eps);
+  for (int64_t i = 0; i < D; ++i) o[i] = VectorAt(w, i) * (xi[i] * inv);
 }
 
 }  // namespace
 
-const char* WeightFormatName(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kF32: return "F32";
-    case WeightFormat::kBF16: return "BF16";
-    case WeightFormat::kFp8Block: return "FP8 e4m3 block-scaled";
-    case WeightFormat::kInt4Group: return "INT4 group-scaled";
-  }
-  return "?";
+BackendEntry CpuBackendEntry() {
+  BackendEntry e;
+  e.kind = BackendKind::kCpu;
+  e.available = [] { return true; };
+  e.create = [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    return std::unique_ptr<Backend>(new CpuBackend(o));
+  };
+  return e;
 }
 
-std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
-  return std::make_unique<CpuBackend>(options);
+CpuBackend::CpuBackend(const BackendOptions& options) : pool_(options.num_threads) {}
+
+void CpuBackend::Fail(absl::Status status) {
+  std::lock_guard<std::mutex> lock(error_mu_);
+  if (error_.ok()) error_ = std::move(status);
+  failed_.store(true, std::memory_order_relaxed);
 }
 
-CpuBackend::CpuBackend(const CpuBackendOptions& options) : pool_(options.num_threads) {}
+absl::Status CpuBackend::Synchronize() {
+  if (!failed_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(error_mu_);
+  absl::Status s = std::move(error_);
+  error_ = absl::OkStatus();
+  failed_.store(false, std::memory_order_relaxed);
+  return s;
+}
 
-absl::StatusOr<Tensor> CpuBackend::Allocate(DType dtype, std::initializer_list<int64_t> shape) {
+absl::StatusOr<Tensor> CpuBackend::DoAllocate(DType dtype, const int64_t* shape, int rank) {
   int64_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0) return absl::InvalidArgumentError("negative tensor dimension");
-    n *= d;
-  }
-  size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
   auto storage = std::make_shared<HostStorage>(bytes);
   if (storage->data() == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));
   }
   void* data = storage->data();
-  return Tensor(std::move(storage), data, dtype, shape);
+  return Tensor(std::move(storage), data, dtype, shape, rank);
 }
 
-absl::StatusOr<Tensor> CpuBackend::ImportHost(std::shared_ptr<Storage> keepalive, const void* data,
-                                              DType dtype, const int64_t* shape, int rank) {
-  return Tensor(std::move(keepalive), const_cast<void*>(data), dtype, shape, rank);
+absl::StatusOr<Tensor> CpuBackend::ImportHost(std::shared_ptr<Storage> keepalive, const void* data, DType dtype,
+                                              const int64_t* shape, int rank) {
+  // Kernels load elements in their own type: bytes at an address that is not a multiple of the
+  // element size (a safetensors offset may be anything) are copied to aligned memory.
+  if (reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) == 0) {
+    return Tensor(std::move(keepalive), const_cast<void*>(data), dtype, shape, rank);
+  }
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+  auto storage = std::make_shared<HostStorage>(bytes);
+  if (storage->data() == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));
+  }
+  std::memcpy(storage->data(), data, bytes);
+  void* p = storage->data();
+  return Tensor(std::move(storage), p, dtype, shape, rank);
 }
 
-void CpuBackend::Upload(const void* src, size_t bytes, const Tensor& dst) {
-  LLMRT_CHECK(bytes <= dst.bytes() && dst.contiguous());
-  std::memcpy(dst.data(), src, bytes);
+bool CpuBackend::SupportsWeightFormat(WeightFormatId format) const { return cpu::FindMatMulKernel(format) != nullptr; }
+
+absl::StatusOr<Weight> CpuBackend::PrepareWeight(const StoredMatrix& m) {
+  const WeightFormatTraits* traits = FindWeightFormat(m.format);
+  if (traits == nullptr || !SupportsWeightFormat(m.format)) {
+    return absl::UnimplementedError(absl::StrCat("weight format ", static_cast<int>(m.format),
+                                                 " has no CPU kernel"));
+  }
+  Weight w;
+  w.format = m.format;
+  w.quantized = traits->quantized;
+  w.rows = m.rows;
+  w.cols = m.cols;
+  w.params = m.params;
+  LLMRT_ASSIGN_OR_RETURN(w.data, ImportHost(m.codes.keepalive, m.codes.data, m.codes.dtype, m.codes.shape.data(),
+                                            static_cast<int>(m.codes.shape.size())));
+  if (!m.scales.shape.empty()) {
+    LLMRT_ASSIGN_OR_RETURN(w.scales, ImportHost(m.scales.keepalive, m.scales.data, m.scales.dtype,
+                                                m.scales.shape.data(), static_cast<int>(m.scales.shape.size())));
+  }
+  return w;
 }
 
-void CpuBackend::Download(const Tensor& src, void* dst, size_t bytes) {
-  LLMRT_CHECK(bytes <= src.bytes() && src.contiguous());
-  std::memcpy(dst, src.data(), bytes);
+absl::StatusOr<std::unique_ptr<ExpertBank>> CpuBackend::PrepareExperts(std::vector<ExpertWeights> experts) {
+  return std::unique_ptr<ExpertBank>(new CpuExpertBank(std::move(experts)));
+}
+
+absl::Status CpuBackend::Upload(const void* src, size_t bytes, const Tensor& dst) {
+  if (bytes > dst.bytes() || !dst.contiguous()) {
+    return absl::InternalError(absl::StrCat("upload of ", bytes, " bytes into a ", dst.bytes(), "-byte tensor"));
+  }
+  if (bytes > 0) std::memcpy(dst.data(), src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Download(const Tensor& src, void* dst, size_t bytes) {
+  if (bytes > src.bytes() || !src.contiguous()) {
+    return absl::InternalError(absl::StrCat("download of ", bytes, " bytes from a ", src.bytes(), "-byte tensor"));
+  }
+  if (bytes > 0) std::memcpy(dst, src.data(), bytes);
+  return absl::OkStatus();
 }
 
 void CpuBackend::Fill(const Tensor& t, float value) {
-  LLMRT_CHECK(t.dtype() == DType::kF32 && t.contiguous());
-  float* p = t.data_as<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
+  Run("Fill", [&] {
+    LLMRT_CHECK(t.dtype() == DType::kF32 && t.contiguous());
+    float* p = t.data_as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
+  });
 }
 
 void CpuBackend::Embedding(const Weight& table, const Tensor& ids, const Tensor& out) {
-  const int64_t T = ids.dim(0), H = table.cols;
-  LLMRT_CHECK(out.dim(0) == T && out.row_size() == H);
-  const int32_t* id = ids.data_as<int32_t>();
-  for (int64_t t = 0; t < T; ++t) {
-    LLMRT_CHECK(id[t] >= 0 && id[t] < table.rows);
-    float* o = out.data_as<float>() + t * out.row_stride();
-    if (table.format == WeightFormat::kBF16) {
-      Bf16ToF32Array(table.data.data_as<uint16_t>() + id[t] * H, o, H);
-    } else {
-      std::memcpy(o, table.data.data_as<float>() + id[t] * H, H * sizeof(float));
+  Run("Embedding", [&] {
+    const int64_t T = ids.dim(0), H = table.cols;
+    LLMRT_CHECK(out.dim(0) == T && out.row_size() == H);
+    LLMRT_CHECK(table.format == kWeightBf16 || table.format == kWeightF32);
+    const int32_t* id = ids.data_as<int32_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      LLMRT_CHECK(id[t] >= 0 && id[t] < table.rows);
+      float* o = out.data_as<float>() + t * out.row_stride();
+      if (table.format == kWeightBf16) {
+        Bf16ToF32Array(table.data.data_as<uint16_t>() + id[t] * H, o, H);
+      } else {
+        std::memcpy(o, table.data.data_as<float>() + id[t] * H, H * sizeof(float));
+      }
     }
-  }
+  });
 }
 
 void CpuBackend::RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) {
-  const int64_t T = x.dim(0), D = x.row_size();
-  LLMRT_CHECK(w.rows == D && out.dim(0) == T && out.row_size() == D);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xi = x.data_as<float>() + t * x.row_stride();
-    float* o = out.data_as<float>() + t * out.row_stride();
-    // Sum of squares in float32 like torch's mean over a float32 tensor; a double
-    // accumulator keeps the result independent of the summation order.
-    double ss = 0;
-    for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(xi[i]) * xi[i];
-    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / D) + eps);
-    for (int64_t i = 0; i < D; ++i) o[i] = WeightAt(w, i) * (xi[i] * inv);
-  }
+  Run("RmsNorm", [&] {
+    const int64_t T = x.dim(0), D = x.row_size();
+    LLMRT_CHECK(w.rows == D && out.dim(0) == T && out.row_size() == D);
+    for (int64_t t = 0; t < T; ++t) {
+      RmsNormRow(x.data_as<float>() + t * x.row_stride(), w, eps, D, out.data_as<float>() + t * out.row_stride());
+    }
+  });
+}
+
+void CpuBackend::HeadRmsNorm(const Tensor& x, int64_t head_dim, const Weight& w, float eps, const Tensor& out) {
+  Run("HeadRmsNorm", [&] {
+    const int64_t T = x.dim(0), D = x.row_size();
+    LLMRT_CHECK(head_dim > 0 && D % head_dim == 0 && w.rows == head_dim && out.dim(0) == T && out.row_size() == D);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xi = x.data_as<float>() + t * x.row_stride();
+      float* o = out.data_as<float>() + t * out.row_stride();
+      for (int64_t g = 0; g < D; g += head_dim) RmsNormRow(xi + g, w, eps, head_dim, o + g);
+    }
+  });
 }
 
 void CpuBackend::LayerNorm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& out) {
-  const int64_t T = x.dim(0), D = x.row_size();
-  LLMRT_CHECK(w.rows == D && b.rows == D && out.dim(0) == T && out.row_size() == D);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xi = x.data_as<float>() + t * x.row_stride();
-    float* o = out.data_as<float>() + t * out.row_stride();
-    // Biased variance, as torch's layer_norm.
-    double sum = 0;
-    for (int64_t i = 0; i < D; ++i) sum += xi[i];
-    const double mean = sum / D;
-    double var = 0;
-    for (int64_t i = 0; i < D; ++i) var += (xi[i] - mean) * (xi[i] - mean);
-    const float inv = 1.0f / std::sqrt(static_cast<float>(var / D) + eps);
-    const float m = static_cast<float>(mean);
-    for (int64_t i = 0; i < D; ++i) o[i] = (xi[i] - m) * inv * WeightAt(w, i) + WeightAt(b, i);
-  }
+  Run("LayerNorm", [&] {
+    const int64_t T = x.dim(0), D = x.row_size();
+    LLMRT_CHECK(w.rows == D && b.rows == D && out.dim(0) == T && out.row_size() == D);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xi = x.data_as<float>() + t * x.row_stride();
+      float* o = out.data_as<float>() + t * out.row_stride();
+      // Biased variance, as torch's layer_norm.
+      double sum = 0;
+      for (int64_t i = 0; i < D; ++i) sum += xi[i];
+      const double mean = sum / D;
+      double var = 0;
+      for (int64_t i = 0; i < D; ++i) var += (xi[i] - mean) * (xi[i] - mean);
+      const float inv = 1.0f / std::sqrt(static_cast<float>(var / D) + eps);
+      const float m = static_cast<float>(mean);
+      for (int64_t i = 0; i < D; ++i) o[i] = (xi[i] - m) * inv * VectorAt(w, i) + VectorAt(b, i);
+    }
+  });
 }
 
 void CpuBackend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const int64_t T = a.dim(0), D = a.row_size();
-  LLMRT_CHECK(b.dim(0) == T && b.row_size() == D && out.dim(0) == T && out.row_size() == D);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* pa = a.data_as<float>() + t * a.row_stride();
-    const float* pb = b.data_as<float>() + t * b.row_stride();
-    float* po = out.data_as<float>() + t * out.row_stride();
-    for (int64_t i = 0; i < D; ++i) po[i] = pa[i] + pb[i];
-  }
+  Run("Add", [&] {
+    const int64_t T = a.dim(0), D = a.row_size();
+    LLMRT_CHECK(b.dim(0) == T && b.row_size() == D && out.dim(0) == T && out.row_size() == D);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* pa = a.data_as<float>() + t * a.row_stride();
+      const float* pb = b.data_as<float>() + t * b.row_stride();
+      float* po = out.data_as<float>() + t * out.row_stride();
+      for (int64_t i = 0; i < D; ++i) po[i] = pa[i] + pb[i];
+    }
+  });
 }
 
 void CpuBackend::SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  const int64_t T = gate.dim(0), D = gate.row_size();
-  LLMRT_CHECK(up.dim(0) == T && up.row_size() == D && out.dim(0) == T && out.row_size() == D);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* g = gate.data_as<float>() + t * gate.row_stride();
-    const float* u = up.data_as<float>() + t * up.row_stride();
-    float* o = out.data_as<float>() + t * out.row_stride();
-    for (int64_t i = 0; i < D; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-  }
+  Run("SiluMul", [&] {
+    const int64_t T = gate.dim(0), D = gate.row_size();
+    LLMRT_CHECK(up.dim(0) == T && up.row_size() == D && out.dim(0) == T && out.row_size() == D);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* g = gate.data_as<float>() + t * gate.row_stride();
+      const float* u = up.data_as<float>() + t * up.row_stride();
+      float* o = out.data_as<float>() + t * out.row_stride();
+      for (int64_t i = 0; i < D; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  });
 }
 
 void CpuBackend::AddBias(const Tensor& x, const Weight& bias) {
-  const int64_t T = x.dim(0), D = x.row_size();
-  LLMRT_CHECK(bias.rows == D);
-  for (int64_t t = 0; t < T; ++t) {
-    float* r = x.data_as<float>() + t * x.row_stride();
-    for (int64_t i = 0; i < D; ++i) r[i] += WeightAt(bias, i);
-  }
+  Run("AddBias", [&] {
+    const int64_t T = x.dim(0), D = x.row_size();
+    LLMRT_CHECK(bias.rows == D);
+    for (int64_t t = 0; t < T; ++t) {
+      float* r = x.data_as<float>() + t * x.row_stride();
+      for (int64_t i = 0; i < D; ++i) r[i] += VectorAt(bias, i);
+    }
+  });
 }
 
 void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
-  const int64_t S = rows.dim(0), D = x.row_size();
-  LLMRT_CHECK(out.dim(0) == S && out.row_size() == D);
-  const int32_t* r = rows.data_as<int32_t>();
-  for (int64_t s = 0; s < S; ++s) {
-    LLMRT_CHECK(r[s] >= 0 && r[s] < x.dim(0));
-    std::memcpy(out.data_as<float>() + s * out.row_stride(),
-                x.data_as<float>() + r[s] * x.row_stride(), D * sizeof(float));
-  }
+  Run("GatherRows", [&] {
+    const int64_t S = rows.dim(0), D = x.row_size();
+    LLMRT_CHECK(out.dim(0) == S && out.row_size() == D);
+    const int32_t* r = rows.data_as<int32_t>();
+    for (int64_t s = 0; s < S; ++s) {
+      LLMRT_CHECK(r[s] >= 0 && r[s] < x.dim(0));
+      std::memcpy(out.data_as<float>() + s * out.row_stride(), x.data_as<float>() + r[s] * x.row_stride(),
+                  D * sizeof(float));
+    }
+  });
 }
 
-void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out,
-                           int64_t ldo) {
+void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
   thread_local std::vector<float> scratch;  // INT4's permuted activations, reused across calls
   int64_t ld = 0;
   const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
@@ -187,8 +272,7 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
   });
 }
 
-void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out,
-                                  int64_t ldo) {
+void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
   thread_local std::vector<float> scratch;
   int64_t ld = 0;
   const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
@@ -196,40 +280,44 @@ void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const 
 }
 
 void CpuBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
-  LLMRT_CHECK(x.rank() == 2 && out.rank() == 2);
-  LLMRT_CHECK(x.dim(1) == w.cols && out.dim(1) == w.rows && out.dim(0) == x.dim(0));
-  MatMulRaw(x.data_as<float>(), x.row_stride(), x.dim(0), w, out.data_as<float>(), out.row_stride());
+  Run("MatMul", [&] {
+    LLMRT_CHECK(x.rank() == 2 && out.rank() == 2);
+    LLMRT_CHECK(x.dim(1) == w.cols && out.dim(1) == w.rows && out.dim(0) == x.dim(0));
+    MatMulRaw(x.data_as<float>(), x.row_stride(), x.dim(0), w, out.data_as<float>(), out.row_stride());
+  });
 }
 
-void CpuBackend::Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset,
-                      const std::vector<float>& inv_freq, float attention_factor, bool interleaved,
-                      const Tensor& positions) {
-  const int64_t T = x.dim(0);
-  const int64_t half = static_cast<int64_t>(inv_freq.size());
-  LLMRT_CHECK(x.row_size() == heads * head_dim && offset + 2 * half <= head_dim);
-  const int32_t* pos = positions.data_as<int32_t>();
-  std::vector<float> cs(2 * half);
-  for (int64_t t = 0; t < T; ++t) {
-    // As transformers: freqs = position (float32) * inv_freq (float32), cos/sin in float32,
-    // then times attention_factor.
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(pos[t]) * inv_freq[i];
-      cs[2 * i] = std::cos(angle) * attention_factor;
-      cs[2 * i + 1] = std::sin(angle) * attention_factor;
-    }
-    float* row = x.data_as<float>() + t * x.row_stride();
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = row + h * head_dim + offset;
+void CpuBackend::Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset, const RopeTable& rope,
+                      bool interleaved, const Tensor& positions) {
+  Run("Rope", [&] {
+    const int64_t T = x.dim(0), half = rope.half;
+    LLMRT_CHECK(x.row_size() == heads * head_dim && offset + 2 * half <= head_dim);
+    const int32_t* pos = positions.data_as<int32_t>();
+    const float* inv_freq = rope.inv_freq.data_as<float>();
+    thread_local std::vector<float> cs;
+    cs.resize(static_cast<size_t>(2 * half));
+    for (int64_t t = 0; t < T; ++t) {
+      // As transformers: freqs = position (float32) * inv_freq (float32), cos/sin in float32,
+      // then times attention_factor.
       for (int64_t i = 0; i < half; ++i) {
-        const float c = cs[2 * i], s = cs[2 * i + 1];
-        float* a = interleaved ? v + 2 * i : v + i;
-        float* b = interleaved ? v + 2 * i + 1 : v + i + half;
-        const float x1 = *a, x2 = *b;
-        *a = x1 * c - x2 * s;
-        *b = x2 * c + x1 * s;
+        const float angle = static_cast<float>(pos[t]) * inv_freq[i];
+        cs[2 * i] = std::cos(angle) * rope.attention_factor;
+        cs[2 * i + 1] = std::sin(angle) * rope.attention_factor;
+      }
+      float* row = x.data_as<float>() + t * x.row_stride();
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = row + h * head_dim + offset;
+        for (int64_t i = 0; i < half; ++i) {
+          const float c = cs[2 * i], s = cs[2 * i + 1];
+          float* a = interleaved ? v + 2 * i : v + i;
+          float* b = interleaved ? v + 2 * i + 1 : v + i + half;
+          const float x1 = *a, x2 = *b;
+          *a = x1 * c - x2 * s;
+          *b = x2 * c + x1 * s;
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace llmrt

@@ -1,64 +1,86 @@
 // The CPU backend: host memory, a thread pool, SIMD kernels chosen at run time. Ops run
-// synchronously, so Synchronize is a no-op. Its methods are split by op family over
-// cpu_backend.cc (memory, elementwise, rope, matmul), attention.cc and moe.cc.
+// synchronously on the calling thread and the pool; an exception inside an op (an internal
+// check, an allocation failure in a worker) is caught, recorded, and returned by Synchronize.
+// Its methods are split by op family over cpu_backend.cc (memory, elementwise, rope, matmul),
+// attention.cc (KV writes, attention, DSA) and moe.cc.
 #ifndef LLMRT_BACKEND_CPU_CPU_BACKEND_H_
 #define LLMRT_BACKEND_CPU_CPU_BACKEND_H_
 
+#include <atomic>
+#include <exception>
+#include <new>
 #include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "src/backend/backend.h"
+#include "src/backend/registry.h"
 #include "src/util/thread_pool.h"
 
 namespace llmrt {
 
+// Routed experts on the CPU: the weights as loaded.
+class CpuExpertBank final : public ExpertBank {
+ public:
+  explicit CpuExpertBank(std::vector<ExpertWeights> e) : experts(std::move(e)) {}
+  int64_t num_experts() const override { return static_cast<int64_t>(experts.size()); }
+  std::vector<ExpertWeights> experts;
+};
+
+// The CPU backend's registry entry (always available).
+BackendEntry CpuBackendEntry();
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const CpuBackendOptions& options);
+  explicit CpuBackend(const BackendOptions& options);
   std::string name() const override { return "cpu"; }
+  BackendKind kind() const override { return BackendKind::kCpu; }
 
-  absl::StatusOr<Tensor> Allocate(DType dtype, std::initializer_list<int64_t> shape) override;
-  absl::StatusOr<Tensor> ImportHost(std::shared_ptr<Storage> keepalive, const void* data,
-                                    DType dtype, const int64_t* shape, int rank) override;
-  void Upload(const void* src, size_t bytes, const Tensor& dst) override;
-  void Download(const Tensor& src, void* dst, size_t bytes) override;
+  absl::StatusOr<Tensor> ImportHost(std::shared_ptr<Storage> keepalive, const void* data, DType dtype,
+                                    const int64_t* shape, int rank) override;
+  absl::StatusOr<Weight> PrepareWeight(const StoredMatrix& m) override;
+  bool SupportsWeightFormat(WeightFormatId format) const override;
+  absl::StatusOr<std::unique_ptr<ExpertBank>> PrepareExperts(std::vector<ExpertWeights> experts) override;
+  absl::Status Upload(const void* src, size_t bytes, const Tensor& dst) override;
+  absl::Status Download(const Tensor& src, void* dst, size_t bytes) override;
+  absl::Status Synchronize() override;
+
   void Fill(const Tensor& t, float value) override;
-  void Synchronize() override {}
-
   void Embedding(const Weight& table, const Tensor& ids, const Tensor& out) override;
   void RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) override;
+  void HeadRmsNorm(const Tensor& x, int64_t head_dim, const Weight& w, float eps, const Tensor& out) override;
   void LayerNorm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& out) override;
   void Add(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
-  void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void AddBias(const Tensor& x, const Weight& bias) override;
+  void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
   void MatMul(const Tensor& x, const Weight& w, const Tensor& out) override;
-  void Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset,
-            const std::vector<float>& inv_freq, float attention_factor, bool interleaved,
+  void Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset, const RopeTable& rope, bool interleaved,
             const Tensor& positions) override;
 
+  void KvCalibrate(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts) override;
   void KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
                const AttentionBatch& batch) override;
-  void KvExportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots,
-                    uint8_t* dst) override;
-  void KvImportRows(const KvCacheView& cache, int64_t layer, const std::vector<int32_t>& slots, const uint8_t* src,
-                    DType src_dtype, float src_scale, const KvRowLayout* src_tiled) override;
+  void KvExportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& dst) override;
+  void KvImportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& src,
+                    const KvCodec& src_codec, const KvRowLayout& src_layout, float src_scale) override;
   void GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
                     int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) override;
-  void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,
-                      const Tensor& q_lat) override;
+  void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d, const Tensor& q_lat) override;
   void MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache, int64_t layer,
                     const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor* selected,
                     const Tensor& out_lat) override;
+  void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d, const Tensor& out) override;
   void DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
                  const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset, float key_scale,
                  int64_t top_k, const Tensor& selected) override;
-  void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d,
-                       const Tensor& out) override;
 
-  void MoeRoute(const Tensor& x, const Weight& gate, const Weight& bias, const RouterParams& p,
-                const Tensor& idx, const Tensor& weights) override;
-  void MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights,
-                  const std::vector<ExpertWeights>& experts, const Tensor& out) override;
+  void MoeRoute(const Tensor& x, const Weight& gate, const Weight& bias, const RouterParams& p, const Tensor& idx,
+                const Tensor& weights) override;
+  void MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights, const ExpertBank& experts,
+                  const Tensor& out) override;
 
   ThreadPool& pool() { return pool_; }
   // out [T, rows] = x [T, cols] w^T over raw host pointers (shared by MatMul and MoE).
@@ -66,9 +88,46 @@ class CpuBackend final : public Backend {
   // The same on the calling thread only.
   static void MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);
 
+ protected:
+  absl::StatusOr<Tensor> DoAllocate(DType dtype, const int64_t* shape, int rank) override;
+
  private:
+  // Runs an op body, turning an exception into the recorded failure; skips the body once a
+  // failure is recorded (the contract of a device stream).
+  template <typename Fn>
+  void Run(const char* op, Fn&& body);
+  void Fail(absl::Status status);
+
   ThreadPool pool_;
+  std::atomic<bool> failed_{false};
+  std::mutex error_mu_;
+  absl::Status error_;
+  // Per-call buffers of MoeExperts, kept across calls: after the first steps of each size no
+  // forward pass allocates.
+  struct MoeScratch {
+    std::vector<std::vector<std::pair<int32_t, float>>> assigned;  // [E]: (token, weight) in token order
+    std::vector<int64_t> active;
+    struct PerExpert {
+      std::vector<float> xin, g, u, y;
+    };
+    std::vector<PerExpert> per_expert;  // [active]
+  };
+  std::unique_ptr<MoeScratch> moe_;
 };
+
+template <typename Fn>
+void CpuBackend::Run(const char* op, Fn&& body) {
+  if (failed_.load(std::memory_order_relaxed)) return;
+  try {
+    body();
+  } catch (const std::bad_alloc&) {
+    Fail(absl::ResourceExhaustedError(absl::StrCat(op, ": out of host memory")));
+  } catch (const std::exception& e) {
+    Fail(absl::InternalError(absl::StrCat(op, ": ", e.what())));
+  } catch (...) {
+    Fail(absl::InternalError(absl::StrCat(op, ": unknown exception")));
+  }
+}
 
 }  // namespace llmrt
 

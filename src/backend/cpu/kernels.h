@@ -20,16 +20,32 @@ float Dot(const float* a, DType bdtype, const void* b, int64_t n);
 // y[i] += alpha * x[i]; x is float32, bfloat16 or float8 e4m3 (unscaled codes).
 void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n);
 
-// MatMulRows for a weight of any format (WeightFormat), x as returned by PrepareActivations.
+// The CPU matmul of one weight format.
+struct MatMulKernel {
+  // Rows [n0, n1) of out = x w^T, x as `prepare` returned it.
+  void (*rows)(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
+               int64_t n1) = nullptr;
+  // The activation layout `rows` reads (INT4: x permuted within each 32-column chunk, in
+  // `scratch`); nullptr: x as it is.
+  const float* (*prepare)(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
+                          int64_t* ld) = nullptr;
+};
+// The kernel of a format: the registered SIMD one, else a generic one over the format's scalar
+// dequantization (any registered format runs on the CPU). nullptr for an unknown format.
+const MatMulKernel* FindMatMulKernel(WeightFormatId format);
+// Registers a SIMD kernel for a format (the built-in formats are registered in matmul.cc).
+void RegisterMatMulKernel(WeightFormatId format, const MatMulKernel& kernel);
+
+// MatMulRows for a weight of any format, x as PrepareActivations returned it.
 void MatMulWeightRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
                       int64_t n1);
-// The activation layout w's kernel reads: INT4 pairs with x permuted within each 32-column chunk
-// (16 even then 16 odd columns, in `scratch`); other formats use x as is. Sets *ld to the row
-// stride of the returned rows.
+// The activation layout w's kernel reads; sets *ld to the row stride of the returned rows.
 const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
                                 int64_t* ld);
-// Row `row` of w in float32, natural column order (scalar reference dequantization).
+// Row `row` of w in float32, natural column order (the format's scalar reference).
 void DequantizeRow(const Weight& w, int64_t row, float* out);
+// The host bytes of a CPU weight.
+MatrixBytes BytesOf(const Weight& w);
 
 // Scalar references, used by the kernel tests.
 void MatMulRowsScalar(DType wdtype, const void* w, int64_t k, const float* x, int64_t ldx,

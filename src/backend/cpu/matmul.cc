@@ -19,12 +19,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "src/backend/cpu/kernels.h"
 #include "src/quant/fp8.h"
 #include "src/quant/weight_quant.h"
 #include "src/util/bf16.h"
+#include "src/util/status.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace llmrt::cpu {
@@ -270,14 +272,14 @@ void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, fl
                      int64_t n1) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), K = w.cols;
-  const bool int4 = w.format == WeightFormat::kInt4Group;
+  const bool int4 = w.format == kWeightInt4Group;
   // INT4 chunks hold 16 codes of each parity: vectors of up to 16 float lanes (every x86 target).
-  HWY_ASSERT(!int4 || N <= 16);
-  const int64_t bw = int4 ? w.group : w.block_cols, nb = (K + bw - 1) / bw;
-  const int64_t nbc = (K + w.block_cols - 1) / std::max<int64_t>(w.block_cols, 1);
+  LLMRT_CHECK(!int4 || N <= 16);
+  const int64_t bw = int4 ? w.params.group : w.params.block_cols, nb = (K + bw - 1) / bw;
+  const int64_t nbc = (K + w.params.block_cols - 1) / std::max<int64_t>(w.params.block_cols, 1);
   auto scale_of = [&](int64_t row, int64_t b) {
-    return int4 ? Bf16ToF32(w.scales.data_as<uint16_t>()[row * (K / w.group) + b])
-                : w.scales.data_as<float>()[(row / w.block_rows) * nbc + b];
+    return int4 ? Bf16ToF32(w.scales.data_as<uint16_t>()[row * (K / w.params.group) + b])
+                : w.scales.data_as<float>()[(row / w.params.block_rows) * nbc + b];
   };
   auto codes_of = [&](int64_t row, int64_t b) {
     return int4 ? w.data.data_as<uint8_t>() + row * (K / 2) + b * bw / 2 : w.data.data_as<uint8_t>() + row * K + b * bw;
@@ -393,20 +395,22 @@ HWY_EXPORT(MatMulRowsQuant);
 HWY_EXPORT(DotFp8);
 HWY_EXPORT(AxpyFp8);
 
-void MatMulWeightRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
-                      int64_t n1) {
-  if (w.quantized()) {
-    HWY_DYNAMIC_DISPATCH(MatMulRowsQuant)(w, x, ldx, t, out, ldo, n0, n1);
-  } else {
-    MatMulRows(w.format == WeightFormat::kBF16 ? DType::kBF16 : DType::kF32, w.data.data(), w.cols, x, ldx, t, out,
-               ldo, n0, n1);
-  }
+namespace {
+
+void DenseRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
+               int64_t n1) {
+  MatMulRows(w.format == kWeightBf16 ? DType::kBF16 : DType::kF32, w.data.data(), w.cols, x, ldx, t, out, ldo, n0, n1);
 }
 
-const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
-                                int64_t* ld) {
-  *ld = ldx;
-  if (w.format != WeightFormat::kInt4Group) return x;
+void QuantRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
+               int64_t n1) {
+  HWY_DYNAMIC_DISPATCH(MatMulRowsQuant)(w, x, ldx, t, out, ldo, n0, n1);
+}
+
+// INT4 pairs codes of one byte: its kernel reads x permuted within each 32-column chunk (16 even
+// then 16 odd columns).
+const float* PermuteForInt4(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
+                            int64_t* ld) {
   const int64_t K = w.cols;
   scratch.resize(static_cast<size_t>(t * K));
   for (int64_t i = 0; i < t; ++i) {
@@ -423,23 +427,86 @@ const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, in
   return scratch.data();
 }
 
-void DequantizeRow(const Weight& w, int64_t row, float* out) {
-  const int64_t K = w.cols;
-  switch (w.format) {
-    case WeightFormat::kF32:
-      std::memcpy(out, w.data.data_as<float>() + row * K, K * sizeof(float));
-      return;
-    case WeightFormat::kBF16:
-      Bf16ToF32Array(w.data.data_as<uint16_t>() + row * K, out, K);
-      return;
-    case WeightFormat::kFp8Block:
-      DequantizeFp8BlockRow(w.data.data_as<uint8_t>(), w.scales.data_as<float>(), K, w.block_rows, w.block_cols, row,
-                            out);
-      return;
-    case WeightFormat::kInt4Group:
-      DequantizeInt4Row(w.data.data_as<uint8_t>(), w.scales.data_as<uint16_t>(), K, w.group, row, out);
-      return;
+// Any registered format without a SIMD kernel: each weight row dequantized by the format's
+// scalar reference, then dotted with every activation row.
+void GenericRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
+                 int64_t n1) {
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(w.cols));
+  const MatrixBytes m = BytesOf(w);
+  const WeightFormatTraits& traits = WeightFormatOf(w.format);
+  for (int64_t n = n0; n < n1; ++n) {
+    traits.dequantize_row(m, n, row.data());
+    for (int64_t i = 0; i < t; ++i) out[i * ldo + n] = Dot(x + i * ldx, DType::kF32, row.data(), w.cols);
   }
+}
+
+struct KernelTable {
+  std::mutex mu;
+  MatMulKernel kernels[kMaxWeightFormats];
+  bool simd[kMaxWeightFormats] = {};
+};
+
+KernelTable& Kernels() {
+  static KernelTable* t = [] {
+    auto* k = new KernelTable();
+    k->kernels[kWeightF32] = {DenseRows, nullptr};
+    k->kernels[kWeightBf16] = {DenseRows, nullptr};
+    k->kernels[kWeightFp8Block] = {QuantRows, nullptr};
+    k->kernels[kWeightInt4Group] = {QuantRows, PermuteForInt4};
+    for (WeightFormatId id : {kWeightF32, kWeightBf16, kWeightFp8Block, kWeightInt4Group}) k->simd[id] = true;
+    return k;
+  }();
+  return *t;
+}
+
+}  // namespace
+
+MatrixBytes BytesOf(const Weight& w) {
+  MatrixBytes m;
+  m.codes = w.data.data_as<uint8_t>();
+  m.scales = w.scales.defined() ? w.scales.data_as<uint8_t>() : nullptr;
+  m.rows = w.rows;
+  m.cols = w.cols;
+  m.params = w.params;
+  return m;
+}
+
+void RegisterMatMulKernel(WeightFormatId format, const MatMulKernel& kernel) {
+  KernelTable& k = Kernels();
+  std::lock_guard<std::mutex> lock(k.mu);
+  k.kernels[format] = kernel;
+  k.simd[format] = true;
+}
+
+const MatMulKernel* FindMatMulKernel(WeightFormatId format) {
+  static const MatMulKernel kGeneric = {GenericRows, nullptr};
+  if (format >= kMaxWeightFormats) return nullptr;
+  KernelTable& k = Kernels();
+  {
+    std::lock_guard<std::mutex> lock(k.mu);
+    if (k.simd[format]) return &k.kernels[format];
+  }
+  return FindWeightFormat(format) != nullptr ? &kGeneric : nullptr;
+}
+
+void MatMulWeightRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
+                      int64_t n1) {
+  const MatMulKernel* k = FindMatMulKernel(w.format);
+  LLMRT_CHECK(k != nullptr);
+  k->rows(w, x, ldx, t, out, ldo, n0, n1);
+}
+
+const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
+                                int64_t* ld) {
+  *ld = ldx;
+  const MatMulKernel* k = FindMatMulKernel(w.format);
+  LLMRT_CHECK(k != nullptr);
+  return k->prepare == nullptr ? x : k->prepare(w, x, ldx, t, scratch, ld);
+}
+
+void DequantizeRow(const Weight& w, int64_t row, float* out) {
+  WeightFormatOf(w.format).dequantize_row(BytesOf(w), row, out);
 }
 
 void MatMulRows(DType wdtype, const void* w, int64_t k, const float* x, int64_t ldx, int64_t t,

@@ -1,24 +1,24 @@
-// DeepSeek-V3 forward pass, following transformers' modeling_deepseek_v3.py (pinned 5.24.0)
-// block by block. Decode and prefill share one path: every token of the batch first writes its
-// latent K/V into the paged cache, then attends in latent space over its causal context.
+// DeepSeek-V3 attention (Kimi K2, K2-Thinking, K2.5+ text model), following transformers'
+// modeling_deepseek_v3.py (pinned 5.24.0) block by block: MLA with weight absorption over a
+// paged latent cache. Decode and prefill share one path: every token of the batch first writes
+// its latent K/V into the paged cache, then attends in latent space over its causal context.
 //
 // GLM-5.x (modeling_glm_moe_dsa.py) is the same MLA plus DeepSeek Sparse Attention: a lightning
 // indexer whose key is cached in the same rows as the latent (so KV codecs and integrity tags
 // cover it) scores the causal context, and each query attends only to its index_topk best
 // positions. "shared" indexer layers reuse the selection of the previous "full" layer.
+//
+// The layer loop, norms and feed-forward blocks are the shared decoder (src/model/decoder.h).
 
 #include "src/model/arch/deepseek_v3.h"
 
 #include <cmath>
-#include <array>
+#include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "src/model/arch/common.h"
-#include "src/model/arch/ffn.h"
+#include "src/model/decoder.h"
 #include "src/model/rope.h"
-#include "src/model/weights.h"
 #include "src/util/status.h"
 
 namespace llmrt {
@@ -30,227 +30,221 @@ constexpr float kLoraNormEps = 1e-6f;
 // GlmMoeDsaIndexer.k_norm: nn.LayerNorm(index_head_dim, eps=1e-6).
 constexpr float kIndexNormEps = 1e-6f;
 
-// The DSA lightning indexer of one "full" layer.
-struct Indexer {
-  Weight wq_b;          // [heads * dim, q_lora]
-  Weight wk;            // [dim, hidden]
-  Weight k_norm, k_norm_bias;  // [dim]
-  Weight weights_proj;  // [heads, hidden]
-};
-
-struct Layer {
-  Weight input_norm, post_norm;
-  // Attention.
-  Weight q_proj;                    // [H*(nope+rope), hidden] when q_lora_rank is null
-  Weight q_a, q_a_norm, q_b;        // q LoRA path
-  Weight kv_a, kv_a_norm, kv_b, o_proj;
-  FfnWeights ffn;                   // dense MLP or MoE
-  bool has_indexer = false;         // DSA "full" layer
-  Indexer indexer;
-};
-
-// Per-forward DSA state: whether any token's context exceeds index_topk, and the selection of
-// the last full indexer layer ([T, index_topk]).
-struct DsaState {
+// The DSA selection of one pass: whether any token's context exceeds index_topk, and the top-k
+// positions of every token chosen by the last "full" indexer layer ([T, index_topk]).
+struct DsaSelection {
   bool sparse = false;
   Tensor selected;
 };
 
-class DeepseekV3 final : public Model {
+class DsaPassState final : public PassState {
  public:
-  DeepseekV3(const ModelConfig& c, Backend& b) : cfg_(c), be_(b) {}
-
-  absl::Status Load(const Checkpoint& ck, const LoadOptions& options);
-  const ModelConfig& config() const override { return cfg_; }
-  int64_t kv_width() const override { return cfg_.KvWidth(); }
-  uint64_t num_parameters() const override { return num_parameters_; }
-  uint64_t weight_bytes() const override { return weight_bytes_; }
-  std::array<uint64_t, 4> resident_bytes() const override { return resident_bytes_; }
-  absl::Status Forward(const ForwardBatch& batch, const KvCacheView& cache, const Tensor& logits) override;
+  DsaPassState(int64_t top_k, std::shared_ptr<DsaSelection> sel) : top_k_(top_k), sel_(std::move(sel)) {}
+  void TakeScratch(Workspace& ws, int64_t tokens) const override { ws.Take(DType::kI32, {tokens, top_k_}); }
+  void Begin(PassContext& ctx) override {
+    // Attention stays dense until some token's context exceeds index_topk.
+    sel_->sparse = ctx.batch.attn.max_ctx > top_k_;
+    sel_->selected = ctx.ws.Take(DType::kI32, {ctx.batch.num_tokens, top_k_});
+  }
 
  private:
-  absl::Status Attention(const Layer& l, int64_t layer, const ForwardBatch& b, const KvCacheView& cache,
-                         const Tensor& x, DsaState& dsa, const Tensor& out);
-  absl::Status RunIndexer(const Indexer& ix, int64_t layer, const ForwardBatch& b, const KvCacheView& cache,
-                          const Tensor& x, const Tensor& q_resid, const Tensor& latent, const Tensor& k_rope,
-                          DsaState& dsa);
-  absl::StatusOr<Tensor> Scratch(std::initializer_list<int64_t> shape, DType dt = DType::kF32) {
-    return be_.Allocate(dt, shape);
-  }
-
-  ModelConfig cfg_;
-  Backend& be_;
-  MlaDims dims_;
-  RopeParams rope_;
-  float softmax_scale_ = 1.0f;
-  Weight embed_, final_norm_, lm_head_;
-  std::vector<Layer> layers_;
-  uint64_t num_parameters_ = 0;
-  uint64_t weight_bytes_ = 0;
-  std::array<uint64_t, 4> resident_bytes_{};
+  int64_t top_k_;
+  std::shared_ptr<DsaSelection> sel_;
 };
 
-absl::Status DeepseekV3::Load(const Checkpoint& ck, const LoadOptions& options) {
-  const ModelConfig& c = cfg_;
-  WeightLoader w(ck, be_, options);
+// The DSA lightning indexer of one "full" layer.
+struct Indexer {
+  Weight wq_b;                 // [heads * dim, q_lora]
+  Weight wk;                   // [dim, hidden]
+  Weight k_norm, k_norm_bias;  // [dim]
+  Weight weights_proj;         // [heads, hidden]
+};
+
+// What every layer's block shares: dimensions and the rotary table.
+struct MlaShared {
+  ModelConfig cfg;
+  MlaDims dims;
+  RopeTable rope;
+  float softmax_scale = 1.0f;
+  std::shared_ptr<DsaSelection> dsa;  // GLM-5 only
+};
+
+class MlaBlock final : public AttentionBlock {
+ public:
+  explicit MlaBlock(std::shared_ptr<const MlaShared> s) : s_(std::move(s)) {}
+  absl::Status Load(WeightLoader& w, int64_t layer);
+  void TakeScratch(Workspace& ws, int64_t tokens) const override { Take(ws, tokens); }
+  absl::Status Forward(PassContext& ctx, int64_t layer, const Tensor& x, const Tensor& out) override;
+
+ private:
+  struct Scratch {
+    Tensor q;      // [T, H * (nope + rope)]
+    Tensor qa;     // [T, q_lora]: the q LoRA output (q_resid), when q_lora_rank is set
+    Tensor ckv;    // [T, kv_lora + rope]
+    Tensor q_lat;  // [T, H * kv_lora]
+    Tensor o_lat;  // [T, H * kv_lora]
+    Tensor o;      // [T, H * v]
+    Tensor ik;     // [T, index_head_dim]            (indexer layers)
+    Tensor iq;     // [T, index_heads * index_head_dim]
+    Tensor iw;     // [T, index_heads]
+  };
+  Scratch Take(Workspace& ws, int64_t T) const;
+  void RunIndexer(PassContext& ctx, int64_t layer, const Scratch& s, const Tensor& x, const Tensor& latent,
+                  const Tensor& k_rope);
+
+  std::shared_ptr<const MlaShared> s_;
+  Weight q_proj;                 // [H*(nope+rope), hidden] when q_lora_rank is null
+  Weight q_a, q_a_norm, q_b;     // q LoRA path
+  Weight kv_a, kv_a_norm, kv_b, o_proj;
+  bool has_indexer = false;      // DSA "full" layer
+  Indexer indexer;
+};
+
+absl::Status MlaBlock::Load(WeightLoader& w, int64_t i) {
+  const ModelConfig& c = s_->cfg;
   const int64_t H = c.num_heads, D = c.hidden_size;
   const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
-  dims_ = MlaDims{H, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank};
-  rope_ = ComputeRope(c.rope, c.qk_rope_head_dim, c.max_position_embeddings);
-  softmax_scale_ = MlaSoftmaxScale(c);
-
-  LLMRT_ASSIGN_OR_RETURN(embed_, w.Dense(c.prefix + "embed_tokens.weight", c.vocab_size, D));
-  LLMRT_ASSIGN_OR_RETURN(final_norm_, w.Vector(c.prefix + "norm.weight", D));
-  if (c.tie_word_embeddings) {
-    lm_head_ = embed_;
+  const std::string a = absl::StrCat(c.prefix, "layers.", i, ".self_attn.");
+  if (c.q_lora_rank > 0) {
+    LLMRT_ASSIGN_OR_RETURN(q_a, w.Matrix(a + "q_a_proj.weight", c.q_lora_rank, D));
+    LLMRT_ASSIGN_OR_RETURN(q_a_norm, w.Vector(a + "q_a_layernorm.weight", c.q_lora_rank));
+    LLMRT_ASSIGN_OR_RETURN(q_b, w.Matrix(a + "q_b_proj.weight", H * qk, c.q_lora_rank));
   } else {
-    LLMRT_ASSIGN_OR_RETURN(lm_head_, w.Matrix(c.lm_head_prefix + "weight", c.vocab_size, D));
+    LLMRT_ASSIGN_OR_RETURN(q_proj, w.Matrix(a + "q_proj.weight", H * qk, D));
   }
-  layers_.resize(c.num_layers);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    Layer& l = layers_[i];
-    const std::string p = absl::StrCat(c.prefix, "layers.", i, ".");
-    const std::string a = p + "self_attn.";
-    LLMRT_ASSIGN_OR_RETURN(l.input_norm, w.Vector(p + "input_layernorm.weight", D));
-    LLMRT_ASSIGN_OR_RETURN(l.post_norm, w.Vector(p + "post_attention_layernorm.weight", D));
-    if (c.q_lora_rank > 0) {
-      LLMRT_ASSIGN_OR_RETURN(l.q_a, w.Matrix(a + "q_a_proj.weight", c.q_lora_rank, D));
-      LLMRT_ASSIGN_OR_RETURN(l.q_a_norm, w.Vector(a + "q_a_layernorm.weight", c.q_lora_rank));
-      LLMRT_ASSIGN_OR_RETURN(l.q_b, w.Matrix(a + "q_b_proj.weight", H * qk, c.q_lora_rank));
-    } else {
-      LLMRT_ASSIGN_OR_RETURN(l.q_proj, w.Matrix(a + "q_proj.weight", H * qk, D));
-    }
-    LLMRT_ASSIGN_OR_RETURN(l.kv_a, w.Matrix(a + "kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D));
-    LLMRT_ASSIGN_OR_RETURN(l.kv_a_norm, w.Vector(a + "kv_a_layernorm.weight", c.kv_lora_rank));
-    LLMRT_ASSIGN_OR_RETURN(l.kv_b, w.Dense(a + "kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim),
-                                            c.kv_lora_rank));
-    LLMRT_ASSIGN_OR_RETURN(l.o_proj, w.Matrix(a + "o_proj.weight", D, H * c.v_head_dim));
-    if (c.HasIndexer() && c.indexer_full[i]) {
-      const std::string x = a + "indexer.";
-      const int64_t Hi = c.index_n_heads, Di = c.index_head_dim;
-      l.has_indexer = true;
-      LLMRT_ASSIGN_OR_RETURN(l.indexer.wq_b, w.Matrix(x + "wq_b.weight", Hi * Di, c.q_lora_rank));
-      LLMRT_ASSIGN_OR_RETURN(l.indexer.wk, w.Matrix(x + "wk.weight", Di, D));
-      LLMRT_ASSIGN_OR_RETURN(l.indexer.k_norm, w.Vector(x + "k_norm.weight", Di));
-      LLMRT_ASSIGN_OR_RETURN(l.indexer.k_norm_bias, w.Vector(x + "k_norm.bias", Di));
-      LLMRT_ASSIGN_OR_RETURN(l.indexer.weights_proj, w.Matrix(x + "weights_proj.weight", Hi, D));
-    }
-    LLMRT_RETURN_IF_ERROR(LoadFfn(w, c, p + "mlp.", c.IsMoeLayer(i), &l.ffn));
+  LLMRT_ASSIGN_OR_RETURN(kv_a, w.Matrix(a + "kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D));
+  LLMRT_ASSIGN_OR_RETURN(kv_a_norm, w.Vector(a + "kv_a_layernorm.weight", c.kv_lora_rank));
+  LLMRT_ASSIGN_OR_RETURN(kv_b, w.Dense(a + "kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank));
+  LLMRT_ASSIGN_OR_RETURN(o_proj, w.Matrix(a + "o_proj.weight", D, H * c.v_head_dim));
+  if (c.HasIndexer() && c.indexer_full[i]) {
+    const std::string x = a + "indexer.";
+    const int64_t Hi = c.index_n_heads, Di = c.index_head_dim;
+    has_indexer = true;
+    LLMRT_ASSIGN_OR_RETURN(indexer.wq_b, w.Matrix(x + "wq_b.weight", Hi * Di, c.q_lora_rank));
+    LLMRT_ASSIGN_OR_RETURN(indexer.wk, w.Matrix(x + "wk.weight", Di, D));
+    LLMRT_ASSIGN_OR_RETURN(indexer.k_norm, w.Vector(x + "k_norm.weight", Di));
+    LLMRT_ASSIGN_OR_RETURN(indexer.k_norm_bias, w.Vector(x + "k_norm.bias", Di));
+    LLMRT_ASSIGN_OR_RETURN(indexer.weights_proj, w.Matrix(x + "weights_proj.weight", Hi, D));
   }
-  LogSkippedMtpLayers(ck);
-  num_parameters_ = w.num_parameters();
-  weight_bytes_ = w.weight_bytes();
-  resident_bytes_ = w.resident_bytes();
   return absl::OkStatus();
 }
 
-// DeepseekV3Attention.forward with the cache in latent form (MODELS.md section 1, "absorb").
+MlaBlock::Scratch MlaBlock::Take(Workspace& ws, int64_t T) const {
+  const ModelConfig& c = s_->cfg;
+  const int64_t H = c.num_heads;
+  Scratch s;
+  s.q = ws.Take(DType::kF32, {T, H * (c.qk_nope_head_dim + c.qk_rope_head_dim)});
+  if (c.q_lora_rank > 0) s.qa = ws.Take(DType::kF32, {T, c.q_lora_rank});
+  s.ckv = ws.Take(DType::kF32, {T, c.kv_lora_rank + c.qk_rope_head_dim});
+  s.q_lat = ws.Take(DType::kF32, {T, H * c.kv_lora_rank});
+  s.o_lat = ws.Take(DType::kF32, {T, H * c.kv_lora_rank});
+  s.o = ws.Take(DType::kF32, {T, H * c.v_head_dim});
+  if (has_indexer) {
+    s.ik = ws.Take(DType::kF32, {T, c.index_head_dim});
+    s.iq = ws.Take(DType::kF32, {T, c.index_n_heads * c.index_head_dim});
+    s.iw = ws.Take(DType::kF32, {T, c.index_n_heads});
+  }
+  return s;
+}
+
 // GlmMoeDsaIndexer.forward: writes the layer's cache row (latent, k_rope, indexer key) and,
 // when some context exceeds index_topk, the top-k selection of every token.
-absl::Status DeepseekV3::RunIndexer(const Indexer& ix, int64_t layer, const ForwardBatch& b,
-                                    const KvCacheView& cache, const Tensor& x, const Tensor& q_resid,
-                                    const Tensor& latent, const Tensor& k_rope, DsaState& dsa) {
-  const ModelConfig& c = cfg_;
-  const int64_t T = b.num_tokens, Hi = c.index_n_heads, Di = c.index_head_dim;
+void MlaBlock::RunIndexer(PassContext& ctx, int64_t layer, const Scratch& s, const Tensor& x, const Tensor& latent,
+                          const Tensor& k_rope) {
+  const ModelConfig& c = s_->cfg;
+  Backend& be = ctx.be;
+  const Tensor& positions = ctx.batch.positions;
+  const int64_t Hi = c.index_n_heads, Di = c.index_head_dim;
   // k = k_norm(wk(x)), rope (interleaved) on its first qk_rope_head_dim dims.
-  LLMRT_ASSIGN_OR_RETURN(Tensor k, Scratch({T, Di}));  // [T, index_head_dim]
-  be_.MatMul(x, ix.wk, k);
-  be_.LayerNorm(k, ix.k_norm, ix.k_norm_bias, kIndexNormEps, k);
-  be_.Rope(k, /*heads=*/1, Di, /*offset=*/0, rope_.inv_freq, rope_.attention_factor, /*interleaved=*/true,
-           b.positions);
-  be_.KvWrite(cache, layer, {latent, k_rope, k}, b.attn);
-  if (!dsa.sparse) return absl::OkStatus();
+  be.MatMul(x, indexer.wk, s.ik);  // [T, index_head_dim]
+  be.LayerNorm(s.ik, indexer.k_norm, indexer.k_norm_bias, kIndexNormEps, s.ik);
+  be.Rope(s.ik, /*heads=*/1, Di, /*offset=*/0, s_->rope, /*interleaved=*/true, positions);
+  WriteKv(ctx, layer, {latent, k_rope, s.ik});
+  DsaSelection& dsa = *s_->dsa;
+  if (!dsa.sparse) return;
   // q = wq_b(q_resid) per index head, roped likewise; head weights = weights_proj(x). (transformers
   // also multiplies the weights by Hi^-0.5: a positive common factor, which leaves the ranking,
   // and so the selection, unchanged.)
-  LLMRT_ASSIGN_OR_RETURN(Tensor q, Scratch({T, Hi * Di}));  // [T, Hi, Di]
-  be_.MatMul(q_resid, ix.wq_b, q);
-  be_.Rope(q, Hi, Di, /*offset=*/0, rope_.inv_freq, rope_.attention_factor, /*interleaved=*/true, b.positions);
-  LLMRT_ASSIGN_OR_RETURN(Tensor hw, Scratch({T, Hi}));  // [T, Hi]
-  be_.MatMul(x, ix.weights_proj, hw);
-  be_.DsaSelect(q, hw, cache, layer, b.attn, Hi, Di, /*key_offset=*/c.kv_lora_rank + c.qk_rope_head_dim,
-                1.0f / std::sqrt(static_cast<float>(Di)), c.index_topk, dsa.selected);
-  return absl::OkStatus();
+  be.MatMul(s.qa, indexer.wq_b, s.iq);  // [T, Hi, Di]
+  be.Rope(s.iq, Hi, Di, /*offset=*/0, s_->rope, /*interleaved=*/true, positions);
+  be.MatMul(x, indexer.weights_proj, s.iw);  // [T, Hi]
+  be.DsaSelect(s.iq, s.iw, ctx.cache, layer, ctx.batch.attn, Hi, Di, /*key_offset=*/c.kv_lora_rank + c.qk_rope_head_dim,
+               1.0f / std::sqrt(static_cast<float>(Di)), c.index_topk, dsa.selected);
 }
 
-absl::Status DeepseekV3::Attention(const Layer& l, int64_t layer, const ForwardBatch& b,
-                                   const KvCacheView& cache, const Tensor& x, DsaState& dsa, const Tensor& out) {
-  const ModelConfig& c = cfg_;
-  const int64_t T = b.num_tokens, H = c.num_heads;
-  const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+// DeepseekV3Attention.forward with the cache in latent form (docs/models.md, "MLA").
+absl::Status MlaBlock::Forward(PassContext& ctx, int64_t layer, const Tensor& x, const Tensor& out) {
+  const ModelConfig& c = s_->cfg;
+  Backend& be = ctx.be;
+  const Tensor& positions = ctx.batch.positions;
+  const int64_t H = c.num_heads, qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  const Scratch s = Take(ctx.ws, ctx.batch.num_tokens);
   // q = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q_proj(x)
-  LLMRT_ASSIGN_OR_RETURN(Tensor q, Scratch({T, H * qk}));  // [T, H, nope + rope]
-  Tensor qa;                                                // [T, q_lora]: q_resid
   if (c.q_lora_rank > 0) {
-    LLMRT_ASSIGN_OR_RETURN(qa, Scratch({T, c.q_lora_rank}));
-    be_.MatMul(x, l.q_a, qa);
-    be_.RmsNorm(qa, l.q_a_norm, kLoraNormEps, qa);
-    be_.MatMul(qa, l.q_b, q);
+    be.MatMul(x, q_a, s.qa);
+    be.RmsNorm(s.qa, q_a_norm, kLoraNormEps, s.qa);
+    be.MatMul(s.qa, q_b, s.q);
   } else {
-    be_.MatMul(x, l.q_proj, q);
+    be.MatMul(x, q_proj, s.q);
   }
   // compressed_kv = kv_a_proj_with_mqa(x); latent = kv_a_layernorm(compressed_kv[:kv_lora])
   const int64_t mla_width = c.kv_lora_rank + c.qk_rope_head_dim;
-  LLMRT_ASSIGN_OR_RETURN(Tensor ckv, Scratch({T, mla_width}));  // [T, kv_lora + rope]
-  be_.MatMul(x, l.kv_a, ckv);
-  const Tensor latent = ckv.Cols(0, c.kv_lora_rank);                 // [T, kv_lora]
-  const Tensor k_rope = ckv.Cols(c.kv_lora_rank, mla_width);       // [T, rope]
-  be_.RmsNorm(latent, l.kv_a_norm, kLoraNormEps, latent);
+  be.MatMul(x, kv_a, s.ckv);
+  const Tensor latent = s.ckv.Cols(0, c.kv_lora_rank);         // [T, kv_lora]
+  const Tensor k_rope = s.ckv.Cols(c.kv_lora_rank, mla_width);  // [T, rope]
+  be.RmsNorm(latent, kv_a_norm, kLoraNormEps, latent);
   // RoPE on q_rot (each head's last `rope` dims) and on the shared k_rot.
-  be_.Rope(q, H, qk, /*offset=*/c.qk_nope_head_dim, rope_.inv_freq, rope_.attention_factor,
-           c.rope_interleave, b.positions);
-  be_.Rope(ckv, /*heads=*/1, mla_width, /*offset=*/c.kv_lora_rank, rope_.inv_freq,
-           rope_.attention_factor, c.rope_interleave, b.positions);
-  if (l.has_indexer) {
-    LLMRT_RETURN_IF_ERROR(RunIndexer(l.indexer, layer, b, cache, x, qa, latent, k_rope, dsa));
+  be.Rope(s.q, H, qk, /*offset=*/c.qk_nope_head_dim, s_->rope, c.rope_interleave, positions);
+  be.Rope(s.ckv, /*heads=*/1, mla_width, /*offset=*/c.kv_lora_rank, s_->rope, c.rope_interleave, positions);
+  if (has_indexer) {
+    RunIndexer(ctx, layer, s, x, latent, k_rope);
   } else {
-    be_.KvWrite(cache, layer, {latent, k_rope}, b.attn);
+    WriteKv(ctx, layer, {latent, k_rope});
   }
   // Absorbed attention: q_lat = W_UK^T q_nope; o_lat = softmax(q.k) . c; o = W_UV o_lat.
-  LLMRT_ASSIGN_OR_RETURN(Tensor q_lat, Scratch({T, H * c.kv_lora_rank}));  // [T, H, kv_lora]
-  be_.MlaAbsorbQuery(q, l.kv_b, dims_, q_lat);
-  LLMRT_ASSIGN_OR_RETURN(Tensor o_lat, Scratch({T, H * c.kv_lora_rank}));  // [T, H, kv_lora]
-  be_.MlaAttention(q_lat, q, cache, layer, b.attn, dims_, softmax_scale_, dsa.sparse ? &dsa.selected : nullptr,
-                   o_lat);
-  LLMRT_ASSIGN_OR_RETURN(Tensor o, Scratch({T, H * c.v_head_dim}));  // [T, H * v]
-  be_.MlaProjectValue(o_lat, l.kv_b, dims_, o);
-  be_.MatMul(o, l.o_proj, out);  // [T, hidden]
+  be.MlaAbsorbQuery(s.q, kv_b, s_->dims, s.q_lat);
+  const DsaSelection* dsa = s_->dsa.get();
+  be.MlaAttention(s.q_lat, s.q, ctx.cache, layer, ctx.batch.attn, s_->dims, s_->softmax_scale,
+                  dsa != nullptr && dsa->sparse ? &dsa->selected : nullptr, s.o_lat);
+  be.MlaProjectValue(s.o_lat, kv_b, s_->dims, s.o);
+  be.MatMul(s.o, o_proj, out);  // [T, hidden]
   return absl::OkStatus();
-}
-
-absl::Status DeepseekV3::Forward(const ForwardBatch& b, const KvCacheView& cache, const Tensor& logits) {
-  const ModelConfig& c = cfg_;
-  const int64_t T = b.num_tokens, D = c.hidden_size;
-  LLMRT_ASSIGN_OR_RETURN(Tensor x, Scratch({T, D}));     // [T, hidden] residual stream
-  LLMRT_ASSIGN_OR_RETURN(Tensor h, Scratch({T, D}));     // [T, hidden] normed
-  LLMRT_ASSIGN_OR_RETURN(Tensor y, Scratch({T, D}));     // [T, hidden] block output
-  be_.Embedding(embed_, b.token_ids, x);
-  // DSA: attention stays dense until some token's context exceeds index_topk.
-  DsaState dsa;
-  if (c.HasIndexer() && b.attn.max_ctx > c.index_topk) {
-    dsa.sparse = true;
-    LLMRT_ASSIGN_OR_RETURN(dsa.selected, Scratch({T, c.index_topk}, DType::kI32));
-  }
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const Layer& l = layers_[i];
-    // h = x + Attn(RMSNorm(x))
-    be_.RmsNorm(x, l.input_norm, static_cast<float>(c.rms_norm_eps), h);
-    LLMRT_RETURN_IF_ERROR(Attention(l, i, b, cache, h, dsa, y));
-    be_.Add(x, y, x);
-    // out = h + FFN(RMSNorm(h))
-    be_.RmsNorm(x, l.post_norm, static_cast<float>(c.rms_norm_eps), h);
-    LLMRT_RETURN_IF_ERROR(RunFfn(be_, c, l.ffn, h, y, b.decode_phase));  // DeepseekV3MoE / DeepseekV3MLP
-    be_.Add(x, y, x);
-  }
-  return ComputeLogits(be_, b, x, final_norm_, static_cast<float>(c.rms_norm_eps), lm_head_, logits);
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Backend& backend, const LoadOptions& options) {
-  auto m = std::make_unique<DeepseekV3>(ck.config(), backend);
-  LLMRT_RETURN_IF_ERROR(m->Load(ck, options));
-  return std::unique_ptr<Model>(std::move(m));
+// The cache row: the normalized latent and the roped shared key (kept in BF16 by quantizing
+// codecs: rotary components are precision-sensitive), then GLM-5's indexer key.
+KvShape DeepseekV3KvShape(const ModelConfig& c) {
+  KvShape s;
+  s.num_layers = c.num_layers;
+  s.parts.push_back({c.kv_lora_rank, 128, false});
+  s.parts.push_back({c.qk_rope_head_dim, 128, true});
+  if (c.HasIndexer()) s.parts.push_back({c.index_head_dim, 128, false});
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Backend& backend,
+                                                      const LoadOptions& options) {
+  const ModelConfig& c = ck.config();
+  auto shared = std::make_shared<MlaShared>();
+  shared->cfg = c;
+  shared->dims = MlaDims{c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank};
+  LLMRT_ASSIGN_OR_RETURN(shared->rope,
+                         PrepareRope(backend, ComputeRope(c.rope, c.qk_rope_head_dim, c.max_position_embeddings)));
+  shared->softmax_scale = MlaSoftmaxScale(c);
+  auto model = std::make_unique<DecoderModel>(c, DeepseekV3KvShape(c), backend);
+  if (c.HasIndexer()) {
+    shared->dsa = std::make_shared<DsaSelection>();
+    model->set_pass_state(std::make_unique<DsaPassState>(c.index_topk, shared->dsa));
+  }
+  WeightLoader w(ck, backend, options);
+  LLMRT_RETURN_IF_ERROR(model->Load(ck, w, [&](int64_t layer) -> absl::StatusOr<std::unique_ptr<AttentionBlock>> {
+    auto block = std::make_unique<MlaBlock>(shared);
+    LLMRT_RETURN_IF_ERROR(block->Load(w, layer));
+    return std::unique_ptr<AttentionBlock>(std::move(block));
+  }));
+  return std::unique_ptr<Model>(std::move(model));
 }
 
 }  // namespace llmrt

@@ -7,10 +7,14 @@
 
 #include "absl/status/statusor.h"
 #include "src/model/model.h"
+#include "src/quant/kv_codec.h"
 
 namespace llmrt {
 
 absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Backend& backend, const LoadOptions& options);
+
+// What the architecture caches per token per layer.
+KvShape DeepseekV3KvShape(const ModelConfig& c);
 
 }  // namespace llmrt
 

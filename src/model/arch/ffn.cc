@@ -1,5 +1,7 @@
 #include "src/model/arch/ffn.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "src/util/status.h"
 
@@ -14,16 +16,46 @@ absl::Status LoadMlp(WeightLoader& w, const std::string& p, int64_t hidden, int6
   return absl::OkStatus();
 }
 
+struct MlpScratch {
+  Tensor g, u;  // [T, inter]
+};
+MlpScratch TakeMlp(Workspace& ws, const ExpertWeights& m, int64_t T) {
+  return {ws.Take(DType::kF32, {T, m.gate.rows}), ws.Take(DType::kF32, {T, m.gate.rows})};
+}
+
 // down(silu(gate(x)) * up(x))
-absl::Status RunMlp(Backend& be, const ExpertWeights& m, const Tensor& x, const Tensor& out) {
-  const int64_t T = x.dim(0), I = m.gate.rows;
-  LLMRT_ASSIGN_OR_RETURN(Tensor g, be.Allocate(DType::kF32, {T, I}));  // [T, inter]
-  LLMRT_ASSIGN_OR_RETURN(Tensor u, be.Allocate(DType::kF32, {T, I}));  // [T, inter]
-  be.MatMul(x, m.gate, g);
-  be.MatMul(x, m.up, u);
-  be.SiluMul(g, u, g);
-  be.MatMul(g, m.down, out);  // [T, hidden]
-  return absl::OkStatus();
+void RunMlp(Backend& be, const ExpertWeights& m, const MlpScratch& s, const Tensor& x, const Tensor& out) {
+  be.MatMul(x, m.gate, s.g);
+  be.MatMul(x, m.up, s.u);
+  be.SiluMul(s.g, s.u, s.g);
+  be.MatMul(s.g, m.down, out);  // [T, hidden]
+}
+
+struct MoeScratch {
+  Tensor idx;     // I32 [T, k]
+  Tensor wts;     // F32 [T, k]
+  Tensor shared;  // [T, hidden]
+  MlpScratch mlp;
+};
+MoeScratch TakeMoe(Workspace& ws, const ModelConfig& c, const FfnWeights& f, int64_t T) {
+  MoeScratch s;
+  s.idx = ws.Take(DType::kI32, {T, c.num_experts_per_tok});
+  s.wts = ws.Take(DType::kF32, {T, c.num_experts_per_tok});
+  if (f.has_shared) {
+    s.shared = ws.Take(DType::kF32, {T, c.hidden_size});
+    s.mlp = TakeMlp(ws, f.shared, T);
+  }
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<ExpertBank>> LoadExperts(WeightLoader& w, const ModelConfig& c, const std::string& p,
+                                                        ExpertStorage s) {
+  std::vector<ExpertWeights> experts(static_cast<size_t>(c.n_routed_experts));
+  for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+    LLMRT_RETURN_IF_ERROR(LoadMlp(w, absl::StrCat(p, "experts.", e, "."), c.hidden_size, c.moe_intermediate_size,
+                                  &experts[e], s));
+  }
+  return w.backend().PrepareExperts(std::move(experts));
 }
 
 }  // namespace
@@ -36,14 +68,9 @@ absl::Status LoadFfn(WeightLoader& w, const ModelConfig& c, const std::string& p
   LLMRT_ASSIGN_OR_RETURN(f->router, w.Matrix(p + "gate.weight", E, D));
   LLMRT_ASSIGN_OR_RETURN(f->router_bias, w.Vector(p + "gate.e_score_correction_bias", E));
   const LoadOptions& o = w.options();
-  f->experts.resize(E);
-  if (o.decode_experts != o.prefill_experts) f->experts_decode.resize(E);
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string ep = absl::StrCat(p, "experts.", e, ".");
-    LLMRT_RETURN_IF_ERROR(LoadMlp(w, ep, D, c.moe_intermediate_size, &f->experts[e], o.prefill_experts));
-    if (!f->experts_decode.empty()) {
-      LLMRT_RETURN_IF_ERROR(LoadMlp(w, ep, D, c.moe_intermediate_size, &f->experts_decode[e], o.decode_experts));
-    }
+  LLMRT_ASSIGN_OR_RETURN(f->experts, LoadExperts(w, c, p, o.prefill_experts));
+  if (o.decode_experts != o.prefill_experts) {
+    LLMRT_ASSIGN_OR_RETURN(f->experts_decode, LoadExperts(w, c, p, o.decode_experts));
   }
   if (c.n_shared_experts > 0) {
     f->has_shared = true;
@@ -52,19 +79,30 @@ absl::Status LoadFfn(WeightLoader& w, const ModelConfig& c, const std::string& p
   return absl::OkStatus();
 }
 
-absl::Status RunFfn(Backend& be, const ModelConfig& c, const FfnWeights& f, const Tensor& x, const Tensor& out,
-                    bool decode_phase) {
-  if (!f.moe) return RunMlp(be, f.dense, x, out);
-  const int64_t T = x.dim(0), K = c.num_experts_per_tok;
-  const RouterParams rp{c.n_routed_experts, K, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
-  LLMRT_ASSIGN_OR_RETURN(Tensor idx, be.Allocate(DType::kI32, {T, K}));  // [T, k]
-  LLMRT_ASSIGN_OR_RETURN(Tensor wts, be.Allocate(DType::kF32, {T, K}));  // [T, k]
-  be.MoeRoute(x, f.router, f.router_bias, rp, idx, wts);
-  be.MoeExperts(x, idx, wts, decode_phase && !f.experts_decode.empty() ? f.experts_decode : f.experts, out);
+void TakeFfnScratch(Workspace& ws, const ModelConfig& c, const FfnWeights& f, int64_t tokens) {
+  if (f.moe) {
+    TakeMoe(ws, c, f, tokens);
+  } else {
+    TakeMlp(ws, f.dense, tokens);
+  }
+}
+
+absl::Status RunFfn(PassContext& ctx, const ModelConfig& c, const FfnWeights& f, const Tensor& x, const Tensor& out) {
+  Backend& be = ctx.be;
+  const int64_t T = x.dim(0);
+  if (!f.moe) {
+    RunMlp(be, f.dense, TakeMlp(ctx.ws, f.dense, T), x, out);
+    return absl::OkStatus();
+  }
+  const MoeScratch s = TakeMoe(ctx.ws, c, f, T);
+  const RouterParams rp{c.n_routed_experts, c.num_experts_per_tok, c.n_group, c.topk_group, c.norm_topk_prob,
+                        c.routed_scaling_factor};
+  be.MoeRoute(x, f.router, f.router_bias, rp, s.idx, s.wts);
+  const ExpertBank& bank = ctx.batch.decode_phase && f.experts_decode ? *f.experts_decode : *f.experts;
+  be.MoeExperts(x, s.idx, s.wts, bank, out);
   if (f.has_shared) {
-    LLMRT_ASSIGN_OR_RETURN(Tensor s, be.Allocate(DType::kF32, {T, c.hidden_size}));  // [T, hidden]
-    LLMRT_RETURN_IF_ERROR(RunMlp(be, f.shared, x, s));
-    be.Add(out, s, out);  // routed + shared (shared unscaled)
+    RunMlp(be, f.shared, s.mlp, x, s.shared);
+    be.Add(out, s.shared, out);  // routed + shared (shared unscaled)
   }
   return absl::OkStatus();
 }

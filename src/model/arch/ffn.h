@@ -3,32 +3,35 @@
 #ifndef LLMRT_MODEL_ARCH_FFN_H_
 #define LLMRT_MODEL_ARCH_FFN_H_
 
+#include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "src/backend/backend.h"
 #include "src/model/config.h"
+#include "src/model/pass.h"
 #include "src/model/weights.h"
 
 namespace llmrt {
 
 struct FfnWeights {
   bool moe = false;
-  ExpertWeights dense;                // !moe: [inter, hidden] x2, [hidden, inter]
-  Weight router, router_bias;         // moe: [E, hidden], [E]
-  std::vector<ExpertWeights> experts; // moe: E routed experts (prefill storage)
-  std::vector<ExpertWeights> experts_decode;  // decode storage when it differs, else empty
-  ExpertWeights shared;               // moe: width moe_intermediate_size * n_shared_experts
+  ExpertWeights dense;                          // !moe: [inter, hidden] x2, [hidden, inter]
+  Weight router, router_bias;                   // moe: [E, hidden], [E]
+  std::unique_ptr<ExpertBank> experts;          // moe: E routed experts (prefill storage)
+  std::unique_ptr<ExpertBank> experts_decode;   // decode storage when it differs, else null
+  ExpertWeights shared;                         // moe: width moe_intermediate_size * n_shared_experts
   bool has_shared = false;
 };
 
 // Loads `prefix` ("model.layers.N.mlp.") as a dense MLP or as an MoE block.
 absl::Status LoadFfn(WeightLoader& w, const ModelConfig& c, const std::string& prefix, bool moe, FfnWeights* out);
 
-// out [T, hidden] = FFN(x [T, hidden]); decode_phase selects the decode storage of the experts.
-absl::Status RunFfn(Backend& be, const ModelConfig& c, const FfnWeights& f, const Tensor& x, const Tensor& out,
-                    bool decode_phase);
+// Takes the buffers RunFfn uses for `tokens` tokens (see Workspace).
+void TakeFfnScratch(Workspace& ws, const ModelConfig& c, const FfnWeights& f, int64_t tokens);
+
+// out [T, hidden] = FFN(x [T, hidden]); a decode pass uses the decode storage of the experts.
+absl::Status RunFfn(PassContext& ctx, const ModelConfig& c, const FfnWeights& f, const Tensor& x, const Tensor& out);
 
 }  // namespace llmrt
 

@@ -2,8 +2,8 @@
 // weights are FP8 e4m3 with block scales (DeepSeek / Kimi / GLM FP8 release format) or INT4
 // compressed-tensors pack-quantized (Kimi K2-Thinking format), with the tensor names and
 // quantization_config the Hugging Face ecosystem reads.
-#ifndef LLMRT_QUANT_CONVERT_H_
-#define LLMRT_QUANT_CONVERT_H_
+#ifndef LLMRT_CONVERT_CONVERT_H_
+#define LLMRT_CONVERT_CONVERT_H_
 
 #include <cstdint>
 #include <string>
@@ -31,4 +31,4 @@ absl::Status ConvertCheckpoint(const std::string& in_dir, const std::string& out
 
 }  // namespace llmrt
 
-#endif  // LLMRT_QUANT_CONVERT_H_
+#endif  // LLMRT_CONVERT_CONVERT_H_

@@ -1,4 +1,4 @@
-#include "src/quant/convert.h"
+#include "src/convert/convert.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,67 @@
+#include "src/backend/registry.h"
+
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/backend/cpu/cpu_backend.h"
+#include "src/util/errors.h"
+
+namespace llmrt {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<BackendEntry> entries;
+};
+
+Registry& Get() {
+  static Registry* r = [] {
+    auto* reg = new Registry();
+    reg->entries.push_back(CpuBackendEntry());
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+const char* BackendKindName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kAuto: return "auto";
+    case BackendKind::kCpu: return "cpu";
+    case BackendKind::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+void RegisterBackend(const BackendEntry& entry) {
+  Registry& r = Get();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.entries.push_back(entry);
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, const BackendOptions& options) {
+  Registry& r = Get();
+  std::vector<BackendEntry> entries;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    entries = r.entries;
+  }
+  if (kind == BackendKind::kAuto) {
+    for (const BackendEntry& e : entries) {  // a device backend that can run here first
+      if (e.kind != BackendKind::kCpu && e.available()) return e.create(options);
+    }
+    kind = BackendKind::kCpu;
+  }
+  bool built = false;
+  for (const BackendEntry& e : entries) {
+    if (e.kind != kind) continue;
+    built = true;
+    if (e.available()) return e.create(options);
+  }
+  if (!built) return UnsupportedError(absl::StrCat("the ", BackendKindName(kind), " backend is not part of this build"));
+  return UnsupportedError(absl::StrCat("the ", BackendKindName(kind), " backend cannot run here (no device)"));
+}
+
+}  // namespace llmrt

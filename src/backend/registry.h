@@ -1,0 +1,34 @@
+// Backend selection: every backend registers a factory here; LLM_BACKEND_* resolve through it,
+// so neither the runtime nor the C ABI names a concrete backend.
+#ifndef LLMRT_BACKEND_REGISTRY_H_
+#define LLMRT_BACKEND_REGISTRY_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "src/backend/backend.h"
+
+namespace llmrt {
+
+struct BackendOptions {
+  int num_threads = 0;  // CPU worker threads; 0 = one per core
+  int device = 0;       // device ordinal (device backends)
+};
+
+struct BackendEntry {
+  BackendKind kind = BackendKind::kCpu;
+  // Whether the backend can run here (for example a device is present).
+  bool (*available)() = nullptr;
+  absl::StatusOr<std::unique_ptr<Backend>> (*create)(const BackendOptions& options) = nullptr;
+};
+
+// Adds a backend (the built-in ones are registered on first use). Thread-safe.
+void RegisterBackend(const BackendEntry& entry);
+
+// A backend of `kind`. kAuto picks the first available device backend, else the CPU.
+// UNSUPPORTED when `kind` is not part of this build or cannot run here.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, const BackendOptions& options);
+
+}  // namespace llmrt
+
+#endif  // LLMRT_BACKEND_REGISTRY_H_

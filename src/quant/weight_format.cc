@@ -1,0 +1,89 @@
+#include "src/quant/weight_format.h"
+
+#include <array>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "src/quant/formats/builtin.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::array<WeightFormatTraits, kMaxWeightFormats> by_id{};
+  std::array<bool, kMaxWeightFormats> present{};
+  std::vector<WeightFormatId> order;
+};
+
+absl::Status Add(Registry& r, const WeightFormatTraits& t) {
+  if (t.id >= kMaxWeightFormats) return absl::InvalidArgumentError(absl::StrCat("weight format id ", t.id, " is out of range"));
+  if (r.present[t.id]) return absl::InvalidArgumentError(absl::StrCat("weight format id ", t.id, " is taken"));
+  if (t.resident_bytes == nullptr || t.dequantize_row == nullptr || t.load == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("weight format \"", t.name, "\" lacks resident_bytes, dequantize_row or load"));
+  }
+  r.by_id[t.id] = t;
+  r.present[t.id] = true;
+  r.order.push_back(t.id);
+  return absl::OkStatus();
+}
+
+Registry& Get() {
+  static Registry* r = [] {
+    auto* reg = new Registry();
+    // The built-in formats, in the order their loaders are tried.
+    for (const WeightFormatTraits* t : {&formats::F32(), &formats::Bf16(), &formats::Fp8Block(), &formats::Int4Group()}) {
+      LLMRT_CHECK(Add(*reg, *t).ok());
+    }
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+HostArray NewHostArray(DType dtype, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  auto buf = std::make_shared<HostBuffer>(static_cast<size_t>(n) * DTypeSize(dtype));
+  HostArray a;
+  a.data = buf->data();
+  a.bytes = buf->size();
+  a.dtype = dtype;
+  a.shape = std::move(shape);
+  a.keepalive = std::move(buf);
+  return a;
+}
+
+const WeightFormatTraits* FindWeightFormat(WeightFormatId id) {
+  Registry& r = Get();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return id < kMaxWeightFormats && r.present[id] ? &r.by_id[id] : nullptr;
+}
+
+const WeightFormatTraits& WeightFormatOf(WeightFormatId id) {
+  const WeightFormatTraits* t = FindWeightFormat(id);
+  LLMRT_CHECK(t != nullptr);
+  return *t;
+}
+
+std::vector<const WeightFormatTraits*> WeightFormats() {
+  Registry& r = Get();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<const WeightFormatTraits*> out;
+  for (WeightFormatId id : r.order) out.push_back(&r.by_id[id]);
+  return out;
+}
+
+absl::Status RegisterWeightFormat(const WeightFormatTraits& traits) {
+  Registry& r = Get();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return Add(r, traits);
+}
+
+void DequantizeRowReference(WeightFormatId format, const MatrixBytes& m, int64_t row, float* out) {
+  WeightFormatOf(format).dequantize_row(m, row, out);
+}
+
+}  // namespace llmrt

@@ -1,0 +1,323 @@
+// One scheduler iteration (llm_decode_step): plan and admit under the lock, run the forward pass
+// without it, commit under it again.
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/runtime/runtime.h"
+#include "src/sched/sampler.h"
+#include "src/sched/scheduler.h"
+#include "src/util/errors.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+
+// One session's share of a step.
+struct Runtime::Work {
+  Session* s = nullptr;
+  int64_t n = 0;           // tokens processed
+  int64_t base = 0;        // position of the first one
+  bool wants_logits = false;
+  int64_t logit_row = -1;
+  bool prefill = false;
+};
+
+namespace {
+
+// The next power of two at or above n.
+int64_t PowerOfTwoAtLeast(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+// Gives a running session's pages back; its processed tokens queue again in front of its
+// pending ones, and it recomputes them when pages are free (the tokens it then produces are
+// the ones it would have produced: every position's computation is batch-independent).
+void Runtime::Preempt(Session* s) {
+  ReleasePages(s);
+  for (auto it = s->context_.rbegin(); it != s->context_.rend(); ++it) s->pending_.push_front(*it);
+  s->context_.clear();
+  if (s->state_ == SessionState::kDecoding) s->recomputing_ = true;
+  s->state_ = SessionState::kPrefill;
+  ++preemptions_;
+}
+
+void Runtime::Abort(Session* s, std::vector<int32_t> failed_entries, std::vector<StepResult>* results) {
+  ++integrity_violations_;
+  StepResult r;
+  r.session = s;
+  r.session_id = s->id_;
+  r.finish = FinishReason::kError;
+  s->failed_pages_.clear();
+  std::vector<std::string> where;
+  for (int32_t e : failed_entries) {
+    if (e < 0) {
+      where.push_back("vetoed by the tracker");
+      continue;
+    }
+    const PageRef& ref = s->pages_.entries()[e];
+    s->failed_pages_.push_back(ref.page);
+    where.push_back(absl::StrCat("entry ", e, " (page ", ref.page, ", expected tag ", ref.tag, ", found ",
+                                 ref.page >= 0 && ref.page < kv_->pool().num_pages() ? kv_->pool().tag(ref.page) : 0,
+                                 ")"));
+  }
+  r.failed_pages = s->failed_pages_;
+  r.status = KvIntegrityError(absl::StrCat("session ", s->id_, ": KV page verification failed: ",
+                                           absl::StrJoin(where, "; ")));
+  s->state_ = SessionState::kFailed;
+  s->pending_.clear();
+  s->recomputing_ = false;
+  // Entries that no longer match are dropped without touching their pages (someone else owns
+  // them now); pages the corrupted entries used to name are orphans, reclaimed below.
+  ReleasePages(s);
+  kv_->ReclaimOrphans([&](const std::function<void(const PageTable&)>& fn) {
+    for (const auto& [id, other] : sessions_) fn(other->pages_);
+  });
+  results->push_back(std::move(r));
+}
+
+std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
+  const ModelConfig& c = model_->config();
+  std::vector<Work> work;
+  std::vector<Session*> order;
+  std::vector<SchedCandidate> candidates;
+  for (auto& [id, sp] : sessions_) {
+    Session* s = sp.get();
+    if (s->destroy_requested_) continue;
+    if (s->state_ == SessionState::kCancelled && s->report_cancel_) {
+      s->report_cancel_ = false;
+      StepResult r;
+      r.session = s;
+      r.session_id = s->id_;
+      r.finish = FinishReason::kCancelled;
+      r.status = absl::CancelledError("the session was cancelled");
+      results->push_back(std::move(r));
+      continue;
+    }
+    if ((s->state_ == SessionState::kPrefill || s->state_ == SessionState::kDecoding) && !s->pending_.empty()) {
+      candidates.push_back({static_cast<int64_t>(order.size()), static_cast<int64_t>(s->pending_.size()),
+                            s->state_ == SessionState::kDecoding});
+      order.push_back(s);
+    }
+  }
+  const std::vector<SchedItem> plan = PlanStep(candidates, options_.max_tokens_per_step);
+
+  bool prompts_blocked = false;  // kQueue: a waiting prompt holds back later prompts
+  std::vector<Session*> waiting;
+  for (const SchedItem& item : plan) {
+    Session* s = order[item.key];
+    if (s->state_ != SessionState::kPrefill && s->state_ != SessionState::kDecoding) continue;  // preempted below
+    const bool prefill = s->state_ == SessionState::kPrefill;
+    if (prefill && prompts_blocked) continue;
+    // A new prompt may start on pages another session already computed.
+    if (prefill && s->context_.empty()) {
+      std::vector<int32_t> prompt(s->pending_.begin(), s->pending_.end());
+      const int64_t shared = kv_->ShareCachedPrefix(s->id_, s->pages_, prompt);
+      for (int64_t i = 0; i < shared; ++i) {
+        s->context_.push_back(s->pending_.front());
+        s->pending_.pop_front();
+      }
+    }
+    AdmissionRequest req;
+    req.session = s->id_;
+    req.pages = &s->pages_;
+    req.context = static_cast<int64_t>(s->context_.size());
+    req.pending = static_cast<int64_t>(s->pending_.size());
+    req.tokens = std::min<int64_t>(item.num_tokens, req.pending);
+    req.prefill = prefill;
+    req.new_generation = s->num_generated_ == 0;
+    req.max_new_tokens = s->options_.max_new_tokens;
+    req.max_positions = c.max_position_embeddings;
+    // Under kPreempt: the newest running session newer than s gives its pages back.
+    auto preempt_newer = [&]() -> bool {
+      for (auto it = sessions_.rbegin(); it != sessions_.rend() && it->first > s->id_; ++it) {
+        Session* v = it->second.get();
+        if (v->destroy_requested_ || v->pages_.num_pages() == 0 ||
+            (v->state_ != SessionState::kPrefill && v->state_ != SessionState::kDecoding)) {
+          continue;
+        }
+        work.erase(std::remove_if(work.begin(), work.end(), [&](const Work& w) { return w.s == v; }), work.end());
+        Preempt(v);
+        return true;
+      }
+      return false;
+    };
+    switch (Admit(*kv_, options_.kv_pressure, req, preempt_newer)) {
+      case Admission::kAdmitted:
+        work.push_back({s, req.tokens, req.context, req.tokens == req.pending, -1, prefill});
+        break;
+      case Admission::kWait:
+        waiting.push_back(s);
+        if (prefill) prompts_blocked = true;
+        break;
+      case Admission::kFail: {
+        StepResult r;
+        r.session = s;
+        r.session_id = s->id_;
+        r.status = KvExhaustedError(absl::StrCat("session ", s->id_, " needs KV pages for ", req.context + req.tokens,
+                                                 " positions; ", kv_->pool().num_free(), " of ",
+                                                 kv_->pool().num_pages(), " pages are free"));
+        results->push_back(std::move(r));
+        break;
+      }
+    }
+  }
+  if (work.empty() && !waiting.empty()) {
+    // Nothing can run and nothing running will free pages: waiting would never end.
+    Session* s = waiting.front();
+    StepResult r;
+    r.session = s;
+    r.session_id = s->id_;
+    r.status = KvExhaustedError(absl::StrCat("session ", s->id_, " is waiting for KV pages that no running ",
+                                             "session will free (", kv_->pool().num_free(), " of ",
+                                             kv_->pool().num_pages(), " free); destroy idle sessions"));
+    results->push_back(std::move(r));
+  }
+
+  // Integrity: every page a scheduled session will read must still carry its tag.
+  if (kv_->tracker().verifies()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Work> kept;
+    for (Work& wk : work) {
+      std::vector<int32_t> failed = kv_->Verify(wk.s->id_, wk.s->pages_);
+      if (failed.empty()) {
+        kept.push_back(wk);
+      } else {
+        Abort(wk.s, std::move(failed), results);
+      }
+    }
+    work.swap(kept);
+    integrity_check_ns_ += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (work.empty()) return work;
+
+  // The batch's metadata, on the host.
+  batch_.Clear();
+  bool decode_phase = true;
+  std::vector<int32_t> toks;
+  for (Work& wk : work) {
+    decode_phase = decode_phase && !wk.prefill;
+    toks.assign(wk.s->pending_.begin(), wk.s->pending_.begin() + wk.n);
+    wk.logit_row = batch_.Add(wk.s->pages_, options_.page_size, wk.base, toks.data(), wk.n, wk.wants_logits, false);
+  }
+  batch_.set_decode_phase(decode_phase);
+  if (decode_phase && options_.pad_decode_to_power_of_two) {
+    batch_.PadTo(std::min<int64_t>(PowerOfTwoAtLeast(batch_.num_tokens()), options_.max_tokens_per_step),
+                 store_->spare_page(), options_.page_size);
+  }
+  for (Work& wk : work) wk.s->in_flight_ = true;
+  return work;
+}
+
+absl::Status Runtime::Forward(StepBatch& batch, const Tensor& logits) {
+  const int64_t vocab = model_->config().vocab_size;
+  absl::Status forward;
+  int64_t rows = 0;
+  try {
+    absl::StatusOr<ForwardBatch> fb = batch.Upload(*backend_);
+    if (fb.ok()) {
+      rows = fb->num_logit_rows;
+      forward = model_->Forward(*fb, store_->view(), *workspace_, logits);
+    } else {
+      forward = fb.status();
+    }
+  } catch (const std::bad_alloc&) {
+    forward = absl::ResourceExhaustedError("forward pass: out of host memory");
+  } catch (const std::exception& e) {
+    forward = absl::InternalError(absl::StrCat("forward pass: ", e.what()));
+  }
+  // Every op's failure surfaces here (the backend records it and skips later ops).
+  const absl::Status sync = backend_->Synchronize();
+  LLMRT_RETURN_IF_ERROR(forward);
+  LLMRT_RETURN_IF_ERROR(sync);
+  host_logits_.resize(static_cast<size_t>(rows * vocab));
+  if (rows > 0) {
+    LLMRT_RETURN_IF_ERROR(backend_->Download(logits.Rows(0, rows), host_logits_.data(), host_logits_.size() * sizeof(float)));
+  }
+  return absl::OkStatus();
+}
+
+void Runtime::Commit(const std::vector<Work>& work, const absl::Status& forward, std::vector<StepResult>* results) {
+  const ModelConfig& c = model_->config();
+  for (const Work& wk : work) {
+    Session* s = wk.s;
+    s->in_flight_ = false;
+    if (s->destroy_requested_) {
+      FinishDestroy(s);
+      continue;
+    }
+    if (s->state_ == SessionState::kCancelled) {
+      ReleasePages(s);  // deferred by Cancel while the step ran
+      continue;
+    }
+    StepResult r;
+    r.session = s;
+    r.session_id = s->id_;
+    if (!forward.ok()) {
+      // Nothing of this step is kept: its pages go back, the context is unchanged.
+      kv_->Truncate(s->id_, s->pages_, static_cast<int64_t>(s->context_.size()));
+      r.status = forward;
+      results->push_back(std::move(r));
+      continue;
+    }
+    if (wk.prefill) r.num_prefilled = static_cast<uint32_t>(wk.n);
+    for (int64_t i = 0; i < wk.n; ++i) {
+      s->context_.push_back(s->pending_.front());
+      s->pending_.pop_front();
+    }
+    if (wk.prefill && s->share_prefix_) kv_->RegisterPrefix(s->id_, s->pages_, s->context_);
+    // Tokens appended while the step ran mean this was not the last position after all.
+    if (wk.wants_logits && s->pending_.empty()) {
+      const float* row = host_logits_.data() + wk.logit_row * c.vocab_size;
+      s->logits_.assign(row, row + c.vocab_size);
+      const int32_t tok = SampleToken(row, c.vocab_size, s->options_.sampling, s->rng_);
+      ++s->num_generated_;
+      s->recomputing_ = false;
+      r.token = tok;
+      const bool full = static_cast<int64_t>(s->context_.size()) + 1 > c.max_position_embeddings;
+      if (s->IsStopToken(tok)) {
+        r.finish = FinishReason::kStop;
+      } else if ((s->options_.max_new_tokens > 0 && s->num_generated_ >= s->options_.max_new_tokens) || full) {
+        r.finish = FinishReason::kLength;
+      }
+      if (r.finish != FinishReason::kNone) {
+        s->state_ = SessionState::kFinished;
+        if (!full) s->unfed_token_ = tok;
+        // Pages reserved ahead (kQueue admission) beyond what the context needs go back.
+        kv_->Truncate(s->id_, s->pages_, static_cast<int64_t>(s->context_.size()) + (full ? 0 : 1));
+      } else {
+        s->pending_.push_back(tok);
+        s->state_ = SessionState::kDecoding;
+      }
+    }
+    results->push_back(std::move(r));
+  }
+}
+
+absl::Status Runtime::Step(std::vector<StepResult>* results, size_t max_results, size_t* needed) {
+  std::lock_guard<std::mutex> step_lock(step_mu_);
+  std::vector<Work> work;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Every result belongs to a session alive now: checking here, under the lock, bounds them.
+    const size_t live = static_cast<size_t>(LiveSessions());
+    *needed = live;
+    if (live > max_results) {
+      return absl::OutOfRangeError(absl::StrCat("results must hold one entry per live session (", live, ")"));
+    }
+    work = Plan(results);
+    if (work.empty()) return absl::OkStatus();
+  }
+  // Forward without the lock: other threads may create, feed, cancel and destroy sessions.
+  const absl::Status forward = Forward(batch_, logits_);
+  std::lock_guard<std::mutex> lock(mu_);
+  Commit(work, forward, results);
+  return absl::OkStatus();
+}
+
+}  // namespace llmrt

@@ -1,0 +1,114 @@
+#include "src/runtime/step_batch.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+
+absl::StatusOr<StepBatch> StepBatch::Create(Backend& backend, const Limits& l) {
+  StepBatch b;
+  b.limits_ = l;
+  // ids, pos, tseq, tctx, slots [T]; seq_page_start [S + 1]; seq_first_token [S]; logit rows;
+  // page ids.
+  const int64_t words = 5 * l.max_tokens + 2 * l.max_seqs + 1 + l.max_logit_rows + l.max_page_entries;
+  absl::StatusOr<Tensor> t = backend.Allocate(DType::kI32, {words});
+  if (!t.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("the step metadata buffer (", words, " words) does not fit: ",
+                                                     t.status().message()));
+  }
+  b.device_ = *t;
+  b.staging_.reserve(static_cast<size_t>(words));
+  for (auto* v : {&b.ids_, &b.pos_, &b.tseq_, &b.tctx_, &b.slots_}) v->reserve(static_cast<size_t>(l.max_tokens));
+  b.pstart_.reserve(static_cast<size_t>(l.max_seqs + 1));
+  b.first_.reserve(static_cast<size_t>(l.max_seqs));
+  b.lrows_.reserve(static_cast<size_t>(l.max_logit_rows));
+  b.pids_.reserve(static_cast<size_t>(l.max_page_entries));
+  b.Clear();
+  return b;
+}
+
+int64_t StepBatch::MaxPagesPerSeq(int64_t max_positions, int64_t page_size, int64_t num_pages) {
+  return std::min((max_positions + page_size - 1) / page_size, num_pages);
+}
+
+void StepBatch::Clear() {
+  for (auto* v : {&ids_, &pos_, &tseq_, &tctx_, &pstart_, &pids_, &slots_, &lrows_, &first_}) v->clear();
+  pstart_.push_back(0);
+  decode_phase_ = true;
+}
+
+int64_t StepBatch::Add(const PageTable& table, int64_t page_size, int64_t base, const int32_t* tokens, int64_t n,
+                       bool want_last, bool all_logits) {
+  const int32_t seq = static_cast<int32_t>(pstart_.size() - 1);
+  first_.push_back(static_cast<int32_t>(ids_.size()));
+  for (const PageRef& ref : table.entries()) pids_.push_back(ref.page);
+  pstart_.push_back(static_cast<int32_t>(pids_.size()));
+  const int64_t first_row = static_cast<int64_t>(lrows_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = base + i;
+    ids_.push_back(tokens[i]);
+    pos_.push_back(static_cast<int32_t>(p));
+    tseq_.push_back(seq);
+    tctx_.push_back(static_cast<int32_t>(p + 1));
+    slots_.push_back(table.entries()[p / page_size].page * static_cast<int32_t>(page_size) +
+                     static_cast<int32_t>(p % page_size));
+    if (all_logits || (want_last && i == n - 1)) lrows_.push_back(static_cast<int32_t>(ids_.size() - 1));
+  }
+  return static_cast<int64_t>(lrows_.size()) > first_row ? first_row : -1;
+}
+
+void StepBatch::PadTo(int64_t rows, int32_t spare_page, int64_t page_size) {
+  const int64_t pad = rows - num_tokens();
+  if (pad <= 0) return;
+  const int32_t seq = static_cast<int32_t>(pstart_.size() - 1);
+  first_.push_back(static_cast<int32_t>(ids_.size()));
+  pids_.push_back(spare_page);
+  pstart_.push_back(static_cast<int32_t>(pids_.size()));
+  for (int64_t i = 0; i < pad; ++i) {
+    ids_.push_back(0);
+    pos_.push_back(0);
+    tseq_.push_back(seq);
+    tctx_.push_back(1);
+    slots_.push_back(spare_page * static_cast<int32_t>(page_size));
+  }
+}
+
+absl::StatusOr<ForwardBatch> StepBatch::Upload(Backend& backend) {
+  const int64_t T = num_tokens(), S = static_cast<int64_t>(first_.size()), R = num_logit_rows();
+  const int64_t P = static_cast<int64_t>(pids_.size());
+  LLMRT_CHECK(T >= 1 && T <= limits_.max_tokens && S <= limits_.max_seqs && R <= limits_.max_logit_rows &&
+              P <= limits_.max_page_entries);
+  staging_.clear();
+  int64_t at = 0;
+  auto put = [&](const std::vector<int32_t>& v) {
+    const int64_t start = at;
+    staging_.insert(staging_.end(), v.begin(), v.end());
+    at += static_cast<int64_t>(v.size());
+    return start;
+  };
+  const int64_t o_ids = put(ids_), o_pos = put(pos_), o_tseq = put(tseq_), o_tctx = put(tctx_), o_slots = put(slots_);
+  const int64_t o_pstart = put(pstart_), o_first = put(first_), o_lrows = put(lrows_), o_pids = put(pids_);
+  LLMRT_RETURN_IF_ERROR(backend.Upload(staging_.data(), staging_.size() * sizeof(int32_t), device_));
+  auto view = [&](int64_t offset, int64_t n) { return device_.Rows(offset, offset + n); };
+  ForwardBatch fb;
+  fb.num_tokens = T;
+  fb.num_logit_rows = R;
+  fb.decode_phase = decode_phase_;
+  fb.token_ids = view(o_ids, T);
+  fb.positions = view(o_pos, T);
+  fb.attn.token_seq = view(o_tseq, T);
+  fb.attn.token_ctx = view(o_tctx, T);
+  fb.attn.slot_mapping = view(o_slots, T);
+  fb.attn.seq_page_start = view(o_pstart, S + 1);
+  fb.attn.seq_first_token = view(o_first, S);
+  fb.logit_rows = view(o_lrows, R);
+  fb.attn.page_ids = view(o_pids, P);
+  fb.attn.num_tokens = T;
+  fb.attn.num_seqs = S;
+  fb.attn.max_ctx = *std::max_element(tctx_.begin(), tctx_.end());
+  return fb;
+}
+
+}  // namespace llmrt

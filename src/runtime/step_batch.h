@@ -1,0 +1,60 @@
+// The metadata of one forward pass: token ids, positions and the paged-attention arrays, built
+// on the host into one staging buffer and uploaded with one copy into a fixed backend buffer
+// allocated when the runtime is created (DESIGN.md section 2). The host arrays keep their
+// capacity between steps, so a warm step allocates nothing.
+//
+// Decode batches may be padded to a bucket size (what a device backend replays a captured graph
+// for): padding rows belong to a sequence of their own on the store's spare page, attend to one
+// position and produce no logits, so real rows are untouched.
+#ifndef LLMRT_RUNTIME_STEP_BATCH_H_
+#define LLMRT_RUNTIME_STEP_BATCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/backend/backend.h"
+#include "src/kv/page_table.h"
+#include "src/model/model.h"
+
+namespace llmrt {
+
+class StepBatch {
+ public:
+  struct Limits {
+    int64_t max_tokens = 0;        // rows of one pass (padding included)
+    int64_t max_seqs = 0;          // sequences of one pass (the padding sequence included)
+    int64_t max_page_entries = 0;  // page-table entries over the pass's sequences
+    int64_t max_logit_rows = 0;
+  };
+  // Allocates the backend buffer for passes within `limits`.
+  static absl::StatusOr<StepBatch> Create(Backend& backend, const Limits& limits);
+  // The page-table entries one sequence can have: bounded by its positions and the pool.
+  static int64_t MaxPagesPerSeq(int64_t max_positions, int64_t page_size, int64_t num_pages);
+
+  void Clear();
+  // Adds one sequence: `tokens` at positions base.., over the pages of `table`. With all_logits
+  // every row's logits are wanted, else (want_last) only the last row's. Returns the logit row
+  // of the sequence's first wanted row, or -1.
+  int64_t Add(const PageTable& table, int64_t page_size, int64_t base, const int32_t* tokens, int64_t n,
+              bool want_last, bool all_logits);
+  // Pads the batch to `rows` rows with rows of a padding sequence on `spare_page`.
+  void PadTo(int64_t rows, int32_t spare_page, int64_t page_size);
+  void set_decode_phase(bool d) { decode_phase_ = d; }
+  bool decode_phase() const { return decode_phase_; }
+  int64_t num_tokens() const { return static_cast<int64_t>(ids_.size()); }
+  int64_t num_logit_rows() const { return static_cast<int64_t>(lrows_.size()); }
+  // Packs the arrays, uploads them with one copy and returns the pass's views of them.
+  absl::StatusOr<ForwardBatch> Upload(Backend& backend);
+
+ private:
+  Limits limits_;
+  Tensor device_;               // I32: the packed arrays
+  std::vector<int32_t> staging_;
+  std::vector<int32_t> ids_, pos_, tseq_, tctx_, pstart_, pids_, slots_, lrows_, first_;
+  bool decode_phase_ = true;
+};
+
+}  // namespace llmrt
+
+#endif  // LLMRT_RUNTIME_STEP_BATCH_H_
