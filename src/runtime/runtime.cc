@@ -139,6 +139,7 @@ RuntimeInfo Runtime::Info() const {
   i.policy = options_.policy;
   i.kv_scale_source = kv_scale_source_;
   i.workspace_bytes = workspace_->capacity();
+  i.padded_tokens = padded_tokens_;
   return i;
 }
 

@@ -90,6 +90,7 @@ struct RuntimeInfo {
   PhasePolicy policy;
   KvScaleSource kv_scale_source = KvScaleSource::kNone;
   uint64_t workspace_bytes = 0;
+  uint64_t padded_tokens = 0;  // rows added to decode passes to fill a bucket
 };
 
 // Faults for testing integrity checking (llm_test_control). Each returns InvalidArgument when
@@ -196,6 +197,7 @@ class Runtime {
   uint64_t integrity_violations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t integrity_check_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t padded_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   KvScaleSource kv_scale_source_ = KvScaleSource::kNone;
   std::map<uint64_t, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);  // by id = arrival
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -207,8 +207,10 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
   }
   batch_.set_decode_phase(decode_phase);
   if (decode_phase && options_.pad_decode_to_power_of_two) {
-    batch_.PadTo(std::min<int64_t>(PowerOfTwoAtLeast(batch_.num_tokens()), options_.max_tokens_per_step),
-                 store_->spare_page(), options_.page_size);
+    const int64_t real = batch_.num_tokens();
+    batch_.PadTo(std::min<int64_t>(PowerOfTwoAtLeast(real), options_.max_tokens_per_step), store_->spare_page(),
+                 options_.page_size);
+    padded_tokens_ += static_cast<uint64_t>(batch_.num_tokens() - real);
   }
   for (Work& wk : work) wk.s->in_flight_ = true;
   return work;
