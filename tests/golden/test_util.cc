@@ -1,5 +1,7 @@
 #include "tests/golden/test_util.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 
@@ -9,6 +11,19 @@
 namespace llmrt::testing {
 
 std::string TestData(const std::string& name) { return std::string(LLMRT_TEST_DATA) + "/" + name; }
+
+std::vector<std::vector<int32_t>> GoldenPrompts(const std::string& golden) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : LoadGolden(TestData(golden))) prompts.push_back(c.prompt);
+  return prompts;
+}
+
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
 
 std::vector<GoldenCase> LoadGolden(const std::string& path) {
   std::ifstream in(path);

@@ -44,6 +44,12 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
 
 std::string TestData(const std::string& name);
 
+// The prompts of a golden file (tests/data/<golden>).
+std::vector<std::vector<int32_t>> GoldenPrompts(const std::string& golden);
+
+// Largest |a[i] - b[i]|; the sizes must agree.
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
+
 }  // namespace llmrt::testing
 
 #endif  // LLMRT_TESTS_GOLDEN_TEST_UTIL_H_
