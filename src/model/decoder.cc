@@ -40,14 +40,14 @@ absl::Status DecoderModel::Load(
 DecoderModel::Stream DecoderModel::TakeStream(Workspace& ws, int64_t T) const {
   const int64_t D = cfg_.hidden_size;
   Stream s;
-  s.x = ws.Take(DType::kF32, {T, D});  // [T, hidden] residual stream
-  s.h = ws.Take(DType::kF32, {T, D});  // [T, hidden] normed
-  s.y = ws.Take(DType::kF32, {T, D});  // [T, hidden] block output
+  s.x = ws.Activation({T, D});  // [T, hidden] residual stream
+  s.h = ws.Activation({T, D});  // [T, hidden] normed
+  s.y = ws.Activation({T, D});  // [T, hidden] block output
   return s;
 }
 
 uint64_t DecoderModel::WorkspaceBytes(int64_t max_tokens, int64_t max_logit_rows) const {
-  Workspace ws = Workspace::Measuring();
+  Workspace ws = Workspace::Measuring(be_.activation_dtype());
   TakeStream(ws, max_tokens);
   if (pass_state_) pass_state_->TakeScratch(ws, max_tokens);
   const uint64_t base = ws.mark();
@@ -58,7 +58,7 @@ uint64_t DecoderModel::WorkspaceBytes(int64_t max_tokens, int64_t max_logit_rows
     TakeFfnScratch(ws, cfg_, l.ffn, max_tokens);
   }
   ws.Reset(base);
-  ws.Take(DType::kF32, {max_logit_rows, cfg_.hidden_size});
+  ws.Activation({max_logit_rows, cfg_.hidden_size});
   return ws.high_water();
 }
 
@@ -91,7 +91,7 @@ absl::Status DecoderModel::Forward(const ForwardBatch& b, const KvCacheView& cac
   const int64_t S = b.num_logit_rows;
   if (S == 0) return absl::OkStatus();
   ws.Reset(base);
-  const Tensor last = ws.Take(DType::kF32, {S, c.hidden_size});  // [S, hidden]
+  const Tensor last = ws.Activation({S, c.hidden_size});  // [S, hidden]
   be_.GatherRows(s.x, b.logit_rows, last);
   be_.RmsNorm(last, final_norm_, eps, last);
   be_.MatMul(last, lm_head_, logits.Rows(0, S));

@@ -16,12 +16,14 @@ absl::StatusOr<std::unique_ptr<Workspace>> Workspace::Create(Backend& backend, u
   ws->storage_ = t->storage();
   ws->base_ = t->data_as<uint8_t>();
   ws->capacity_ = static_cast<uint64_t>(t->numel());
+  ws->activation_dtype_ = backend.activation_dtype();
   return ws;
 }
 
-Workspace Workspace::Measuring() {
+Workspace Workspace::Measuring(DType activation_dtype) {
   Workspace ws;
   ws.measuring_ = true;
+  ws.activation_dtype_ = activation_dtype;
   return ws;
 }
 

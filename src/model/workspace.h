@@ -23,14 +23,16 @@ class Workspace {
   // Buffers start on multiples of this many bytes (a device's widest vector load).
   static constexpr uint64_t kAlign = 256;
 
-  // A workspace of `bytes` in backend memory.
+  // A workspace of `bytes` in backend memory, for activations of the backend's activation dtype.
   static absl::StatusOr<std::unique_ptr<Workspace>> Create(Backend& backend, uint64_t bytes);
   // A workspace that only counts: Take returns tensors that must not be used. For sizing.
-  static Workspace Measuring();
+  static Workspace Measuring(DType activation_dtype);
 
   // A [shape] buffer of `dtype`, valid until Reset to a mark taken before it. Contents are
   // whatever the previous user left.
   Tensor Take(DType dtype, std::initializer_list<int64_t> shape);
+  // An activation buffer: Take with the backend's activation dtype (float32 on the CPU).
+  Tensor Activation(std::initializer_list<int64_t> shape) { return Take(activation_dtype_, shape); }
   uint64_t mark() const { return used_; }
   void Reset(uint64_t mark = 0) { used_ = mark; }
   uint64_t capacity() const { return capacity_; }
@@ -43,6 +45,7 @@ class Workspace {
   uint8_t* base_ = nullptr;
   uint64_t capacity_ = 0;  // 0 with base_ null: measuring
   bool measuring_ = false;
+  DType activation_dtype_ = DType::kF32;
   uint64_t used_ = 0;
   uint64_t high_water_ = 0;
 };

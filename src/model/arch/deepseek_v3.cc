@@ -133,16 +133,16 @@ MlaBlock::Scratch MlaBlock::Take(Workspace& ws, int64_t T) const {
   const ModelConfig& c = s_->cfg;
   const int64_t H = c.num_heads;
   Scratch s;
-  s.q = ws.Take(DType::kF32, {T, H * (c.qk_nope_head_dim + c.qk_rope_head_dim)});
-  if (c.q_lora_rank > 0) s.qa = ws.Take(DType::kF32, {T, c.q_lora_rank});
-  s.ckv = ws.Take(DType::kF32, {T, c.kv_lora_rank + c.qk_rope_head_dim});
-  s.q_lat = ws.Take(DType::kF32, {T, H * c.kv_lora_rank});
-  s.o_lat = ws.Take(DType::kF32, {T, H * c.kv_lora_rank});
-  s.o = ws.Take(DType::kF32, {T, H * c.v_head_dim});
+  s.q = ws.Activation({T, H * (c.qk_nope_head_dim + c.qk_rope_head_dim)});
+  if (c.q_lora_rank > 0) s.qa = ws.Activation({T, c.q_lora_rank});
+  s.ckv = ws.Activation({T, c.kv_lora_rank + c.qk_rope_head_dim});
+  s.q_lat = ws.Activation({T, H * c.kv_lora_rank});
+  s.o_lat = ws.Activation({T, H * c.kv_lora_rank});
+  s.o = ws.Activation({T, H * c.v_head_dim});
   if (has_indexer) {
-    s.ik = ws.Take(DType::kF32, {T, c.index_head_dim});
-    s.iq = ws.Take(DType::kF32, {T, c.index_n_heads * c.index_head_dim});
-    s.iw = ws.Take(DType::kF32, {T, c.index_n_heads});
+    s.ik = ws.Activation({T, c.index_head_dim});
+    s.iq = ws.Activation({T, c.index_n_heads * c.index_head_dim});
+    s.iw = ws.Activation({T, c.index_n_heads});
   }
   return s;
 }

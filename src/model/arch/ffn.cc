@@ -20,7 +20,7 @@ struct MlpScratch {
   Tensor g, u;  // [T, inter]
 };
 MlpScratch TakeMlp(Workspace& ws, const ExpertWeights& m, int64_t T) {
-  return {ws.Take(DType::kF32, {T, m.gate.rows}), ws.Take(DType::kF32, {T, m.gate.rows})};
+  return {ws.Activation({T, m.gate.rows}), ws.Activation({T, m.gate.rows})};
 }
 
 // down(silu(gate(x)) * up(x))
@@ -40,9 +40,9 @@ struct MoeScratch {
 MoeScratch TakeMoe(Workspace& ws, const ModelConfig& c, const FfnWeights& f, int64_t T) {
   MoeScratch s;
   s.idx = ws.Take(DType::kI32, {T, c.num_experts_per_tok});
-  s.wts = ws.Take(DType::kF32, {T, c.num_experts_per_tok});
+  s.wts = ws.Take(DType::kF32, {T, c.num_experts_per_tok});  // routing weights are float32
   if (f.has_shared) {
-    s.shared = ws.Take(DType::kF32, {T, c.hidden_size});
+    s.shared = ws.Activation({T, c.hidden_size});
     s.mlp = TakeMlp(ws, f.shared, T);
   }
   return s;

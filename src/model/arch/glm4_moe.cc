@@ -66,9 +66,9 @@ absl::Status GqaBlock::Load(WeightLoader& w, int64_t i) {
 GqaBlock::Scratch GqaBlock::Take(Workspace& ws, int64_t T) const {
   const ModelConfig& c = s_->cfg;
   Scratch s;
-  s.q = ws.Take(DType::kF32, {T, c.num_heads * c.head_dim});
-  s.kv = ws.Take(DType::kF32, {T, 2 * c.num_kv_heads * c.head_dim});
-  s.o = ws.Take(DType::kF32, {T, c.num_heads * c.head_dim});
+  s.q = ws.Activation({T, c.num_heads * c.head_dim});
+  s.kv = ws.Activation({T, 2 * c.num_kv_heads * c.head_dim});
+  s.o = ws.Activation({T, c.num_heads * c.head_dim});
   return s;
 }
 
