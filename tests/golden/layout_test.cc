@@ -13,7 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "src/util/safetensors.h"
+#include "tests/golden/safetensors_io.h"
 #include "tests/golden/test_util.h"
 
 namespace llmrt::testing {

@@ -38,7 +38,7 @@ void Put(std::vector<uint8_t>& b, size_t at, T v) {
 // Recomputes the public checksum, as anyone can.
 void Reseal(std::vector<uint8_t>& b) {
   uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i + 8 < b.size() + 0 && i < b.size() - 8; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  for (size_t i = 0; i < b.size() - 8; ++i) h = (h ^ b[i]) * 1099511628211ull;
   Put(b, b.size() - 8, h);
 }
 size_t PendingAt(const std::vector<uint8_t>& b) { return kHeader + kLayers * 4 + Get<uint32_t>(b, kPositionsAt) * 4; }
