@@ -1,6 +1,7 @@
 #include "src/quant/weight_format.h"
 
 #include <array>
+#include <atomic>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -10,10 +11,12 @@
 namespace llmrt {
 namespace {
 
+// Lookups by id take no lock (kernels look formats up on hot paths): a registered format's
+// traits are never moved or changed, and `present` publishes them.
 struct Registry {
-  std::mutex mu;
+  std::mutex mu;  // registration and the order list
   std::array<WeightFormatTraits, kMaxWeightFormats> by_id{};
-  std::array<bool, kMaxWeightFormats> present{};
+  std::array<std::atomic<bool>, kMaxWeightFormats> present{};
   std::vector<WeightFormatId> order;
 };
 
@@ -24,7 +27,7 @@ absl::Status Add(Registry& r, const WeightFormatTraits& t) {
     return absl::InvalidArgumentError(absl::StrCat("weight format \"", t.name, "\" lacks resident_bytes, dequantize_row or load"));
   }
   r.by_id[t.id] = t;
-  r.present[t.id] = true;
+  r.present[t.id].store(true, std::memory_order_release);
   r.order.push_back(t.id);
   return absl::OkStatus();
 }
@@ -58,8 +61,7 @@ HostArray NewHostArray(DType dtype, std::vector<int64_t> shape) {
 
 const WeightFormatTraits* FindWeightFormat(WeightFormatId id) {
   Registry& r = Get();
-  std::lock_guard<std::mutex> lock(r.mu);
-  return id < kMaxWeightFormats && r.present[id] ? &r.by_id[id] : nullptr;
+  return id < kMaxWeightFormats && r.present[id].load(std::memory_order_acquire) ? &r.by_id[id] : nullptr;
 }
 
 const WeightFormatTraits& WeightFormatOf(WeightFormatId id) {

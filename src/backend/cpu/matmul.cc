@@ -19,7 +19,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
+#include <atomic>
 #include <vector>
 
 #include "src/backend/cpu/kernels.h"
@@ -441,20 +441,21 @@ void GenericRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float*
   }
 }
 
+// Kernels by format id. Read on every matmul (from every thread), written only when a kernel is
+// registered: atomic pointers to kernels that live for the process, so reads take no lock.
 struct KernelTable {
-  std::mutex mu;
-  MatMulKernel kernels[kMaxWeightFormats];
-  bool simd[kMaxWeightFormats] = {};
+  std::atomic<const MatMulKernel*> kernels[kMaxWeightFormats] = {};
 };
 
 KernelTable& Kernels() {
   static KernelTable* t = [] {
     auto* k = new KernelTable();
-    k->kernels[kWeightF32] = {DenseRows, nullptr};
-    k->kernels[kWeightBf16] = {DenseRows, nullptr};
-    k->kernels[kWeightFp8Block] = {QuantRows, nullptr};
-    k->kernels[kWeightInt4Group] = {QuantRows, PermuteForInt4};
-    for (WeightFormatId id : {kWeightF32, kWeightBf16, kWeightFp8Block, kWeightInt4Group}) k->simd[id] = true;
+    static const MatMulKernel kDense = {DenseRows, nullptr}, kQuant = {QuantRows, nullptr},
+                              kInt4 = {QuantRows, PermuteForInt4};
+    k->kernels[kWeightF32] = &kDense;
+    k->kernels[kWeightBf16] = &kDense;
+    k->kernels[kWeightFp8Block] = &kQuant;
+    k->kernels[kWeightInt4Group] = &kInt4;
     return k;
   }();
   return *t;
@@ -473,20 +474,14 @@ MatrixBytes BytesOf(const Weight& w) {
 }
 
 void RegisterMatMulKernel(WeightFormatId format, const MatMulKernel& kernel) {
-  KernelTable& k = Kernels();
-  std::lock_guard<std::mutex> lock(k.mu);
-  k.kernels[format] = kernel;
-  k.simd[format] = true;
+  LLMRT_CHECK(format < kMaxWeightFormats);
+  Kernels().kernels[format].store(new MatMulKernel(kernel), std::memory_order_release);
 }
 
 const MatMulKernel* FindMatMulKernel(WeightFormatId format) {
   static const MatMulKernel kGeneric = {GenericRows, nullptr};
   if (format >= kMaxWeightFormats) return nullptr;
-  KernelTable& k = Kernels();
-  {
-    std::lock_guard<std::mutex> lock(k.mu);
-    if (k.simd[format]) return &k.kernels[format];
-  }
+  if (const MatMulKernel* k = Kernels().kernels[format].load(std::memory_order_acquire)) return k;
   return FindWeightFormat(format) != nullptr ? &kGeneric : nullptr;
 }
 
