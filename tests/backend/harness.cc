@@ -235,6 +235,67 @@ std::vector<float> CodecRoundTrip(const KvCodec& codec, const KvRowLayout& layou
   return out;
 }
 
+size_t KvRowOffset(const KvCacheView& v, int64_t slot, int64_t layer) {
+  const int64_t page = slot / v.page_size, row = slot % v.page_size;
+  return static_cast<size_t>(((page * v.num_layers + layer) * v.page_size + row) * v.row_bytes);
+}
+
+Tensor UploadF32(Backend& be, const std::vector<float>& v, std::initializer_list<int64_t> shape) {
+  Tensor t = Must(be.Allocate(DType::kF32, shape), "Allocate");
+  if (static_cast<size_t>(t.numel()) != v.size()) throw std::runtime_error("UploadF32: size does not match the shape");
+  MustOk(be.Upload(v.data(), v.size() * sizeof(float), t), "Upload");
+  return t;
+}
+
+Tensor UploadI32(Backend& be, const std::vector<int32_t>& v) {
+  Tensor t = Must(be.Allocate(DType::kI32, {static_cast<int64_t>(v.size())}), "Allocate");
+  MustOk(be.Upload(v.data(), v.size() * sizeof(int32_t), t), "Upload");
+  return t;
+}
+
+AttentionBatch UploadBatch(Backend& be, const HostBatch& b, Tensor* positions) {
+  std::vector<int32_t> all;
+  std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, count)
+  for (const std::vector<int32_t>* v : {&b.token_seq, &b.token_ctx, &b.slot_mapping, &b.seq_page_start,
+                                        &b.seq_first_token, &b.page_ids, &b.positions}) {
+    spans.emplace_back(static_cast<int64_t>(all.size()), static_cast<int64_t>(v->size()));
+    all.insert(all.end(), v->begin(), v->end());
+  }
+  const Tensor t = UploadI32(be, all);  // one metadata upload, as a step makes
+  auto view = [&](int i) { return t.Rows(spans[i].first, spans[i].first + spans[i].second); };
+  AttentionBatch a;
+  a.token_seq = view(0);
+  a.token_ctx = view(1);
+  a.slot_mapping = view(2);
+  a.seq_page_start = view(3);
+  a.seq_first_token = view(4);
+  a.page_ids = view(5);
+  if (positions != nullptr) *positions = view(6);
+  a.num_tokens = b.num_tokens();
+  a.num_seqs = b.num_seqs();
+  a.max_ctx = *std::max_element(b.token_ctx.begin(), b.token_ctx.end());
+  return a;
+}
+
+void KvWriteParts(Backend& be, const KvCacheView& v, int64_t layer, const std::vector<Tensor>& p,
+                  const AttentionBatch& batch) {
+  switch (p.size()) {
+    case 1: be.KvWrite(v, layer, {p[0]}, batch); break;
+    case 2: be.KvWrite(v, layer, {p[0], p[1]}, batch); break;
+    case 3: be.KvWrite(v, layer, {p[0], p[1], p[2]}, batch); break;
+    default: throw std::runtime_error("KvWriteParts: one to three parts");
+  }
+}
+
+void KvCalibrateParts(Backend& be, const KvCacheView& v, int64_t layer, const std::vector<Tensor>& p) {
+  switch (p.size()) {
+    case 1: be.KvCalibrate(v, layer, {p[0]}); break;
+    case 2: be.KvCalibrate(v, layer, {p[0], p[1]}); break;
+    case 3: be.KvCalibrate(v, layer, {p[0], p[1], p[2]}); break;
+    default: throw std::runtime_error("KvCalibrateParts: one to three parts");
+  }
+}
+
 std::string BackendParamName(const ::testing::TestParamInfo<BackendKind>& info) {
   return BackendKindName(info.param);
 }
@@ -263,10 +324,7 @@ Tensor BackendTest::NewTensor(DType dtype, std::initializer_list<int64_t> shape)
 }
 
 Tensor BackendTest::F32(const std::vector<float>& v, std::initializer_list<int64_t> shape) {
-  Tensor t = NewTensor(DType::kF32, shape);
-  if (static_cast<size_t>(t.numel()) != v.size()) throw std::runtime_error("F32: size does not match the shape");
-  MustOk(be().Upload(v.data(), v.size() * sizeof(float), t), "Upload");
-  return t;
+  return UploadF32(be(), v, shape);
 }
 
 Tensor BackendTest::F32View(const std::vector<float>& v, int64_t rows, int64_t cols, int64_t pad_cols,
@@ -284,11 +342,7 @@ Tensor BackendTest::F32View(const std::vector<float>& v, int64_t rows, int64_t c
   return p.Cols(1, 1 + cols);
 }
 
-Tensor BackendTest::I32(const std::vector<int32_t>& v) {
-  Tensor t = NewTensor(DType::kI32, {static_cast<int64_t>(v.size())});
-  MustOk(be().Upload(v.data(), v.size() * sizeof(int32_t), t), "Upload");
-  return t;
-}
+Tensor BackendTest::I32(const std::vector<int32_t>& v) { return UploadI32(be(), v); }
 
 std::vector<float> BackendTest::ReadF32(const Tensor& t) {
   MustOk(be().Synchronize(), "an op before this read failed");
@@ -344,30 +398,6 @@ bool BackendTest::Prepare(const HostMatrix& m, Weight* w) {
   }
   *w = Must(std::move(r), "PrepareWeight");
   return true;
-}
-
-AttentionBatch BackendTest::UploadBatch(const HostBatch& b, Tensor* positions) {
-  std::vector<int32_t> all;
-  std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, count)
-  for (const std::vector<int32_t>* v : {&b.token_seq, &b.token_ctx, &b.slot_mapping, &b.seq_page_start,
-                                        &b.seq_first_token, &b.page_ids, &b.positions}) {
-    spans.emplace_back(static_cast<int64_t>(all.size()), static_cast<int64_t>(v->size()));
-    all.insert(all.end(), v->begin(), v->end());
-  }
-  const Tensor t = I32(all);  // one metadata upload, as a step makes
-  auto view = [&](int i) { return t.Rows(spans[i].first, spans[i].first + spans[i].second); };
-  AttentionBatch a;
-  a.token_seq = view(0);
-  a.token_ctx = view(1);
-  a.slot_mapping = view(2);
-  a.seq_page_start = view(3);
-  a.seq_first_token = view(4);
-  a.page_ids = view(5);
-  if (positions != nullptr) *positions = view(6);
-  a.num_tokens = b.num_tokens();
-  a.num_seqs = b.num_seqs();
-  a.max_ctx = *std::max_element(b.token_ctx.begin(), b.token_ctx.end());
-  return a;
 }
 
 }  // namespace llmrt::conformance

@@ -108,6 +108,22 @@ KvShape GqaKvShape(int64_t num_layers, int64_t kv_heads, int64_t head_dim);
 // The values of one row as a codec stores and reads them back: DecodeRow(EncodeRow(x)).
 std::vector<float> CodecRoundTrip(const KvCodec& codec, const KvRowLayout& layout, const float* x, float scale);
 
+// Byte offset of cache row `slot` (page * page_size + row) of `layer` in a KvCacheView's pages
+// [num_pages, num_layers, page_size, row_bytes].
+size_t KvRowOffset(const KvCacheView& v, int64_t slot, int64_t layer);
+
+// Host data into backend memory (throw on failure).
+Tensor UploadF32(Backend& be, const std::vector<float>& v, std::initializer_list<int64_t> shape);
+Tensor UploadI32(Backend& be, const std::vector<int32_t>& v);
+// The AttentionBatch of a host batch through one metadata upload (as a step makes), and the
+// positions tensor when asked.
+AttentionBatch UploadBatch(Backend& be, const HostBatch& b, Tensor* positions = nullptr);
+
+// KvWrite / KvCalibrate with a runtime list of parts (the ops take an initializer_list).
+void KvWriteParts(Backend& be, const KvCacheView& v, int64_t layer, const std::vector<Tensor>& parts,
+                  const AttentionBatch& batch);
+void KvCalibrateParts(Backend& be, const KvCacheView& v, int64_t layer, const std::vector<Tensor>& parts);
+
 class BackendTest : public ::testing::TestWithParam<BackendKind> {
  protected:
   void SetUp() override;
@@ -132,7 +148,9 @@ class BackendTest : public ::testing::TestWithParam<BackendKind> {
   // A matrix prepared by the backend; false (and a recorded skip note) when the backend
   // refuses the format with UNSUPPORTED.
   bool Prepare(const HostMatrix& m, Weight* w);
-  AttentionBatch UploadBatch(const HostBatch& b, Tensor* positions = nullptr);
+  AttentionBatch UploadBatch(const HostBatch& b, Tensor* positions = nullptr) {
+    return conformance::UploadBatch(be(), b, positions);
+  }
 
   std::unique_ptr<Backend> be_;
 };

@@ -70,24 +70,6 @@ class KvOps : public BackendTest {
   }
 };
 
-// Byte offset of (page, layer, row) in the pages tensor [num_pages, num_layers, page_size, row_bytes].
-size_t RowOffset(const KvCacheView& v, int64_t slot, int64_t layer) {
-  const int64_t page = slot / v.page_size, row = slot % v.page_size;
-  return static_cast<size_t>(((page * v.num_layers + layer) * v.page_size + row) * v.row_bytes);
-}
-
-void Write(Backend& be, const KvCacheView& v, int64_t layer, const std::vector<Tensor>& p, const AttentionBatch& b) {
-  if (p.size() == 2) be.KvWrite(v, layer, {p[0], p[1]}, b);
-  else if (p.size() == 3) be.KvWrite(v, layer, {p[0], p[1], p[2]}, b);
-  else throw std::runtime_error("two or three parts");
-}
-
-void Calibrate(Backend& be, const KvCacheView& v, int64_t layer, const std::vector<Tensor>& p) {
-  if (p.size() == 2) be.KvCalibrate(v, layer, {p[0], p[1]});
-  else if (p.size() == 3) be.KvCalibrate(v, layer, {p[0], p[1], p[2]});
-  else throw std::runtime_error("two or three parts");
-}
-
 // Per-layer codecs: the layer's scale becomes codec.CalibratedScale(largest magnitude of the
 // parts' values), exactly; the other layer keeps its (unset, zero) scale.
 TEST_P(KvOps, KvCalibrate) {
@@ -104,7 +86,7 @@ TEST_P(KvOps, KvCalibrate) {
         float amax = 0.0f;
         for (float x : values) amax = std::max(amax, std::fabs(x));
         auto store = Store(codec, sc.shape, sc.page_size, 4, 0);
-        Calibrate(be(), store->view(), /*layer=*/1, Parts(sc.shape, values, T));
+        KvCalibrateParts(be(), store->view(), /*layer=*/1, Parts(sc.shape, values, T));
         MustOk(be().Synchronize(), "KvCalibrate");
         const std::vector<float> scales = Must(store->Scales(), "Scales");
         EXPECT_EQ(scales[0], 0.0f) << codec->name() << " " << sc.name;
@@ -142,9 +124,9 @@ TEST_P(KvOps, KvWrite) {
             MustOk(store->SetScale(layer, scale), "SetScale");
           }
           std::vector<uint8_t> want = RandomizePages(v, rng);
-          Write(be(), v, layer, Parts(sc.shape, values, T), UploadBatch(hb));
+          KvWriteParts(be(), v, layer, Parts(sc.shape, values, T), UploadBatch(hb));
           for (int64_t t = 0; t < T; ++t) {
-            codec->EncodeRow(*v.layout, values.data() + t * W, scale, want.data() + RowOffset(v, hb.slot_mapping[t], layer));
+            codec->EncodeRow(*v.layout, values.data() + t * W, scale, want.data() + KvRowOffset(v, hb.slot_mapping[t], layer));
           }
           const std::string what = std::string(codec->name()) + " " + sc.name + " fresh=" + std::to_string(fresh) +
                                    " scale=" + std::to_string(scale);
@@ -181,7 +163,7 @@ TEST_P(KvOps, KvExportRows) {
         be().KvExportRows(v, layer, I32(slots), dst);
         std::vector<uint8_t> want;
         for (int32_t s : slots) {
-          const size_t o = RowOffset(v, s, layer);
+          const size_t o = KvRowOffset(v, s, layer);
           want.insert(want.end(), pages.begin() + o, pages.begin() + o + v.row_bytes);
         }
         EXPECT_TRUE(AllEqual(ReadBytes(dst), want)) << codec->name() << " " << sc.name << " layer " << layer;
@@ -228,7 +210,7 @@ TEST_P(KvOps, KvImportRowsConvertsAndRoundTrips) {
           std::vector<uint8_t> exported;
           std::vector<float> decoded(static_cast<size_t>(W));
           for (int64_t i = 0; i < n; ++i) {
-            uint8_t* row = want.data() + RowOffset(v, slots[i], layer);
+            uint8_t* row = want.data() + KvRowOffset(v, slots[i], layer);
             const uint8_t* in = rows.data() + i * src_layout.row_bytes;
             if (keep) {
               std::memcpy(row, in, static_cast<size_t>(v.row_bytes));
