@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/backend/harness.h"
@@ -51,6 +52,29 @@ TEST_P(ElementwiseOps, Embedding) {
         EXPECT_TRUE(AllBitEqual(ReadF32(out), want)) << table.Describe() << " T=" << T;
       }
     }
+  }
+}
+
+// A quantized table: backend.h says out[t] = table[ids[t]] "as float32" for any table; a
+// backend either does that (the dequantized row) or refuses through the status channel.
+TEST_P(ElementwiseOps, EmbeddingOfAQuantizedTableMatchesOrIsRefused) {
+  std::mt19937 rng(6);
+  for (const FormatCase& fc : FormatCases(/*cols=*/64)) {
+    if (fc.format == kWeightF32 || fc.format == kWeightBf16) continue;
+    const HostMatrix table = MakeHostMatrix(fc.format, 9, 64, fc.params, rng);
+    Weight w;
+    if (!Prepare(table, &w)) continue;
+    const std::vector<int32_t> ids = {8, 0, 3};
+    Tensor out = NewTensor(DType::kF32, {3, 64});
+    be().Embedding(w, I32(ids), out);
+    const absl::Status s = be().Synchronize();
+    if (!s.ok()) {
+      RecordProperty("refused_" + std::to_string(int{fc.format}), s.ToString());
+      continue;
+    }
+    std::vector<float> want;
+    for (int32_t id : ids) want.insert(want.end(), table.dense.begin() + id * 64, table.dense.begin() + (id + 1) * 64);
+    EXPECT_TRUE(AllBitEqual(ReadF32(out), want)) << fc.name;
   }
 }
 
