@@ -220,6 +220,7 @@ TEST_P(AttentionOps, MlaAttention) {
 struct DsaCase {
   int64_t kv_lora, rope, index_dim, tile, index_tile, heads, page_size, top_k;
   bool ties;  // positive queries; every third key all negative (score exactly 0), the other cached keys equal
+  bool long_context = false;  // contexts of several hundred positions (scored in chunks)
 };
 
 // I(t, p) = sum_h w[t, h] relu(q[t, h] . k_p * key_scale); selected[t] = the top_k positions by
@@ -231,8 +232,9 @@ struct DsaCase {
 TEST_P(AttentionOps, DsaSelect) {
   std::mt19937 rng(52);
   ScenarioBuilder builder(be());
-  const std::vector<DsaCase> cases = {{33, 7, 9, 5, 4, 3, 4, 4, false},    {33, 7, 9, 5, 4, 3, 4, 6, true},
-                                      {512, 64, 128, 128, 128, 2, 5, 6, false}, {33, 7, 9, 5, 4, 2, 3, 5, true}};
+  const std::vector<DsaCase> cases = {{33, 7, 9, 5, 4, 3, 4, 4, false},        {33, 7, 9, 5, 4, 3, 4, 6, true},
+                                      {512, 64, 128, 128, 128, 2, 5, 6, false}, {33, 7, 9, 5, 4, 2, 3, 5, true},
+                                      {33, 7, 9, 5, 4, 2, 16, 8, false, true},  {33, 7, 9, 5, 4, 2, 16, 8, true, true}};
   for (const KvCodec* codec : AllKvCodecs()) {
     for (const DsaCase& c : cases) {
       for (bool fresh : {false, true}) {
@@ -244,6 +246,7 @@ TEST_P(AttentionOps, DsaSelect) {
         spec.page_size = c.page_size;
         // Contexts shorter than, equal to and longer than top_k, several pages.
         spec.seqs = {{0, 3}, {k - 1, 1}, {3 * c.page_size + 1, 2}, {2, 5}};
+        if (c.long_context) spec.seqs = {{600, 1}, {0, 2}, {254, 4}};  // 601 and 255..258 positions
         spec.fresh = fresh;
         std::vector<float> shared = RandomNormal(static_cast<size_t>(Di), rng);
         for (float& x : shared) x = std::fabs(x) + 0.01f;  // positive: with positive queries, a decisive score

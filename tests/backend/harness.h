@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -173,6 +174,11 @@ template <typename T>
 std::string BackendParamName(const ::testing::TestParamInfo<BackendKind>& info);
 
 }  // namespace llmrt::conformance
+
+namespace llmrt {
+// gtest prints test parameters through PrintTo found by argument-dependent lookup.
+inline void PrintTo(BackendKind kind, std::ostream* os) { *os << BackendKindName(kind); }
+}  // namespace llmrt
 
 // Instantiates a BackendTest-derived fixture for every backend kind (see the top comment).
 #define LLMRT_BACKEND_SUITE(Fixture)                                                                \
