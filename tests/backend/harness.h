@@ -13,7 +13,8 @@
 //
 // Tolerances are stated where they are used; `kU` is float32's unit roundoff 2^-24. Exact
 // equality is asserted wherever the math is exact (data movement, float additions of two
-// values, codec bytes, top-k indices).
+// values, codec bytes, top-k indices). LLMRT_CONFORMANCE_VERBOSE=1 in the environment prints,
+// for every tolerance comparison, the worst error as a fraction of its tolerance.
 #ifndef LLMRT_TESTS_BACKEND_HARNESS_H_
 #define LLMRT_TESTS_BACKEND_HARNESS_H_
 
