@@ -48,7 +48,7 @@ class AttentionOps : public BackendTest {
 };
 
 // BUG (CPU backend): over tiled FP8 rows, the CPU attention kernels load each row's tile scales
-// as float32 (TileScales / ForEachTiledRun, src/backend/cpu/attention.cc:36 and :53) and its BF16
+// as float32 (TileScales / ForEachTiledRun, src/backend/cpu/attention.cc:35 and :53) and its BF16
 // segments as uint16_t (the scalar tails of cpu::Dot / cpu::Axpy, src/backend/cpu/matmul.cc:59,
 // reached from RowDot / RowAxpy, attention.cc:78 and :91) straight from the row bytes, but
 // Fp8TiledCodec::Layout (src/quant/codecs/fp8_tiled.cc) packs codes, BF16 segments and scales
