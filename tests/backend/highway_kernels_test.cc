@@ -1,0 +1,218 @@
+// The CPU backend's SIMD kernels (src/backend/cpu/kernels.h) on EVERY Highway target compiled
+// into this binary that this CPU supports, not only the best one: each test pins the dispatch to
+// one target at a time (hwy::SetSupportedTargetsForTest), checks that dispatch really chose it,
+// and compares against the scalar references over sizes 0 .. 2N+ (N = 16 float lanes, the
+// widest x86 vector) with misaligned starts. The targets that ran are printed and recorded as
+// the test property `targets`.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "hwy/targets.h"
+#include "src/backend/cpu/kernels.h"
+#include "src/quant/fp8.h"
+#include "src/util/bf16.h"
+#include "tests/backend/harness.h"
+
+namespace llmrt::conformance {
+namespace {
+
+// Restores normal dispatch when a test ends, even on a failed assertion.
+struct TargetReset {
+  ~TargetReset() { hwy::SetSupportedTargetsForTest(0); }
+};
+
+// The dispatch table index HWY_DYNAMIC_DISPATCH uses for `target` (targets.h's ChosenTarget).
+size_t DispatchIndex(int64_t target) {
+  return hwy::Num0BitsBelowLS1Bit_Nonzero64(
+      static_cast<uint64_t>((HWY_CHOSEN_TARGET_SHIFT(target) | HWY_CHOSEN_TARGET_MASK_SCALAR) &
+                            HWY_CHOSEN_TARGET_MASK_TARGETS));
+}
+
+// Runs `body` once per compiled and supported target with dispatch pinned to it.
+void ForEachTarget(const std::function<void(const char*)>& body) {
+  TargetReset reset;
+  std::string names;
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  ASSERT_FALSE(targets.empty());
+  for (int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    const char* name = hwy::TargetName(target);
+    float probe = 0.0f;
+    cpu::Axpy(1.0f, DType::kF32, &probe, &probe, 1);  // a dispatched call initializes the choice
+    ASSERT_EQ(hwy::GetChosenTarget().GetIndex(), DispatchIndex(target)) << "dispatch did not pick " << name;
+    SCOPED_TRACE(name);
+    body(name);
+    if (::testing::Test::HasFatalFailure()) return;
+    names += names.empty() ? name : std::string(" ") + name;
+  }
+  std::printf("Highway targets exercised: %s\n", names.c_str());
+  ::testing::Test::RecordProperty("targets", names);
+}
+
+// Tolerance of a float32 dot product of n terms in any order against a double reference that
+// was rounded once (the scalar references return float): (n + 4) u sum |a_i b_i|.
+double DotTol(const float* a, const float* b, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) m += std::fabs(static_cast<double>(a[i]) * b[i]);
+  return (n + 4) * kU * m;
+}
+
+TEST(HighwayKernels, MatMulRowsOnEveryTarget) {
+  std::mt19937 rng(80);
+  std::vector<int64_t> ks;
+  for (int64_t k = 0; k <= 35; ++k) ks.push_back(k);
+  for (int64_t k : {63, 64, 65, 100}) ks.push_back(k);
+  ForEachTarget([&](const char*) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      for (int64_t K : ks) {
+        for (int64_t N : {1, 3, 4, 5, 9}) {
+          for (int64_t T : {1, 2, 3, 5}) {
+            const int64_t mis = (K + N + T) % 2, ldx = K + 3;
+            std::vector<float> wf = RoundToBf16(RandomNormal(static_cast<size_t>(N * K + mis), rng));
+            const std::vector<uint16_t> wb = ToBf16Bits(wf);
+            const void* w = dt == DType::kBF16 ? static_cast<const void*>(wb.data() + mis)
+                                               : static_cast<const void*>(wf.data() + mis);
+            const std::vector<float> x = RandomNormal(static_cast<size_t>(T * ldx + mis), rng);
+            const int64_t n0 = N > 2 ? 1 : 0, n1 = N;  // a row range not starting at 0
+            std::vector<float> got(static_cast<size_t>(T * N), -7.0f), want(got.size(), -7.0f);
+            cpu::MatMulRows(dt, w, K, x.data() + mis, ldx, T, got.data(), N, n0, n1);
+            cpu::MatMulRowsScalar(dt, w, K, x.data() + mis, ldx, T, want.data(), N, n0, n1);
+            for (int64_t t = 0; t < T; ++t) {
+              for (int64_t n = 0; n < N; ++n) {
+                const size_t i = static_cast<size_t>(t * N + n);
+                if (n < n0) {
+                  ASSERT_EQ(got[i], -7.0f) << "row " << n << " outside [n0, n1) written";
+                  continue;
+                }
+                ASSERT_NEAR(got[i], want[i], DotTol(wf.data() + mis + n * K, x.data() + mis + t * ldx, K))
+                    << DTypeName(dt) << " K=" << K << " N=" << N << " T=" << T << " mis=" << mis;
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(HighwayKernels, DotAndAxpyOnEveryTarget) {
+  std::mt19937 rng(81);
+  ForEachTarget([&](const char*) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      for (int64_t mis = 0; mis < 3; ++mis) {
+        const std::vector<float> a = RandomNormal(static_cast<size_t>(n + mis), rng);
+        const std::vector<float> bf = RoundToBf16(RandomNormal(static_cast<size_t>(n + mis), rng));
+        const std::vector<uint16_t> bb = ToBf16Bits(bf);
+        std::vector<uint8_t> b8(static_cast<size_t>(n + mis));
+        std::vector<float> f8(b8.size());
+        for (size_t i = 0; i < b8.size(); ++i) {
+          b8[i] = static_cast<uint8_t>(rng());
+          if ((b8[i] & 0x7F) == Fp8E4M3::kNaN) b8[i] &= 0xFE;  // every code but NaN
+          f8[i] = Fp8E4M3::ToFloat(b8[i]);
+        }
+        const float* ap = a.data() + mis;
+        struct Case {
+          DType dt;
+          const void* b;
+          const float* values;
+        };
+        for (const Case& c : {Case{DType::kF32, bf.data() + mis, bf.data() + mis},
+                              Case{DType::kBF16, bb.data() + mis, bf.data() + mis},
+                              Case{DType::kF8E4M3, b8.data() + mis, f8.data() + mis}}) {
+          ASSERT_NEAR(cpu::Dot(ap, c.dt, c.b, n), cpu::DotScalar(ap, c.dt, c.b, n), DotTol(ap, c.values, n))
+              << "Dot " << DTypeName(c.dt) << " n=" << n << " mis=" << mis;
+          // y += alpha x: one fused or two rounded operations per element.
+          std::vector<float> y = RandomNormal(static_cast<size_t>(n + mis + 1), rng);
+          const std::vector<float> y0 = y;
+          cpu::Axpy(-1.25f, c.dt, c.b, y.data() + mis, n);
+          for (int64_t i = 0; i < n; ++i) {
+            const double want = y0[mis + i] + -1.25 * c.values[i];
+            ASSERT_NEAR(y[mis + i], want, 2 * kU * (std::fabs(y0[mis + i]) + 1.25 * std::fabs(c.values[i])))
+                << "Axpy " << DTypeName(c.dt) << " n=" << n << " i=" << i;
+          }
+          ASSERT_EQ(y[mis + n], y0[mis + n]) << "Axpy wrote past n";
+          if (mis > 0) {
+            ASSERT_EQ(y[mis - 1], y0[mis - 1]) << "Axpy wrote before its start";
+          }
+        }
+      }
+    }
+  });
+}
+
+// A host-memory Weight over a copy of m's codes placed `code_offset` bytes past an aligned start
+// (the kernels read unaligned rows), as the CPU backend's PrepareWeight would view them.
+struct HostWeight {
+  std::vector<uint8_t> codes;
+  Weight w;
+};
+HostWeight ViewOf(const HostMatrix& m, size_t code_offset) {
+  HostWeight h;
+  const StoredMatrix& s = m.stored;
+  h.codes.assign(s.codes.bytes + code_offset, 0);
+  std::memcpy(h.codes.data() + code_offset, s.codes.data, s.codes.bytes);
+  h.w.format = s.format;
+  h.w.quantized = s.scales.data != nullptr;
+  h.w.rows = s.rows;
+  h.w.cols = s.cols;
+  h.w.params = s.params;
+  const int64_t shape[2] = {s.codes.shape[0], s.codes.shape[1]};
+  h.w.data = Tensor(nullptr, h.codes.data() + code_offset, s.codes.dtype, shape, 2);
+  if (s.scales.data != nullptr) {
+    const int64_t sshape[2] = {s.scales.shape[0], s.scales.shape[1]};
+    h.w.scales = Tensor(nullptr, const_cast<uint8_t*>(s.scales.data), s.scales.dtype, sshape, 2);
+  }
+  return h;
+}
+
+// MatMulWeightRows after PrepareActivations, for every built-in format (dense, FP8 blocks with
+// odd and partial blocks, INT4 g32 / g128), T = 1 .. 5 (decode path: codes decoded in
+// registers) and 7 (blocked path), split into row ranges as the thread pool splits them,
+// against the format's dequantize_row reference.
+TEST(HighwayKernels, MatMulWeightRowsOnEveryTarget) {
+  std::mt19937 rng(82);
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (int64_t k = 1; k <= 35; k += 2) shapes.push_back({k % 7 + 1, k});
+  for (auto s : std::vector<std::pair<int64_t, int64_t>>{{6, 64}, {3, 96}, {9, 128}, {2, 256}, {5, 100}}) shapes.push_back(s);
+  ForEachTarget([&](const char*) {
+    for (const auto& [rows, cols] : shapes) {
+      for (const FormatCase& fc : FormatCases(cols)) {
+        const HostMatrix m = MakeHostMatrix(fc.format, rows, cols, fc.params, rng);
+        const size_t elem = DTypeSize(m.stored.codes.dtype);
+        const HostWeight hw = ViewOf(m, (rows + cols) % 2 == 0 ? elem : 0);
+        for (int64_t T : {1, 2, 3, 4, 5, 7}) {
+          const int64_t ldx = cols + 1;
+          const std::vector<float> xs = RandomNormal(static_cast<size_t>(T * ldx + 1), rng);
+          const float* x = xs.data() + 1;  // misaligned
+          std::vector<float> scratch, got(static_cast<size_t>(T * rows), -7.0f);
+          int64_t ld = 0;
+          const float* xp = cpu::PrepareActivations(hw.w, x, ldx, T, scratch, &ld);
+          const int64_t mid = rows / 2 + (rows > 2 ? 1 : 0);
+          cpu::MatMulWeightRows(hw.w, xp, ld, T, got.data(), rows, 0, mid);
+          cpu::MatMulWeightRows(hw.w, xp, ld, T, got.data(), rows, mid, rows);
+          for (int64_t t = 0; t < T; ++t) {
+            for (int64_t n = 0; n < rows; ++n) {
+              double want = 0, mag = 0;
+              for (int64_t k = 0; k < cols; ++k) {
+                const double p = static_cast<double>(m.dense[n * cols + k]) * x[t * ldx + k];
+                want += p;
+                mag += std::fabs(p);
+              }
+              // As matmul_test.cc: (K + 8) u of the magnitude.
+              ASSERT_NEAR(got[t * rows + n], want, (cols + 8) * kU * mag)
+                  << fc.name << " " << rows << "x" << cols << " T=" << T << " row " << n;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace llmrt::conformance
