@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds with AddressSanitizer + UBSan and runs the suites that feed llmrt hostile input: the
-# hostile-input suite, the fuzz smoke run and the pure C ABI test. Allocations above 2 GiB are
+# Builds with AddressSanitizer + UBSan and runs the suites that feed llmrt hostile input (the
+# hostile-input suite, the fuzz smoke run, the pure C ABI test) and the backend conformance suite. Allocations above 2 GiB are
 # reported as errors (max_allocation_size_mb), so an input that makes llmrt allocate without
 # bound fails the run even where it would fit in memory.
 set -euo pipefail
@@ -12,7 +12,7 @@ build=${LLMRT_ASAN_BUILD_DIR:-build-asan}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMRT_TESTS=ON -DLLMRT_SAMPLES=OFF \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DCMAKE_CXX_FLAGS="-DHWY_COMPILE_ONLY_STATIC=1" -DLLMRT_SANITIZE=address,undefined >/dev/null
-cmake --build "$build" -j"$(nproc)" --target llmrt_hostile_tests llmrt_fuzz_smoke llmrt_abi_test
+cmake --build "$build" -j"$(nproc)" --target llmrt_hostile_tests llmrt_fuzz_smoke llmrt_abi_test llmrt_backend_tests
 ASAN_OPTIONS="detect_leaks=1:max_allocation_size_mb=2048:abort_on_error=1" \
 UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -L 'hostile|fuzz|abi' -E abi_exports
+  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -L 'hostile|fuzz|abi|backend' -E abi_exports

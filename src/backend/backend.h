@@ -217,7 +217,8 @@ class Backend {
 
   // ---- MLA attention over the paged latent cache ----
   // q_lat [T, heads, kv_lora] = per head W_UK^T q_nope, with W_UK the first `nope` rows of
-  // each head's block of kv_b [heads*(nope+v), kv_lora]. q [T, heads*(nope+rope)].
+  // each head's block of kv_b [heads*(nope+v), kv_lora]. q [T, heads*(nope+rope)]. kv_b is F32
+  // or BF16 (the loader dequantizes a quantized one); a backend refuses other formats.
   virtual void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,
                               const Tensor& q_lat) = 0;
   // Absorbed attention: score(t, p) = (q_lat[t,h] . c_p + q_rope[t,h] . kr_p) * scale over the

@@ -163,14 +163,6 @@ TEST_P(MatMulOps, MlaProjectValue) {
 // or refuse it": so either the result matches the dequantized reference, or the op fails
 // through the status channel.
 TEST_P(MatMulOps, MlaWithQuantizedKvBMatchesOrIsRefused) {
-  if (GetParam() == BackendKind::kCpu) {
-    // BUG (CPU backend): MlaAbsorbQuery and MlaProjectValue read any kv_b that is not BF16 as
-    // float32 rows (WeightDType, src/backend/cpu/attention.cc:22, used at :289 / :300 and
-    // :410 / :417): an FP8 or INT4 kv_b is read with 4 bytes per element from a buffer of 1
-    // (or 1/2) byte per element, out of bounds, and the results are garbage (e.g. 1.6e24 for
-    // -0.0013) instead of a refusal. Skipped until the ops check kv_b.format.
-    GTEST_SKIP() << "CPU MlaAbsorbQuery/MlaProjectValue read a quantized kv_b as F32 (out of bounds)";
-  }
   std::mt19937 rng(33);
   MlaDims d;
   d.heads = 2;

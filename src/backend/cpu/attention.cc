@@ -19,7 +19,12 @@
 namespace llmrt {
 namespace {
 
-DType WeightDType(const Weight& w) { return w.format == kWeightBf16 ? DType::kBF16 : DType::kF32; }
+// The element type of an MLA kv_b: the CPU reads its rows directly, so it takes F32 or BF16
+// (the loader dequantizes a quantized kv_b at load) and refuses anything else.
+DType WeightDType(const Weight& w) {
+  LLMRT_CHECK(w.format == kWeightBf16 || w.format == kWeightF32);
+  return w.format == kWeightBf16 ? DType::kBF16 : DType::kF32;
+}
 
 // Address of row `row` of `layer` in page `page`.
 uint8_t* CacheRow(const KvCacheView& c, int64_t page, int64_t layer, int64_t row) {

@@ -1,6 +1,6 @@
 // The tiled FP8 codec: values in e4m3 with one float32 scale per tile of each row (the tile's
 // largest magnitude / 448), except parts the model marks keep_precision (MLA's rope key), which
-// stay BF16. Row bytes: each segment's codes in order, then every tile scale. For Kimi K2 (512
+// stay BF16. Row bytes: each segment's codes in order, then every tile scale (aligned). For Kimi K2 (512
 // latent values in 4 tiles, 64 rope values) that is 512 + 128 + 16 = 656 bytes per token per
 // layer. Scales live in the rows, so no layer state is shared between sessions.
 #include <algorithm>
@@ -34,8 +34,12 @@ class Fp8TiledCodec final : public KvCodec {
       start += p.count;
     }
     l.width = start;
+    // BF16 values start on an even byte and the float32 scales on a multiple of four (rows are
+    // then multiples of four bytes), so every load is aligned; the released models' shapes need
+    // no padding.
     int64_t bytes = 0, scales = 0;
     for (KvSegment& s : l.segments) {
+      if (s.bf16) bytes = (bytes + 1) / 2 * 2;
       s.byte_offset = bytes;
       bytes += s.bf16 ? 2 * s.count : s.count;
       if (!s.bf16) {
@@ -43,8 +47,8 @@ class Fp8TiledCodec final : public KvCodec {
         scales += (s.count + s.tile - 1) / s.tile;
       }
     }
-    l.scale_offset = bytes;
-    l.row_bytes = bytes + 4 * scales;
+    l.scale_offset = (bytes + 3) / 4 * 4;
+    l.row_bytes = l.scale_offset + 4 * scales;
     return l;
   }
 
