@@ -79,9 +79,9 @@ llm_status Sizing(const std::string& dir, int32_t dtype, llm_kv_sizing* out) {
 // Runs `steps` greedy steps of one session on `prompt`; "" when every step succeeded and every
 // token is in [0, vocab), else what went wrong. *tokens receives the generated tokens.
 std::string Generate(const std::string& dir, const std::vector<int32_t>& prompt, int steps,
-                     std::vector<int32_t>* tokens = nullptr) {
+                     std::vector<int32_t>* tokens = nullptr, const llm_runtime_options* options = nullptr) {
   llm_runtime* rt = nullptr;
-  llm_status st = llm_runtime_create(dir.c_str(), nullptr, &rt);
+  llm_status st = llm_runtime_create(dir.c_str(), options, &rt);
   if (st != LLM_OK) return ExpectStatus(st, LLM_OK, "runtime_create");
   llm_runtime_info info;
   info.struct_size = sizeof(info);
@@ -106,6 +106,7 @@ std::string Generate(const std::string& dir, const std::vector<int32_t>& prompt,
         tokens->push_back(r.token);
       }
     }
+    if (r.finish_reason != LLM_FINISH_NONE) break;  // e.g. the context is full
   }
   llm_session_destroy(s);
   llm_runtime_destroy(rt);
@@ -463,6 +464,76 @@ TEST(HostileModelConfig, WronglyTypedFieldsNameTheField) {
        LLM_ERR_FORMAT, "text_config"},
   };
   for (const BoundCase& k : cases) EXPECT_EQ(CheckBoundCase(k, /*sizing_too=*/true), "") << k.model << ": " << k.what;
+}
+
+// Every field the parsers read, in every family, set to each of a list of hostile values: none
+// may crash, hang, allocate without bound or come back as LLM_ERR_INTERNAL; a config
+// llm_model_kv_sizing accepts is sized without wrapping, and a model that loads runs.
+TEST(HostileModelConfig, EveryFieldWithEveryHostileValue) {
+  const json values = json::parse(R"([-1, 0, 1, 7, 2147483648, 18446744073709551615, 0.5, 1e300, "x", [], {},
+      null, true])");
+  // What the parsers read, in any family (a field another family reads is ignored, which costs a
+  // load and a step per value).
+  const char* const fields[] = {
+      "architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+      "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps",
+      "tie_word_embeddings", "hidden_act", "attention_bias", "use_qk_norm", "q_lora_rank", "kv_lora_rank",
+      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave", "partial_rotary_factor",
+      "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size", "n_group",
+      "topk_group", "first_k_dense_replace", "moe_layer_freq", "routed_scaling_factor", "norm_topk_prob",
+      "scoring_func", "topk_method", "num_nextn_predict_layers", "eos_token_id", "bos_token_id", "rope_theta",
+      "rope_parameters", "rope_scaling", "quantization_config", "index_topk", "index_head_dim", "index_n_heads",
+      "indexer_types", "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset", "mlp_layer_types",
+      "rope_parameters/rope_theta", "rope_parameters/rope_type", "rope_parameters/type", "rope_parameters/factor",
+      "rope_parameters/mscale", "rope_parameters/mscale_all_dim", "rope_parameters/beta_fast",
+      "rope_parameters/beta_slow", "rope_parameters/attention_factor", "rope_parameters/truncate",
+      "rope_parameters/original_max_position_embeddings", "rope_parameters/partial_rotary_factor"};
+  for (const char* model : kFamilies) {
+    const json base = ReadConfig(model);
+    std::vector<std::pair<json::json_pointer, json>> cases;
+    for (const char* f : fields) {
+      for (const json& v : values) cases.emplace_back(json::json_pointer(std::string("/") + f), v);
+    }
+    const std::string dir = ModelWithConfigText(model, base.dump());
+    const std::string progress = dir + "/progress";
+    const std::string verdict = RunIsolated(
+        [&] {
+          // One worker thread and a small cache: thousands of loads.
+          llm_runtime_options o;
+          llm_runtime_options_init(&o);
+          o.num_threads = 1;
+          o.kv_budget_bytes = 1 << 20;
+          int loaded = 0;
+          for (const auto& [ptr, v] : cases) {
+            json c = base;
+            c[ptr] = v;
+            const std::string what = ptr.to_string() + " = " + v.dump();
+            WriteFile(progress, what);
+            WriteFile(dir + "/config.json", c.dump());
+            llm_kv_sizing ks;
+            const llm_status sizing = Sizing(dir, LLM_KV_DTYPE_F32, &ks);
+            if (sizing == LLM_ERR_INTERNAL) return what + ": kv_sizing: " + llm_last_error();
+            if (sizing == LLM_OK &&
+                (ks.num_layers == 0 || ks.num_layers > 1024 ||
+                 ks.bytes_per_token != uint64_t{ks.num_layers} * ks.elements_per_token_layer * 4)) {
+              return what + ": kv_sizing reported " + std::to_string(ks.bytes_per_token) + " bytes per token";
+            }
+            llm_runtime* rt = nullptr;
+            const llm_status st = llm_runtime_create(dir.c_str(), &o, &rt);
+            llm_runtime_destroy(rt);
+            if (st == LLM_ERR_INTERNAL) return what + ": runtime_create: " + llm_last_error();
+            if (st == LLM_OK && sizing != LLM_OK) return what + ": loads, but kv_sizing refuses it";
+            if (st != LLM_OK) continue;
+            ++loaded;
+            // A one-token prompt fits any max_position_embeddings.
+            const std::string err = Generate(dir, {1}, 2, nullptr, &o);
+            if (!err.empty()) return what + ": " + err;
+          }
+          return loaded > 0 ? std::string() : std::string("nothing loaded");
+        },
+        /*timeout_s=*/300);
+    EXPECT_EQ(verdict, "") << model << ", last case " << ReadFile(progress);
+  }
 }
 
 // A config must be small and shallow: config.json beyond 4 MiB is refused before it is read,
