@@ -3,12 +3,12 @@
 // are in tests/fuzz/seeds/<target>/, for example:
 //   build-fuzz/tests/fuzz_ModelConfig -max_total_time=300 corpus/ tests/fuzz/seeds/model_config
 // (the first directory collects what the run finds; keep it out of the repository).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -37,9 +37,19 @@ std::string ModelScratch(const std::string& name) {
   return d;
 }
 
+// Replaces the contents of `path`. Not by truncating to zero first: ext4 flushes a file that is
+// truncated and rewritten when it is closed, which would make every execution wait on the disk.
 void Write(const std::string& path, const void* data, size_t size) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) std::abort();
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pwrite(fd, static_cast<const char*>(data) + done, size - done, static_cast<off_t>(done));
+    if (n <= 0) std::abort();
+    done += static_cast<size_t>(n);
+  }
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) std::abort();
+  ::close(fd);
 }
 
 // Library log lines (the routing assumption, skipped layers) would flood the fuzzer's output.

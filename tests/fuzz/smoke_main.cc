@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
         "\x00" + Read(d + "/tokenizers/glm/tokenizer.json").substr(0, 3000)}},
       {"safetensors_header", llmrt::fuzz::SafetensorsHeader, Seeds("safetensors_header")},
       {"shard_index", llmrt::fuzz::ShardIndex, Seeds("shard_index")},
-      {"model_config", llmrt::fuzz::ModelConfig, Seeds("model_config"), 8},
+      {"model_config", llmrt::fuzz::ModelConfig, Seeds("model_config"), 20},
   };
   std::mt19937_64 rng(20261129);
   long runs = 0;
