@@ -201,7 +201,30 @@ LLM_API void llm_runtime_options_init(llm_runtime_options* options);
  * or model.safetensors.index.json and its shards), validates every tensor against the config,
  * and sets up the backend and KV pool. options may be NULL for defaults.
  * On success *out_runtime owns the loaded model; release it with llm_runtime_destroy.
- * On failure *out_runtime is set to NULL. */
+ * On failure *out_runtime is set to NULL.
+ *
+ * Limits. Before anything is allocated from them, every config.json field read is checked for
+ * its JSON type (LLM_ERR_FORMAT naming the field) and against these bounds (LLM_ERR_OUT_OF_RANGE
+ * above them; each is many times the largest released Kimi, GLM or DeepSeek value):
+ * config.json 4 MiB and 32 levels of nesting; vocab_size 2^24; hidden_size, q_lora_rank and
+ * kv_lora_rank 65,536; intermediate_size and moe_intermediate_size 262,144; num_hidden_layers
+ * 1,024; attention, key/value and indexer heads 1,024; every per-head width (head_dim,
+ * qk_nope/qk_rope/v_head_dim, index_head_dim) 4,096; n_routed_experts 8,192; n_shared_experts
+ * 64; max_position_embeddings and index_topk 2^24; FP8 block and INT4 group sizes 65,536; real
+ * parameters (YaRN factor, mscales, betas, routed_scaling_factor) finite and at most 10^6,
+ * rope_theta in (1, 10^12]; token ids in [0, 2^31). Routing must be consistent
+ * (1 <= num_experts_per_tok <= n_routed_experts / n_group * topk_group, n_group dividing the
+ * experts, 1 <= topk_group <= n_group) and use sigmoid scores with noaux_tc top-k (others are
+ * LLM_ERR_UNSUPPORTED; a DeepSeek-family config that omits scoring_func is logged as assuming
+ * them). The checkpoint must hold the last layer num_hidden_layers declares. A safetensors
+ * header is at most 100,000,000 bytes (the safetensors library's limit) and is read and checked
+ * before its file is mapped: at most 2^20 tensors per file and per checkpoint, at most 8
+ * dimensions and 2^48 elements per tensor, data inside the file and aligned to its element
+ * size (LLM_ERR_UNSUPPORTED otherwise). model.safetensors.index.json is at most 64 MiB naming
+ * at most 4,096 shards, each a file of model_dir ('/', ".." and NUL are refused). Only regular
+ * files are read (a FIFO or device is LLM_ERR_IO, never waited on); symbolic links are
+ * followed. Every size derived from values within these bounds fits in 64 bits, so
+ * llm_model_kv_sizing below never reports a wrapped number. */
 LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
                                       llm_runtime** out_runtime);
 
@@ -263,7 +286,8 @@ typedef struct llm_kv_sizing {
 
 /* Sizes the KV cache of the model in model_dir (its config.json only; no weights are read) for
  * kv_dtype, as a runtime with that budget and page size would allocate it. session_tokens 0
- * skips the session count; page_size_tokens 0 means the runtime default. */
+ * skips the session count; page_size_tokens 0 means the runtime default. config.json is
+ * checked as llm_runtime_create checks it (its "Limits"), with the same statuses. */
 LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, uint64_t kv_budget_bytes,
                                        uint32_t page_size_tokens, uint32_t session_tokens, llm_kv_sizing* out);
 

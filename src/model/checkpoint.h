@@ -3,6 +3,7 @@
 #ifndef LLMRT_MODEL_CHECKPOINT_H_
 #define LLMRT_MODEL_CHECKPOINT_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,10 +14,25 @@
 
 namespace llmrt {
 
+// Limits on a checkpoint's shard index (the "Limits" paragraph of llm_runtime_create).
+// model.safetensors.index.json [about 25 MiB for Kimi K2-Thinking's INT4 release]; its
+// weight_map holds at most kMaxCheckpointTensors entries.
+inline constexpr size_t kMaxIndexJsonBytes = size_t{64} << 20;
+// Distinct shard files [163 for DeepSeek-V3].
+inline constexpr int64_t kMaxShards = 4096;
+
 class Checkpoint {
  public:
-  // Opens and validates config.json and every safetensors file of `dir`.
+  // Opens and validates config.json and every safetensors file of `dir`. Shards are files of
+  // `dir` (names with '/' or ".." are refused); symbolic links among them are followed, as the
+  // Hugging Face cache stores shards as links into its blob store. Only regular files are read.
   static absl::StatusOr<Checkpoint> Open(const std::string& dir);
+
+  // Checks that the checkpoint holds the last decoder layer config.json declares (its
+  // input_layernorm.weight, which every architecture has): run before a model allocates anything
+  // per layer, so that num_hidden_layers is confirmed by tensors, not only by its bound.
+  // NotFound (as for any missing tensor) naming the tensor otherwise.
+  absl::Status ValidateLayerCount() const;
 
   const ModelConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }

@@ -11,6 +11,30 @@
 
 namespace llmrt {
 
+// Bounds on config.json values. Every one is far above the largest released Kimi K2.x, GLM-4.5
+// to 5.x and DeepSeek-V3 value (in brackets), and small enough that every size the loaders, the
+// forward pass and the KV sizing form from them stays far inside int64 (and inside int32 where a
+// value becomes an int32 id or position). ParseModelConfig refuses a value above its bound with
+// absl::OutOfRangeError naming the field, so nothing is allocated from an absurd value; the
+// checkpoint's tensors then confirm each dimension. The "Limits" paragraph of llm_runtime_create
+// (include/llmrt/llmrt.h) states them for hosts.
+inline constexpr int64_t kMaxConfigJsonBytes = int64_t{4} << 20;   // config.json [~5 KiB]
+inline constexpr int kMaxConfigJsonDepth = 32;                     // JSON nesting [4]
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;         // [163,840]
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 16;        // hidden_size, LoRA ranks [7,168]
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 18;  // dense and expert MLPs [18,432]
+inline constexpr int64_t kMaxLayers = 1024;                        // num_hidden_layers [92]
+inline constexpr int64_t kMaxHeads = 1024;                         // attention, KV and indexer heads [128]
+inline constexpr int64_t kMaxHeadDim = 4096;                       // every per-head width [256]
+inline constexpr int64_t kMaxRoutedExperts = 8192;                 // n_routed_experts [384]
+inline constexpr int64_t kMaxSharedExperts = 64;                   // n_shared_experts [1]
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;         // max_position_embeddings [262,144]
+inline constexpr int64_t kMaxQuantBlock = int64_t{1} << 16;        // FP8 blocks, INT4 groups [128]
+// Real-valued fields (YaRN factor, mscales, betas, routed_scaling_factor) lie in [0, kMaxScale]
+// so that no value the rope and router derive from them leaves the float range.
+inline constexpr double kMaxScale = 1e6;
+inline constexpr double kMaxRopeTheta = 1e12;  // [1e6]
+
 struct RopeConfig {
   std::string type = "default";  // "default" or "yarn"
   double theta = 10000.0;
@@ -86,6 +110,7 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;
   int32_t bos_token_id = -1;
 
+  // REQUIRES: 0 <= layer < num_layers (ParseModelConfig sized moe_layers and indexer_full so).
   bool IsMoeLayer(int64_t layer) const {
     if (!moe_layers.empty()) return n_routed_experts > 0 && moe_layers[layer] != 0;
     return n_routed_experts > 0 && layer >= first_k_dense_replace && layer % moe_layer_freq == 0;
@@ -99,7 +124,12 @@ struct ModelConfig {
   }
 };
 
-// Parses and validates config.json text. `source` names the file in error messages.
+// Parses and validates config.json text. `source` names the file in error messages. Every field
+// read is checked for its JSON type and its range (the bounds above) and the routing for
+// consistency (top-k within the experts and the selected groups); errors name the field:
+// FormatError for a wrong type or an inconsistent value, OutOfRangeError past a bound,
+// UnsupportedError for a valid setting llmrt does not implement (softmax routing, another rope).
+// Logs what it assumes for a MoE config without scoring_func / topk_method.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source);
 
 }  // namespace llmrt

@@ -2,10 +2,13 @@
 
 #include "src/model/arch/deepseek_v3.h"
 #include "src/model/arch/glm4_moe.h"
+#include "src/util/status.h"
 
 namespace llmrt {
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend, const LoadOptions& options) {
+  // The loaders size per-layer state from num_hidden_layers before they reach the last layer.
+  LLMRT_RETURN_IF_ERROR(ck.ValidateLayerCount());
   switch (ck.config().family) {
     case ArchFamily::kDeepseekV3:
     case ArchFamily::kGlmMoeDsa:  // MLA with the DSA indexer: same attention block

@@ -2,8 +2,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+
+#include "src/util/status.h"
 
 namespace llmrt {
+namespace {
+
+// double -> float without undefined behaviour: a finite value beyond the float range saturates
+// to +-inf (ParseModelConfig's bounds keep real configs far inside it).
+float ToFloat(double x) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (x > kMax) return std::numeric_limits<float>::infinity();
+  if (x < -kMax) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(x);
+}
+
+}  // namespace
 
 double YarnGetMscale(double scale, double mscale) {
   if (scale <= 1.0) return 1.0;
@@ -11,6 +26,8 @@ double YarnGetMscale(double scale, double mscale) {
 }
 
 RopeParams ComputeRope(const RopeConfig& rope, int64_t dim, int64_t max_position_embeddings) {
+  // A table of dim / 2 floats: ParseModelConfig bounds every rotary width by kMaxHeadDim.
+  LLMRT_CHECK(dim >= 2 && dim <= kMaxHeadDim && dim % 2 == 0);
   RopeParams p;
   const int64_t half = dim / 2;
   p.inv_freq.resize(half);
@@ -27,16 +44,15 @@ RopeParams ComputeRope(const RopeConfig& rope, int64_t dim, int64_t max_position
   }
   const double factor = rope.factor;
   if (rope.attention_factor > 0) {
-    p.attention_factor = static_cast<float>(rope.attention_factor);
+    p.attention_factor = ToFloat(rope.attention_factor);
   } else if (rope.mscale != 0 && rope.mscale_all_dim != 0) {
-    p.attention_factor =
-        static_cast<float>(YarnGetMscale(factor, rope.mscale) / YarnGetMscale(factor, rope.mscale_all_dim));
+    p.attention_factor = ToFloat(YarnGetMscale(factor, rope.mscale) / YarnGetMscale(factor, rope.mscale_all_dim));
   } else {
-    p.attention_factor = static_cast<float>(YarnGetMscale(factor, 1.0));
+    p.attention_factor = ToFloat(YarnGetMscale(factor, 1.0));
   }
   const double orig = static_cast<double>(rope.original_max_position_embeddings);
   auto correction_dim = [&](double rotations) {
-    return (dim * std::log(orig / (rotations * 2 * M_PI))) / (2 * std::log(rope.theta));
+    return (static_cast<double>(dim) * std::log(orig / (rotations * 2 * M_PI))) / (2 * std::log(rope.theta));
   };
   double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
   if (rope.truncate) {
@@ -60,12 +76,13 @@ RopeParams ComputeRope(const RopeConfig& rope, int64_t dim, int64_t max_position
 }
 
 float MlaSoftmaxScale(const ModelConfig& c) {
-  double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim));
+  // Both widths are at most kMaxHeadDim and the rope width at least 2: no overflow, no 0.
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_nope_head_dim) + static_cast<double>(c.qk_rope_head_dim));
   if (c.rope.type != "default" && c.rope.mscale_all_dim != 0) {
     const double m = YarnGetMscale(c.rope.factor, c.rope.mscale_all_dim);
     scale *= m * m;
   }
-  return static_cast<float>(scale);
+  return ToFloat(scale);
 }
 
 }  // namespace llmrt

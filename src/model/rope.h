@@ -15,7 +15,8 @@ struct RopeParams {
 };
 
 // As transformers' _compute_default_rope_parameters / _compute_yarn_parameters for a rotary
-// width of `dim`.
+// width of `dim`. REQUIRES: dim even, in [2, kMaxHeadDim] (ParseModelConfig guarantees it for
+// every width a model derives from its config), and `rope` as ParseModelConfig left it.
 RopeParams ComputeRope(const RopeConfig& rope, int64_t dim, int64_t max_position_embeddings);
 
 // yarn_get_mscale of DeepSeek-V3: 0.1 * mscale * ln(scale) + 1 for scale > 1, else 1.

@@ -10,6 +10,11 @@ int Config(const uint8_t* data, size_t size);
 int TokenizerText(const uint8_t* data, size_t size);
 int TokenizerIds(const uint8_t* data, size_t size);
 int TokenizerFiles(const uint8_t* data, size_t size);
+// tests/fuzz/fuzz_model.cc: a safetensors header (the data section is fixed), a shard index
+// beside fixed shards, and a config.json whose first byte picks the family's committed weights.
+int SafetensorsHeader(const uint8_t* data, size_t size);
+int ShardIndex(const uint8_t* data, size_t size);
+int ModelConfig(const uint8_t* data, size_t size);
 }  // namespace llmrt::fuzz
 
 #endif  // LLMRT_TESTS_FUZZ_FUZZ_TARGETS_H_

@@ -3,8 +3,10 @@
 // fuzzing (cmake -DLLMRT_FUZZ=ON with clang), but it runs in every CI build and keeps the parsers
 // honest against malformed input.
 //   llmrt_fuzz_smoke [iterations per seed]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -53,6 +55,17 @@ std::string Mutate(std::string s, std::mt19937_64& rng) {
   return s;
 }
 
+// Every file of a committed seed directory (tests/fuzz/seeds/<name>), in name order.
+std::vector<std::string> Seeds(const std::string& name) {
+  std::vector<std::string> paths, out;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(LLMRT_TEST_DATA) + "/../fuzz/seeds/" + name)) {
+    paths.push_back(e.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const auto& p : paths) out.push_back(Read(p));
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,6 +77,7 @@ int main(int argc, char** argv) {
     const char* name;
     int (*fn)(const uint8_t*, size_t);
     std::vector<std::string> seeds;
+    int divisor = 1;  // runs iterations / divisor mutations per seed (targets that load a model)
   } targets[] = {
       {"safetensors", llmrt::fuzz::Safetensors, {st}},
       {"config", llmrt::fuzz::Config,
@@ -74,13 +88,16 @@ int main(int argc, char** argv) {
       {"tokenizer_files", llmrt::fuzz::TokenizerFiles,
        {"\x01" + Read(d + "/tokenizers/kimi/tiktoken.model").substr(0, 3000),
         "\x00" + Read(d + "/tokenizers/glm/tokenizer.json").substr(0, 3000)}},
+      {"safetensors_header", llmrt::fuzz::SafetensorsHeader, Seeds("safetensors_header")},
+      {"shard_index", llmrt::fuzz::ShardIndex, Seeds("shard_index")},
+      {"model_config", llmrt::fuzz::ModelConfig, Seeds("model_config"), 20},
   };
   std::mt19937_64 rng(20261129);
   long runs = 0;
   for (auto& t : targets) {
     for (const auto& seed : t.seeds) {
       t.fn(reinterpret_cast<const uint8_t*>(seed.data()), seed.size());
-      for (int i = 0; i < iterations; ++i) {
+      for (int i = 0; i < iterations / t.divisor; ++i) {
         const std::string m = Mutate(seed, rng);
         t.fn(reinterpret_cast<const uint8_t*>(m.data()), m.size());
         ++runs;

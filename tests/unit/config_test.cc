@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -173,6 +175,93 @@ TEST(Config, Glm5IndexerAndMlpLayerPatterns) {
   no_lora.replace(no_lora.find("\"q_lora_rank\": 2048"), 19, "\"q_lora_rank\": null");
   EXPECT_EQ(ParseModelConfig(no_lora, "x").status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(with(R"("index_head_dim": 32)").status().code(), absl::StatusCode::kDataLoss);
+}
+
+// The released configs (tests/data/configs) parse well inside the bounds.
+TEST(Config, ReleasedConfigsParse) {
+  for (const char* name : {"kimi-k2", "glm-4.5", "glm-5"}) {
+    const std::string path = std::string(LLMRT_TEST_DATA) + "/configs/" + name + "/config.json";
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto c = ParseModelConfig(text.str(), path);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_LE(c->num_layers * 8, kMaxLayers) << name;
+    EXPECT_LE(c->n_routed_experts * 8, kMaxRoutedExperts) << name;
+    EXPECT_LE(c->vocab_size * 8, kMaxVocabSize) << name;
+  }
+}
+
+// A bound is inclusive: the bound itself parses, one more is out of range naming the field;
+// below the field's minimum is a format error.
+TEST(Config, BoundsAreInclusiveAndNamed) {
+  auto with = [](const char* base, const std::string& key, const std::string& value) {
+    std::string j = base;
+    const size_t at = j.find("\"" + key + "\": ");
+    EXPECT_NE(at, std::string::npos) << key;
+    const size_t begin = at + key.size() + 4, end = j.find_first_of(",}", begin);
+    j.replace(begin, end - begin, value);
+    return ParseModelConfig(j, "cfg");
+  };
+  struct Case {
+    const char* base;
+    const char* key;
+    int64_t bound;
+  } cases[] = {
+      {kKimiK2, "num_hidden_layers", kMaxLayers},   {kKimiK2, "vocab_size", kMaxVocabSize},
+      {kKimiK2, "hidden_size", kMaxHiddenSize},     {kKimiK2, "kv_lora_rank", kMaxHiddenSize},
+      {kKimiK2, "qk_rope_head_dim", kMaxHeadDim},   {kKimiK2, "v_head_dim", kMaxHeadDim},
+      {kKimiK2, "num_attention_heads", kMaxHeads},  {kKimiK2, "max_position_embeddings", kMaxPositions},
+      {kGlm45, "head_dim", kMaxHeadDim},            {kGlm45, "intermediate_size", kMaxIntermediateSize},
+      {kGlm5, "index_head_dim", kMaxHeadDim},       {kGlm5, "index_topk", kMaxPositions},
+  };
+  for (const Case& k : cases) {
+    auto at = with(k.base, k.key, std::to_string(k.bound));
+    EXPECT_TRUE(at.ok()) << k.key << ": " << at.status();
+    auto over = with(k.base, k.key, std::to_string(k.bound + 1));
+    EXPECT_EQ(over.status().code(), absl::StatusCode::kOutOfRange) << k.key << ": " << over.status();
+    EXPECT_NE(over.status().message().find(k.key), std::string::npos) << over.status();
+    auto neg = with(k.base, k.key, "-1");
+    EXPECT_EQ(neg.status().code(), absl::StatusCode::kDataLoss) << k.key << ": " << neg.status();
+    auto typed = with(k.base, k.key, "\"8\"");
+    EXPECT_EQ(typed.status().code(), absl::StatusCode::kDataLoss) << k.key << ": " << typed.status();
+    EXPECT_NE(typed.status().message().find(k.key), std::string::npos) << typed.status();
+  }
+  // Nesting: 32 levels parse (the field is ignored), 33 do not; nor do 4 MiB.
+  std::string j = kKimiK2;
+  j.insert(j.rfind('}'), ", \"x\": " + std::string(31, '[') + std::string(31, ']'));
+  EXPECT_TRUE(ParseModelConfig(j, "cfg").ok());
+  j = kKimiK2;
+  j.insert(j.rfind('}'), ", \"x\": " + std::string(32, '[') + std::string(32, ']'));
+  EXPECT_EQ(ParseModelConfig(j, "cfg").status().code(), absl::StatusCode::kDataLoss);
+  j = kKimiK2;
+  j.insert(j.rfind('}'), ", \"x\": \"" + std::string(4 << 20, 'a') + "\"");
+  EXPECT_EQ(ParseModelConfig(j, "cfg").status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// Routing is validated in both parsers: GLM-4.5 used to accept any top-k.
+TEST(Config, RoutingIsValidatedForGlm) {
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string j = kGlm45;
+    j.replace(j.find(from), from.size(), to);
+    return ParseModelConfig(j, "glm45");
+  };
+  EXPECT_EQ(with("\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 161").status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(with("\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 160").ok());
+  EXPECT_EQ(with("\"n_group\": 1,", "\"n_group\": 7,").status().code(), absl::StatusCode::kDataLoss);
+  // 160 experts in 8 groups, 2 of them selected: at most 40 per token.
+  auto grouped = [&](int k) {
+    std::string j = kGlm45;
+    j.replace(j.find("\"n_group\": 1"), 12, "\"n_group\": 8");
+    j.replace(j.find("\"topk_group\": 1"), 15, "\"topk_group\": 2");
+    j.replace(j.find("\"num_experts_per_tok\": 8"), 24, "\"num_experts_per_tok\": " + std::to_string(k));
+    return ParseModelConfig(j, "glm45");
+  };
+  EXPECT_TRUE(grouped(40).ok()) << grouped(40).status();
+  EXPECT_EQ(grouped(41).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(with("\"norm_topk_prob\": true", "\"scoring_func\": \"softmax\"").status().code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 TEST(Rope, YarnMatchesTransformersFormulas) {

@@ -78,6 +78,67 @@ TEST_F(SafetensorsTest, RejectsCorruptFiles) {
   }
 }
 
+// The streaming header parser: what the schema allows (metadata strings, unknown scalar
+// fields, zero-sized dimensions, rank 8) and what it refuses at the first byte outside it.
+TEST_F(SafetensorsTest, HeaderSchemaAndLimits) {
+  auto open = [&](const std::string& header, size_t data = 64) {
+    WriteRaw("h.safetensors", Header(header) + std::string(data, '\0'));
+    return SafetensorsFile::Open(Path("h.safetensors"));
+  };
+  auto ok = open(R"({"__metadata__":{"format":"pt"},"a":{"dtype":"U8","shape":[2,0,3],"data_offsets":[0,0],)"
+                 R"("note":"x","n":1},"b":{"dtype":"U8","shape":[1,1,1,1,1,1,1,2],"data_offsets":[0,2]}})");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->tensors().at("a").shape, (std::vector<int64_t>{2, 0, 3}));
+  EXPECT_EQ(ok->tensors().at("b").numel(), 2);
+  struct Case {
+    const char* what;
+    std::string header;
+    absl::StatusCode code;
+    const char* needle;
+  } cases[] = {
+      {"metadata number", R"({"__metadata__":{"format":1}})", absl::StatusCode::kDataLoss, "__metadata__"},
+      {"metadata list", R"({"__metadata__":["x"]})", absl::StatusCode::kDataLoss, "__metadata__"},
+      {"nested unknown field", R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":{}}})",
+       absl::StatusCode::kDataLoss, "malformed"},
+      {"dtype twice", R"({"a":{"dtype":"U8","dtype":"F32","shape":[1],"data_offsets":[0,1]}})",
+       absl::StatusCode::kDataLoss, "twice"},
+      {"three offsets", R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}})", absl::StatusCode::kDataLoss,
+       "malformed"},
+      {"float dimension", R"({"a":{"dtype":"U8","shape":[1.0],"data_offsets":[0,1]}})", absl::StatusCode::kDataLoss,
+       "bad shape"},
+      {"rank 9", R"({"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}})",
+       absl::StatusCode::kOutOfRange, "dimensions"},
+      {"2^48 + 1 elements", R"({"a":{"dtype":"U8","shape":[281474976710657],"data_offsets":[0,1]}})",
+       absl::StatusCode::kOutOfRange, "shape too large"},
+      {"trailing garbage", R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}x)", absl::StatusCode::kDataLoss,
+       "JSON"},
+      {"NUL in a name", std::string("{\"a\\u0000b\":{\"dtype\":\"Q\",\"shape\":[1],\"data_offsets\":[0,1]}}"),
+       absl::StatusCode::kDataLoss, "a\\x00"},
+  };
+  for (const Case& c : cases) {
+    auto f = open(c.header);
+    EXPECT_EQ(f.status().code(), c.code) << c.what << ": " << f.status();
+    EXPECT_NE(f.status().message().find(c.needle), std::string::npos) << c.what << ": " << f.status();
+  }
+  // Data of a type llmrt reads must be aligned to its element size (the mapping is page-aligned).
+  std::string header = R"({"a":{"dtype":"BF16","shape":[1],"data_offsets":[1,3]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');  // the data section starts 8-aligned
+  auto misaligned = open(header);
+  EXPECT_EQ(misaligned.status().code(), absl::StatusCode::kUnimplemented) << misaligned.status();
+  EXPECT_TRUE(open(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[1,9]}})").ok());  // never read
+}
+
+TEST_F(SafetensorsTest, HeaderLengthLimit) {
+  // Within the file but past 100 MB: refused before the header is read (a sparse file).
+  std::string prefix(8, '\0');
+  const uint64_t len = kMaxSafetensorsHeaderBytes + 1;
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  WriteRaw("long.safetensors", prefix);
+  fs::resize_file(Path("long.safetensors"), len + 8);
+  auto f = SafetensorsFile::Open(Path("long.safetensors"));
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kOutOfRange) << f.status();
+}
+
 TEST_F(SafetensorsTest, MissingFileIsNotFound) {
   auto f = SafetensorsFile::Open(Path("nope.safetensors"));
   EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound);
@@ -103,6 +164,33 @@ TEST_F(SafetensorsTest, ShardedCheckpointFollowsTheIndex) {
   // A shard path that leaves the directory is refused.
   WriteRaw("model.safetensors.index.json", R"({"weight_map":{"a":"../x.safetensors"}})");
   EXPECT_EQ(Checkpoint::Open(dir_.string()).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// The index is streamed: unknown parts are skipped (to a nesting limit), the weight_map must map
+// names to plain file names, once each.
+TEST_F(SafetensorsTest, ShardIndexSchema) {
+  fs::copy_file(std::string(LLMRT_TEST_DATA) + "/tiny_kimi_k2_qlora_yarn/config.json", Path("config.json"));
+  std::vector<float> a = {1, 2};
+  ASSERT_TRUE(WriteSafetensors(Path("s1.safetensors"), {{"a", "F32", {2}, a.data(), 8}}).ok());
+  auto open = [&](const std::string& index) {
+    WriteRaw("model.safetensors.index.json", index);
+    return Checkpoint::Open(dir_.string());
+  };
+  auto ok = open(R"({"metadata":{"x":[[{"y":null}]],"total_size":8},"weight_map":{"a":"s1.safetensors"},"z":1})");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->tensors().size(), 1u);
+  const std::string deep = "{\"metadata\":" + std::string(16, '[') + std::string(16, ']') + "}";
+  EXPECT_EQ(open(deep).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(open(deep).status().message().find("nested"), std::string::npos);
+  EXPECT_EQ(open(R"({"weight_map":{"a":"s1.safetensors","a":"s1.safetensors"}})").status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(open(R"({"weight_map":{"a":["s1.safetensors"]}})").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(open(R"({"weight_map":"s1.safetensors"})").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(open(R"(["weight_map"])").status().code(), absl::StatusCode::kDataLoss);
+  // A directory named as the index is not silently ignored.
+  fs::remove(Path("model.safetensors.index.json"));
+  fs::create_directory(Path("model.safetensors.index.json"));
+  EXPECT_EQ(Checkpoint::Open(dir_.string()).status().code(), absl::StatusCode::kUnknown);  // LLM_ERR_IO
 }
 
 }  // namespace
