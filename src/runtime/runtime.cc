@@ -1,6 +1,7 @@
 #include "src/runtime/runtime.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -50,7 +51,11 @@ absl::Status Runtime::Init(const std::string& model_dir) {
     return absl::InvalidArgumentError(absl::StrCat("kv_budget_bytes ", o.kv_budget_bytes, " holds no page (one page is ",
                                                    sizing.page_bytes, " bytes)"));
   }
-  if (sizing.pages > (1u << 30)) return absl::InvalidArgumentError("kv_budget_bytes gives too many pages");
+  // Slots (page * page_size + row) are int32 in the step metadata, the spare page included.
+  if ((sizing.pages + 1) * static_cast<uint64_t>(o.page_size) > static_cast<uint64_t>(INT32_MAX)) {
+    return absl::OutOfRangeError(absl::StrCat("kv_budget_bytes ", o.kv_budget_bytes, " gives ", sizing.pages,
+                                              " pages of ", o.page_size, " tokens: more than 2^31 cache slots"));
+  }
   KvStoreOptions so;
   so.codec = &codec;
   so.shape = model_->kv_shape();

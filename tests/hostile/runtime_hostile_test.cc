@@ -399,5 +399,20 @@ TEST(HostileConcurrency, NoStepLosesResultsWhileSessionsAppear) {
             "");
 }
 
+// A KV budget so large that cache slots would overflow their int32 indices is refused before
+// anything is allocated for it.
+TEST(HostileOptions, KvBudgetBeyondTheSlotRangeIsRefused) {
+  EXPECT_EQ(RunIsolated([] {
+              llm_runtime_options o;
+              llm_runtime_options_init(&o);
+              o.kv_budget_bytes = uint64_t{1} << 40;  // 2^40 / 288 bytes per token: ~3.8e9 slots
+              llm_runtime* rt = nullptr;
+              const llm_status st = llm_runtime_create(kModel.c_str(), &o, &rt);
+              llm_runtime_destroy(rt);
+              return ExpectStatus(st, LLM_ERR_OUT_OF_RANGE, "a 1 TiB KV budget");
+            }),
+            "");
+}
+
 }  // namespace
 }  // namespace llmrt::hostile
