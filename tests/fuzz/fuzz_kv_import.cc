@@ -34,22 +34,6 @@ void Reseal(std::vector<uint8_t>& b) {
 
 }  // namespace
 
-std::vector<uint8_t> KvImportSeed() {
-  Runtime* rt = Rt();
-  if (rt == nullptr) return {};
-  SessionOptions so;
-  so.max_new_tokens = 3;
-  Session* s = *rt->CreateSession(so);
-  (void)rt->Append(s, {5, 17, 42, 99, 3, 250, 7});
-  std::vector<StepResult> results;
-  size_t needed = 0;
-  for (int i = 0; i < 3; ++i) (void)rt->Step(&results, 8, &needed);
-  std::vector<uint8_t> blob;
-  (void)rt->ExportKv(s, {}, &blob);
-  rt->DestroySession(s);
-  return blob;
-}
-
 int KvImport(const uint8_t* data, size_t size) {
   Runtime* rt = Rt();
   if (rt == nullptr) return 0;

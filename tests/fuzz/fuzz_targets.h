@@ -15,6 +15,9 @@ int TokenizerFiles(const uint8_t* data, size_t size);
 int SafetensorsHeader(const uint8_t* data, size_t size);
 int ShardIndex(const uint8_t* data, size_t size);
 int ModelConfig(const uint8_t* data, size_t size);
+// tests/fuzz/fuzz_kv_import.cc: a KV export (resealed when its last byte is odd) imported into a
+// runtime over the tiny Kimi model, then stepped.
+int KvImport(const uint8_t* data, size_t size);
 }  // namespace llmrt::fuzz
 
 #endif  // LLMRT_TESTS_FUZZ_FUZZ_TARGETS_H_

@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
       {"safetensors_header", llmrt::fuzz::SafetensorsHeader, Seeds("safetensors_header")},
       {"shard_index", llmrt::fuzz::ShardIndex, Seeds("shard_index")},
       {"model_config", llmrt::fuzz::ModelConfig, Seeds("model_config"), 20},
+      {"kv_import", llmrt::fuzz::KvImport, Seeds("kv_import"), 4},
   };
   std::mt19937_64 rng(20261129);
   long runs = 0;
