@@ -2,7 +2,7 @@
 """Creates tiny quantized Kimi K2-architecture checkpoints under tests/data and their golden logits.
 
 One random DeepseekV3ForCausalLM (model_type kimi_k2; sizes chosen so that weight blocks and INT4
-groups of 128 fit), written three ways, in the formats of the released checkpoints (MODELS.md 4):
+groups of 128 fit), written three ways, in the formats of the released checkpoints (docs/models.md, section 4):
 
 - tiny_kimi_k2_fp8: DeepSeek/Kimi FP8 -- every linear weight of the decoder layers (attention
   projections including kv_b_proj, dense MLP, routed and shared experts; not the router) as

@@ -7,7 +7,7 @@ One set of merges, ranked in merge order, two packagings:
     ranks with Kimi's names at Kimi's offsets, and tokenizer_config.json (added_tokens_decoder).
   - GLM: tokenizer.json (HF BPE model with the same ranks as ids, the glm4 Split pre-tokenizer +
     ByteLevel, GLM's special tokens appended).
-Training uses HF tokenizers with the glm4 pre-tokenizer (MODELS.md section 5).
+Training uses HF tokenizers with the glm4 pre-tokenizer (docs/models.md, section 5).
 
 usage: python3 tools/train_tokenizer.py CORPUS_DIR OUT_DIR [--ranks 3840]
 Pinned: tokenizers 0.23.3, tiktoken (for the check at the end).
@@ -32,7 +32,7 @@ KIMI_PAT = "|".join([
 GLM_PAT = (r"""(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
            r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
-# Kimi K2: 256 special slots after the ranks; named ones at these offsets (MODELS.md section 5).
+# Kimi K2: 256 special slots after the ranks; named ones at these offsets (docs/models.md, section 5).
 KIMI_SPECIALS = {0: "[BOS]", 1: "[EOS]", 2: "<|im_end|>", 3: "<|im_user|>", 4: "<|im_assistant|>",
                  10: "<|im_system|>", 17: "<|im_middle|>", 22: "<think>", 23: "</think>"}
 # GLM-4.5+ special tokens in their release order.

@@ -218,7 +218,7 @@ absl::Status ParseRope(const json& j, ModelConfig& c, const std::string& src) {
   return absl::OkStatus();
 }
 
-// quantization_config of DeepSeek-style FP8 and compressed-tensors INT4 checkpoints (MODELS.md 4).
+// quantization_config of DeepSeek-style FP8 and compressed-tensors INT4 checkpoints (docs/models.md, section 4).
 absl::Status ParseQuantConfig(const json& j, QuantConfig& q, const std::string& src) {
   const json* qcp = Find(j, "quantization_config");
   if (qcp == nullptr) return absl::OkStatus();

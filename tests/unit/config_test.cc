@@ -38,7 +38,7 @@ TEST(Config, ParsesKimiK2) {
   EXPECT_FALSE(c->IsMoeLayer(0));
   EXPECT_TRUE(c->IsMoeLayer(1));
   EXPECT_EQ(c->prefix, "model.");
-  // MODELS.md: K2 (factor 32) softmax scale 0.130861.
+  // docs/models.md: K2 (factor 32) softmax scale 0.130861.
   EXPECT_NEAR(MlaSoftmaxScale(*c), 0.130861, 1e-6);
   // KV per token: 61 layers * 576 values * 2 bytes (BF16) = 70,272 bytes.
   EXPECT_EQ(c->num_layers * c->KvWidth() * 2, 70272);
@@ -97,7 +97,7 @@ TEST(Config, ParsesGlm45) {
   EXPECT_FALSE(c->IsMoeLayer(2));
   EXPECT_TRUE(c->IsMoeLayer(3));
   EXPECT_EQ(c->eos_token_ids.size(), 3u);
-  // MODELS.md: 2 * 8 * 128 values per layer, 376,832 bytes per token in BF16 over 92 layers.
+  // docs/models.md: 2 * 8 * 128 values per layer, 376,832 bytes per token in BF16 over 92 layers.
   EXPECT_EQ(c->num_layers * c->KvWidth() * 2, 376832);
   std::string bad = kGlm45;
   bad.replace(bad.find("\"num_key_value_heads\": 8"), 24, "\"num_key_value_heads\": 7");
@@ -129,7 +129,7 @@ TEST(Config, ParsesGlm5Dsa) {
   for (uint8_t f : c->indexer_full) EXPECT_TRUE(f);  // index_topk_freq defaults to 1: all full
   EXPECT_FALSE(c->IsMoeLayer(2));
   EXPECT_TRUE(c->IsMoeLayer(3));
-  // MODELS.md: 576 (MLA) + 128 (indexer key) values; the MLA part is 89,856 B per token in BF16.
+  // docs/models.md: 576 (MLA) + 128 (indexer key) values; the MLA part is 89,856 B per token in BF16.
   EXPECT_EQ(c->KvWidth(), 704);
   EXPECT_EQ(c->num_layers * 576 * 2, 89856);
   EXPECT_EQ(c->num_layers * c->KvWidth() * 2, 109824);
