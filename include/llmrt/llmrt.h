@@ -484,7 +484,24 @@ LLM_API llm_status llm_session_get_failed_pages(const llm_session* session, uint
  * tokenizer_config.json) or GLM's tokenizer.json. It is immutable: every function taking a
  * const llm_tokenizer* is thread-safe. Text is UTF-8; invalid sequences in input are replaced by
  * U+FFFD first (as Python's errors="replace"). Output text buffers receive a NUL terminator when
- * they have room; *out_len never counts it. */
+ * they have room; *out_len never counts it.
+ *
+ * The directory's files are untrusted input. Every field is checked before use: a missing,
+ * wrongly typed or inconsistent one is LLM_ERR_FORMAT naming the file and field, a feature
+ * outside the two formats LLM_ERR_UNSUPPORTED, a file that exists but is not a regular file (a
+ * FIFO, a directory) LLM_ERR_IO. Loading allocates within these limits (LLM_ERR_OUT_OF_RANGE
+ * names the one exceeded):
+ *  - each file at most 128 MiB; JSON at most 64 levels deep and 2^23 values;
+ *  - token ids below 2^21 (2,097,152, eight times the largest released vocabulary); the ranks
+ *    of tiktoken.model exactly 0..n-1 (Kimi numbers its special tokens from n);
+ *  - a special (added) token at most 256 bytes, all of them at most 1 MiB; a pre-tokenizer
+ *    pattern (pat_str, tokenizer.json's Split regex) at most 64 KiB.
+ * config.json, when the directory has one, gives the model's vocab_size (top level, or
+ * text_config for Kimi K2.5): released checkpoints pad it past the tokenizer's ids, and ids in
+ * that padding decode to nothing (see llm_detokenize).
+ *
+ * Texts: llm_tokenize takes at most 16 MiB (16,777,216 bytes); llm_detokenize and
+ * llm_chat_apply_template produce at most 16 MiB; beyond is LLM_ERR_OUT_OF_RANGE. */
 typedef struct llm_tokenizer llm_tokenizer;
 typedef struct llm_detokenizer llm_detokenizer;
 
@@ -494,23 +511,34 @@ typedef struct llm_detokenizer llm_detokenizer;
 typedef struct llm_tokenizer_info {
   uint32_t struct_size;
   int32_t family;     /* LLM_TOKENIZER_* */
-  uint32_t vocab_size; /* ids including special tokens */
+  uint32_t vocab_size; /* the tokenizer's ids including special tokens (config.json's may be larger) */
   int32_t bos_id;     /* -1 if none */
   int32_t eos_id;     /* -1 if none */
 } llm_tokenizer_info;
 
+/* LLM_ERR_NOT_FOUND when the directory has neither tiktoken.model nor tokenizer.json; the other
+ * failures as above. */
 LLM_API llm_status llm_tokenizer_create(const char* model_dir, llm_tokenizer** out_tokenizer);
 LLM_API void llm_tokenizer_destroy(llm_tokenizer* tokenizer);
 LLM_API llm_status llm_tokenizer_get_info(const llm_tokenizer* tokenizer, llm_tokenizer_info* info);
 
 /* Encodes text[0..text_len). parse_special: special tokens written in the text (e.g.
  * "<|im_end|>") become their ids; 0 encodes them as plain text. *out_count receives the number
- * of ids; LLM_ERR_BUFFER_TOO_SMALL (tokens untouched) when capacity is smaller. */
+ * of ids; LLM_ERR_BUFFER_TOO_SMALL (tokens untouched) when capacity is smaller. The ids are
+ * those of the family's reference: tiktoken, cut as Kimi's tokenization_kimi.py cuts a text
+ * (every 400,000 characters, and wherever a run of whitespace or of other characters passes
+ * 25,000; special tokens and merges never cross a cut), and Hugging Face tokenizers. Time is
+ * O(n log n) in the length of a word. The pre-tokenizer regex comes from the files, so it runs
+ * under a backtracking budget linear in the text and a bounded match stack: a pattern that
+ * exhausts either is LLM_ERR_OUT_OF_RANGE, never a shortened result. text_len at most 16 MiB. */
 LLM_API llm_status llm_tokenize(const llm_tokenizer* tokenizer, const char* text, size_t text_len,
                                 int32_t parse_special, int32_t* tokens, size_t capacity, size_t* out_count);
 
 /* Decodes ids to text (skip_special: leave special tokens out). LLM_ERR_BUFFER_TOO_SMALL with
- * the needed length in *out_len when capacity < length + 1. */
+ * the needed length in *out_len when capacity < length + 1. An id below the model's vocab_size
+ * (config.json's, else the tokenizer's) that has no text, such as one in the padding a sampler
+ * can pick, decodes to nothing, as Hugging Face tokenizers' decode skips it (tiktoken would
+ * raise). A negative id, or one at or beyond that vocab_size, is LLM_ERR_INVALID_ARGUMENT. */
 LLM_API llm_status llm_detokenize(const llm_tokenizer* tokenizer, const int32_t* tokens, size_t num_tokens,
                                   int32_t skip_special, char* text, size_t capacity, size_t* out_len);
 
@@ -524,7 +552,8 @@ LLM_API llm_status llm_detokenizer_create(const llm_tokenizer* tokenizer, int32_
 LLM_API void llm_detokenizer_destroy(llm_detokenizer* detokenizer);
 /* Adds a token (or LLM_TOKEN_NONE for none) and writes the text that is ready. When it does not
  * fit, LLM_ERR_BUFFER_TOO_SMALL gives the needed length in *out_len and the text stays ready
- * for the next call (the token was taken). */
+ * for the next call (the token was taken). Ids as in llm_detokenize: one in the padding adds
+ * nothing; a bad one is LLM_ERR_INVALID_ARGUMENT and is not taken. */
 LLM_API llm_status llm_detokenizer_push(llm_detokenizer* detokenizer, int32_t token, char* text, size_t capacity,
                                         size_t* out_len);
 /* Writes what is held back (an incomplete character becomes U+FFFD) and resets. */
@@ -537,7 +566,10 @@ typedef struct llm_chat_message {
 
 /* Renders messages in the tokenizer family's chat format (encode the result with
  * parse_special = 1). add_generation_prompt appends the assistant turn opener; enable_thinking
- * selects GLM's thinking opener. */
+ * selects GLM's thinking opener. Content is inserted as is, so special-token text inside a
+ * message ("<|im_end|>") becomes that special token when the result is encoded: a host that
+ * passes untrusted content and wants it inert encodes that content with parse_special = 0 and
+ * assembles the ids itself. The messages and the result at most 16 MiB. */
 LLM_API llm_status llm_chat_apply_template(const llm_tokenizer* tokenizer, const llm_chat_message* messages,
                                            size_t num_messages, int32_t add_generation_prompt,
                                            int32_t enable_thinking, char* text, size_t capacity, size_t* out_len);

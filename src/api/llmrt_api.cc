@@ -687,7 +687,9 @@ LLM_API llm_status llm_tokenize(const llm_tokenizer* tokenizer, const char* text
   LLM_REQUIRE(out_count);
   if (text_len > 0) LLM_REQUIRE(text);
   if (capacity > 0) LLM_REQUIRE(tokens);
-  const std::vector<int32_t> ids = tokenizer->rep->Encode(std::string_view(text, text_len), parse_special != 0);
+  auto encoded = tokenizer->rep->Encode(std::string_view(text, text_len), parse_special != 0);
+  if (!encoded.ok()) return Report(encoded.status());
+  const std::vector<int32_t>& ids = *encoded;
   *out_count = ids.size();
   if (capacity < ids.size()) {
     return Fail(LLM_ERR_BUFFER_TOO_SMALL, "the text encodes to " + std::to_string(ids.size()) + " tokens");
@@ -704,7 +706,7 @@ LLM_API llm_status llm_detokenize(const llm_tokenizer* tokenizer, const int32_t*
   LLM_REQUIRE(out_len);
   if (num_tokens > 0) LLM_REQUIRE(tokens);
   if (capacity > 0) LLM_REQUIRE(text);
-  auto s = llmrt::Decode(*tokenizer->rep, std::vector<int32_t>(tokens, tokens + num_tokens), skip_special != 0);
+  auto s = llmrt::Decode(*tokenizer->rep, absl::Span<const int32_t>(tokens, num_tokens), skip_special != 0);
   if (!s.ok()) return Report(s.status());
   return WriteText(*s, text, capacity, out_len);
   LLM_GUARD_END
@@ -770,13 +772,21 @@ LLM_API llm_status llm_chat_apply_template(const llm_tokenizer* tokenizer, const
   LLM_REQUIRE(out_len);
   if (num_messages > 0) LLM_REQUIRE(messages);
   if (capacity > 0) LLM_REQUIRE(text);
-  std::vector<llmrt::ChatMessage> m;
+  // The lengths are checked before anything is copied: the text limit bounds the rendering.
+  size_t total = 0;
   for (size_t i = 0; i < num_messages; ++i) {
     if (messages[i].role == nullptr || messages[i].content == nullptr) {
       return Fail(LLM_ERR_INVALID_ARGUMENT, "message " + std::to_string(i) + " has a NULL role or content");
     }
-    m.push_back({messages[i].role, messages[i].content});
+    total += std::strlen(messages[i].role) + std::strlen(messages[i].content) + 16;  // + the tags around it
+    if (total > llmrt::kMaxTextBytes) {
+      return Fail(LLM_ERR_OUT_OF_RANGE, "the messages hold more than the " + std::to_string(llmrt::kMaxTextBytes) +
+                                            "-byte text limit (message " + std::to_string(i) + ")");
+    }
   }
+  std::vector<llmrt::ChatMessage> m;
+  m.reserve(num_messages);
+  for (size_t i = 0; i < num_messages; ++i) m.push_back({messages[i].role, messages[i].content});
   auto s = llmrt::ApplyChatTemplate(tokenizer->rep->family(), m, add_generation_prompt != 0, enable_thinking != 0);
   if (!s.ok()) return Report(s.status());
   return WriteText(*s, text, capacity, out_len);

@@ -4,21 +4,45 @@
 #include "src/tokenizer/utf8.h"
 
 namespace llmrt {
+namespace {
 
-absl::StatusOr<std::string> Decode(const Tokenizer& t, const std::vector<int32_t>& ids, bool skip_special) {
-  std::string bytes;
+absl::Status BadId(const Tokenizer& t, int32_t id) {
+  if (id < 0) return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is negative"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("token id ", id, " is outside the vocabulary (", t.model_vocab_size(), " ids)"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Decode(const Tokenizer& t, absl::Span<const int32_t> ids, bool skip_special) {
+  // Sized first, so that no id sequence makes this allocate more than the limit.
+  size_t total = 0;
   for (int32_t id : ids) {
     auto p = t.Piece(id);
-    if (!p) return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary"));
+    if (!p) return BadId(t, id);
     if (skip_special && t.IsSpecial(id)) continue;
-    bytes.append(*p);
+    total += p->size();
+    if (total > kMaxTextBytes) {
+      return absl::OutOfRangeError(
+          absl::StrCat("the decoded text is longer than the ", kMaxTextBytes, "-byte limit (", ids.size(), " ids)"));
+    }
   }
-  return Utf8Sanitize(bytes);
+  std::string bytes;
+  bytes.reserve(total);
+  for (int32_t id : ids) {
+    if (skip_special && t.IsSpecial(id)) continue;
+    bytes.append(*t.Piece(id));
+  }
+  std::string text = Utf8Sanitize(bytes);
+  if (text.size() > kMaxTextBytes) {
+    return absl::OutOfRangeError(absl::StrCat("the decoded text is longer than the ", kMaxTextBytes, "-byte limit"));
+  }
+  return text;
 }
 
 absl::Status IncrementalDetokenizer::Push(int32_t id, std::string* out) {
   auto p = t_.Piece(id);
-  if (!p) return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the vocabulary"));
+  if (!p) return BadId(t_, id);
   if (skip_special_ && t_.IsSpecial(id)) return absl::OkStatus();
   pending_.append(*p);
   // Emit everything up to a trailing valid-but-incomplete sequence.

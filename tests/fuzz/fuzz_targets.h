@@ -7,9 +7,14 @@
 namespace llmrt::fuzz {
 int Safetensors(const uint8_t* data, size_t size);
 int Config(const uint8_t* data, size_t size);
+// Tokenizers (fuzz_tokenizer.cc).
 int TokenizerText(const uint8_t* data, size_t size);
 int TokenizerIds(const uint8_t* data, size_t size);
-int TokenizerFiles(const uint8_t* data, size_t size);
+int TiktokenModel(const uint8_t* data, size_t size);
+int TokenizerJson(const uint8_t* data, size_t size);
+int TokenizerConfig(const uint8_t* data, size_t size);
+int TokenizerRegex(const uint8_t* data, size_t size);
+int ChatTemplate(const uint8_t* data, size_t size);
 // tests/fuzz/fuzz_model.cc: a safetensors header (the data section is fixed), a shard index
 // beside fixed shards, and a config.json whose first byte picks the family's committed weights.
 int SafetensorsHeader(const uint8_t* data, size_t size);

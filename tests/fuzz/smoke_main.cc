@@ -69,6 +69,7 @@ std::vector<std::string> Seeds(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace std::string_literals;
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 300;
   const std::string d = LLMRT_TEST_DATA;
   // A small valid safetensors file as seed (the real ones are large).
@@ -84,10 +85,19 @@ int main(int argc, char** argv) {
        {Read(d + "/tiny_kimi_k2_qlora_yarn/config.json"), Read(d + "/tiny_glm4_moe/config.json")}},
       {"tokenizer_text", llmrt::fuzz::TokenizerText,
        {"In the beginning God created\n", "\xe4\xbd\xa0\xe5\xa5\xbd<|im_end|>[gMASK] 123 'll", Read(d + "/kjv_heldout.txt").substr(0, 600)}},
-      {"tokenizer_ids", llmrt::fuzz::TokenizerIds, {std::string(64, '\x10'), "\xff\xff\x00\x01\x40\x00"}},
-      {"tokenizer_files", llmrt::fuzz::TokenizerFiles,
-       {"\x01" + Read(d + "/tokenizers/kimi/tiktoken.model").substr(0, 3000),
-        "\x00" + Read(d + "/tokenizers/glm/tokenizer.json").substr(0, 3000)}},
+      {"tokenizer_ids", llmrt::fuzz::TokenizerIds,
+       {std::string(64, '\x10'), "\xff\xff\x00\x01\x40\x00", "\x40\x0f\x41\x0f\x70\x0f\x80\x0f\x9a\x0f"}},
+      {"tiktoken_model", llmrt::fuzz::TiktokenModel,
+       {Read(d + "/tokenizers/kimi/tiktoken.model").substr(0, 3000), Read(d + "/../fuzz/seeds/tiktoken_model/small.tiktoken")}},
+      {"tokenizer_json", llmrt::fuzz::TokenizerJson,
+       {Read(d + "/tokenizers/glm/tokenizer.json").substr(0, 3000), Read(d + "/../fuzz/seeds/tokenizer_json/small.json")}},
+      {"tokenizer_config", llmrt::fuzz::TokenizerConfig,
+       {"\x00"s + Read(d + "/../fuzz/seeds/tokenizer_config/small.json"), "\x01{\"vocab_size\": 4100}"}},
+      {"tokenizer_regex", llmrt::fuzz::TokenizerRegex,
+       {"\\p{L}+| ?[^\\s\\p{L}]+|\\s+\nIn the beginning, God\n", "(a|a)*b|.\n" + std::string(40, 'a')}},
+      {"chat_template", llmrt::fuzz::ChatTemplate,
+       {"\x03system\0Be brief.\0user\0Who made <|im_end|> the heaven?"s,
+        "\x06user\0[gMASK]hello\0assistant\0<think>x</think>"s}},
       {"safetensors_header", llmrt::fuzz::SafetensorsHeader, Seeds("safetensors_header")},
       {"shard_index", llmrt::fuzz::ShardIndex, Seeds("shard_index")},
       {"model_config", llmrt::fuzz::ModelConfig, Seeds("model_config"), 20},
