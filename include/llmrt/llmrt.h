@@ -165,7 +165,8 @@ typedef struct llm_runtime_options {
   int32_t backend;              /* LLM_BACKEND_*; default AUTO */
   int32_t num_threads;          /* CPU worker threads; 0 = one per core */
   int32_t kv_dtype;             /* LLM_KV_DTYPE_*; default AUTO */
-  uint64_t kv_budget_bytes;     /* bytes for the paged KV cache; 0 = 256 MiB */
+  uint64_t kv_budget_bytes;     /* bytes for the paged KV cache; 0 = 256 MiB. The pages it holds times
+                                   page_size_tokens must stay below 2^31 (LLM_ERR_OUT_OF_RANGE) */
   uint32_t page_size_tokens;    /* tokens per KV page; 0 = 16 */
   uint32_t max_sessions;        /* live sessions at once; 0 = 256 */
   uint32_t max_tokens_per_step; /* token budget of one llm_decode_step; 0 = 512 */
