@@ -26,8 +26,8 @@
 //
 // The checkpoint (about 2.4 GB BF16) is written once to DIR (default /tmp/llmrt-bench-model)
 // and reused while its config matches, by llm-make-bench-model (tools/make_bench_model), which
-// llm-bench runs from beside its own binary or from --generator PATH. One file per mode under
-// samples/bench/.
+// llm-bench runs from beside its own binary or from --generator PATH. llm-bench itself uses only
+// the public header: one file per mode under samples/bench/.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
