@@ -1,0 +1,87 @@
+#include "common.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace llm_bench {
+
+std::vector<int> ParseList(const char* s) {
+  std::vector<int> v;
+  while (*s) {
+    v.push_back(std::atoi(s));
+    const char* c = std::strchr(s, ',');
+    if (!c) break;
+    s = c + 1;
+  }
+  return v;
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t b = 0, e; b <= s.size(); b = e + 1) {
+    e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+  }
+  return out;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budget, int32_t kv_dtype,
+                              uint32_t max_tokens_per_step, llm_runtime_info* info) {
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.num_threads = threads;
+  ro.kv_budget_bytes = kv_budget;
+  ro.kv_dtype = kv_dtype;
+  ro.max_tokens_per_step = max_tokens_per_step;
+  llm_runtime* rt = nullptr;
+  if (llm_runtime_create(dir.c_str(), &ro, &rt) != LLM_OK) {
+    std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+    return nullptr;
+  }
+  info->struct_size = sizeof(*info);
+  llm_runtime_get_info(rt, info);
+  return rt;
+}
+
+StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, int64_t vocab, double* check_share) {
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = static_cast<uint32_t>(steps + 4);
+  std::vector<llm_session*> ss(sessions);
+  for (int i = 0; i < sessions; ++i) {
+    llm_session_create(rt, &so, &ss[i]);
+    std::vector<int32_t> prompt(prompt_len);
+    for (int k = 0; k < prompt_len; ++k) prompt[k] = static_cast<int32_t>((i * 131 + k * 17 + 1) % vocab);
+    llm_session_append_tokens(ss[i], prompt.data(), prompt.size());
+  }
+  std::vector<llm_step_result> res(sessions);
+  size_t n = 0;
+  for (int w = 0; w < 2; ++w) llm_decode_step(rt, res.data(), res.size(), &n);
+  std::vector<double> times;
+  llm_runtime_info before;
+  before.struct_size = sizeof(before);
+  llm_runtime_get_info(rt, &before);
+  for (int s = 0; s < steps; ++s) {
+    auto t0 = Clock::now();
+    llm_decode_step(rt, res.data(), res.size(), &n);
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  llm_runtime_info after;
+  after.struct_size = sizeof(after);
+  llm_runtime_get_info(rt, &after);
+  for (auto* s : ss) llm_session_destroy(s);
+  double total = 0;
+  for (double t : times) total += t;
+  if (check_share) *check_share = (after.integrity_check_ns - before.integrity_check_ns) * 1e-9 / total;
+  return {sessions * steps / total, Percentile(times, 0.95) * 1e3};
+}
+
+}  // namespace llm_bench

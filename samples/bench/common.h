@@ -1,0 +1,46 @@
+// What llm-bench's modes share: list parsing, percentiles, opening a runtime, and timing decode
+// steps of a batch of sessions. Everything goes through the public header.
+#ifndef LLMRT_SAMPLES_BENCH_COMMON_H_
+#define LLMRT_SAMPLES_BENCH_COMMON_H_
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "llmrt/llmrt.h"
+
+namespace llm_bench {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// "1,4,16" -> {1, 4, 16}.
+std::vector<int> ParseList(const char* s);
+
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> SplitList(const std::string& s);
+
+// The value at fraction p (0..1) of the sorted values, nearest rank. REQUIRES: !v.empty().
+double Percentile(std::vector<double> v, double p);
+
+// A runtime over `dir` for a bench (kv_budget in bytes, max_tokens_per_step 0 for the default),
+// with *info filled, or nullptr with the error printed.
+llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budget, int32_t kv_dtype,
+                              uint32_t max_tokens_per_step, llm_runtime_info* info);
+
+struct StepStats {
+  double tokens_per_s = 0;
+  double p95_ms = 0;
+};
+
+// Creates `sessions` sessions with prompts of `prompt_len` tokens below `vocab`, prefills them
+// plus one warm-up step, then times `steps` decode steps; destroys the sessions. When
+// check_share is not null it gets the share of the timed steps spent in integrity checks.
+StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, int64_t vocab,
+                     double* check_share = nullptr);
+
+}  // namespace llm_bench
+
+#endif  // LLMRT_SAMPLES_BENCH_COMMON_H_

@@ -1,0 +1,82 @@
+// llm-bench --formats bf16,fp8,int4-g32,...: the generated model written in each weight format
+// (next to DIR), plus BF16 weights with the FP8 KV codecs; decode speed per session count and
+// prefill speed, as ratios to BF16 weights with BF16 KV measured in the same run.
+#include <cstdio>
+#include <string>
+
+#include "modes.h"
+
+namespace llm_bench {
+
+namespace {
+
+// Prefill tokens/s: one session's prompt of `len` tokens, in steps of up to 512 tokens.
+double TimePrefill(llm_runtime* rt, int len, int64_t vocab) {
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = 1;
+  llm_session* s = nullptr;
+  llm_session_create(rt, &so, &s);
+  std::vector<int32_t> prompt(len);
+  for (int k = 0; k < len; ++k) prompt[k] = static_cast<int32_t>((k * 29 + 3) % vocab);
+  llm_session_append_tokens(s, prompt.data(), prompt.size());
+  llm_step_result r;
+  size_t n = 0;
+  const auto t0 = Clock::now();
+  bool done = false;
+  while (!done && llm_decode_step(rt, &r, 1, &n) == LLM_OK) done = n == 1 && r.token != LLM_TOKEN_NONE;
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  llm_session_destroy(s);
+  return len / sec;
+}
+
+}  // namespace
+
+int RunFormatBench(const ModelGenerator& gen, const fs::path& base, const std::vector<std::string>& formats,
+                   const std::vector<int>& batches, int steps, int threads, int prefill_len) {
+  struct Row {
+    std::string weights;
+    int32_t kv;
+  };
+  std::vector<Row> rows;
+  for (const auto& f : formats) rows.push_back({f, LLM_KV_DTYPE_BF16});
+  rows.push_back({"bf16", LLM_KV_DTYPE_FP8_E4M3});
+  rows.push_back({"bf16", LLM_KV_DTYPE_FP8_E4M3_TILED});
+  GeneratedModel ref;
+  if (!gen.Describe("k2", "bf16", &ref)) return 1;
+  const double ref_bytes = ref.weight_bytes_per_token;
+  std::printf("llm-bench --formats: generated Kimi-K2-structure model (%.2f GB of BF16 weights read per token at "
+              "batch 1), %d decode steps, prefill of one %d-token prompt\n\n",
+              ref_bytes / 1e9, steps, prefill_len);
+  std::printf("| weights | KV | weight GB in memory | GB read/token (batch 1) | BF16/this bytes | sessions | decode tok/s |"
+              " vs BF16 | prefill tok/s | vs BF16 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::vector<double> base_decode(batches.size(), 0);
+  double base_prefill = 0;
+  for (const Row& row : rows) {
+    const fs::path dir = row.weights == "bf16" ? base : fs::path(base.string() + "-" + row.weights);
+    GeneratedModel cfg;
+    if (!gen.Ensure(dir, "k2", row.weights, &cfg)) return 1;
+    llm_runtime_info info;
+    llm_runtime* rt = OpenBenchRuntime(dir, threads, 512ull << 20, row.kv, 0, &info);
+    if (rt == nullptr) return 1;
+    const double bytes = cfg.weight_bytes_per_token;
+    const double prefill = TimePrefill(rt, prefill_len, cfg.vocab);
+    const bool is_base = row.weights == "bf16" && row.kv == LLM_KV_DTYPE_BF16;
+    if (is_base) base_prefill = prefill;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const StepStats st = TimeDecode(rt, batches[i], steps, 8, cfg.vocab);
+      if (is_base) base_decode[i] = st.tokens_per_s;
+      std::printf("| %s | %s | %.2f | %.3f | %.2fx | %d | %.2f | %.2fx | %s | %s |\n", row.weights.c_str(),
+                  row.kv == LLM_KV_DTYPE_BF16 ? "BF16" : row.kv == LLM_KV_DTYPE_FP8_E4M3 ? "FP8 flat" : "FP8 tiled",
+                  info.weight_bytes / 1e9, bytes / 1e9,
+                  ref_bytes / bytes, batches[i], st.tokens_per_s, base_decode[i] > 0 ? st.tokens_per_s / base_decode[i] : 0.0,
+                  i == 0 ? (std::to_string(static_cast<int>(prefill + 0.5))).c_str() : "",
+                  i == 0 ? (std::to_string(prefill / base_prefill).substr(0, 4) + "x").c_str() : "");
+      std::fflush(stdout);
+    }
+    llm_runtime_destroy(rt);
+  }
+  return 0;
+}
+
+}  // namespace llm_bench

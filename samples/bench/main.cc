@@ -1,0 +1,116 @@
+// llm-bench: decode throughput of the CPU backend on a generated DeepSeek-V3-architecture
+// checkpoint large enough that every decode step streams its weights from memory, and the
+// achieved weight-read bandwidth at batch 1 against a memory-copy bandwidth measured in the
+// same run. Prints tables; times nothing in tests.
+//
+//   llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]
+//   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
+//   llm-bench --tokenize DIR --text FILE [--repeats N]
+//   llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]
+//   llm-bench --context 256,2048 [--sessions 1,4] [--steps N]
+//   llm-bench --formats bf16,fp8,int4-g32,int4-g128,int4-g32-all [--sessions 1,16,64] [--steps N]
+//
+// --formats writes the generated model in each weight format (next to DIR) and reports decode
+// and prefill speed per format, plus BF16 weights with the FP8 KV codec, as ratios to BF16.
+//
+// --kv-table sizes the KV cache of each model directory (config.json only; tests/data/configs
+// holds the released Kimi K2, GLM-5 and GLM-4.5 configs) per codec with llm_model_kv_sizing.
+// --context compares generated Kimi-K2-structure (dense MLA), GLM-5-structure (MLA + DSA indexer,
+// index_topk 512) and GLM-4.5-structure (GQA) models of the same hidden size, layers and MoE,
+// prefilling each session to the given context lengths: below index_topk the MLA models attend
+// densely, above it GLM-5 attends to 512 positions.
+//
+// --integrity compares decode throughput and p95 step latency with the no-op tracker, the
+// built-in tag checker and a host callback tracker (counting events), interleaving the three in
+// every repeat so machine noise hits them alike; it reports ratios to no-op with their spread.
+//
+// The checkpoint (about 2.4 GB BF16) is written once to DIR (default /tmp/llmrt-bench-model)
+// and reused while its config matches, by llm-make-bench-model (tools/make_bench_model), which
+// llm-bench runs from beside its own binary or from --generator PATH. llm-bench itself uses only
+// the public header: one file per mode under samples/bench/.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "modes.h"
+
+namespace llm_bench {
+namespace {
+
+int Main(int argc, char** argv) {
+  fs::path dir = "/tmp/llmrt-bench-model";
+  std::vector<int> batches = {1, 4, 16, 64};
+  int steps = 8, threads = 0, prompt_len = 8, repeats = 5;
+  bool integrity = false;
+  std::string model, tokenize_dir, text_file, kv_table, formats, generator;
+  int prefill_len = 256;
+  std::vector<int> contexts;
+  double budget_gib = 64;
+  int session_tokens = 8192;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--integrity") {
+      integrity = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "llm-bench: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    if (a == "--dir") dir = argv[i + 1];
+    else if (a == "--model") model = argv[i + 1];
+    else if (a == "--tokenize") tokenize_dir = argv[i + 1];
+    else if (a == "--text") text_file = argv[i + 1];
+    else if (a == "--repeats") repeats = std::atoi(argv[i + 1]);
+    else if (a == "--sessions") batches = ParseList(argv[i + 1]);
+    else if (a == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--prompt") prompt_len = std::atoi(argv[i + 1]);
+    else if (a == "--kv-table") kv_table = argv[i + 1];
+    else if (a == "--budget-gib") budget_gib = std::atof(argv[i + 1]);
+    else if (a == "--session-tokens") session_tokens = std::atoi(argv[i + 1]);
+    else if (a == "--context") contexts = ParseList(argv[i + 1]);
+    else if (a == "--formats") formats = argv[i + 1];
+    else if (a == "--prefill") prefill_len = std::atoi(argv[i + 1]);
+    else if (a == "--generator") generator = argv[i + 1];
+    else {
+      std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]\n"
+                           "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n"
+                           "       llm-bench --tokenize DIR --text FILE [--repeats N]\n"
+                           "       llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]\n"
+                           "       llm-bench --context 256,2048 [--sessions 1,4] [--steps N]\n"
+                           "       llm-bench --formats bf16,fp8,int4-g32,int4-g128,int4-g32-all [--sessions 1,16,64] "
+                           "[--steps N] [--prefill N]\n"
+                           "       (modes that generate a checkpoint also take [--generator PATH] to llm-make-bench-model)\n");
+      return 2;
+    }
+    ++i;
+  }
+  if (!tokenize_dir.empty()) return RunTokenizeBench(tokenize_dir, text_file, repeats);
+  if (!kv_table.empty()) return RunKvTable(SplitList(kv_table), budget_gib, session_tokens);
+  const ModelGenerator gen = ModelGenerator::Find(generator);
+  if (!formats.empty()) {
+    std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 16, 64} : batches;
+    return RunFormatBench(gen, dir, SplitList(formats), b, steps, threads, prefill_len);
+  }
+  if (!contexts.empty()) {
+    std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 4} : batches;
+    return RunContextBench(gen, dir.parent_path() / "llmrt-bench-context", contexts, b, steps, threads);
+  }
+  if (integrity) {
+    if (model.empty()) {
+      GeneratedModel m;
+      if (!gen.Ensure(dir, "k2", "bf16", &m)) return 1;
+      model = dir.string();
+    }
+    std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 8, 64} : batches;
+    return RunIntegrityBench(model, b, steps, repeats, threads);
+  }
+  return RunDecodeBench(gen, dir, batches, steps, threads, prompt_len);
+}
+
+}  // namespace
+}  // namespace llm_bench
+
+int main(int argc, char** argv) { return llm_bench::Main(argc, argv); }

@@ -1,0 +1,40 @@
+// llm-bench --tokenize DIR --text FILE: encoding speed of the tokenizer in DIR over FILE (best of
+// --repeats), in MB/s of input text, and one detokenization of the result.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "modes.h"
+
+namespace llm_bench {
+
+int RunTokenizeBench(const std::string& dir, const std::string& file, int repeats) {
+  std::ifstream in(file, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  llm_tokenizer* tok = nullptr;
+  if (llm_tokenizer_create(dir.c_str(), &tok) != LLM_OK) {
+    std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+    return 1;
+  }
+  std::vector<int32_t> ids(text.size() + 16);
+  size_t n = 0;
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = Clock::now();
+    llm_tokenize(tok, text.data(), text.size(), 0, ids.data(), ids.size(), &n);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::string out(text.size() * 2 + 16, '\0');
+  size_t len = 0;
+  auto t0 = Clock::now();
+  llm_detokenize(tok, ids.data(), n, 0, out.data(), out.size(), &len);
+  const double dsec = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("| tokenizer | text | bytes | tokens | encode MB/s | decode MB/s |\n|---|---|---:|---:|---:|---:|\n");
+  std::printf("| %s | %s | %zu | %zu | %.2f | %.1f |\n", dir.c_str(), file.c_str(), text.size(), n,
+              text.size() / best / 1e6, len / dsec / 1e6);
+  llm_tokenizer_destroy(tok);
+  return 0;
+}
+
+}  // namespace llm_bench
