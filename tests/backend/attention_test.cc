@@ -360,7 +360,9 @@ TEST_P(AttentionOps, TiledFp8RowsAreAlignedForEveryShape) {
     EXPECT_EQ(l.row_bytes % 4, 0) << l.row_bytes;
     EXPECT_EQ(l.scale_offset % 4, 0) << l.scale_offset;
     for (const KvSegment& seg : l.segments) {
-      if (seg.bf16) EXPECT_EQ(seg.byte_offset % 2, 0) << seg.byte_offset;
+      if (seg.bf16) {
+        EXPECT_EQ(seg.byte_offset % 2, 0) << seg.byte_offset;
+      }
     }
   }
 }
