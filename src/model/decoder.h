@@ -86,6 +86,18 @@ class DecoderModel final : public Model {
   BytesByFormat resident_bytes_{};
 };
 
+// Loads `model` with one attention block of type Block per layer: Block(shared), then
+// Block::Load(w, layer).
+template <typename Block, typename Shared>
+absl::Status LoadDecoder(DecoderModel& model, const Checkpoint& ck, WeightLoader& w, const std::shared_ptr<Shared>& shared) {
+  return model.Load(ck, w, [&](int64_t layer) -> absl::StatusOr<std::unique_ptr<AttentionBlock>> {
+    auto block = std::make_unique<Block>(shared);
+    absl::Status st = block->Load(w, layer);
+    if (!st.ok()) return st;
+    return std::unique_ptr<AttentionBlock>(std::move(block));
+  });
+}
+
 // A rotary table in backend memory.
 absl::StatusOr<RopeTable> PrepareRope(Backend& be, const RopeParams& p);
 

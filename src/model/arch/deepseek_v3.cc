@@ -239,11 +239,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Back
     model->set_pass_state(std::make_unique<DsaPassState>(c.index_topk, shared->dsa));
   }
   WeightLoader w(ck, backend, options);
-  LLMRT_RETURN_IF_ERROR(model->Load(ck, w, [&](int64_t layer) -> absl::StatusOr<std::unique_ptr<AttentionBlock>> {
-    auto block = std::make_unique<MlaBlock>(shared);
-    LLMRT_RETURN_IF_ERROR(block->Load(w, layer));
-    return std::unique_ptr<AttentionBlock>(std::move(block));
-  }));
+  LLMRT_RETURN_IF_ERROR(LoadDecoder<MlaBlock>(*model, ck, w, shared));
   return std::unique_ptr<Model>(std::move(model));
 }
 

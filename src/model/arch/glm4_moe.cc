@@ -125,11 +125,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGlm4Moe(const Checkpoint& ck, Backend
   LLMRT_ASSIGN_OR_RETURN(shared->rope, PrepareRope(backend, ComputeRope(c.rope, rot, c.max_position_embeddings)));
   auto model = std::make_unique<DecoderModel>(c, Glm4MoeKvShape(c), backend);
   WeightLoader w(ck, backend, options);
-  LLMRT_RETURN_IF_ERROR(model->Load(ck, w, [&](int64_t layer) -> absl::StatusOr<std::unique_ptr<AttentionBlock>> {
-    auto block = std::make_unique<GqaBlock>(shared);
-    LLMRT_RETURN_IF_ERROR(block->Load(w, layer));
-    return std::unique_ptr<AttentionBlock>(std::move(block));
-  }));
+  LLMRT_RETURN_IF_ERROR(LoadDecoder<GqaBlock>(*model, ck, w, shared));
   return std::unique_ptr<Model>(std::move(model));
 }
 
