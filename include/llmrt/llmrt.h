@@ -24,6 +24,9 @@
  *  7. Token ids are int32_t. Sizes and counts are size_t or fixed-width integers.
  *  8. Versioning: LLMRT_VERSION_* describe the header, llm_version() the library. Shipped
  *     functions never change meaning; new behaviour gets a new function (suffix _v2).
+ *  9. Layout: the ABI is that of the platform's 64-bit C compiler (LP64). Structs have no
+ *     implicit padding (gaps are explicit reserved fields, which callers leave zero), so a
+ *     binding that declares them field by field gets the same layout.
  */
 #ifndef LLMRT_LLMRT_H_
 #define LLMRT_LLMRT_H_
@@ -74,8 +77,34 @@ typedef int32_t llm_status;
 /* A static, human-readable name for a status code ("LLM_ERR_FORMAT"); never NULL. */
 LLM_API const char* llm_status_string(llm_status status);
 /* The message of the last failed call on this thread; "" when none. Valid until the next
- * llmrt call on this thread. */
+ * llmrt call on this thread. Hosts whose code can move between OS threads from one call to the
+ * next (goroutines across cgo calls, async tasks) use the llm_error functions below instead. */
 LLM_API const char* llm_last_error(void);
+
+/* ---- errors by handle, for hosts without a fixed thread ------------------------------------
+ * The failed call's status and message (what llm_last_error() would return on the calling
+ * thread), delivered independently of threads: the creation functions with an error-out
+ * parameter (llm_runtime_create_v2, llm_tokenizer_create_v2) fill it on failure, and every
+ * handle records the last failure of a call made on it:
+ *  - llm_runtime_last_error: calls taking the runtime (llm_session_create, llm_decode_step[_v2],
+ *    llm_score, llm_session_import_kv*, llm_runtime_get_info, llm_test_control);
+ *  - llm_session_last_error: calls taking the session (append, cancel, get_info, get_logits,
+ *    export, get_failed_pages);
+ *  - llm_tokenizer_last_error: calls taking the tokenizer (tokenize, detokenize, special_id,
+ *    chat_apply_template, get_info, llm_detokenizer_create);
+ *  - llm_detokenizer_last_error: push and flush.
+ * A record is replaced by the handle's next failure and is not cleared by successful calls; when
+ * several threads fail calls on one handle at the same moment, it holds one of their messages.
+ * Calls without a handle (llm_model_kv_sizing, llm_convert_checkpoint, llm_set_log_callback*)
+ * report through llm_last_error only: make both calls from one OS thread (in Go, inside one cgo
+ * call). */
+#define LLM_ERROR_MESSAGE_CAPACITY 1024
+typedef struct llm_error {
+  uint32_t struct_size; /* set by the caller to sizeof(llm_error) */
+  llm_status status;    /* the failure's status; LLM_OK when none is recorded */
+  char message[LLM_ERROR_MESSAGE_CAPACITY]; /* NUL-terminated; a longer message is cut at a UTF-8
+                                               character boundary */
+} llm_error;
 
 /* ---- log ---------------------------------------------------------------------------------- */
 /* Load-time notes (for example "skipping 1 multi-token-prediction layer") and warnings. By
@@ -92,6 +121,15 @@ typedef void (*llm_log_fn)(void* user, llm_log_level level, const char* message)
 /* Routes log lines at or above min_level to fn(user, ...); fn NULL restores stderr. Process-wide.
  * LLM_ERR_INVALID_ARGUMENT for a level outside [LLM_LOG_DEBUG, LLM_LOG_OFF]. */
 LLM_API llm_status llm_set_log_callback(llm_log_fn fn, void* user, llm_log_level min_level);
+/* Releases a host object handed to llmrt as a user pointer. */
+typedef void (*llm_destroy_fn)(void* user);
+/* As llm_set_log_callback, and the runtime owns `user`: destroy(user) (may be NULL) is called
+ * exactly once, when a later llm_set_log_callback[_v2] call replaces this callback, after every
+ * call of fn in progress has returned and before that later call returns; never at process exit.
+ * With fn NULL, user and destroy are ignored. On failure nothing changes and destroy is not
+ * called (the caller keeps `user`). */
+LLM_API llm_status llm_set_log_callback_v2(llm_log_fn fn, void* user, llm_log_level min_level,
+                                           llm_destroy_fn destroy);
 
 /* ---- runtime ----------------------------------------------------------------------------- */
 typedef struct llm_runtime llm_runtime;
@@ -128,6 +166,7 @@ typedef struct llm_session llm_session;
  * llmrt functions on the same runtime. Setting a tracker turns verification on. */
 typedef struct llm_kv_tracker {
   uint32_t struct_size;
+  uint32_t reserved0;
   void* user_data;
   /* A page was handed to the session with a new tag. */
   void (*on_alloc)(void* user_data, uint64_t session_id, uint32_t page, uint64_t tag);
@@ -228,6 +267,13 @@ LLM_API void llm_runtime_options_init(llm_runtime_options* options);
  * llm_model_kv_sizing below never reports a wrapped number. */
 LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
                                       llm_runtime** out_runtime);
+/* llm_runtime_create that also fills *error (may be NULL; its struct_size set by the caller) with
+ * the status and message: LLM_OK and "" on success. */
+LLM_API llm_status llm_runtime_create_v2(const char* model_dir, const llm_runtime_options* options,
+                                         llm_runtime** out_runtime, llm_error* error);
+/* The last failure of a call on the runtime (see "errors by handle"). LLM_OK with error->status
+ * LLM_OK when there was none. */
+LLM_API llm_status llm_runtime_last_error(const llm_runtime* runtime, llm_error* error);
 
 /* Destroys the runtime and every session still alive in it (their handles become invalid).
  * NULL is a no-op. REQUIRES: no other thread uses the runtime or its sessions during or after
@@ -242,6 +288,7 @@ typedef struct llm_runtime_info {
   int32_t kv_dtype;            /* LLM_KV_DTYPE_BF16, _F32, _FP8_E4M3 or _FP8_E4M3_TILED */
   uint32_t vocab_size;
   uint32_t num_layers;
+  uint32_t reserved0;
   uint64_t num_parameters;     /* parameters of the model that runs (vision towers excluded) */
   uint64_t weight_bytes;       /* bytes of those parameters as stored */
   uint64_t kv_bytes_per_token; /* over all layers */
@@ -376,6 +423,9 @@ typedef struct llm_session_info {
 
 LLM_API llm_status llm_session_get_info(const llm_session* session, llm_session_info* info);
 
+/* The last failure of a call on the session (see "errors by handle"). */
+LLM_API llm_status llm_session_last_error(const llm_session* session, llm_error* error);
+
 /* Copies the logits of the session's most recent sampled position (float32, vocab_size values)
  * into out. *out_count receives vocab_size. LLM_ERR_BUFFER_TOO_SMALL when capacity is too small
  * (out untouched), LLM_ERR_INVALID_STATE before the first sampled position. */
@@ -467,6 +517,13 @@ typedef struct llm_step_result {
  * one runtime run one after the other. */
 LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* results, size_t capacity,
                                    size_t* out_count);
+/* llm_decode_step for a results array whose element size the caller states, so that
+ * llm_step_result can grow at its end without breaking arrays of it: result_size is the
+ * caller's sizeof(llm_step_result) (at least the 48 bytes of version 1, at most 65,536, a
+ * multiple of 8). Element i starts at (char*)results + i * result_size; the library writes the
+ * fields both sides know and zeroes the caller's bytes beyond its own struct. */
+LLM_API llm_status llm_decode_step_v2(llm_runtime* runtime, void* results, size_t result_size, size_t capacity,
+                                      size_t* out_count);
 
 /* Teacher-forced scoring of a token sequence (perplexity, accuracy): for every position
  * p < num_tokens - 1, logprobs[p] receives log P(tokens[p+1] | tokens[0..p]) and, when argmax is
@@ -520,6 +577,11 @@ typedef struct llm_tokenizer_info {
 /* LLM_ERR_NOT_FOUND when the directory has neither tiktoken.model nor tokenizer.json; the other
  * failures as above. */
 LLM_API llm_status llm_tokenizer_create(const char* model_dir, llm_tokenizer** out_tokenizer);
+/* llm_tokenizer_create that also fills *error (may be NULL), as llm_runtime_create_v2 does. */
+LLM_API llm_status llm_tokenizer_create_v2(const char* model_dir, llm_tokenizer** out_tokenizer, llm_error* error);
+/* The last failure of a call on the tokenizer, or on the detokenizer (see "errors by handle"). */
+LLM_API llm_status llm_tokenizer_last_error(const llm_tokenizer* tokenizer, llm_error* error);
+LLM_API llm_status llm_detokenizer_last_error(const llm_detokenizer* detokenizer, llm_error* error);
 LLM_API void llm_tokenizer_destroy(llm_tokenizer* tokenizer);
 LLM_API llm_status llm_tokenizer_get_info(const llm_tokenizer* tokenizer, llm_tokenizer_info* info);
 

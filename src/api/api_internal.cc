@@ -1,15 +1,92 @@
 #include "src/api/api_internal.h"
 
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+
 namespace llmrt::api {
 namespace {
 
 thread_local std::string g_last_error;
+thread_local llm_status g_last_status = LLM_OK;
+thread_local uint64_t g_failures = 0;  // Fail() calls on this thread, for HandleErrorScope
+
+struct HandleError {
+  const void* owner;
+  llm_status status;
+  std::string message;
+};
+
+struct HandleErrors {
+  std::mutex mu;
+  absl::flat_hash_map<const void*, HandleError> by_handle;
+};
+
+HandleErrors& GetHandleErrors() {
+  static HandleErrors* errors = new HandleErrors();  // never destroyed: used until process exit
+  return *errors;
+}
+
+// Writes status and message into the caller's struct, honouring an older, smaller struct_size.
+void WriteError(llm_status status, const std::string& msg, llm_error* out) {
+  llm_error e;
+  std::memset(&e, 0, sizeof(e));
+  e.struct_size = sizeof(e);
+  e.status = status;
+  size_t n = std::min(msg.size(), sizeof(e.message) - 1);
+  // Cut before a UTF-8 continuation byte so the message stays valid text.
+  if (n < msg.size()) {
+    while (n > 0 && (static_cast<unsigned char>(msg[n]) & 0xC0) == 0x80) --n;
+  }
+  std::memcpy(e.message, msg.data(), n);
+  WriteOut(e, out);
+}
 
 }  // namespace
 
 llm_status Fail(llm_status code, std::string msg) {
   g_last_error = std::move(msg);
+  g_last_status = code;
+  ++g_failures;
   return code;
+}
+
+HandleErrorScope::HandleErrorScope(const void* handle, const void* owner)
+    : handle_(handle), owner_(owner), failures_at_entry_(g_failures) {}
+
+HandleErrorScope::~HandleErrorScope() {
+  if (handle_ == nullptr || g_failures == failures_at_entry_) return;
+  try {
+    HandleErrors& errors = GetHandleErrors();
+    std::lock_guard<std::mutex> lock(errors.mu);
+    errors.by_handle[handle_] = HandleError{owner_, g_last_status, g_last_error};
+  } catch (...) {
+    // Out of memory while recording: the thread-local message still has it.
+  }
+}
+
+void ForgetHandleErrors(const void* handle) {
+  if (handle == nullptr) return;
+  HandleErrors& errors = GetHandleErrors();
+  std::lock_guard<std::mutex> lock(errors.mu);
+  errors.by_handle.erase(handle);
+  absl::erase_if(errors.by_handle, [handle](const auto& kv) { return kv.second.owner == handle; });
+}
+
+llm_status CopyHandleError(const void* handle, llm_error* out) {
+  HandleError found{nullptr, LLM_OK, std::string()};
+  {
+    HandleErrors& errors = GetHandleErrors();
+    std::lock_guard<std::mutex> lock(errors.mu);
+    if (auto it = errors.by_handle.find(handle); it != errors.by_handle.end()) found = it->second;
+  }
+  WriteError(found.status, found.message, out);
+  return LLM_OK;
+}
+
+void FillError(llm_status status, llm_error* out) {
+  if (out == nullptr || out->struct_size < sizeof(uint32_t)) return;
+  WriteError(status, status == LLM_OK ? std::string() : g_last_error, out);
 }
 
 const char* LastError() { return g_last_error.c_str(); }

@@ -35,6 +35,30 @@ namespace llmrt::api {
 
 // Sets the calling thread's last error and returns `code`.
 llm_status Fail(llm_status code, std::string msg);
+
+// Errors by handle (llm_error in the header). An entry point that takes a handle declares one of
+// these before its guard; a failure the calling thread reports while it lives (Fail, including
+// the guard's) is recorded on the handle. Records exist only for handles that failed, under one
+// process-wide lock taken on failure paths only.
+class HandleErrorScope {
+ public:
+  // `owner`: the handle whose destruction also forgets this one (a session's runtime).
+  explicit HandleErrorScope(const void* handle, const void* owner = nullptr);
+  ~HandleErrorScope();
+  HandleErrorScope(const HandleErrorScope&) = delete;
+  HandleErrorScope& operator=(const HandleErrorScope&) = delete;
+
+ private:
+  const void* handle_;
+  const void* owner_;
+  uint64_t failures_at_entry_;
+};
+// Drops the record of a destroyed handle, and those of the handles it owned.
+void ForgetHandleErrors(const void* handle);
+// Copies the handle's record into *out (LLM_OK and "" when none).
+llm_status CopyHandleError(const void* handle, llm_error* out);
+// Fills a caller's llm_error with the calling thread's last status and message (LLM_OK: "").
+void FillError(llm_status status, llm_error* out);
 // The one mapping from internal status codes to the ABI's (see src/util/errors.h).
 llm_status ToLlmStatus(const absl::Status& s);
 // LLM_OK, or Fail with the status's code and message.
@@ -46,6 +70,8 @@ llm_status WriteText(const std::string& t, char* out, size_t capacity, size_t* o
 inline Session* FromHandle(llm_session* s) { return reinterpret_cast<Session*>(s); }
 inline const Session* FromHandle(const llm_session* s) { return reinterpret_cast<const Session*>(s); }
 inline llm_session* ToHandle(Session* s) { return reinterpret_cast<llm_session*>(s); }
+// The owner of a session's error record: its runtime, whose destruction destroys the session.
+inline const void* OwnerOf(const llm_session* s) { return s == nullptr ? nullptr : FromHandle(s)->runtime(); }
 
 // Copies the caller's options struct, honouring a smaller struct_size from an older header.
 template <typename T>

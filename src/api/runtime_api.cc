@@ -13,6 +13,7 @@
 #include "src/util/log.h"
 
 using llmrt::api::Fail;
+using llmrt::api::HandleErrorScope;
 using llmrt::api::FromHandle;
 using llmrt::api::ReadOptions;
 using llmrt::api::Report;
@@ -124,6 +125,15 @@ LLM_API llm_status llm_set_log_callback(llm_log_fn fn, void* user, llm_log_level
   return LLM_OK;
 }
 
+LLM_API llm_status llm_set_log_callback_v2(llm_log_fn fn, void* user, llm_log_level min_level,
+                                           llm_destroy_fn destroy) {
+  if (min_level < LLM_LOG_DEBUG || min_level > LLM_LOG_OFF) {
+    return Fail(LLM_ERR_INVALID_ARGUMENT, "min_level must be LLM_LOG_DEBUG..LLM_LOG_OFF");
+  }
+  llmrt::SetLogSink(fn, user, static_cast<llmrt::LogLevel>(min_level), destroy);
+  return LLM_OK;
+}
+
 LLM_API void llm_runtime_options_init(llm_runtime_options* o) {
   if (o == nullptr) return;
   std::memset(o, 0, sizeof(*o));
@@ -196,8 +206,27 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
   LLM_GUARD_END
 }
 
+LLM_API llm_status llm_runtime_create_v2(const char* model_dir, const llm_runtime_options* options,
+                                         llm_runtime** out_runtime, llm_error* error) {
+  const llm_status st = llm_runtime_create(model_dir, options, out_runtime);
+  llmrt::api::FillError(st, error);
+  return st;
+}
+
+LLM_API llm_status llm_runtime_last_error(const llm_runtime* runtime, llm_error* error) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(runtime);
+  LLM_REQUIRE(error);
+  if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
+  return llmrt::api::CopyHandleError(runtime, error);
+  LLM_GUARD_END
+}
+
 LLM_API void llm_runtime_destroy(llm_runtime* runtime) {
+  if (runtime == nullptr) return;
   try {
+    llmrt::api::ForgetHandleErrors(runtime->rep.get());  // its sessions' records
+    llmrt::api::ForgetHandleErrors(runtime);
     delete runtime;
   } catch (...) {
   }
@@ -236,6 +265,7 @@ LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, 
 }
 
 LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_info* info) {
+  HandleErrorScope error_scope(runtime);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(runtime);
   LLM_REQUIRE(info);

@@ -6,6 +6,8 @@
 #include "src/api/api_internal.h"
 
 using llmrt::api::Fail;
+using llmrt::api::HandleErrorScope;
+using llmrt::api::OwnerOf;
 using llmrt::api::FromHandle;
 using llmrt::api::ReadOptions;
 using llmrt::api::Report;
@@ -82,6 +84,7 @@ llm_status ImportKv(llm_runtime* runtime, const void* data, size_t size, const v
 }  // namespace
 
 LLM_API llm_status llm_session_export_kv(llm_session* session, void* buffer, size_t capacity, size_t* out_size) {
+  HandleErrorScope error_scope(session, OwnerOf(session));
   LLM_GUARD_BEGIN
   return ExportKv(session, nullptr, 0, buffer, capacity, out_size);
   LLM_GUARD_END
@@ -89,6 +92,7 @@ LLM_API llm_status llm_session_export_kv(llm_session* session, void* buffer, siz
 
 LLM_API llm_status llm_session_import_kv(llm_runtime* runtime, const void* data, size_t size,
                                          const llm_sampling_options* options, llm_session** out_session) {
+  HandleErrorScope error_scope(runtime);
   LLM_GUARD_BEGIN
   return ImportKv(runtime, data, size, nullptr, 0, options, out_session);
   LLM_GUARD_END
@@ -96,6 +100,7 @@ LLM_API llm_status llm_session_import_kv(llm_runtime* runtime, const void* data,
 
 LLM_API llm_status llm_session_export_kv_authenticated(llm_session* session, const void* key, size_t key_len,
                                                        void* buffer, size_t capacity, size_t* out_size) {
+  HandleErrorScope error_scope(session, OwnerOf(session));
   LLM_GUARD_BEGIN
   LLM_REQUIRE(key);
   if (key_len == 0) return Fail(LLM_ERR_INVALID_ARGUMENT, "key_len must not be 0");
@@ -106,6 +111,7 @@ LLM_API llm_status llm_session_export_kv_authenticated(llm_session* session, con
 LLM_API llm_status llm_session_import_kv_authenticated(llm_runtime* runtime, const void* data, size_t size,
                                                        const void* key, size_t key_len,
                                                        const llm_sampling_options* options, llm_session** out_session) {
+  HandleErrorScope error_scope(runtime);
   LLM_GUARD_BEGIN
   if (out_session != nullptr) *out_session = nullptr;
   LLM_REQUIRE(key);
@@ -116,6 +122,7 @@ LLM_API llm_status llm_session_import_kv_authenticated(llm_runtime* runtime, con
 
 LLM_API llm_status llm_session_create(llm_runtime* runtime, const llm_sampling_options* options,
                                       llm_session** out_session) {
+  HandleErrorScope error_scope(runtime);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(out_session);
   *out_session = nullptr;
@@ -132,6 +139,7 @@ LLM_API llm_status llm_session_create(llm_runtime* runtime, const llm_sampling_o
 LLM_API void llm_session_destroy(llm_session* session) {
   if (session == nullptr) return;
   try {
+    llmrt::api::ForgetHandleErrors(session);
     llmrt::Session* s = FromHandle(session);
     s->runtime()->DestroySession(s);
   } catch (...) {
@@ -139,6 +147,7 @@ LLM_API void llm_session_destroy(llm_session* session) {
 }
 
 LLM_API llm_status llm_session_append_tokens(llm_session* session, const int32_t* tokens, size_t num_tokens) {
+  HandleErrorScope error_scope(session, OwnerOf(session));
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   if (num_tokens > 0) LLM_REQUIRE(tokens);
@@ -148,6 +157,7 @@ LLM_API llm_status llm_session_append_tokens(llm_session* session, const int32_t
 }
 
 LLM_API llm_status llm_session_cancel(llm_session* session) {
+  HandleErrorScope error_scope(session, OwnerOf(session));
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   llmrt::Session* s = FromHandle(session);
@@ -156,6 +166,7 @@ LLM_API llm_status llm_session_cancel(llm_session* session) {
 }
 
 LLM_API llm_status llm_session_get_info(const llm_session* session, llm_session_info* info) {
+  HandleErrorScope error_scope(session, OwnerOf(session));
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   LLM_REQUIRE(info);
@@ -185,6 +196,7 @@ LLM_API llm_status llm_session_get_info(const llm_session* session, llm_session_
 
 LLM_API llm_status llm_session_get_logits(const llm_session* session, float* out, size_t capacity,
                                           size_t* out_count) {
+  HandleErrorScope error_scope(session, OwnerOf(session));
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   LLM_REQUIRE(out_count);
@@ -196,13 +208,25 @@ LLM_API llm_status llm_session_get_logits(const llm_session* session, float* out
   LLM_GUARD_END
 }
 
-LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* results, size_t capacity,
-                                   size_t* out_count) {
+namespace {
+
+// The size of llm_step_result in version 1 of the ABI: the smallest element llm_decode_step_v2 takes.
+constexpr size_t kStepResultV1Size = 48;
+static_assert(sizeof(llm_step_result) >= kStepResultV1Size);
+
+// llm_decode_step with the caller's element size (llm_decode_step_v2).
+llm_status DecodeStep(llm_runtime* runtime, void* results, size_t result_size, size_t capacity, size_t* out_count) {
   LLM_GUARD_BEGIN
   LLM_REQUIRE(out_count);
   *out_count = 0;
   LLM_REQUIRE(runtime);
   if (capacity > 0) LLM_REQUIRE(results);
+  if (result_size < kStepResultV1Size) {
+    return Fail(LLM_ERR_INVALID_ARGUMENT, "result_size must be at least 48 (version 1 of llm_step_result)");
+  }
+  if (result_size > 65536 || result_size % 8 != 0) {
+    return Fail(LLM_ERR_INVALID_ARGUMENT, "result_size must be a multiple of 8 of at most 65536");
+  }
   std::vector<llmrt::StepResult> rs;
   size_t needed = 0;
   absl::Status st = runtime->rep->Step(&rs, capacity, &needed);
@@ -213,7 +237,7 @@ LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* result
   if (!st.ok()) return Report(st);
   LLMRT_CHECK(rs.size() <= capacity);
   for (size_t i = 0; i < rs.size(); ++i) {
-    llm_step_result& r = results[i];
+    llm_step_result r;
     std::memset(&r, 0, sizeof(r));
     r.session = ToHandle(rs[i].session);
     r.session_id = rs[i].session_id;
@@ -229,14 +253,41 @@ LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* result
       case llmrt::FinishReason::kCancelled: r.finish_reason = LLM_FINISH_CANCELLED; break;
       case llmrt::FinishReason::kError: r.finish_reason = LLM_FINISH_ERROR; break;
     }
+    char* slot = static_cast<char*>(results) + i * result_size;
+    std::memcpy(slot, &r, std::min(result_size, sizeof(r)));
+    if (result_size > sizeof(r)) std::memset(slot + sizeof(r), 0, result_size - sizeof(r));
   }
   *out_count = rs.size();
   return LLM_OK;
   LLM_GUARD_END
 }
 
+}  // namespace
+
+LLM_API llm_status llm_decode_step(llm_runtime* runtime, llm_step_result* results, size_t capacity,
+                                   size_t* out_count) {
+  HandleErrorScope error_scope(runtime);
+  return DecodeStep(runtime, results, sizeof(llm_step_result), capacity, out_count);
+}
+
+LLM_API llm_status llm_decode_step_v2(llm_runtime* runtime, void* results, size_t result_size, size_t capacity,
+                                      size_t* out_count) {
+  HandleErrorScope error_scope(runtime);
+  return DecodeStep(runtime, results, result_size, capacity, out_count);
+}
+
+LLM_API llm_status llm_session_last_error(const llm_session* session, llm_error* error) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(session);
+  LLM_REQUIRE(error);
+  if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
+  return llmrt::api::CopyHandleError(session, error);
+  LLM_GUARD_END
+}
+
 LLM_API llm_status llm_score(llm_runtime* runtime, const int32_t* tokens, size_t num_tokens, float* logprobs,
                              int32_t* argmax) {
+  HandleErrorScope error_scope(runtime);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(runtime);
   LLM_REQUIRE(tokens);
@@ -247,6 +298,7 @@ LLM_API llm_status llm_score(llm_runtime* runtime, const int32_t* tokens, size_t
 
 LLM_API llm_status llm_session_get_failed_pages(const llm_session* session, uint32_t* pages, size_t capacity,
                                                 size_t* out_count) {
+  HandleErrorScope error_scope(session, OwnerOf(session));
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   LLM_REQUIRE(out_count);
@@ -260,6 +312,7 @@ LLM_API llm_status llm_session_get_failed_pages(const llm_session* session, uint
 }
 
 LLM_API llm_status llm_test_control(llm_runtime* runtime, int32_t op, const int64_t* args, size_t num_args) {
+  HandleErrorScope error_scope(runtime);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(runtime);
   if (num_args > 0) LLM_REQUIRE(args);

@@ -7,6 +7,7 @@
 #include "src/tokenizer/chat.h"
 
 using llmrt::api::Fail;
+using llmrt::api::HandleErrorScope;
 using llmrt::api::FromHandle;
 using llmrt::api::ReadOptions;
 using llmrt::api::Report;
@@ -29,9 +30,38 @@ LLM_API llm_status llm_tokenizer_create(const char* model_dir, llm_tokenizer** o
   LLM_GUARD_END
 }
 
-LLM_API void llm_tokenizer_destroy(llm_tokenizer* tokenizer) { delete tokenizer; }
+LLM_API llm_status llm_tokenizer_create_v2(const char* model_dir, llm_tokenizer** out_tokenizer, llm_error* error) {
+  const llm_status st = llm_tokenizer_create(model_dir, out_tokenizer);
+  llmrt::api::FillError(st, error);
+  return st;
+}
+
+LLM_API void llm_tokenizer_destroy(llm_tokenizer* tokenizer) {
+  if (tokenizer == nullptr) return;
+  llmrt::api::ForgetHandleErrors(tokenizer);
+  delete tokenizer;
+}
+
+LLM_API llm_status llm_tokenizer_last_error(const llm_tokenizer* tokenizer, llm_error* error) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(tokenizer);
+  LLM_REQUIRE(error);
+  if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
+  return llmrt::api::CopyHandleError(tokenizer, error);
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_detokenizer_last_error(const llm_detokenizer* detokenizer, llm_error* error) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(detokenizer);
+  LLM_REQUIRE(error);
+  if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
+  return llmrt::api::CopyHandleError(detokenizer, error);
+  LLM_GUARD_END
+}
 
 LLM_API llm_status llm_tokenizer_get_info(const llm_tokenizer* tokenizer, llm_tokenizer_info* info) {
+  HandleErrorScope error_scope(tokenizer);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(tokenizer);
   LLM_REQUIRE(info);
@@ -50,6 +80,7 @@ LLM_API llm_status llm_tokenizer_get_info(const llm_tokenizer* tokenizer, llm_to
 
 LLM_API llm_status llm_tokenize(const llm_tokenizer* tokenizer, const char* text, size_t text_len,
                                 int32_t parse_special, int32_t* tokens, size_t capacity, size_t* out_count) {
+  HandleErrorScope error_scope(tokenizer);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(tokenizer);
   LLM_REQUIRE(out_count);
@@ -69,6 +100,7 @@ LLM_API llm_status llm_tokenize(const llm_tokenizer* tokenizer, const char* text
 
 LLM_API llm_status llm_detokenize(const llm_tokenizer* tokenizer, const int32_t* tokens, size_t num_tokens,
                                   int32_t skip_special, char* text, size_t capacity, size_t* out_len) {
+  HandleErrorScope error_scope(tokenizer);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(tokenizer);
   LLM_REQUIRE(out_len);
@@ -81,6 +113,7 @@ LLM_API llm_status llm_detokenize(const llm_tokenizer* tokenizer, const int32_t*
 }
 
 LLM_API llm_status llm_tokenizer_special_id(const llm_tokenizer* tokenizer, const char* text, int32_t* out_id) {
+  HandleErrorScope error_scope(tokenizer);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(tokenizer);
   LLM_REQUIRE(text);
@@ -93,6 +126,7 @@ LLM_API llm_status llm_tokenizer_special_id(const llm_tokenizer* tokenizer, cons
 
 LLM_API llm_status llm_detokenizer_create(const llm_tokenizer* tokenizer, int32_t skip_special,
                                           llm_detokenizer** out_detokenizer) {
+  HandleErrorScope error_scope(tokenizer);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(out_detokenizer);
   *out_detokenizer = nullptr;
@@ -102,10 +136,15 @@ LLM_API llm_status llm_detokenizer_create(const llm_tokenizer* tokenizer, int32_
   LLM_GUARD_END
 }
 
-LLM_API void llm_detokenizer_destroy(llm_detokenizer* detokenizer) { delete detokenizer; }
+LLM_API void llm_detokenizer_destroy(llm_detokenizer* detokenizer) {
+  if (detokenizer == nullptr) return;
+  llmrt::api::ForgetHandleErrors(detokenizer);
+  delete detokenizer;
+}
 
 LLM_API llm_status llm_detokenizer_push(llm_detokenizer* d, int32_t token, char* text, size_t capacity,
                                         size_t* out_len) {
+  HandleErrorScope error_scope(d);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(d);
   LLM_REQUIRE(out_len);
@@ -121,6 +160,7 @@ LLM_API llm_status llm_detokenizer_push(llm_detokenizer* d, int32_t token, char*
 }
 
 LLM_API llm_status llm_detokenizer_flush(llm_detokenizer* d, char* text, size_t capacity, size_t* out_len) {
+  HandleErrorScope error_scope(d);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(d);
   LLM_REQUIRE(out_len);
@@ -135,6 +175,7 @@ LLM_API llm_status llm_detokenizer_flush(llm_detokenizer* d, char* text, size_t 
 LLM_API llm_status llm_chat_apply_template(const llm_tokenizer* tokenizer, const llm_chat_message* messages,
                                            size_t num_messages, int32_t add_generation_prompt,
                                            int32_t enable_thinking, char* text, size_t capacity, size_t* out_len) {
+  HandleErrorScope error_scope(tokenizer);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(tokenizer);
   LLM_REQUIRE(out_len);

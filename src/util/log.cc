@@ -10,6 +10,7 @@ struct Sink {
   std::mutex mu;
   LogSink fn = nullptr;
   void* user = nullptr;
+  LogUserDestroy destroy = nullptr;
   LogLevel min_level = LogLevel::kInfo;
 };
 
@@ -41,12 +42,22 @@ void Log(LogLevel level, const std::string& message) {
   }
 }
 
-void SetLogSink(LogSink sink, void* user, LogLevel min_level) {
+void SetLogSink(LogSink sink, void* user, LogLevel min_level, LogUserDestroy destroy) {
   Sink& s = GetSink();
-  std::lock_guard<std::mutex> lock(s.mu);
-  s.fn = sink;
-  s.user = user;
-  s.min_level = min_level;
+  LogUserDestroy old_destroy;
+  void* old_user;
+  {
+    // Log() calls the sink under this lock, so once it is held no call of the old sink runs.
+    std::lock_guard<std::mutex> lock(s.mu);
+    old_destroy = s.destroy;
+    old_user = s.user;
+    s.fn = sink;
+    s.user = sink != nullptr ? user : nullptr;
+    s.destroy = sink != nullptr ? destroy : nullptr;
+    s.min_level = min_level;
+  }
+  // Outside the lock: the host's destroy may log or set another callback.
+  if (old_destroy != nullptr) old_destroy(old_user);
 }
 
 }  // namespace llmrt

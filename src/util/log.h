@@ -11,12 +11,15 @@ namespace llmrt {
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
 using LogSink = void (*)(void* user, int32_t level, const char* message);
+using LogUserDestroy = void (*)(void* user);
 
 // Sends `message` to the sink when `level` is at least the minimum level (kInfo by default).
 void Log(LogLevel level, const std::string& message);
 
-// Replaces the sink (nullptr restores stderr) and the minimum level. Thread-safe.
-void SetLogSink(LogSink sink, void* user, LogLevel min_level);
+// Replaces the sink (nullptr restores stderr) and the minimum level. Thread-safe. `destroy`
+// (may be null) is called with `user` once the sink is replaced by a later call, after every
+// call of `sink` in progress has returned, outside the sink's lock; never at process exit.
+void SetLogSink(LogSink sink, void* user, LogLevel min_level, LogUserDestroy destroy = nullptr);
 
 }  // namespace llmrt
 

@@ -1,0 +1,201 @@
+/* Prints the ABI facts that bindings copy by hand: every numeric constant of the public header,
+ * and every struct's size, alignment and fields (offset and size), one per line. The output is
+ * committed as bindings/abi_manifest.txt; the abi_manifest test regenerates it and compares, and
+ * abi_manifest_complete checks that this list names every constant and field of the header. Each
+ * binding's own test compares its declarations with the committed file.
+ * usage: llmrt_abi_manifest > manifest.txt */
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "llmrt/llmrt.h"
+
+#define C(name) printf("const %s %lld\n", #name, (long long)(name))
+#define S(type) printf("struct %s size %zu align %zu\n", #type, sizeof(type), alignof(type))
+#define F(type, field) \
+  printf("field %s.%s offset %zu size %zu\n", #type, #field, offsetof(type, field), sizeof(((type*)0)->field))
+
+int main(void) {
+  C(LLMRT_ABI_VERSION_MAJOR);
+  C(LLMRT_VERSION_MAJOR);
+  C(LLMRT_VERSION_MINOR);
+  C(LLMRT_VERSION_PATCH);
+  C(LLM_OK);
+  C(LLM_ERR_INVALID_ARGUMENT);
+  C(LLM_ERR_NOT_FOUND);
+  C(LLM_ERR_IO);
+  C(LLM_ERR_FORMAT);
+  C(LLM_ERR_UNSUPPORTED);
+  C(LLM_ERR_OUT_OF_MEMORY);
+  C(LLM_ERR_KV_EXHAUSTED);
+  C(LLM_ERR_KV_INTEGRITY);
+  C(LLM_ERR_CANCELLED);
+  C(LLM_ERR_INVALID_STATE);
+  C(LLM_ERR_OUT_OF_RANGE);
+  C(LLM_ERR_BUFFER_TOO_SMALL);
+  C(LLM_ERR_INTERNAL);
+  C(LLM_ERROR_MESSAGE_CAPACITY);
+  C(LLM_LOG_DEBUG);
+  C(LLM_LOG_INFO);
+  C(LLM_LOG_WARNING);
+  C(LLM_LOG_ERROR);
+  C(LLM_LOG_OFF);
+  C(LLM_BACKEND_AUTO);
+  C(LLM_BACKEND_CPU);
+  C(LLM_BACKEND_CUDA);
+  C(LLM_KV_DTYPE_AUTO);
+  C(LLM_KV_DTYPE_BF16);
+  C(LLM_KV_DTYPE_F32);
+  C(LLM_KV_DTYPE_FP8_E4M3);
+  C(LLM_KV_DTYPE_FP8_E4M3_TILED);
+  C(LLM_KV_INTEGRITY_OFF);
+  C(LLM_KV_INTEGRITY_TAGS);
+  C(LLM_KV_PRESSURE_FAIL);
+  C(LLM_KV_PRESSURE_QUEUE);
+  C(LLM_KV_PRESSURE_PREEMPT);
+  C(LLM_WEIGHTS_AS_STORED);
+  C(LLM_WEIGHTS_INT4_G32);
+  C(LLM_WEIGHTS_INT4_G128);
+  C(LLM_KV_SCALE_NONE);
+  C(LLM_KV_SCALE_CHECKPOINT);
+  C(LLM_KV_SCALE_CALIBRATED);
+  C(LLM_KV_SCALE_PER_TILE);
+  C(LLM_CONVERT_INT4);
+  C(LLM_CONVERT_FP8_BLOCK);
+  C(LLM_SESSION_IDLE);
+  C(LLM_SESSION_PREFILL);
+  C(LLM_SESSION_DECODING);
+  C(LLM_SESSION_FINISHED);
+  C(LLM_SESSION_CANCELLED);
+  C(LLM_SESSION_FAILED);
+  C(LLM_FINISH_NONE);
+  C(LLM_FINISH_STOP);
+  C(LLM_FINISH_LENGTH);
+  C(LLM_FINISH_CANCELLED);
+  C(LLM_FINISH_ERROR);
+  C(LLM_TOKEN_NONE);
+  C(LLM_TOKENIZER_KIMI);
+  C(LLM_TOKENIZER_GLM);
+  C(LLM_TESTCTL_KV_FREE_MAPPED_PAGE);
+  C(LLM_TESTCTL_KV_CORRUPT_ENTRY);
+  C(LLM_TESTCTL_KV_SWAP_PAGES);
+  S(llm_error);
+  F(llm_error, struct_size);
+  F(llm_error, status);
+  F(llm_error, message);
+  S(llm_kv_tracker);
+  F(llm_kv_tracker, struct_size);
+  F(llm_kv_tracker, reserved0);
+  F(llm_kv_tracker, user_data);
+  F(llm_kv_tracker, on_alloc);
+  F(llm_kv_tracker, on_free);
+  F(llm_kv_tracker, on_share);
+  F(llm_kv_tracker, on_verify);
+  F(llm_kv_tracker, on_violation);
+  F(llm_kv_tracker, destroy);
+  S(llm_runtime_options);
+  F(llm_runtime_options, struct_size);
+  F(llm_runtime_options, backend);
+  F(llm_runtime_options, num_threads);
+  F(llm_runtime_options, kv_dtype);
+  F(llm_runtime_options, kv_budget_bytes);
+  F(llm_runtime_options, page_size_tokens);
+  F(llm_runtime_options, max_sessions);
+  F(llm_runtime_options, max_tokens_per_step);
+  F(llm_runtime_options, reserved0);
+  F(llm_runtime_options, kv_integrity);
+  F(llm_runtime_options, kv_pressure);
+  F(llm_runtime_options, tracker);
+  F(llm_runtime_options, prefix_sharing);
+  F(llm_runtime_options, reserved1);
+  F(llm_runtime_options, prefill_weights);
+  F(llm_runtime_options, decode_weights);
+  S(llm_runtime_info);
+  F(llm_runtime_info, struct_size);
+  F(llm_runtime_info, architecture);
+  F(llm_runtime_info, model_type);
+  F(llm_runtime_info, backend);
+  F(llm_runtime_info, kv_dtype);
+  F(llm_runtime_info, vocab_size);
+  F(llm_runtime_info, num_layers);
+  F(llm_runtime_info, reserved0);
+  F(llm_runtime_info, num_parameters);
+  F(llm_runtime_info, weight_bytes);
+  F(llm_runtime_info, kv_bytes_per_token);
+  F(llm_runtime_info, kv_capacity_tokens);
+  F(llm_runtime_info, page_size_tokens);
+  F(llm_runtime_info, pages_total);
+  F(llm_runtime_info, pages_free);
+  F(llm_runtime_info, num_sessions);
+  F(llm_runtime_info, max_position_embeddings);
+  F(llm_runtime_info, pages_shared);
+  F(llm_runtime_info, prefix_lookup_tokens);
+  F(llm_runtime_info, prefix_hit_tokens);
+  F(llm_runtime_info, integrity_violations);
+  F(llm_runtime_info, preemptions);
+  F(llm_runtime_info, integrity_check_ns);
+  F(llm_runtime_info, weight_bytes_f32);
+  F(llm_runtime_info, weight_bytes_bf16);
+  F(llm_runtime_info, weight_bytes_fp8);
+  F(llm_runtime_info, weight_bytes_int4);
+  F(llm_runtime_info, prefill_weights);
+  F(llm_runtime_info, decode_weights);
+  F(llm_runtime_info, kv_scale_source);
+  F(llm_runtime_info, reserved2);
+  F(llm_runtime_info, workspace_bytes);
+  S(llm_kv_sizing);
+  F(llm_kv_sizing, struct_size);
+  F(llm_kv_sizing, kv_dtype);
+  F(llm_kv_sizing, num_layers);
+  F(llm_kv_sizing, elements_per_token_layer);
+  F(llm_kv_sizing, bytes_per_token);
+  F(llm_kv_sizing, capacity_tokens);
+  F(llm_kv_sizing, max_sessions);
+  S(llm_convert_options);
+  F(llm_convert_options, struct_size);
+  F(llm_convert_options, target);
+  F(llm_convert_options, fp8_block);
+  F(llm_convert_options, int4_group);
+  F(llm_convert_options, int4_all_linears);
+  F(llm_convert_options, reserved0);
+  F(llm_convert_options, max_shard_bytes);
+  S(llm_sampling_options);
+  F(llm_sampling_options, struct_size);
+  F(llm_sampling_options, temperature);
+  F(llm_sampling_options, top_k);
+  F(llm_sampling_options, top_p);
+  F(llm_sampling_options, min_p);
+  F(llm_sampling_options, max_new_tokens);
+  F(llm_sampling_options, seed);
+  F(llm_sampling_options, stop_tokens);
+  F(llm_sampling_options, num_stop_tokens);
+  F(llm_sampling_options, reserved0);
+  S(llm_session_info);
+  F(llm_session_info, struct_size);
+  F(llm_session_info, state);
+  F(llm_session_info, id);
+  F(llm_session_info, num_tokens);
+  F(llm_session_info, num_pending);
+  F(llm_session_info, num_generated);
+  F(llm_session_info, num_pages);
+  S(llm_step_result);
+  F(llm_step_result, session);
+  F(llm_step_result, session_id);
+  F(llm_step_result, token);
+  F(llm_step_result, finish_reason);
+  F(llm_step_result, status);
+  F(llm_step_result, num_prefilled);
+  F(llm_step_result, failed_page);
+  F(llm_step_result, num_failed_pages);
+  F(llm_step_result, reserved);
+  S(llm_tokenizer_info);
+  F(llm_tokenizer_info, struct_size);
+  F(llm_tokenizer_info, family);
+  F(llm_tokenizer_info, vocab_size);
+  F(llm_tokenizer_info, bos_id);
+  F(llm_tokenizer_info, eos_id);
+  S(llm_chat_message);
+  F(llm_chat_message, role);
+  F(llm_chat_message, content);
+  return 0;
+}
