@@ -12,7 +12,7 @@ build=${LLMRT_ASAN_BUILD_DIR:-build-asan}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMRT_TESTS=ON -DLLMRT_SAMPLES=OFF \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DLLMRT_SANITIZE=address,undefined >/dev/null
-cmake --build "$build" -j"$(nproc)" --target llmrt_hostile_tests llmrt_fuzz_smoke llmrt_abi_test llmrt_backend_tests
+cmake --build "$build" -j"$(nproc)" --target llmrt_hostile_tests llmrt_fuzz_smoke llmrt_abi_test llmrt_abi_ffi_test llmrt_backend_tests
 ASAN_OPTIONS="detect_leaks=1:max_allocation_size_mb=2048:abort_on_error=1" \
 UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -L 'hostile|fuzz|abi|backend' -E abi_exports
+  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -L 'hostile|fuzz|abi|backend' -E 'abi_exports|abi_manifest'

@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 build=${LLMRT_TSAN_BUILD_DIR:-build-tsan}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMRT_TESTS=ON -DLLMRT_SANITIZE=thread >/dev/null
-cmake --build "$build" -j"$(nproc)" --target llmrt_stress_tests llmrt_golden_tests llmrt_abi_test
+cmake --build "$build" -j"$(nproc)" --target llmrt_stress_tests llmrt_golden_tests llmrt_abi_test llmrt_abi_ffi_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -L 'stress|golden|abi' -E abi_exports
+  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -L 'stress|golden|abi' -E 'abi_exports|abi_manifest'
