@@ -89,7 +89,8 @@ LLM_API const char* llm_last_error(void);
  *  - llm_runtime_last_error: calls taking the runtime (llm_session_create, llm_decode_step[_v2],
  *    llm_score, llm_session_import_kv*, llm_runtime_get_info, llm_test_control);
  *  - llm_session_last_error: calls taking the session (append, cancel, get_info, get_logits,
- *    export, get_failed_pages);
+ *    export, get_failed_pages), and the session's failures in llm_decode_step (a step result
+ *    has only the status; the message, such as how many KV pages were missing, is here);
  *  - llm_tokenizer_last_error: calls taking the tokenizer (tokenize, detokenize, special_id,
  *    chat_apply_template, get_info, llm_detokenizer_create);
  *  - llm_detokenizer_last_error: push and flush.
@@ -183,8 +184,10 @@ typedef struct llm_kv_tracker {
    * `actual_tag` (0: the page is free). */
   void (*on_violation)(void* user_data, uint64_t session_id, uint32_t entry, uint32_t page,
                        uint64_t expected_tag, uint64_t actual_tag);
-  /* Called once when the runtime no longer uses the tracker (llm_runtime_destroy, or a failed
-   * llm_runtime_create); may be NULL. */
+  /* Called once when the runtime no longer uses the tracker: at llm_runtime_destroy, or when
+   * llm_runtime_create fails for any reason (bad options and arguments included), except when
+   * options->struct_size or this struct's struct_size is invalid (nothing is read then). May be
+   * NULL. */
   void (*destroy)(void* user_data);
 } llm_kv_tracker;
 
@@ -401,7 +404,7 @@ LLM_API llm_status llm_session_append_tokens(llm_session* session, const int32_t
                                              size_t num_tokens);
 
 /* Cancels the session: it stops at once, is reported once more by llm_decode_step with
- * finish reason LLM_FINISH_CANCELLED, and releases its KV pages. */
+ * finish reason LLM_FINISH_CANCELLED and status LLM_ERR_CANCELLED, and releases its KV pages. */
 LLM_API llm_status llm_session_cancel(llm_session* session);
 
 #define LLM_SESSION_IDLE 0       /* nothing queued, nothing generating */

@@ -12,14 +12,13 @@ thread_local llm_status g_last_status = LLM_OK;
 thread_local uint64_t g_failures = 0;  // Fail() calls on this thread, for HandleErrorScope
 
 struct HandleError {
-  const void* owner;
   llm_status status;
   std::string message;
 };
 
 struct HandleErrors {
   std::mutex mu;
-  absl::flat_hash_map<const void*, HandleError> by_handle;
+  absl::flat_hash_map<ErrorKey, HandleError> by_key;
 };
 
 HandleErrors& GetHandleErrors() {
@@ -51,34 +50,48 @@ llm_status Fail(llm_status code, std::string msg) {
   return code;
 }
 
-HandleErrorScope::HandleErrorScope(const void* handle, const void* owner)
-    : handle_(handle), owner_(owner), failures_at_entry_(g_failures) {}
+ErrorKey KeyOf(const llm_session* session) {
+  if (session == nullptr) return ErrorKey{};
+  const Session* s = FromHandle(session);
+  return ErrorKey{s->runtime(), s->id()};
+}
+
+HandleErrorScope::HandleErrorScope(ErrorKey key) : key_(key), failures_at_entry_(g_failures) {}
 
 HandleErrorScope::~HandleErrorScope() {
-  if (handle_ == nullptr || g_failures == failures_at_entry_) return;
+  if (key_.handle == nullptr || g_failures == failures_at_entry_) return;
+  RecordHandleError(key_, g_last_status, g_last_error);
+}
+
+void RecordHandleError(ErrorKey key, llm_status status, std::string message) {
   try {
     HandleErrors& errors = GetHandleErrors();
     std::lock_guard<std::mutex> lock(errors.mu);
-    errors.by_handle[handle_] = HandleError{owner_, g_last_status, g_last_error};
+    errors.by_key[key] = HandleError{status, std::move(message)};
   } catch (...) {
     // Out of memory while recording: the thread-local message still has it.
   }
+}
+
+void ForgetHandleErrors(ErrorKey key) {
+  HandleErrors& errors = GetHandleErrors();
+  std::lock_guard<std::mutex> lock(errors.mu);
+  errors.by_key.erase(key);
 }
 
 void ForgetHandleErrors(const void* handle) {
   if (handle == nullptr) return;
   HandleErrors& errors = GetHandleErrors();
   std::lock_guard<std::mutex> lock(errors.mu);
-  errors.by_handle.erase(handle);
-  absl::erase_if(errors.by_handle, [handle](const auto& kv) { return kv.second.owner == handle; });
+  absl::erase_if(errors.by_key, [handle](const auto& kv) { return kv.first.handle == handle; });
 }
 
-llm_status CopyHandleError(const void* handle, llm_error* out) {
-  HandleError found{nullptr, LLM_OK, std::string()};
+llm_status CopyHandleError(ErrorKey key, llm_error* out) {
+  HandleError found{LLM_OK, std::string()};
   {
     HandleErrors& errors = GetHandleErrors();
     std::lock_guard<std::mutex> lock(errors.mu);
-    if (auto it = errors.by_handle.find(handle); it != errors.by_handle.end()) found = it->second;
+    if (auto it = errors.by_key.find(key); it != errors.by_key.end()) found = it->second;
   }
   WriteError(found.status, found.message, out);
   return LLM_OK;

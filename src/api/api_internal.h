@@ -39,24 +39,43 @@ llm_status Fail(llm_status code, std::string msg);
 // Errors by handle (llm_error in the header). An entry point that takes a handle declares one of
 // these before its guard; a failure the calling thread reports while it lives (Fail, including
 // the guard's) is recorded on the handle. Records exist only for handles that failed, under one
-// process-wide lock taken on failure paths only.
+// process-wide lock taken on failure paths only. Sessions are keyed by their runtime and id (ids
+// are never reused within a runtime), so a record cannot outlive its session onto another one
+// that happens to get the same address.
+struct ErrorKey {
+  const void* handle = nullptr;  // the handle; for a session, its llmrt::Runtime
+  uint64_t session_id = 0;       // 0 for handles other than sessions
+  friend bool operator==(const ErrorKey& a, const ErrorKey& b) {
+    return a.handle == b.handle && a.session_id == b.session_id;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const ErrorKey& k) {
+    return H::combine(std::move(h), k.handle, k.session_id);
+  }
+};
+inline ErrorKey KeyOf(const void* handle) { return ErrorKey{handle, 0}; }
+ErrorKey KeyOf(const llm_session* session);
+
 class HandleErrorScope {
  public:
-  // `owner`: the handle whose destruction also forgets this one (a session's runtime).
-  explicit HandleErrorScope(const void* handle, const void* owner = nullptr);
+  explicit HandleErrorScope(ErrorKey key);
+  explicit HandleErrorScope(const void* handle) : HandleErrorScope(KeyOf(handle)) {}
+  explicit HandleErrorScope(const llm_session* session) : HandleErrorScope(KeyOf(session)) {}
   ~HandleErrorScope();
   HandleErrorScope(const HandleErrorScope&) = delete;
   HandleErrorScope& operator=(const HandleErrorScope&) = delete;
 
  private:
-  const void* handle_;
-  const void* owner_;
+  ErrorKey key_;
   uint64_t failures_at_entry_;
 };
-// Drops the record of a destroyed handle, and those of the handles it owned.
+// Records a failure that reached the caller other than through Fail (a step result's status).
+void RecordHandleError(ErrorKey key, llm_status status, std::string message);
+// Drops the records of a destroyed handle; for a runtime's llmrt::Runtime, those of its sessions.
 void ForgetHandleErrors(const void* handle);
+void ForgetHandleErrors(ErrorKey key);
 // Copies the handle's record into *out (LLM_OK and "" when none).
-llm_status CopyHandleError(const void* handle, llm_error* out);
+llm_status CopyHandleError(ErrorKey key, llm_error* out);
 // Fills a caller's llm_error with the calling thread's last status and message (LLM_OK: "").
 void FillError(llm_status status, llm_error* out);
 // The one mapping from internal status codes to the ABI's (see src/util/errors.h).
@@ -70,8 +89,6 @@ llm_status WriteText(const std::string& t, char* out, size_t capacity, size_t* o
 inline Session* FromHandle(llm_session* s) { return reinterpret_cast<Session*>(s); }
 inline const Session* FromHandle(const llm_session* s) { return reinterpret_cast<const Session*>(s); }
 inline llm_session* ToHandle(Session* s) { return reinterpret_cast<llm_session*>(s); }
-// The owner of a session's error record: its runtime, whose destruction destroys the session.
-inline const void* OwnerOf(const llm_session* s) { return s == nullptr ? nullptr : FromHandle(s)->runtime(); }
 
 // Copies the caller's options struct, honouring a smaller struct_size from an older header.
 template <typename T>

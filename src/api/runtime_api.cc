@@ -148,12 +148,26 @@ LLM_API void llm_runtime_options_init(llm_runtime_options* o) {
 LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
                                       llm_runtime** out_runtime) {
   LLM_GUARD_BEGIN
+  llm_runtime_options o;
+  llm_runtime_options_init(&o);
+  const bool options_readable = ReadOptions(options, &o);
+  // The tracker is taken over first, so that every later failure releases it through its
+  // destroy hook (the header promises destroy on a failed creation).
+  std::shared_ptr<llmrt::KvTracker> callback_tracker;
+  if (options_readable && o.tracker != nullptr) {
+    llm_kv_tracker t;
+    std::memset(&t, 0, sizeof(t));
+    const uint32_t ts = o.tracker->struct_size;
+    if (ts < sizeof(uint32_t) || ts > (1u << 16)) {
+      return Fail(LLM_ERR_INVALID_ARGUMENT, "options->tracker->struct_size is invalid");
+    }
+    std::memcpy(&t, o.tracker, std::min<size_t>(ts, sizeof(t)));
+    callback_tracker = std::make_shared<CallbackTracker>(t);
+  }
   LLM_REQUIRE(out_runtime);
   *out_runtime = nullptr;
   LLM_REQUIRE(model_dir);
-  llm_runtime_options o;
-  llm_runtime_options_init(&o);
-  if (!ReadOptions(options, &o)) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->struct_size is invalid");
+  if (!options_readable) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->struct_size is invalid");
   llmrt::RuntimeOptions ro;
   switch (o.backend) {
     case LLM_BACKEND_AUTO: ro.backend = llmrt::BackendKind::kAuto; break;
@@ -185,15 +199,8 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
     default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_pressure is not an LLM_KV_PRESSURE_* value");
   }
   ro.prefix_sharing = o.prefix_sharing != 0;
-  if (o.tracker != nullptr) {
-    llm_kv_tracker t;
-    std::memset(&t, 0, sizeof(t));
-    const uint32_t ts = o.tracker->struct_size;
-    if (ts < sizeof(uint32_t) || ts > (1u << 16)) {
-      return Fail(LLM_ERR_INVALID_ARGUMENT, "options->tracker->struct_size is invalid");
-    }
-    std::memcpy(&t, o.tracker, std::min<size_t>(ts, sizeof(t)));
-    ro.tracker = std::make_shared<CallbackTracker>(t);
+  if (callback_tracker != nullptr) {
+    ro.tracker = std::move(callback_tracker);
   } else if (o.kv_integrity == LLM_KV_INTEGRITY_TAGS) {
     ro.tracker = std::shared_ptr<llmrt::KvTracker>(llmrt::MakeTagChecker());
   } else if (o.kv_integrity != LLM_KV_INTEGRITY_OFF) {
@@ -218,7 +225,7 @@ LLM_API llm_status llm_runtime_last_error(const llm_runtime* runtime, llm_error*
   LLM_REQUIRE(runtime);
   LLM_REQUIRE(error);
   if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
-  return llmrt::api::CopyHandleError(runtime, error);
+  return llmrt::api::CopyHandleError(llmrt::api::KeyOf(runtime), error);
   LLM_GUARD_END
 }
 

@@ -7,7 +7,6 @@
 
 using llmrt::api::Fail;
 using llmrt::api::HandleErrorScope;
-using llmrt::api::OwnerOf;
 using llmrt::api::FromHandle;
 using llmrt::api::ReadOptions;
 using llmrt::api::Report;
@@ -84,7 +83,7 @@ llm_status ImportKv(llm_runtime* runtime, const void* data, size_t size, const v
 }  // namespace
 
 LLM_API llm_status llm_session_export_kv(llm_session* session, void* buffer, size_t capacity, size_t* out_size) {
-  HandleErrorScope error_scope(session, OwnerOf(session));
+  HandleErrorScope error_scope(session);
   LLM_GUARD_BEGIN
   return ExportKv(session, nullptr, 0, buffer, capacity, out_size);
   LLM_GUARD_END
@@ -100,7 +99,7 @@ LLM_API llm_status llm_session_import_kv(llm_runtime* runtime, const void* data,
 
 LLM_API llm_status llm_session_export_kv_authenticated(llm_session* session, const void* key, size_t key_len,
                                                        void* buffer, size_t capacity, size_t* out_size) {
-  HandleErrorScope error_scope(session, OwnerOf(session));
+  HandleErrorScope error_scope(session);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(key);
   if (key_len == 0) return Fail(LLM_ERR_INVALID_ARGUMENT, "key_len must not be 0");
@@ -139,7 +138,7 @@ LLM_API llm_status llm_session_create(llm_runtime* runtime, const llm_sampling_o
 LLM_API void llm_session_destroy(llm_session* session) {
   if (session == nullptr) return;
   try {
-    llmrt::api::ForgetHandleErrors(session);
+    llmrt::api::ForgetHandleErrors(llmrt::api::KeyOf(session));
     llmrt::Session* s = FromHandle(session);
     s->runtime()->DestroySession(s);
   } catch (...) {
@@ -147,7 +146,7 @@ LLM_API void llm_session_destroy(llm_session* session) {
 }
 
 LLM_API llm_status llm_session_append_tokens(llm_session* session, const int32_t* tokens, size_t num_tokens) {
-  HandleErrorScope error_scope(session, OwnerOf(session));
+  HandleErrorScope error_scope(session);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   if (num_tokens > 0) LLM_REQUIRE(tokens);
@@ -157,7 +156,7 @@ LLM_API llm_status llm_session_append_tokens(llm_session* session, const int32_t
 }
 
 LLM_API llm_status llm_session_cancel(llm_session* session) {
-  HandleErrorScope error_scope(session, OwnerOf(session));
+  HandleErrorScope error_scope(session);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   llmrt::Session* s = FromHandle(session);
@@ -166,7 +165,7 @@ LLM_API llm_status llm_session_cancel(llm_session* session) {
 }
 
 LLM_API llm_status llm_session_get_info(const llm_session* session, llm_session_info* info) {
-  HandleErrorScope error_scope(session, OwnerOf(session));
+  HandleErrorScope error_scope(session);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   LLM_REQUIRE(info);
@@ -196,7 +195,7 @@ LLM_API llm_status llm_session_get_info(const llm_session* session, llm_session_
 
 LLM_API llm_status llm_session_get_logits(const llm_session* session, float* out, size_t capacity,
                                           size_t* out_count) {
-  HandleErrorScope error_scope(session, OwnerOf(session));
+  HandleErrorScope error_scope(session);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   LLM_REQUIRE(out_count);
@@ -246,6 +245,11 @@ llm_status DecodeStep(llm_runtime* runtime, void* results, size_t result_size, s
     r.num_prefilled = rs[i].num_prefilled;
     r.failed_page = rs[i].failed_pages.empty() ? -1 : rs[i].failed_pages[0];
     r.num_failed_pages = static_cast<uint32_t>(rs[i].failed_pages.size());
+    if (!rs[i].status.ok() && rs[i].session != nullptr) {
+      // The step result carries only the status: its message goes to the session's record.
+      llmrt::api::RecordHandleError(llmrt::api::ErrorKey{rs[i].session->runtime(), rs[i].session_id}, r.status,
+                                    std::string(rs[i].status.message()));
+    }
     switch (rs[i].finish) {
       case llmrt::FinishReason::kNone: r.finish_reason = LLM_FINISH_NONE; break;
       case llmrt::FinishReason::kStop: r.finish_reason = LLM_FINISH_STOP; break;
@@ -281,7 +285,7 @@ LLM_API llm_status llm_session_last_error(const llm_session* session, llm_error*
   LLM_REQUIRE(session);
   LLM_REQUIRE(error);
   if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
-  return llmrt::api::CopyHandleError(session, error);
+  return llmrt::api::CopyHandleError(llmrt::api::KeyOf(session), error);
   LLM_GUARD_END
 }
 
@@ -298,7 +302,7 @@ LLM_API llm_status llm_score(llm_runtime* runtime, const int32_t* tokens, size_t
 
 LLM_API llm_status llm_session_get_failed_pages(const llm_session* session, uint32_t* pages, size_t capacity,
                                                 size_t* out_count) {
-  HandleErrorScope error_scope(session, OwnerOf(session));
+  HandleErrorScope error_scope(session);
   LLM_GUARD_BEGIN
   LLM_REQUIRE(session);
   LLM_REQUIRE(out_count);

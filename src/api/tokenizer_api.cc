@@ -47,7 +47,7 @@ LLM_API llm_status llm_tokenizer_last_error(const llm_tokenizer* tokenizer, llm_
   LLM_REQUIRE(tokenizer);
   LLM_REQUIRE(error);
   if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
-  return llmrt::api::CopyHandleError(tokenizer, error);
+  return llmrt::api::CopyHandleError(llmrt::api::KeyOf(tokenizer), error);
   LLM_GUARD_END
 }
 
@@ -56,7 +56,7 @@ LLM_API llm_status llm_detokenizer_last_error(const llm_detokenizer* detokenizer
   LLM_REQUIRE(detokenizer);
   LLM_REQUIRE(error);
   if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
-  return llmrt::api::CopyHandleError(detokenizer, error);
+  return llmrt::api::CopyHandleError(llmrt::api::KeyOf(detokenizer), error);
   LLM_GUARD_END
 }
 

@@ -191,6 +191,22 @@ static void TestErrorsByHandleAcrossThreads(void) {
   e.struct_size = 0;
   CHECK_STATUS(llm_tokenizer_last_error(tok, &e), LLM_ERR_INVALID_ARGUMENT);
 
+  /* A failure a step reports for the session (here its cancellation) is recorded with its message. */
+  {
+    llm_session* t = NULL;
+    llm_step_result r[2];
+    size_t n = 0;
+    CHECK_STATUS(llm_session_create(rt, NULL, &t), LLM_OK);
+    CHECK_STATUS(llm_session_append_tokens(t, kPrompt, 3), LLM_OK);
+    CHECK_STATUS(llm_session_cancel(t), LLM_OK);
+    CHECK_STATUS(llm_decode_step(rt, r, 2, &n), LLM_OK);
+    CHECK(n >= 1);
+    e = EmptyError();
+    CHECK_STATUS(llm_session_last_error(t, &e), LLM_OK);
+    CHECK(e.status == LLM_ERR_CANCELLED && e.message[0] != '\0');
+    llm_session_destroy(t);
+  }
+
   llm_session_destroy(s);
   /* A session created later (possibly at the same address) starts with no record. */
   CHECK_STATUS(llm_session_create(rt, NULL, &s), LLM_OK);
@@ -199,6 +215,37 @@ static void TestErrorsByHandleAcrossThreads(void) {
   CHECK(e.status == LLM_OK);
   llm_runtime_destroy(rt); /* destroys s and forgets both records */
   llm_tokenizer_destroy(tok);
+}
+
+/* ---- the tracker's destroy hook runs on every failed creation ---- */
+static void CountDestroy(void* user) { ++*(int*)user; }
+
+static void TestTrackerDestroyedOnFailedCreate(void) {
+  llm_kv_tracker t;
+  llm_runtime_options o;
+  llm_runtime* rt = (llm_runtime*)0x1;
+  int destroyed = 0;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.user_data = &destroyed;
+  t.destroy = CountDestroy;
+  llm_runtime_options_init(&o);
+  o.tracker = &t;
+  o.backend = 99; /* rejected while the options are checked */
+  CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_ERR_INVALID_ARGUMENT);
+  CHECK(destroyed == 1 && rt == NULL);
+  o.backend = LLM_BACKEND_CPU;
+  CHECK_STATUS(llm_runtime_create(NULL, &o, &rt), LLM_ERR_INVALID_ARGUMENT); /* no model_dir */
+  CHECK(destroyed == 2);
+  CHECK_STATUS(llm_runtime_create("/nonexistent/model", &o, &rt), LLM_ERR_NOT_FOUND);
+  CHECK(destroyed == 3);
+  CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_OK);
+  CHECK(destroyed == 3);
+  llm_runtime_destroy(rt);
+  CHECK(destroyed == 4);
+  o.struct_size = 2; /* unreadable options: nothing is read, so nothing is destroyed */
+  CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_ERR_INVALID_ARGUMENT);
+  CHECK(destroyed == 4);
 }
 
 /* ---- llm_decode_step_v2 ---- */
@@ -280,6 +327,7 @@ int main(int argc, char** argv) {
   snprintf(g_tokenizer_dir, sizeof g_tokenizer_dir, "%s/tokenizers/kimi", argv[1]);
   TestCreateV2();
   TestErrorsByHandleAcrossThreads();
+  TestTrackerDestroyedOnFailedCreate();
   TestDecodeStepV2();
   TestLogCallbackDestroy();
   printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
