@@ -626,7 +626,9 @@ impl Iterator for TokenStream<'_> {
                     return Some(Err(e));
                 }
             };
-            if let Some(status) = r.status {
+            // A cancelled session's last result carries LLM_ERR_CANCELLED: that is the normal
+            // end of a cancelled stream, not a failure.
+            if let (Some(status), false) = (r.status, r.finish == Some(FinishReason::Cancelled)) {
                 // A failure that ends the generation ends the stream; one that leaves the
                 // session as it was (no KV page this step) does not.
                 if r.finish.is_some() {
