@@ -51,3 +51,39 @@ pub fn version_number() -> u32 {
     // SAFETY: no arguments.
     unsafe { sys::llm_version_number() }
 }
+
+/// What the type system refuses, as the header's rules require (these examples must not
+/// compile; `cargo test` checks that they do not).
+///
+/// A session cannot outlive its runtime:
+/// ```compile_fail,E0597
+/// let s = {
+///     let rt = llmrt::Runtime::new("m", &llmrt::RuntimeOptions::default()).unwrap();
+///     rt.create_session(&llmrt::Sampling::greedy()).unwrap()
+/// };
+/// ```
+/// A detokenizer cannot outlive its tokenizer:
+/// ```compile_fail,E0597
+/// let d = {
+///     let tok = llmrt::Tokenizer::new("m").unwrap();
+///     tok.detokenizer(true).unwrap()
+/// };
+/// ```
+/// A detokenizer is not Sync (one thread at a time):
+/// ```compile_fail,E0277
+/// fn sync<T: Sync>() {}
+/// sync::<llmrt::Detokenizer<'static>>();
+/// ```
+/// The same checks with what is allowed, so that the examples above fail for their stated reason:
+/// ```no_run
+/// fn sync<T: Sync>() {}
+/// fn send<T: Send>() {}
+/// sync::<llmrt::Session<'static>>();
+/// send::<llmrt::Detokenizer<'static>>();
+/// let rt = llmrt::Runtime::new("m", &llmrt::RuntimeOptions::default()).unwrap();
+/// let tok = llmrt::Tokenizer::new("m").unwrap();
+/// let s = rt.create_session(&llmrt::Sampling::greedy()).unwrap();
+/// let d = tok.detokenizer(true).unwrap();
+/// drop((s, d));
+/// ```
+pub mod compile_checks {}
