@@ -158,9 +158,8 @@ impl Runtime {
     }
 
     pub fn info(&self) -> Result<RuntimeInfo> {
-        let mut info = std::mem::MaybeUninit::<sys::llm_runtime_info>::zeroed();
-        // SAFETY: zeroed is a valid llm_runtime_info (integers and char arrays).
-        let mut info = unsafe { info.assume_init_mut() }.to_owned();
+        // SAFETY: all zeros is a valid llm_runtime_info (integers and char arrays).
+        let mut info: sys::llm_runtime_info = unsafe { std::mem::zeroed() };
         info.struct_size = std::mem::size_of::<sys::llm_runtime_info>() as u32;
         // SAFETY: live runtime; info is valid for writes with struct_size set.
         self.check(unsafe { sys::llm_runtime_get_info(self.raw.as_ptr(), &mut info) })?;
