@@ -5,6 +5,7 @@
 //!  1. LLMRT_LIB_DIR: a directory holding libllmrt.so;
 //!  2. pkg-config's `llmrt` package (llmrt.pc, installed by `cmake --install`; PKG_CONFIG_PATH
 //!     points at `<prefix>/lib/pkgconfig` for a prefix outside the system's search path).
+//!
 //! No external crates: pkg-config is run as a program.
 
 use std::env;

@@ -162,7 +162,15 @@ pub struct Sampling {
 
 impl Default for Sampling {
     fn default() -> Sampling {
-        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, max_new_tokens: 0, seed: 0, stop_tokens: Vec::new() }
+        Sampling {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            max_new_tokens: 0,
+            seed: 0,
+            stop_tokens: Vec::new(),
+        }
     }
 }
 

@@ -7,9 +7,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{empty_record, Error, Result, Status};
 use crate::options::{FinishReason, RuntimeInfo, RuntimeOptions, Sampling, SessionInfo, SessionState};
+use crate::sys;
 use crate::tokenizer::{path_cstring, ChatMessage, Detokenizer, Tokenizer};
 use crate::tracker::{KvTracker, TrackerGuard};
-use crate::sys;
 
 /// One session's outcome of one step (the header's llm_step_result).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,7 +172,8 @@ impl Runtime {
         let mut raw = ptr::null_mut();
         // SAFETY: live runtime; options (and the stop tokens it points to) are valid for the call.
         self.check(unsafe { sys::llm_session_create(self.raw.as_ptr(), &options, &mut raw) })?;
-        let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "llm_session_create returned no session"))?;
+        let raw =
+            NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "llm_session_create returned no session"))?;
         self.adopt(raw)
     }
 
@@ -296,7 +297,13 @@ impl Runtime {
     /// Encodes `prompt` (special-token text stays plain text, no BOS), generates up to
     /// `max_tokens` tokens (0: until a stop token or the context ends) with `sampling`, stopping
     /// also at the tokenizer's eos, and returns the generated text.
-    pub fn generate(&self, tokenizer: &Tokenizer, prompt: &str, max_tokens: u32, sampling: &Sampling) -> Result<String> {
+    pub fn generate(
+        &self,
+        tokenizer: &Tokenizer,
+        prompt: &str,
+        max_tokens: u32,
+        sampling: &Sampling,
+    ) -> Result<String> {
         let ids = tokenizer.encode(prompt, false)?;
         if ids.is_empty() {
             return Err(Error::invalid_argument("the prompt encodes to no tokens"));
@@ -358,7 +365,8 @@ impl Runtime {
         self.check(unsafe {
             sys::llm_session_import_kv(self.raw.as_ptr(), blob.as_ptr().cast(), blob.len(), &options, &mut raw)
         })?;
-        let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::Internal, "llm_session_import_kv returned no session"))?;
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| Error::new(Status::Internal, "llm_session_import_kv returned no session"))?;
         self.adopt(raw)
     }
 }
@@ -541,7 +549,9 @@ impl<'rt> Session<'rt> {
         }
         let mut blob = vec![0u8; size];
         // SAFETY: blob holds size bytes.
-        self.check(unsafe { sys::llm_session_export_kv(self.raw.as_ptr(), blob.as_mut_ptr().cast(), blob.len(), &mut size) })?;
+        self.check(unsafe {
+            sys::llm_session_export_kv(self.raw.as_ptr(), blob.as_mut_ptr().cast(), blob.len(), &mut size)
+        })?;
         blob.truncate(size);
         Ok(blob)
     }

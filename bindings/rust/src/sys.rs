@@ -160,10 +160,23 @@ pub type on_free_fn = on_alloc_fn;
 pub type on_share_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, from_session: u64, to_session: u64, page: u32, tag: u64)>;
 pub type on_verify_fn = Option<
-    unsafe extern "C" fn(user_data: *mut c_void, session_id: u64, pages: *const u32, tags: *const u64, num_pages: usize) -> i32,
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        session_id: u64,
+        pages: *const u32,
+        tags: *const u64,
+        num_pages: usize,
+    ) -> i32,
 >;
 pub type on_violation_fn = Option<
-    unsafe extern "C" fn(user_data: *mut c_void, session_id: u64, entry: u32, page: u32, expected_tag: u64, actual_tag: u64),
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        session_id: u64,
+        entry: u32,
+        page: u32,
+        expected_tag: u64,
+        actual_tag: u64,
+    ),
 >;
 
 abi_structs! {
@@ -461,8 +474,11 @@ extern "C" {
         capacity: usize,
         out_len: *mut usize,
     ) -> llm_status;
-    pub fn llm_tokenizer_special_id(tokenizer: *const llm_tokenizer, text: *const c_char, out_id: *mut i32)
-        -> llm_status;
+    pub fn llm_tokenizer_special_id(
+        tokenizer: *const llm_tokenizer,
+        text: *const c_char,
+        out_id: *mut i32,
+    ) -> llm_status;
     pub fn llm_detokenizer_create(
         tokenizer: *const llm_tokenizer,
         skip_special: i32,

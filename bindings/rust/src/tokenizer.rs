@@ -263,7 +263,9 @@ fn read_text(mut call: impl FnMut(*mut c_char, usize, &mut usize) -> Result<()>)
         match call(buf.as_mut_ptr() as *mut c_char, buf.len(), &mut len) {
             Ok(()) => {
                 buf.truncate(len.min(buf.len()));
-                return Ok(String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()));
+                return Ok(
+                    String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+                );
             }
             Err(e) if e.status == crate::Status::BufferTooSmall && len + 1 > buf.len() => buf.resize(len + 1, 0),
             Err(e) => return Err(e),

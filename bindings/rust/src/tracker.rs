@@ -81,7 +81,14 @@ unsafe extern "C" fn on_verify(
     }
 }
 
-unsafe extern "C" fn on_violation(user: *mut c_void, session_id: u64, entry: u32, page: u32, expected: u64, actual: u64) {
+unsafe extern "C" fn on_violation(
+    user: *mut c_void,
+    session_id: u64,
+    entry: u32,
+    page: u32,
+    expected: u64,
+    actual: u64,
+) {
     let t = tracker(user);
     let _ = catch_unwind(AssertUnwindSafe(|| t.on_violation(session_id, entry, page, expected, actual)));
 }

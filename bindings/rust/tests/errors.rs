@@ -61,7 +61,8 @@ fn session_error_read_on_another_thread_than_the_failure() {
     // The message is recorded on the session, not on the failing thread.
     let rt = tiny_runtime();
     let s = rt.create_session(&Sampling::greedy()).unwrap();
-    let status = std::thread::scope(|scope| scope.spawn(|| s.append_tokens(&[1 << 30]).unwrap_err().status).join().unwrap());
+    let status =
+        std::thread::scope(|scope| scope.spawn(|| s.append_tokens(&[1 << 30]).unwrap_err().status).join().unwrap());
     assert_eq!(status, Status::InvalidArgument);
     let mut record = llmrt::sys::llm_error {
         struct_size: std::mem::size_of::<llmrt::sys::llm_error>() as u32,

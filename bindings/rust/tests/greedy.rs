@@ -51,7 +51,8 @@ fn tiny_second_turn_continues_the_context() {
     assert_eq!(second, solo);
 }
 
-const KJV_CONTINUATION: &str = " of the creation of the flesh is the end of the flesh.\nFor the end of this world are ye, which";
+const KJV_CONTINUATION: &str =
+    " of the creation of the flesh is the end of the flesh.\nFor the end of this world are ye, which";
 
 #[test]
 fn kjv_generate_text() {

@@ -20,7 +20,8 @@ fn parse(text: &str) -> Manifest {
     let mut m = Manifest::default();
     for (n, line) in text.lines().enumerate() {
         let words: Vec<&str> = line.split_whitespace().collect();
-        let num = |s: &str| -> i64 { s.parse().unwrap_or_else(|_| panic!("manifest line {}: bad number {s:?}", n + 1)) };
+        let num =
+            |s: &str| -> i64 { s.parse().unwrap_or_else(|_| panic!("manifest line {}: bad number {s:?}", n + 1)) };
         match words.as_slice() {
             [] => {}
             ["const", name, value] => {
@@ -31,7 +32,10 @@ fn parse(text: &str) -> Manifest {
             }
             ["field", path, "offset", offset, "size", size] => {
                 let (s, f) = path.split_once('.').unwrap_or_else(|| panic!("manifest line {}: {path:?}", n + 1));
-                m.fields.entry(s.to_string()).or_default().insert(f.to_string(), (num(offset) as usize, num(size) as usize));
+                m.fields
+                    .entry(s.to_string())
+                    .or_default()
+                    .insert(f.to_string(), (num(offset) as usize, num(size) as usize));
             }
             _ => panic!("manifest line {}: unrecognized {line:?}", n + 1),
         }
@@ -51,7 +55,10 @@ fn manifest() -> Manifest {
 fn constants_match_the_header() {
     let problems = check_constants(&manifest());
     assert!(problems.is_empty(), "constants differ:\n{}", problems.join("\n"));
-    assert_eq!(sys::LLMRT_VERSION_STRING, format!("{}.{}.{}", sys::LLMRT_VERSION_MAJOR, sys::LLMRT_VERSION_MINOR, sys::LLMRT_VERSION_PATCH));
+    assert_eq!(
+        sys::LLMRT_VERSION_STRING,
+        format!("{}.{}.{}", sys::LLMRT_VERSION_MAJOR, sys::LLMRT_VERSION_MINOR, sys::LLMRT_VERSION_PATCH)
+    );
 }
 
 fn check_constants(m: &Manifest) -> Vec<String> {
@@ -86,7 +93,10 @@ fn check_structs(m: &Manifest) -> Vec<String> {
             continue;
         };
         if (s.size, s.align) != (size, align) {
-            problems.push(format!("struct {}: binding size {} align {}, header size {size} align {align}", s.name, s.size, s.align));
+            problems.push(format!(
+                "struct {}: binding size {} align {}, header size {size} align {align}",
+                s.name, s.size, s.align
+            ));
         }
         let fields = m.fields.get(s.name).cloned().unwrap_or_default();
         for f in &s.fields {
@@ -124,7 +134,8 @@ fn library_matches_the_declared_version() {
 fn the_checks_catch_mismatches() {
     // The comparison is not vacuous: altered manifests are reported, each naming the culprit.
     let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../abi_manifest.txt")).unwrap();
-    let moved = text.replace("field llm_step_result.token offset 16 size 4", "field llm_step_result.token offset 20 size 4");
+    let moved =
+        text.replace("field llm_step_result.token offset 16 size 4", "field llm_step_result.token offset 20 size 4");
     assert_ne!(moved, text, "the manifest has llm_step_result.token at offset 16");
     let problems = check_structs(&parse(&moved));
     assert!(problems.len() == 1 && problems[0].starts_with("llm_step_result.token:"), "{problems:?}");
@@ -136,7 +147,10 @@ fn the_checks_catch_mismatches() {
 
     let without: String = text.lines().filter(|l| !l.contains("llm_kv_sizing")).map(|l| format!("{l}\n")).collect();
     let problems = check_structs(&parse(&without));
-    assert!(problems.iter().any(|p| p.contains("struct llm_kv_sizing: declared by the binding, not in")), "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.contains("struct llm_kv_sizing: declared by the binding, not in")),
+        "{problems:?}"
+    );
 
     let renumbered = text.replace("const LLM_ERR_CANCELLED 9", "const LLM_ERR_CANCELLED 90");
     let problems = check_constants(&parse(&renumbered));

@@ -102,7 +102,8 @@ fn sessions_created_while_others_stream() {
 fn plain_steps_drive_many_sessions() {
     // The host drives the loop itself: every result comes back from step().
     let rt = tiny_runtime();
-    let sessions: Vec<_> = (0..4).map(|_| rt.create_session(&Sampling::greedy().with_max_new_tokens(9)).unwrap()).collect();
+    let sessions: Vec<_> =
+        (0..4).map(|_| rt.create_session(&Sampling::greedy().with_max_new_tokens(9)).unwrap()).collect();
     for s in &sessions {
         s.append_tokens(&TINY_PROMPT).unwrap();
     }
