@@ -1,0 +1,60 @@
+//! Scoring, logits and KV export / import through the binding.
+
+mod common;
+
+use common::*;
+use llmrt::{Sampling, Status};
+
+#[test]
+fn score_predicts_the_golden_continuation() {
+    let rt = tiny_runtime();
+    let mut seq = TINY_PROMPT.to_vec();
+    seq.extend_from_slice(&TINY_GOLDEN);
+    let (logprobs, argmax) = rt.score(&seq).unwrap();
+    assert_eq!(logprobs.len(), seq.len() - 1);
+    // Teacher-forced top-1 after the prompt is the greedy continuation.
+    assert_eq!(argmax[TINY_PROMPT.len() - 1..], TINY_GOLDEN[..]);
+    assert!(logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
+    assert_eq!(rt.score(&[1]).unwrap_err().status, Status::InvalidArgument);
+}
+
+#[test]
+fn logits_of_the_last_sampled_position() {
+    let rt = tiny_runtime();
+    let s = rt.create_session(&Sampling::greedy().with_max_new_tokens(2)).unwrap();
+    assert_eq!(s.logits().unwrap_err().status, Status::InvalidState);
+    s.append_tokens(&TINY_PROMPT).unwrap();
+    let r = s.next_result().unwrap().unwrap();
+    assert_eq!(r.token, Some(TINY_GOLDEN[0]));
+    let logits = s.logits().unwrap();
+    assert_eq!(logits.len(), rt.info().unwrap().vocab_size as usize);
+    let best = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap();
+    assert_eq!(best as i32, TINY_GOLDEN[0]);
+}
+
+#[test]
+fn export_then_import_continues_exactly() {
+    let prefill = tiny_runtime();
+    let decode = tiny_runtime();
+    let s = prefill.create_session(&Sampling::greedy()).unwrap();
+    s.append_tokens(&TINY_PROMPT).unwrap();
+    for want in &TINY_GOLDEN[..3] {
+        assert_eq!(s.next_result().unwrap().unwrap().token, Some(*want));
+    }
+    let blob = s.export_kv().unwrap();
+    assert!(!blob.is_empty());
+    let moved = decode.import_kv(&blob, &Sampling::greedy()).unwrap();
+    let mut rest = Vec::new();
+    while rest.len() < 6 {
+        let r = moved.next_result().unwrap().expect("the imported session runs");
+        rest.extend(r.token);
+    }
+    assert_eq!(rest, TINY_GOLDEN[3..]);
+    // A damaged blob is refused with a status, and creates nothing.
+    let mut bad = blob.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x40;
+    let err = decode.import_kv(&bad, &Sampling::greedy()).err().unwrap();
+    assert_eq!(err.status, Status::Format, "{err}");
+    assert_eq!(decode.info().unwrap().num_sessions, 1);
+}
