@@ -96,7 +96,8 @@ func (ts *TokenStream) Next() bool {
 			ts.fail(err)
 			return false
 		}
-		if res.Status != StatusOK {
+		// A cancelled session's last result carries StatusCancelled: that is its finish.
+		if res.Status != StatusOK && res.Finish != FinishCancelled {
 			ts.finish = res.Finish
 			if ts.finish == FinishNone {
 				ts.finish = FinishError
