@@ -203,3 +203,6 @@ func abiStructs() []abiStruct {
 		}},
 	}
 }
+
+// statusString is the library's own name of a status (llm_status_string), for the ABI test.
+func statusString(s Status) string { return C.GoString(C.llm_status_string(C.llm_status(s))) }

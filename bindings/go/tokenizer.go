@@ -189,7 +189,7 @@ func (t *Tokenizer) ApplyChatTemplate(messages []ChatMessage, addGenerationPromp
 	}
 	size := 256
 	for _, m := range messages {
-		size += len(m.Role) + len(m.Content) + 32
+		size += len(m.Role) + len(m.Content) + 16 // plus the format's markers; retried below if short
 	}
 	buf := make([]byte, size)
 	var n C.size_t
