@@ -31,11 +31,12 @@ type TokenStream struct {
 	det        *Detokenizer // nil without a tokenizer (ids only)
 	ownSession bool
 
-	cur    Token
-	finish FinishReason
-	err    error
-	ending bool // the finish was read: the next Next returns false
-	done   bool
+	cur        Token
+	finish     FinishReason
+	err        error
+	ending     bool // the finish was read: the next Next returns false
+	cancelling bool // the context is done and the session was cancelled
+	done       bool
 
 	stopWatch chan struct{} // closed when the stream ends, to stop the context watcher
 	watchDone sync.WaitGroup
@@ -89,8 +90,14 @@ func (ts *TokenStream) Next() bool {
 		return false
 	}
 	for {
-		// Next is not given ts.ctx: a done context cancels the session (the watcher), and the
-		// stream keeps reading until the step that reports the cancellation.
+		// Once the context is done the stream yields no more tokens: the session is cancelled
+		// here (the watcher may not have run yet) and the stream reads on, dropping tokens that
+		// were already queued, until the step that reports the cancellation. ts.s.Next is
+		// therefore not given ts.ctx.
+		if !ts.cancelling && ts.ctx.Err() != nil {
+			ts.cancelling = true
+			ts.s.Cancel()
+		}
 		res, err := ts.s.Next(context.Background())
 		if err != nil {
 			ts.fail(err)
@@ -104,6 +111,9 @@ func (ts *TokenStream) Next() bool {
 			}
 			ts.fail(res.Err())
 			return false
+		}
+		if ts.cancelling && res.Finish == FinishNone {
+			continue
 		}
 		tok := Token{ID: res.Token}
 		if res.Token != TokenNone && ts.det != nil {
