@@ -188,3 +188,51 @@ func TestTokenizerErrorsCarryMessages(t *testing.T) {
 		t.Errorf("Push(-5): %v", err)
 	}
 }
+
+func TestNULBytesAreRefused(t *testing.T) {
+	// A NUL would cut the string the library sees: "dir\x00/x" would load "dir".
+	if _, err := NewRuntime(tinyModel+"\x00/elsewhere", nil); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "NUL") {
+		t.Errorf("NewRuntime(dir with NUL): %v", err)
+	}
+	if _, err := NewTokenizer(kjvModel + "\x00"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("NewTokenizer(dir with NUL): %v", err)
+	}
+	tok, err := NewTokenizer(kjvModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	if _, err := tok.SpecialID("<|im_end|>\x00"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("SpecialID(with NUL): %v", err)
+	}
+	_, err = tok.ApplyChatTemplate([]ChatMessage{{Role: "user", Content: "a"}, {Role: "user", Content: "b\x00c"}}, true, false)
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "message 1") {
+		t.Errorf("ApplyChatTemplate(content with NUL): %v", err)
+	}
+	// Encode takes lengths, not NUL-terminated text: a NUL is a character like any other.
+	ids, err := tok.Encode("a\x00b", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, _ := tok.Decode(ids, false); back != "a\x00b" {
+		t.Errorf("round trip of a NUL: %q", back)
+	}
+}
+
+func TestInvalidUTF8IsReplaced(t *testing.T) {
+	tok, err := NewTokenizer(kjvModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	// Each invalid byte becomes U+FFFD (three bytes), so the ids may outnumber the input bytes.
+	bad := strings.Repeat("\xff", 40)
+	ids, err := tok.Encode(bad, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := tok.Decode(ids, false)
+	if err != nil || back != strings.Repeat("\uFFFD", 40) {
+		t.Errorf("Decode(Encode(40 invalid bytes)) = %q, %v", back, err)
+	}
+}

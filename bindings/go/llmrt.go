@@ -5,7 +5,10 @@ package llmrt
 // #include "llmrt/llmrt.h"
 import "C"
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // Version is the version of the loaded library ("MAJOR.MINOR.PATCH"), which may differ from the
 // header the binding was compiled against (HeaderVersion).
@@ -139,3 +142,14 @@ const (
 
 // errorMessageCapacity is LLM_ERROR_MESSAGE_CAPACITY: llm_error's message buffer.
 const errorMessageCapacity = 1024
+
+// cstring copies s into C memory for a call that takes a NUL-terminated string; the caller
+// frees it. A NUL inside s would silently cut the string the library sees (another directory,
+// another message), so it is refused.
+func cstring(op, what, s string) (*C.char, error) {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return nil, &Error{Op: op, Status: StatusInvalidArgument,
+			Message: what + " contains a NUL byte at offset " + strconv.Itoa(i)}
+	}
+	return C.CString(s), nil
+}

@@ -46,6 +46,7 @@ type Runtime struct {
 	steps   uint64              // steps run, and the most results one step returned (tests)
 	widest  int
 
+	tokMu     sync.Mutex          // serializes the loading of the tokenizer
 	mu        sync.Mutex          // guards the fields below
 	sessions  map[uint64]*Session // live sessions by id (ids are never reused; pointers may be)
 	tokenizer *Tokenizer          // loaded on first use from dir; closed with the runtime
@@ -77,7 +78,10 @@ func NewRuntime(modelDir string, opts *RuntimeOptions) (*Runtime, error) {
 	co.prefill_weights = C.int32_t(opts.PrefillWeights)
 	co.decode_weights = C.int32_t(opts.DecodeWeights)
 
-	cdir := C.CString(modelDir)
+	cdir, err := cstring("NewRuntime", "the model directory", modelDir)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(cdir))
 	e := newCError()
 	var ptr *C.llm_runtime
@@ -314,16 +318,23 @@ func (r *Runtime) Tokenizer() (*Tokenizer, error) {
 		return nil, err
 	}
 	defer r.g.leave()
+	// tokMu, not mu: loading takes a while, and steps file their results under mu.
+	r.tokMu.Lock()
+	defer r.tokMu.Unlock()
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.tokenizer == nil {
-		t, err := NewTokenizer(r.dir)
-		if err != nil {
-			return nil, err
-		}
-		r.tokenizer = t
+	t := r.tokenizer
+	r.mu.Unlock()
+	if t != nil {
+		return t, nil
 	}
-	return r.tokenizer, nil
+	t, err := NewTokenizer(r.dir)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.tokenizer = t
+	r.mu.Unlock()
+	return t, nil
 }
 
 // Generation is the outcome of Generate or Chat.

@@ -5,6 +5,8 @@ package llmrt
 import "C"
 
 import (
+	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -35,7 +37,10 @@ type ChatMessage struct {
 
 // NewTokenizer loads the tokenizer of a model directory.
 func NewTokenizer(modelDir string) (*Tokenizer, error) {
-	cdir := C.CString(modelDir)
+	cdir, err := cstring("NewTokenizer", "the model directory", modelDir)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(cdir))
 	e := newCError()
 	var ptr *C.llm_tokenizer
@@ -103,8 +108,8 @@ func (t *Tokenizer) Encode(text string, parseSpecial bool) ([]int32, error) {
 	}
 	defer t.g.leave()
 	ctext := cbytes(text)
-	// Every token covers at least one byte of the text, so len(text) ids always suffice; the
-	// retry below only guards against a library that says otherwise.
+	// A token covers at least one byte of valid text, so len(text) ids suffice unless invalid
+	// UTF-8 (each bad byte becomes the three bytes of U+FFFD first) needs the retry below.
 	ids := make([]int32, len(text)+1)
 	var n C.size_t
 	for {
@@ -154,7 +159,10 @@ func (t *Tokenizer) SpecialID(text string) (int32, error) {
 		return 0, err
 	}
 	defer t.g.leave()
-	ctext := C.CString(text)
+	ctext, err := cstring("Tokenizer.SpecialID", "the token text", text)
+	if err != nil {
+		return 0, err
+	}
 	defer C.free(unsafe.Pointer(ctext))
 	var id C.int32_t
 	if st := C.llm_tokenizer_special_id(t.ptr, ctext, &id); st != C.LLM_OK {
@@ -171,6 +179,14 @@ func (t *Tokenizer) ApplyChatTemplate(messages []ChatMessage, addGenerationPromp
 		return "", err
 	}
 	defer t.g.leave()
+	for i, m := range messages {
+		for _, f := range [2]struct{ what, s string }{{"role", m.Role}, {"content", m.Content}} {
+			if j := strings.IndexByte(f.s, 0); j >= 0 {
+				return "", &Error{Op: "Tokenizer.ApplyChatTemplate", Status: StatusInvalidArgument,
+					Message: "message " + strconv.Itoa(i) + ": the " + f.what + " contains a NUL byte at offset " + strconv.Itoa(j)}
+			}
+		}
+	}
 	// The message array holds pointers, so it and its strings live in C memory.
 	var msgs *C.llm_chat_message
 	if len(messages) > 0 {
@@ -178,13 +194,17 @@ func (t *Tokenizer) ApplyChatTemplate(messages []ChatMessage, addGenerationPromp
 		if msgs == nil {
 			return "", &Error{Op: "Tokenizer.ApplyChatTemplate", Status: StatusOutOfMemory, Message: "no memory for the messages"}
 		}
-		defer C.free(unsafe.Pointer(msgs))
 		arr := unsafe.Slice(msgs, len(messages))
+		defer func() {
+			for i := range arr {
+				C.free(unsafe.Pointer(arr[i].role))
+				C.free(unsafe.Pointer(arr[i].content))
+			}
+			C.free(unsafe.Pointer(msgs))
+		}()
 		for i, m := range messages {
 			arr[i].role = C.CString(m.Role)
 			arr[i].content = C.CString(m.Content)
-			defer C.free(unsafe.Pointer(arr[i].role))
-			defer C.free(unsafe.Pointer(arr[i].content))
 		}
 	}
 	size := 256
