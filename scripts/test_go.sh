@@ -29,12 +29,18 @@ if [ -z "$prefix" ]; then
   cmake --install "$build" --prefix "$prefix" >/dev/null
 fi
 
-export PKG_CONFIG_PATH=$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The library directory is the install's (lib, or lib/<multiarch> on some configurations).
+pc=$(find "$prefix" -name llmrt.pc -path '*/pkgconfig/*' | head -n 1)
+if [ -z "$pc" ]; then
+  echo "test_go: no llmrt.pc under $prefix" >&2
+  exit 1
+fi
+export PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+libdir=$(pkg-config --variable=libdir llmrt)
+export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Everything Go writes stays under the build directory; no module is ever downloaded.
 export GOPATH=$build/go/path GOCACHE=$build/go/cache GOFLAGS=-mod=mod GOPROXY=off CGO_ENABLED=1
-go version
-pkg-config --modversion llmrt >/dev/null
+echo "test_go: $(go version), llmrt $(pkg-config --modversion llmrt) in $libdir"
 
 cd "$root/bindings/go"
 unformatted=$(gofmt -l .)
