@@ -49,7 +49,8 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
-go test -race -count=1 ./...
+# cgocheck=2 checks every pointer the binding hands to C against cgo's rules.
+GODEBUG=cgocheck=2 go test -race -count=1 ./...
 
 # The sample, once, over the shipped model: its greedy continuation is that of llm-run.
 want="In the beginning of the creation of the flesh is the end of the flesh.
