@@ -1,0 +1,3 @@
+module llmrt
+
+go 1.19
