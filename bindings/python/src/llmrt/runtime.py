@@ -529,7 +529,8 @@ class Stream:
         self.finish_reason = None
         self.tokens = []
         self._close_session = close_session
-        self._done = False
+        self._done = True  # until it is set up: a half-made stream must not cancel anything
+        self._detok = None
         rt = session.runtime
         detok = None
         if text is None or text:
@@ -549,8 +550,11 @@ class Stream:
             if tokens is not None:
                 session.append(tokens)
         except BaseException:
+            if detok is not None:
+                detok.close()
             self._release()
             raise
+        self._done = False
 
     def __iter__(self):
         return self
