@@ -91,6 +91,13 @@ LLM_TOKEN_NONE = -1
 LLM_TOKENIZER_KIMI = 1
 LLM_TOKENIZER_GLM = 2
 
+LLM_CONVERT_INT4 = 0
+LLM_CONVERT_FP8_BLOCK = 1
+
+LLM_TESTCTL_KV_FREE_MAPPED_PAGE = 1
+LLM_TESTCTL_KV_CORRUPT_ENTRY = 2
+LLM_TESTCTL_KV_SWAP_PAGES = 3
+
 # Every constant above, by its header name (the layout test compares them with the manifest).
 CONSTANTS = {name: value for name, value in globals().items()
              if name.startswith(("LLM_", "LLMRT_")) and isinstance(value, int)}
@@ -322,6 +329,7 @@ PROTOTYPES = {
     "llm_detokenizer_flush": (c_status, [_vp, ctypes.c_char_p, _sz, _P(_sz)]),
     "llm_chat_apply_template": (c_status, [_vp, _P(llm_chat_message), _sz, ctypes.c_int32, ctypes.c_int32,
                                            ctypes.c_char_p, _sz, _P(_sz)]),
+    "llm_test_control": (c_status, [_vp, ctypes.c_int32, _P(ctypes.c_int64), _sz]),
 }
 
 

@@ -380,6 +380,12 @@ class Runtime:
         self._call(_abi.lib().llm_score, buf, n, logprobs, argmax)
         return list(logprobs[:m]), list(argmax[:m])
 
+    def _test_control(self, op, args):
+        """llm_test_control: the header's explicitly unstable fault-injection hook, for tests of
+        integrity checking. Never expose it to untrusted callers."""
+        arr = (ctypes.c_int64 * max(1, len(args)))(*args)
+        self._call(_abi.lib().llm_test_control, int(op), arr, len(args))
+
 
 class Session:
     """One conversation in a Runtime (llm_session). It keeps its runtime alive; closing the
