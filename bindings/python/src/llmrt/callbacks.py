@@ -6,6 +6,7 @@ library's destroy hook (llm_kv_tracker.destroy, llm_set_log_callback_v2's destro
 entry, so the object and its callbacks stay alive exactly until the library no longer calls them.
 """
 
+import atexit
 import ctypes
 import itertools
 import sys
@@ -219,6 +220,17 @@ def _on_log_destroy(user):
 
 
 _log_lock = threading.Lock()
+_log_installed = False
+
+
+@atexit.register
+def _restore_stderr_log():
+    # The library outlives the interpreter's teardown; it must not call a Python sink then.
+    if _log_installed:
+        try:
+            set_log_callback(None)
+        except Exception:
+            pass
 
 
 def set_log_callback(fn, min_level="info"):
@@ -229,6 +241,7 @@ def set_log_callback(fn, min_level="info"):
     level = LOG_LEVELS.get(min_level, min_level) if isinstance(min_level, str) else min_level
     if not isinstance(level, int):
         raise errors.binding_error(errors.Status.INVALID_ARGUMENT, f"unknown log level {min_level!r}")
+    global _log_installed
     lib = _abi.lib()
     with _log_lock:
         if fn is None:
@@ -244,3 +257,4 @@ def set_log_callback(fn, min_level="info"):
                 _unregister(key)  # on failure the library did not take it
             # No handle to read the message from: this lock keeps the call and the read on one thread.
             raise errors.error_for(st, lib.llm_last_error().decode("utf-8", "replace"))
+        _log_installed = key is not None

@@ -8,6 +8,7 @@ their result queued when it ends) and distributes all of its results. The steps 
 the library; no result is lost whichever thread ran the step.
 """
 
+import atexit
 import collections
 import ctypes
 import dataclasses
@@ -116,6 +117,20 @@ RuntimeInfo = _info_dataclass(_abi.llm_runtime_info)
 RuntimeInfo.__doc__ = "llm_runtime_info: the model, the KV pool and the runtime's counters."
 
 
+# Runtimes still open at exit are closed while the interpreter is whole: their tracker's
+# destroy hook calls into Python.
+_open_runtimes = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_runtimes():
+    for rt in list(_open_runtimes):
+        try:
+            rt.close()
+        except Exception:
+            pass
+
+
 class Runtime:
     """A loaded checkpoint and its KV pool (llm_runtime). Many sessions share it; their steps are
     batched. Close it (or use `with`) to release it: that closes its sessions too.
@@ -173,6 +188,7 @@ class Runtime:
         self._tokenizer = None
         self._tokenizer_lock = threading.Lock()
         self._owns_tokenizer = False
+        _open_runtimes.add(self)
 
     # -- plumbing
     def _call(self, fn, *args, ok=(_abi.LLM_OK,)):
