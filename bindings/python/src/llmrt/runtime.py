@@ -321,6 +321,7 @@ class Runtime:
         """The next step result of `session` (blocking), or None when its generation ended
         without one more (it is idle, finished, failed or cancelled and nothing is queued)."""
         sid = session.id
+        idle_steps = 0
         while True:
             with self._qlock:
                 q = self._queues.get(sid)
@@ -344,6 +345,13 @@ class Runtime:
                 if not any(r.session_id == sid for r in results) and \
                         session._state() == _abi.LLM_SESSION_CANCELLED:
                     return None  # its cancellation was reported earlier (to step())
+                # A session with work always gets a result or lets another one run; a run of
+                # empty steps would mean a library bug, which must not become a busy loop.
+                idle_steps = 0 if results else idle_steps + 1
+                if idle_steps >= 100:
+                    raise errors.binding_error(
+                        errors.Status.INTERNAL, f"session {sid} is {SESSION_STATES.get(session._state())} but "
+                        f"{idle_steps} steps in a row ran nothing")
 
     # -- conveniences
     def generate(self, prompt, max_tokens=256, *, stop_tokens=(), **sampling):
