@@ -39,29 +39,41 @@ want=$(pkg-config --variable=libdir llmrt)
 }
 
 # A virtual environment, so that nothing is installed into the system's Python (Debian marks it
-# externally managed). Debian's python3 needs python3-venv for ensurepip.
+# externally managed). It sees the system's site packages, so Debian's python3-* packages serve
+# when PyPI cannot be reached. Debian's python3 needs python3-venv to make one.
 venv="$build/python-venv"
 if [ ! -x "$venv/bin/python" ]; then
-  if ! "$py" -m venv --help >/dev/null 2>&1 || ! "$py" -c 'import ensurepip' 2>/dev/null; then
+  if ! "$py" -m venv --system-site-packages "$venv" >/dev/null 2>&1; then
+    rm -rf "$venv"
     apt_install python3-venv
+    "$py" -m venv --system-site-packages "$venv"
   fi
-  "$py" -m venv "$venv"
 fi
 vpy="$venv/bin/python"
-pip_quiet=(-q --disable-pip-version-check)
+
+need_module() {  # need_module CHECK PIP_SPEC DEBIAN_PACKAGE: pip first, then apt
+  "$vpy" -c "$1" 2>/dev/null && return 0
+  "$vpy" -m pip install -q --disable-pip-version-check "$2" 2>/dev/null && "$vpy" -c "$1" 2>/dev/null && return 0
+  command -v dpkg-query >/dev/null && apt_install "$3"
+  "$vpy" -c "$1" || { echo "test_python: cannot install $2" >&2; exit 1; }
+}
 # setuptools >= 61 reads pyproject.toml; wheel builds the wheel (setuptools < 70.1 needs it).
-"$vpy" - <<'EOF' || "$vpy" -m pip install "${pip_quiet[@]}" "setuptools>=61" wheel
-import setuptools, wheel
-assert int(setuptools.__version__.split(".")[0]) >= 61
-EOF
-"$vpy" -c 'import pytest' 2>/dev/null || "$vpy" -m pip install "${pip_quiet[@]}" pytest
+need_module 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 61)' "setuptools>=61" \
+  python3-setuptools
+need_module 'import wheel' wheel python3-wheel
+need_module 'import pytest' pytest python3-pytest
 # --no-build-isolation --no-index: builds with what is installed, offline.
-"$vpy" -m pip install "${pip_quiet[@]}" --no-build-isolation --no-index --force-reinstall --no-deps ./bindings/python
+rm -rf bindings/python/build
+"$vpy" -m pip install -q --disable-pip-version-check --no-build-isolation --no-index --force-reinstall --no-deps \
+  ./bindings/python
 
 # From outside the source tree, so the installed package is what is tested.
 root=$PWD
 (cd bindings/python/tests && LLMRT_REPO_ROOT="$root" "$root/$vpy" -m pytest -q -p no:cacheprovider .)
 echo "test_python: sample"
-"$vpy" bindings/python/examples/chat.py --model models/kimi-k2-kjv-tiny --prompt "In the beginning" --max-tokens 24
+out=$("$vpy" bindings/python/examples/chat.py --model models/kimi-k2-kjv-tiny --prompt "In the beginning" --max-tokens 24)
+printf '%s\n' "$out"
+want=$'In the beginning of the creation of the flesh is the end of the flesh.\nFor the end of this world are ye, which'
+[ "$out" = "$want" ] || { echo "test_python: the sample's continuation differs from llm-run's" >&2; exit 1; }
 "$vpy" bindings/python/examples/chat.py --model models/kimi-k2-kjv-tiny --chat "Who made the heaven and the earth?" \
   --max-tokens 32
