@@ -134,3 +134,20 @@ def test_status_strings():
     assert llmrt.errors.status_string(llmrt.Status.FORMAT) == "LLM_ERR_FORMAT"
     e = llmrt.errors.error_for(99, "from the future")
     assert type(e) is llmrt.LlmrtError and e.status == 99
+
+
+def test_kv_exhausted_fails_that_session_in_its_stream():
+    # Two pages of 4 tokens: a 7-token prompt fits, its ninth generated token does not.
+    page_bytes = 4 * llmrt.Runtime(TINY, kv_dtype="f32").info().kv_bytes_per_token
+    with llmrt.Runtime(TINY, kv_dtype="f32", page_size_tokens=4, kv_budget_bytes=2 * page_bytes) as rt:
+        assert rt.info().pages_total == 2
+        with rt.session(max_tokens=9) as s:
+            stream = s.stream(GOLDEN_PROMPT, text=False)
+            got = []
+            with pytest.raises(llmrt.KvExhaustedError) as ei:
+                for t in stream:
+                    got.append(t.id)
+            assert got == [178, 108]  # positions 0..8 fill both pages
+            assert ei.value.status == llmrt.Status.KV_EXHAUSTED
+            assert f"session {s.id}" in ei.value.message and "0 of 2 KV pages free" in ei.value.message
+            assert s.info().state == "decoding"  # left as it was: the host may free pages and go on
