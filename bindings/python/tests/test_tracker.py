@@ -166,3 +166,24 @@ def test_callbacks_may_not_call_into_the_runtime(capfd):
 def test_tracker_must_be_a_kv_tracker():
     with pytest.raises(llmrt.InvalidArgumentError):
         llmrt.Runtime(TINY, tracker=object())
+
+
+def test_a_handle_collected_inside_a_callback_is_destroyed_afterwards():
+    class DropsASession(llmrt.KvTracker):
+        def __init__(self):
+            self.victim = None
+            self.dropped = False
+
+        def on_alloc(self, session_id, page, tag):
+            if self.victim is not None:
+                self.victim = None  # the last reference: collected here, with the runtime locked
+                self.dropped = True
+
+    t = DropsASession()
+    with llmrt.Runtime(TINY, tracker=t) as rt:
+        t.victim = rt.session()
+        assert rt.info().num_sessions == 1
+        with rt.session(max_tokens=2) as s:
+            assert len(s.generate(GOLDEN_PROMPT)) == 2
+        assert t.dropped
+        assert rt.info().num_sessions == 0  # destroyed by the next call outside the callback

@@ -13,6 +13,20 @@ def in_callback():
     return getattr(_callback_state, "depth", 0) > 0
 
 
+# Handles the garbage collector finalized inside a tracker callback, where they cannot be
+# destroyed (the runtime is locked): destroyed by the next acquire outside a callback.
+_deferred = []
+_deferred_lock = threading.Lock()
+
+
+def _destroy_deferred():
+    with _deferred_lock:
+        handles = _deferred[:]
+        del _deferred[:]
+    for h in handles:
+        h.close()
+
+
 class Handle:
     """Owns one pointer from the library.
 
@@ -48,6 +62,8 @@ class Handle:
         if in_callback():
             raise errors.binding_error(errors.Status.INVALID_STATE,
                                        f"a KV tracker callback may not use the {self._kind} (the runtime is locked)")
+        if _deferred:
+            _destroy_deferred()
         if self._parent is not None:
             self._parent.acquire()
         try:
@@ -109,7 +125,11 @@ class Handle:
         return True
 
     def __del__(self):
+        if in_callback():
+            with _deferred_lock:
+                _deferred.append(self)  # kept alive until it can be destroyed
+            return
         try:
             self.close()
         except Exception:
-            pass  # interpreter shutdown, or a finalizer running inside a tracker callback
+            pass  # interpreter shutdown
