@@ -149,7 +149,7 @@ class InFlightGuard {
 
 std::string EndpointLabel(const std::string& path) {
   for (const char* p : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
-                        "/debug/corrupt"}) {
+                        "/tokenize", "/detokenize", "/debug/corrupt"}) {
     if (path == p) return p;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
@@ -210,6 +210,9 @@ void HttpServer::Routes() {
       res.set_content("{\"status\":\"ok\"}", "application/json");
     }
   });
+  server_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { HandleTokenize(req, res); });
+  server_.Post("/detokenize",
+               [this](const httplib::Request& req, httplib::Response& res) { HandleDetokenize(req, res); });
   server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
   if (options_.enable_test_hooks) {
     server_.Post("/debug/corrupt",
@@ -474,6 +477,74 @@ void HttpServer::HandleGeneration(const httplib::Request& req, httplib::Response
         if (!gen->final_sent) engine_->Cancel(gen->request.get(), CancelReason::kDisconnect);
         --in_flight_;
       });
+}
+
+void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+  // The same parsing and prompt rules as generation: "prompt" for a completion prompt,
+  // "messages" for a chat prompt rendered through the chat template.
+  Json j = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  const Endpoint endpoint = j.is_object() && j.contains("messages") ? Endpoint::kChat : Endpoint::kCompletions;
+  GenerationRequest g;
+  if (auto e = ParseGenerationRequest(req.body, endpoint, &g)) {
+    SendError(res, *e);
+    return;
+  }
+  if (g.model != options_.served_model_name) {
+    ApiError e = InvalidRequest("the model '" + g.model + "' does not exist", "model", "model_not_found");
+    e.http_status = 404;
+    SendError(res, e);
+    return;
+  }
+  std::vector<int32_t> prompt;
+  if (auto e = BuildPrompt(g, &prompt)) {
+    SendError(res, *e);
+    return;
+  }
+  res.set_content(
+      Json{{"count", prompt.size()}, {"max_model_len", engine_->context_length()}, {"tokens", prompt}}.dump(),
+      "application/json");
+}
+
+void HttpServer::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+  Json j = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    SendError(res, InvalidRequest("the request body must be a JSON object", "", "invalid_json"));
+    return;
+  }
+  if (!j.contains("model") || !j["model"].is_string() || j["model"] != options_.served_model_name) {
+    ApiError e = InvalidRequest("'model' must name the served model '" + options_.served_model_name + "'", "model",
+                                "model_not_found");
+    e.http_status = 404;
+    SendError(res, e);
+    return;
+  }
+  std::vector<int32_t> ids;
+  if (!j.contains("tokens") || !j["tokens"].is_array()) {
+    SendError(res, InvalidRequest("'tokens' must be an array of token ids", "tokens"));
+    return;
+  }
+  for (const Json& v : j["tokens"]) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= engine_->vocab_size()) {
+      SendError(res, InvalidRequest("'tokens' holds " + v.dump() + ", not an id below " +
+                                        std::to_string(engine_->vocab_size()),
+                                    "tokens"));
+      return;
+    }
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  size_t len = 0;
+  std::string text;
+  llm_status st = llm_detokenize(engine_->tokenizer(), ids.data(), ids.size(), /*skip_special=*/1, nullptr, 0, &len);
+  if (st == LLM_ERR_BUFFER_TOO_SMALL || st == LLM_OK) {
+    text.assign(len + 1, '\0');
+    st = llm_detokenize(engine_->tokenizer(), ids.data(), ids.size(), 1, text.data(), text.size(), &len);
+  }
+  if (st != LLM_OK) {
+    SendError(res, InvalidRequest(std::string("the tokens cannot be decoded: ") + llm_last_error(), "tokens"));
+    return;
+  }
+  text.resize(len);
+  res.set_content(Json{{"prompt", text}}.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
 void HttpServer::HandleDebugCorrupt(const httplib::Request& req, httplib::Response& res) {

@@ -37,6 +37,9 @@ class HttpServer {
   void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   // Encodes the request's prompt (chat: through the model's chat template). Null on success.
   std::optional<ApiError> BuildPrompt(const GenerationRequest& g, std::vector<int32_t>* prompt);
+  // vLLM's /tokenize and /detokenize: the ids a prompt becomes, and the text of ids.
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
   void HandleDebugCorrupt(const httplib::Request& req, httplib::Response& res);
   void HandleMetrics(httplib::Response& res);
   static void SendError(httplib::Response& res, const ApiError& e);

@@ -238,7 +238,7 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   Json j;
   try {
     j = Json::parse(body.begin(), body.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     return InvalidRequest(std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
   }
   if (!j.is_object()) {
