@@ -73,6 +73,7 @@ std::unique_ptr<Engine> Engine::Create(const ServerOptions& options, std::string
   }
   if (ti.eos_id >= 0) e->chat_stop_tokens_.push_back(ti.eos_id);
   // llm_decode_step writes one result per live session; max_sessions bounds them.
+  e->max_sessions_ = options.max_sessions;
   e->results_.resize(options.max_sessions);
   e->stepper_ = std::thread([p = e.get()] { p->StepLoop(); });
   return e;
@@ -110,7 +111,7 @@ std::shared_ptr<Request> Engine::Submit(const std::vector<int32_t>& prompt, cons
       error->http_status = 429;
       error->type = "rate_limit_error";
       error->code = "too_many_sessions";
-      error->message = "too many concurrent requests: the server runs at most " + std::to_string(results_.size()) +
+      error->message = "too many concurrent requests: the server runs at most " + std::to_string(max_sessions_) +
                        " generations at once (--max-sessions); retry later";
       error->retry_after_s = 1;
     } else {

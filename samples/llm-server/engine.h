@@ -118,6 +118,7 @@ class Engine {
   uint32_t context_length_ = 0;
   uint32_t vocab_size_ = 0;
   int32_t eos_id_ = -1;
+  uint32_t max_sessions_ = 0;
   std::vector<int32_t> chat_stop_tokens_;
 
   std::thread stepper_;

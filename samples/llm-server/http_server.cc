@@ -379,10 +379,12 @@ void HttpServer::HandleGeneration(const httplib::Request& req, httplib::Response
   so.max_new_tokens = max_new;
   so.seed = g.seed ? *g.seed : std::random_device{}();
   std::vector<int32_t> stops;
-  if (endpoint == Endpoint::kChat) {
-    stops = engine_->chat_stop_tokens();
-  } else if (engine_->eos_id() >= 0) {
-    stops.push_back(engine_->eos_id());
+  if (!g.ignore_eos) {
+    if (endpoint == Endpoint::kChat) {
+      stops = engine_->chat_stop_tokens();
+    } else if (engine_->eos_id() >= 0) {
+      stops.push_back(engine_->eos_id());
+    }
   }
   so.stop_tokens = stops.data();
   so.num_stop_tokens = static_cast<uint32_t>(stops.size());

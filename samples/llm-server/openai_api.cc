@@ -273,6 +273,7 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   if (seed) out->seed = static_cast<uint64_t>(*seed);
   if (auto e = ReadStop(j, out)) return e;
   if (auto e = ReadBool(j, "stream", &out->stream)) return e;
+  if (auto e = ReadBool(j, "ignore_eos", &out->ignore_eos)) return e;
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return InvalidRequest("'stream_options' must be an object", "stream_options");
     if (auto e = ReadBool(*it, "include_usage", &out->include_usage)) {

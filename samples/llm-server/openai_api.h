@@ -49,6 +49,7 @@ struct GenerationRequest {
   float min_p = 0.0f;                  // extension (as vLLM): 0 = off
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;       // at most 4 non-empty strings
+  bool ignore_eos = false;             // extension (as vLLM): generate max_tokens whatever is sampled
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
   std::string user;
