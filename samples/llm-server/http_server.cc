@@ -24,6 +24,9 @@ constexpr milliseconds kPollInterval{20};
 
 std::string Sse(const std::string& json) { return "data: " + json + "\n\n"; }
 
+// Names from the command line or the client may hold invalid UTF-8: replace, never throw.
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 ApiError ServerError(int status, std::string code, std::string message) {
   ApiError e;
   e.http_status = status;
@@ -188,7 +191,7 @@ void HttpServer::Routes() {
                 {"owned_by", "llmrt"}, {"root", options_.model_dir}, {"max_model_len", engine_->context_length()}};
   };
   server_.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
-    res.set_content(Json{{"object", "list"}, {"data", Json::array({model_json()})}}.dump(), "application/json");
+    res.set_content(Dump(Json{{"object", "list"}, {"data", Json::array({model_json()})}}), "application/json");
   });
   server_.Get("/v1/models/(.+)", [this, model_json](const httplib::Request& req, httplib::Response& res) {
     if (req.matches[1] != options_.served_model_name) {
@@ -200,7 +203,7 @@ void HttpServer::Routes() {
       }());
       return;
     }
-    res.set_content(model_json().dump(), "application/json");
+    res.set_content(Dump(model_json()), "application/json");
   });
   server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining_) {
@@ -502,9 +505,8 @@ void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& 
     SendError(res, *e);
     return;
   }
-  res.set_content(
-      Json{{"count", prompt.size()}, {"max_model_len", engine_->context_length()}, {"tokens", prompt}}.dump(),
-      "application/json");
+  res.set_content(Dump(Json{{"count", prompt.size()}, {"max_model_len", engine_->context_length()}, {"tokens", prompt}}),
+                  "application/json");
 }
 
 void HttpServer::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
@@ -527,7 +529,7 @@ void HttpServer::HandleDetokenize(const httplib::Request& req, httplib::Response
   }
   for (const Json& v : j["tokens"]) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= engine_->vocab_size()) {
-      SendError(res, InvalidRequest("'tokens' holds " + v.dump() + ", not an id below " +
+      SendError(res, InvalidRequest("'tokens' holds " + Dump(v) + ", not an id below " +
                                         std::to_string(engine_->vocab_size()),
                                     "tokens"));
       return;
@@ -546,7 +548,7 @@ void HttpServer::HandleDetokenize(const httplib::Request& req, httplib::Response
     return;
   }
   text.resize(len);
-  res.set_content(Json{{"prompt", text}}.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+  res.set_content(Dump(Json{{"prompt", text}}), "application/json");
 }
 
 void HttpServer::HandleDebugCorrupt(const httplib::Request& req, httplib::Response& res) {
@@ -577,7 +579,7 @@ void HttpServer::HandleDebugCorrupt(const httplib::Request& req, httplib::Respon
     SendError(res, *e);
     return;
   }
-  res.set_content(Json{{"session_id", session_id}, {"op", op_name}}.dump(), "application/json");
+  res.set_content(Dump(Json{{"session_id", session_id}, {"op", op_name}}), "application/json");
 }
 
 void HttpServer::HandleMetrics(httplib::Response& res) {

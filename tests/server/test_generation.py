@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from conftest import GLM, KIMI, Server, llm_run
+from conftest import GLM, KIMI, Server, ids_prompt, llm_run
 
 PROMPTS = [
     "In the beginning",
@@ -171,3 +171,30 @@ def test_32_concurrent_streams_equal_solo(server):
     single = after['llmrt_step_batch_sessions_bucket{le="1"}'] - before['llmrt_step_batch_sessions_bucket{le="1"}']
     assert steps - single > 0
     assert after["llmrt_kv_pages_used"] == 0
+
+
+def test_prefix_sharing_shows_in_metrics(server):
+    c = server.client()
+    prompt = ids_prompt(64, 5)
+    before = server.metrics()
+    stream = iter(c.completions.create(model=server.name, prompt=prompt, max_tokens=600, temperature=0, stream=True))
+    next(stream)  # the first request's prompt pages exist now
+    solo = c.completions.create(model=server.name, prompt=prompt, max_tokens=5, temperature=0)
+    rest = list(stream)
+    assert rest[-1].usage.completion_tokens == 600
+    after = server.metrics()
+    # The second request started on the first one's full prompt pages (3 of 16 tokens: the
+    # partial last page is recomputed).
+    hits = after["llmrt_prefix_cache_hit_tokens_total"] - before["llmrt_prefix_cache_hit_tokens_total"]
+    assert hits >= 48
+    assert 0 < after["llmrt_prefix_cache_hit_rate"] <= 1
+    assert solo.usage.prompt_tokens == 64
+
+
+def test_fp8_kv_cache_equals_llm_run(start_server):
+    s = start_server("--kv-dtype", "fp8", "--kv-integrity", "tags", "--tp", 1)
+    want = llm_run(KIMI, "--prompt", "In the beginning", "--max-tokens", 60, "--kv-dtype", "fp8")
+    r = s.client().completions.create(model=s.name, prompt="In the beginning", max_tokens=60, temperature=0)
+    assert "In the beginning" + r.choices[0].text + "\n" == want
+    # FP8 rounding changes this continuation: the option reached the runtime.
+    assert want != llm_run(KIMI, "--prompt", "In the beginning", "--max-tokens", 60)
