@@ -3,6 +3,12 @@
 // that waits for KV pages, or for its prefill, writes nothing at all. So the probe finds the
 // accepted socket by the request's address pair once, then polls it for the peer's FIN/RST
 // (POLLRDHUP) without reading, which costs one poll() per check.
+//
+// The search reads the metadata (fstat, getsockname, getpeername) of every descriptor of the
+// process, while other threads may close or reuse theirs. That race is harmless: nothing but our
+// own connection (open for as long as its handler runs) can match its exact address pair, and
+// other descriptors are only looked at, never changed. ThreadSanitizer reports it as a race on
+// the descriptor; tests/server/tsan.supp suppresses exactly that.
 #ifndef LLMRT_SAMPLES_LLM_SERVER_CONNECTION_PROBE_H_
 #define LLMRT_SAMPLES_LLM_SERVER_CONNECTION_PROBE_H_
 

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
               engine->context_length(), options.host.c_str(), port);
   std::fflush(stdout);
 
-  bool listen_failed = false;
+  std::atomic<bool> listen_failed{false};
   std::thread listener([&] { listen_failed = !http->Listen(); });
   // Main thread: wait for a shutdown signal (checking now and then that the listener runs).
   int sig = 0;

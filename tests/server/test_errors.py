@@ -117,7 +117,7 @@ def test_oversize_body_413(start_server):
         s.client().completions.create(model=s.name, prompt="x" * 5000, max_tokens=1)
     assert ei.value.status_code == 413
     assert ei.value.body["code"] == "request_too_large"
-    r = s.client().completions.create(model=s.name, prompt="x" * 1000, max_tokens=1)
+    r = s.client().completions.create(model=s.name, prompt="In the beginning " * 60, max_tokens=1)
     assert r.usage.completion_tokens == 1
 
 

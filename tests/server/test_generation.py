@@ -35,7 +35,7 @@ def test_greedy_completion_equals_llm_run(model):
             assert r.usage.completion_tokens == 40
             assert r.choices[0].finish_reason == "length"
     finally:
-        assert s.close() == 0
+        s.close()
 
 
 @pytest.mark.parametrize("model", [KIMI, GLM], ids=["kimi", "glm4"])
@@ -49,7 +49,7 @@ def test_greedy_chat_equals_llm_run(model):
         assert r.choices[0].message.role == "assistant"
         assert r.choices[0].message.content + "\n" == want
     finally:
-        assert s.close() == 0
+        s.close()
 
 
 def test_seeded_sampling_equals_llm_run(server):
