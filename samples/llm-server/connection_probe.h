@@ -4,6 +4,10 @@
 // accepted socket by the request's address pair once, then polls it for the peer's FIN/RST
 // (POLLRDHUP) without reading, which costs one poll() per check.
 //
+// A client that half-closes its side after sending the request (shutdown(SHUT_WR), as some
+// HTTP/1.0 tools do) looks like one that left; HTTP/1.1 clients, the openai client among them,
+// do not do that.
+//
 // The search reads the metadata (fstat, getsockname, getpeername) of every descriptor of the
 // process, while other threads may close or reuse theirs. That race is harmless: nothing but our
 // own connection (open for as long as its handler runs) can match its exact address pair, and
