@@ -66,4 +66,8 @@ bool ConnectionProbe::Closed() const {
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
+void ConnectionProbe::StopReading() const {
+  if (fd_ >= 0) shutdown(fd_, SHUT_RD);
+}
+
 }  // namespace llm_server

@@ -28,6 +28,10 @@ class ConnectionProbe {
   ConnectionProbe(int local_port, const std::string& remote_addr, int remote_port);
   // True once the peer has closed or reset the connection.
   bool Closed() const;
+  // Stops reading the connection (shutdown SHUT_RD): the response still goes out, then the
+  // server sees the end of the stream and closes it. For a request whose body was refused
+  // unread, so that the body is never parsed as the next request.
+  void StopReading() const;
   bool found() const { return fd_ >= 0; }
 
  private:

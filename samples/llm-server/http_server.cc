@@ -222,6 +222,24 @@ void HttpServer::Routes() {
                  [this](const httplib::Request& req, httplib::Response& res) { HandleDebugCorrupt(req, res); });
   }
 
+  // cpp-httplib 0.11 bounds only bodies that declare a Content-Length (413 above the limit): a
+  // chunked body, or a POST with neither, it reads to the end whatever its size. Such requests
+  // are refused before their body is read (411), and the connection is read no further.
+  server_.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.method != "POST" && req.method != "PUT" && req.method != "PATCH" && req.method != "DELETE") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    const bool chunked = req.has_header("Transfer-Encoding");
+    if (!chunked && req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e = InvalidRequest(chunked ? "request bodies must be sent with a Content-Length, not Transfer-Encoding"
+                                        : "a request body needs a Content-Length header",
+                                "", "length_required");
+    e.http_status = 411;
+    SendError(res, e);
+    ConnectionProbe(req.local_port, req.remote_addr, req.remote_port).StopReading();
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
   // Every error cpp-httplib produces itself (unknown path 404, body over the limit 413, a
   // malformed request line 400) gets an OpenAI-style body too; ours already have one.
   server_.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,

@@ -271,3 +271,24 @@ def test_tp_other_than_1_refused():
     r = subprocess.run([str(SERVER), "--model", str(KIMI), "--tp", "2"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "tensor parallelism is not available" in r.stderr
+
+
+@pytest.mark.parametrize("headers", [b"Transfer-Encoding: chunked\r\n", b""], ids=["chunked", "no_length"])
+def test_body_without_content_length_411(start_server, headers):
+    # cpp-httplib would read such a body to its end whatever its size: it is refused unread.
+    s = start_server("--max-body-bytes", 4096)
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers +
+                 b"\r\n" + b"1000\r\n" + b"x" * 4096)
+    buf = b""
+    sock.settimeout(10)
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break  # the server closed the connection after its answer
+        buf += chunk
+    sock.close()
+    head, _, body = buf.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 411"), buf[:200]
+    assert error_of(body)["code"] == "length_required"
+    assert_still_serving(s)
