@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages llmrt builds against, when they are missing. Idempotent.
 set -euo pipefail
-pkgs=(cmake g++ make pkg-config libabsl-dev nlohmann-json3-dev libhwy-dev libgtest-dev libgmock-dev libonig-dev)
+pkgs=(cmake g++ make pkg-config libabsl-dev nlohmann-json3-dev libhwy-dev libgtest-dev libgmock-dev libonig-dev
+      libcpp-httplib-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

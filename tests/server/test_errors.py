@@ -1,0 +1,294 @@
+"""Bad input gets its HTTP status and an OpenAI-style error body, and the server keeps serving."""
+
+import json
+import socket
+import threading
+import time
+
+import openai
+import pytest
+
+from conftest import error_of, ids_prompt
+
+
+def assert_still_serving(server):
+    r = server.client().completions.create(model=server.name, prompt="And", max_tokens=3, temperature=0)
+    assert r.usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize("body,param", [
+    (b"{not json", None),
+    (b"", None),
+    (b"[1, 2]", None),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "max_tokens": "many"}', "max_tokens"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "max_tokens": 0}', "max_tokens"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "temperature": 3}', "temperature"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "top_p": 0}', "top_p"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "n": 2}', "n"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "logprobs": 3}', "logprobs"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "stop": [1]}', "stop"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": ["a", "b"]}', "prompt"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": [5000]}', "prompt"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": [-1]}', "prompt"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": ""}', "prompt"),
+    (b'{"model": "kimi-k2-kjv-tiny"}', "prompt"),
+    (b'{"prompt": "a"}', "model"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "seed": 1e400}', None),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "\xff\xfe"}', None),
+    (b'[' * 100000, None),
+])
+def test_malformed_completion_requests_400(server, body, param):
+    status, headers, resp = server.raw("POST", "/v1/completions", body)
+    assert status == 400, resp
+    e = error_of(resp)
+    assert e["type"] == "invalid_request_error"
+    if param is not None:
+        assert e["param"] == param
+    assert_still_serving(server)
+
+
+@pytest.mark.parametrize("messages,param", [
+    ([], "messages"),
+    ([{"content": "hi"}], "messages[0].role"),
+    ([{"role": "user"}], "messages[0].content"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], "messages[0].content[0]"),
+    ([{"role": "user", "content": 5}], "messages[0].content"),
+    ([{"role": "wizard", "content": "hi"}], "messages"),
+])
+def test_malformed_chat_requests_400(server, messages, param):
+    status, _, resp = server.raw("POST", "/v1/chat/completions", {"model": server.name, "messages": messages})
+    assert status == 400, resp
+    assert error_of(resp)["param"] == param
+    assert_still_serving(server)
+
+
+def test_malformed_json_through_openai_client(server):
+    # The official client sends whatever extra fields it is given: a wrongly typed one is a 400.
+    with pytest.raises(openai.BadRequestError) as ei:
+        server.client().completions.create(model=server.name, prompt="a", extra_body={"temperature": "hot"})
+    assert ei.value.status_code == 400
+    assert ei.value.body["param"] == "temperature"
+    assert_still_serving(server)
+
+
+def test_unknown_model_404(server):
+    with pytest.raises(openai.NotFoundError) as ei:
+        server.client().completions.create(model="gpt-4", prompt="a")
+    assert ei.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        server.client().chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "a"}])
+    with pytest.raises(openai.NotFoundError):
+        server.client().models.retrieve("gpt-4")
+    status, _, body = server.raw("GET", "/v1/nothing")
+    assert status == 404 and error_of(body)["code"] == "not_found"
+    assert_still_serving(server)
+
+
+def test_prompt_longer_than_context_400(server):
+    c = server.client()
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.completions.create(model=server.name, prompt=ids_prompt(1024), max_tokens=1)
+    assert ei.value.body["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.completions.create(model=server.name, prompt="In the beginning " * 400, max_tokens=1)
+    assert ei.value.body["code"] == "context_length_exceeded"
+    # prompt + max_tokens past the context
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.completions.create(model=server.name, prompt=ids_prompt(1000), max_tokens=25)
+    assert ei.value.body["param"] == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.chat.completions.create(model=server.name, messages=[{"role": "user", "content": "In the beginning " * 400}])
+    assert ei.value.body["code"] == "context_length_exceeded"
+    # the largest prompt that fits still runs
+    r = c.completions.create(model=server.name, prompt=ids_prompt(1000), max_tokens=24, temperature=0)
+    assert r.usage.completion_tokens == 24
+    assert_still_serving(server)
+
+
+def test_debug_endpoint_absent_without_test_hooks(server):
+    status, _, body = server.raw("POST", "/debug/corrupt", {"user": "x"})
+    assert status == 404
+    error_of(body)
+
+
+def test_oversize_body_413(start_server):
+    s = start_server("--max-body-bytes", 4096)
+    with pytest.raises(openai.APIStatusError) as ei:
+        s.client().completions.create(model=s.name, prompt="x" * 5000, max_tokens=1)
+    assert ei.value.status_code == 413
+    assert ei.value.body["code"] == "request_too_large"
+    r = s.client().completions.create(model=s.name, prompt="In the beginning " * 60, max_tokens=1)
+    assert r.usage.completion_tokens == 1
+
+
+def test_too_many_sessions_429(start_server):
+    s = start_server("--max-sessions", 1)
+    c = s.client()
+    # One long generation holds the only session; the first chunk proves it is live.
+    stream = c.completions.create(model=s.name, prompt="And", max_tokens=1000, temperature=0, stream=True)
+    it = iter(stream)
+    next(it)
+    with pytest.raises(openai.RateLimitError) as ei:
+        s.client().completions.create(model=s.name, prompt="And", max_tokens=3)
+    assert ei.value.status_code == 429
+    assert ei.value.body["code"] == "too_many_sessions"
+    assert ei.value.response.headers.get("retry-after") == "1"
+    rest = list(it)
+    assert rest[-1].usage.completion_tokens == 1000
+    assert_still_serving(s)
+
+
+# The shipped Kimi model stores 1152 bytes of KV per token: 16-token pages of 18 KiB, so a
+# 0.25 MiB budget holds 14 pages (224 tokens).
+SMALL_KV = ("--kv-budget-mib", 0.25)
+
+
+def test_kv_cache_holds_14_pages(start_server):
+    s = start_server(*SMALL_KV)
+    assert s.metrics()["llmrt_kv_pages_total"] == 14
+
+
+def test_kv_exhausted_fail_policy_503(start_server):
+    s = start_server(*SMALL_KV, "--kv-pressure", "fail")
+    c = s.client()
+    # A prompt larger than the whole cache fails at prefill: 503 with Retry-After.
+    with pytest.raises(openai.InternalServerError) as ei:
+        c.completions.create(model=s.name, prompt=ids_prompt(300), max_tokens=10)
+    assert ei.value.status_code == 503
+    assert ei.value.body["code"] == "kv_cache_exhausted"
+    assert ei.value.response.headers.get("retry-after") == "1"
+    # A prompt that fits but whose generation outgrows the cache: 503 without streaming...
+    with pytest.raises(openai.InternalServerError) as ei:
+        c.completions.create(model=s.name, prompt=ids_prompt(200), max_tokens=100, temperature=0)
+    assert ei.value.status_code == 503
+    # ... and an error event after the tokens that fitted when streaming (the status line was sent).
+    got = []
+    with pytest.raises(openai.APIError) as ei:
+        for ch in c.completions.create(model=s.name, prompt=ids_prompt(200), max_tokens=100, temperature=0,
+                                       stream=True):
+            got.append(ch.choices[0].text)
+    assert ei.value.body["code"] == "kv_cache_exhausted"
+    assert got
+    assert s.wait_metric("llmrt_kv_pages_used", lambda v: v == 0) == 0
+    assert s.metrics()['llmrt_sessions_failed_total{status="LLM_ERR_KV_EXHAUSTED"}'] == 3
+    assert_still_serving(s)
+
+
+def test_kv_exhausted_queue_policy_waits(start_server):
+    s = start_server(*SMALL_KV, "--kv-pressure", "queue")
+    c = s.client()
+    # Two requests of 9 pages each (100 + 40 tokens) cannot hold the 14 pages together: under
+    # the queue policy the second waits for the first to finish, then runs as it would alone.
+    jobs = [(ids_prompt(100, 1), 40), (ids_prompt(100, 2), 40)]
+    solo = [c.completions.create(model=s.name, prompt=p, max_tokens=n, temperature=0).choices[0].text for p, n in jobs]
+    times = {}
+    texts = {}
+
+    def run(i):
+        client = s.client()
+        parts = []
+        for ch in client.completions.create(model=s.name, prompt=jobs[i][0], max_tokens=jobs[i][1], temperature=0,
+                                            stream=True):
+            times.setdefault((i, "first"), time.monotonic())
+            parts.append(ch.choices[0].text)
+        times[(i, "last")] = time.monotonic()
+        texts[i] = "".join(parts)
+
+    first = threading.Thread(target=run, args=(0,))
+    first.start()
+    while (0, "first") not in times:
+        time.sleep(0.001)
+    second = threading.Thread(target=run, args=(1,))
+    second.start()
+    # The second is admitted but waits for pages: it shows as waiting (under the fail policy
+    # the pair would not both finish: one would get 503 when the other needed a page).
+    waiting = s.wait_metric("llmrt_requests_waiting", lambda v: v >= 1 or (1, "first") in times)
+    first.join()
+    second.join()
+    assert texts == {0: solo[0], 1: solo[1]}
+    assert waiting >= 1
+    # A request that can never fit the cache is refused rather than left waiting forever.
+    with pytest.raises(openai.InternalServerError) as ei:
+        c.completions.create(model=s.name, prompt=ids_prompt(200), max_tokens=100)
+    assert ei.value.status_code == 503
+    assert_still_serving(s)
+
+
+def test_kv_pressure_preempt_policy_runs_all(start_server):
+    s = start_server(*SMALL_KV, "--kv-pressure", "preempt")
+    c = s.client()
+    jobs = [(ids_prompt(60, i), 60) for i in range(3)]
+    solo = [c.completions.create(model=s.name, prompt=p, max_tokens=n, temperature=0).choices[0].text for p, n in jobs]
+    out = [None] * 3
+
+    def run(i):
+        out[i] = s.client().completions.create(model=s.name, prompt=jobs[i][0], max_tokens=jobs[i][1],
+                                               temperature=0).choices[0].text
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == solo
+
+
+def read_first_event(sock):
+    buf = b""
+    while b"data: " not in buf:
+        chunk = sock.recv(4096)
+        assert chunk, buf
+        buf += chunk
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "non_stream"])
+def test_client_disconnect_frees_pages(server, stream):
+    before = server.metrics()
+    body = json.dumps({"model": server.name, "prompt": "In the beginning", "max_tokens": 1000, "temperature": 0,
+                       "stream": stream}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    if stream:
+        read_first_event(sock)
+    else:
+        server.wait_metric("llmrt_generation_tokens_total", lambda v: v > before["llmrt_generation_tokens_total"])
+    assert server.metrics()["llmrt_kv_pages_used"] > 0
+    sock.close()
+    key = 'llmrt_sessions_cancelled_total{reason="disconnect"}'
+    assert server.wait_metric(key, lambda v: v == before.get(key, 0) + 1) == before.get(key, 0) + 1
+    assert server.wait_metric("llmrt_kv_pages_used", lambda v: v == 0) == 0
+    after = server.metrics()
+    # Generation stopped long before max_tokens.
+    assert after["llmrt_generation_tokens_total"] - before["llmrt_generation_tokens_total"] < 1000
+    assert after["llmrt_requests_running"] == 0 and after["llmrt_requests_waiting"] == 0
+    assert_still_serving(server)
+
+
+def test_tp_other_than_1_refused():
+    import subprocess
+    from conftest import KIMI, SERVER
+    r = subprocess.run([str(SERVER), "--model", str(KIMI), "--tp", "2"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "tensor parallelism is not available" in r.stderr
+
+
+@pytest.mark.parametrize("headers", [b"Transfer-Encoding: chunked\r\n", b""], ids=["chunked", "no_length"])
+def test_body_without_content_length_411(start_server, headers):
+    # cpp-httplib would read such a body to its end whatever its size: it is refused unread.
+    s = start_server("--max-body-bytes", 4096)
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers +
+                 b"\r\n" + b"1000\r\n" + b"x" * 4096)
+    buf = b""
+    sock.settimeout(10)
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break  # the server closed the connection after its answer
+        buf += chunk
+    sock.close()
+    head, _, body = buf.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 411"), buf[:200]
+    assert error_of(body)["code"] == "length_required"
+    assert_still_serving(s)
