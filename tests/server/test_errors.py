@@ -261,7 +261,8 @@ def test_client_disconnect_frees_pages(server, stream):
     after = server.metrics()
     # Generation stopped long before max_tokens.
     assert after["llmrt_generation_tokens_total"] - before["llmrt_generation_tokens_total"] < 1000
-    assert after["llmrt_requests_running"] == 0 and after["llmrt_requests_waiting"] == 0
+    assert server.wait_metric("llmrt_requests_running", lambda v: v == 0) == 0
+    assert server.wait_metric("llmrt_requests_waiting", lambda v: v == 0) == 0
     assert_still_serving(server)
 
 
