@@ -301,11 +301,11 @@ void Engine::RenderMetrics(std::string* out) {
   llm_runtime_info info;
   info.struct_size = sizeof(info);
   llm_runtime_get_info(runtime_, &info);
-  size_t live = 0;
+  size_t live = 0;  // sessions still to run: a cancelled one only awaits its last report
   uint32_t running = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    live = live_.size();
+    for (const auto& [id, r] : live_) live += r->cancel_requested_ ? 0 : 1;
     running = running_;
   }
   if (running > live) running = static_cast<uint32_t>(live);

@@ -253,15 +253,19 @@ def test_client_disconnect_frees_pages(server, stream):
         read_first_event(sock)
     else:
         server.wait_metric("llmrt_generation_tokens_total", lambda v: v > before["llmrt_generation_tokens_total"])
-    assert server.metrics()["llmrt_kv_pages_used"] > 0
+    at_close = server.metrics()
+    assert at_close["llmrt_kv_pages_used"] > 0
     sock.close()
     key = 'llmrt_sessions_cancelled_total{reason="disconnect"}'
     assert server.wait_metric(key, lambda v: v == before.get(key, 0) + 1) == before.get(key, 0) + 1
     assert server.wait_metric("llmrt_kv_pages_used", lambda v: v == 0) == 0
     after = server.metrics()
-    # Generation stopped long before max_tokens.
+    # Generation stopped long before max_tokens, a few steps after the close (the request
+    # checks its connection at every token; the bound leaves room for a loaded machine).
     assert after["llmrt_generation_tokens_total"] - before["llmrt_generation_tokens_total"] < 1000
-    assert after["llmrt_requests_running"] == 0 and after["llmrt_requests_waiting"] == 0
+    assert after["llmrt_generation_tokens_total"] - at_close["llmrt_generation_tokens_total"] < 200
+    assert server.wait_metric("llmrt_requests_running", lambda v: v == 0) == 0
+    assert server.wait_metric("llmrt_requests_waiting", lambda v: v == 0) == 0
     assert_still_serving(server)
 
 
