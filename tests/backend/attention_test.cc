@@ -128,7 +128,7 @@ void AttentionOps::CheckGqa(const KvCodec* codec, const GqaCase& c, bool fresh, 
 
 TEST_P(AttentionOps, GqaAttention) {
   std::mt19937 rng(50);
-  for (const KvCodec* codec : AllKvCodecs()) {
+  for (const KvCodec* codec : KvCodecs()) {
     for (const GqaCase& c : GqaCases()) {
       for (bool fresh : {false, true}) {
         if (fresh && !codec->lossy()) continue;
@@ -230,7 +230,7 @@ void AttentionOps::CheckMla(const KvCodec* codec, const MlaCase& c, bool fresh, 
 
 TEST_P(AttentionOps, MlaAttention) {
   std::mt19937 rng(51);
-  for (const KvCodec* codec : AllKvCodecs()) {
+  for (const KvCodec* codec : KvCodecs()) {
     for (const MlaCase& c : MlaCases()) {
       for (bool fresh : {false, true}) {
         if (fresh && !codec->lossy()) continue;
@@ -335,7 +335,7 @@ std::vector<DsaCase> DsaCases() {
 
 TEST_P(AttentionOps, DsaSelect) {
   std::mt19937 rng(52);
-  for (const KvCodec* codec : AllKvCodecs()) {
+  for (const KvCodec* codec : KvCodecs()) {
     for (const DsaCase& c : DsaCases()) {
       for (bool fresh : {false, true}) {
         if (fresh && !codec->lossy()) continue;
