@@ -76,10 +76,12 @@ __global__ void KvImportKernel(KvRef kv, int64_t layer, const int32_t* slots, co
 
 constexpr int kAttnThreads = 128, kChunk = 32;
 
-// Dynamic shared memory: q [q1_len + q2_len], acc [dv], scores [kChunk].
+// Dynamic shared memory: q [q1_len + q2_len], acc [dv], scores [kChunk]. blockIdx.x is the
+// (token, head), blockIdx.y the split of its positions.
 __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
   extern __shared__ float smem[];
   const int64_t t = blockIdx.x / a.heads, h = blockIdx.x % a.heads, g = h / a.kv_group;
+  const int64_t split = blockIdx.y;
   const int64_t qlen = a.q1_len + a.q2_len;
   float* q = smem;
   float* acc = q + qlen;
@@ -104,10 +106,13 @@ __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
   }
   const int64_t k1 = a.k1_off + g * a.k_head_step, v_off = a.v_off + g * a.v_head_step;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  // This split's positions [begin, end): equal shares in whole chunks.
+  const int64_t share = ((n + a.splits - 1) / a.splits + kChunk - 1) / kChunk * kChunk;
+  const int64_t begin = split * share, end = begin + share < n ? begin + share : n;
   float m = -INFINITY, l = 0.0f;
   bool bad = false;  // uniform over the block: every thread checks the same positions
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int cn = static_cast<int>(n - c0 < kChunk ? n - c0 : kChunk);
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const int cn = static_cast<int>(end - c0 < kChunk ? end - c0 : kChunk);
     // Scores: one warp per position.
     for (int i = warp; i < cn; i += warps) {
       const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
@@ -149,9 +154,45 @@ __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
     __syncthreads();  // sc is rewritten by the next chunk
   }
   if (bad && threadIdx.x == 0) RaiseError(err, sel != nullptr ? kErrSelected : kErrPage);
+  if (a.splits > 1) {
+    float* part = a.partial + (static_cast<int64_t>(blockIdx.x) * a.splits + split) * (a.dv + 2);
+    if (threadIdx.x == 0) {
+      part[0] = m;
+      part[1] = l;
+    }
+    for (int64_t j = threadIdx.x; j < a.dv; j += blockDim.x) part[2 + j] = acc[j];
+    return;
+  }
   float* out = a.out + t * a.out_ld + h * a.dv;
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no position: zeros, as the CPU
   for (int64_t j = threadIdx.x; j < a.dv; j += blockDim.x) out[j] = acc[j] * inv;
+}
+
+// The splits of one (token, head): rescaled to their common maximum and normalized by the
+// rescaled sum. Splits without positions (l == 0) contribute nothing.
+__global__ void AttentionCombineKernel(AttentionArgs a) {
+  const int64_t t = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
+  const float* parts = a.partial + static_cast<int64_t>(blockIdx.x) * a.splits * (a.dv + 2);
+  float mx = -INFINITY;
+  for (int64_t s = 0; s < a.splits; ++s) {
+    const float* p = parts + s * (a.dv + 2);
+    if (p[1] > 0.0f) mx = fmaxf(mx, p[0]);
+  }
+  float denom = 0.0f;
+  for (int64_t s = 0; s < a.splits; ++s) {
+    const float* p = parts + s * (a.dv + 2);
+    if (p[1] > 0.0f) denom += p[1] * expf(p[0] - mx);
+  }
+  const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
+  float* out = a.out + t * a.out_ld + h * a.dv;
+  for (int64_t j = threadIdx.x; j < a.dv; j += blockDim.x) {
+    float o = 0.0f;
+    for (int64_t s = 0; s < a.splits; ++s) {
+      const float* p = parts + s * (a.dv + 2);
+      if (p[1] > 0.0f) o = fmaf(p[2 + j], expf(p[0] - mx), o);
+    }
+    out[j] = o * inv;
+  }
 }
 
 // I(t, p) = sum_h w[t,h] * relu(q[t,h] . k_p * key_scale), one thread per (token, position), for
@@ -282,7 +323,12 @@ cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s
         cudaFuncSetAttribute(AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  AttentionKernel<<<static_cast<unsigned>(blocks), kAttnThreads, smem, s>>>(a, err);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.splits));
+  AttentionKernel<<<grid, kAttnThreads, smem, s>>>(a, err);
+  if (a.splits == 1) return cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  AttentionCombineKernel<<<static_cast<unsigned>(blocks), kAttnThreads, 0, s>>>(a);
   return cudaGetLastError();
 }
 

@@ -134,6 +134,12 @@ struct AttentionArgs {
   int64_t top_k;
   float* out;  // out + t * out_ld + h * dv
   int64_t out_ld;
+  // Split over the KV length (FlashDecoding / FlashMLA): `splits` blocks per (token, head) each
+  // take a contiguous share of the positions and write (max, sum, unnormalized output) to
+  // `partial` [T * heads * splits, dv + 2]; a second kernel combines them. splits == 1 writes
+  // `out` directly.
+  int64_t splits = 1;
+  float* partial = nullptr;
 };
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s);
 

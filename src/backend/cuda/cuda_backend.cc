@@ -87,6 +87,9 @@ absl::Status CudaBackend::Init() {
     ev = e;
   }
   scratch_.resize(8);
+  if (cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_) != cudaSuccess || sm_count_ < 1) {
+    sm_count_ = 1;
+  }
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
     Log(LogLevel::kInfo, absl::StrCat("cuda backend: device ", device_, " ", prop.name, ", compute capability ", prop.major, ".",
@@ -114,6 +117,7 @@ void CudaBackend::Fail(absl::Status status) {
 
 absl::Status CudaBackend::Synchronize() {
   if (!sticky_.ok()) return sticky_;
+  cudaSetDevice(device_);
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   absl::Status device = CudaStatus(cudaMemcpyAsync(error_host_, error_word_, sizeof(int32_t), cudaMemcpyDeviceToHost, s),
                                    "reading the device error word");
@@ -138,6 +142,7 @@ absl::Status CudaBackend::Synchronize() {
 }
 
 absl::StatusOr<void*> CudaBackend::DeviceMalloc(size_t bytes, const std::string& what) {
+  cudaSetDevice(device_);
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
   if (e == cudaSuccess) return p;
@@ -180,6 +185,14 @@ absl::StatusOr<Tensor> CudaBackend::ImportHost(std::shared_ptr<Storage> keepaliv
                                                const int64_t* shape, int rank) {
   LLMRT_ASSIGN_OR_RETURN(Tensor t, DoAllocate(dtype, shape, rank));
   LLMRT_RETURN_IF_ERROR(CopyToDevice(t.data(), data, t.bytes()));
+  // Progress of a load, about once per checkpoint shard (Kimi K2's and GLM-5's are ~4 GiB).
+  constexpr uint64_t kLogEvery = uint64_t{4} << 30;
+  const uint64_t before = imported_bytes_;
+  imported_bytes_ += t.bytes();
+  if (imported_bytes_ / kLogEvery != before / kLogEvery) {
+    Log(LogLevel::kInfo, absl::StrCat("cuda backend: ", imported_bytes_ >> 20, " MiB of weights uploaded to device ",
+                                      device_));
+  }
   return t;  // the host bytes were copied into staging: `keepalive` is not needed
 }
 
@@ -217,6 +230,7 @@ absl::Status CudaBackend::Upload(const void* src, size_t bytes, const Tensor& ds
     return absl::InternalError(absl::StrCat("upload of ", bytes, " bytes into a ", dst.bytes(), "-byte tensor"));
   }
   if (!sticky_.ok()) return sticky_;
+  cudaSetDevice(device_);
   return CopyToDevice(dst.data(), src, bytes);
 }
 
@@ -226,6 +240,7 @@ absl::Status CudaBackend::Download(const Tensor& src, void* dst, size_t bytes) {
   }
   if (!sticky_.ok()) return sticky_;
   if (bytes == 0) return absl::OkStatus();
+  cudaSetDevice(device_);
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync"));
   return CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");

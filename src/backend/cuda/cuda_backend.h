@@ -32,6 +32,10 @@
 #include "src/backend/backend.h"
 #include "src/backend/registry.h"
 
+namespace llmrt::cuda {
+struct AttentionArgs;
+}  // namespace llmrt::cuda
+
 namespace llmrt {
 
 // The CUDA backend's registry entry: available when the CUDA runtime finds a device.
@@ -106,16 +110,21 @@ class CudaBackend final : public Backend {
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
   // Per-op device scratch `slot`, grown to at least `bytes` (synchronizing before a reallocation).
   absl::StatusOr<void*> Scratch(int slot, size_t bytes, const char* what);
+  // Splits each (token, head) of an attention over `a->splits` blocks when there are too few of
+  // them to fill the device and the contexts are long (at most `length` positions attended).
+  absl::Status SplitAttention(cuda::AttentionArgs* a, int64_t length);
   // A device allocation of `bytes` with an out-of-memory message naming `what`.
   absl::StatusOr<void*> DeviceMalloc(size_t bytes, const std::string& what);
 
   int device_ = 0;
+  int sm_count_ = 1;
   void* stream_ = nullptr;       // cudaStream_t
   int32_t* error_word_ = nullptr;  // device: the first kernel-detected failure (kernels/kernels.h ErrorCode)
   int32_t* error_host_ = nullptr;  // pinned: its copy at Synchronize
   uint8_t* staging_ = nullptr;   // pinned, 2 halves of kStagingHalf bytes
   void* staging_done_[2] = {nullptr, nullptr};  // cudaEvent_t: the half's last copy finished
   int staging_next_ = 0;
+  uint64_t imported_bytes_ = 0;  // ImportHost's total, for the load's progress lines
   bool failed_ = false;
   absl::Status error_;
   absl::Status sticky_;  // a device error that leaves the context unusable

@@ -24,6 +24,7 @@ enum ScratchSlot : int {
   kScratchMoeUp = 4,
   kScratchMoeDown = 5,
   kScratchDsaScores = 6,
+  kScratchAttention = 7,
 };
 
 // Routed experts on the device: the prepared weights (kept alive here) and, per projection, the
@@ -71,6 +72,18 @@ absl::Status CheckKvView(const KvCacheView& cache, int64_t layer) {
 bool FlatWeight(const Weight& w) { return w.format == kWeightF32 || w.format == kWeightBf16; }
 
 }  // namespace
+
+absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length) {
+  // Two blocks per multiprocessor, splits of at least 256 positions, at most 64 splits.
+  const int64_t pairs = a->batch.num_tokens * a->heads, target = 2 * static_cast<int64_t>(sm_count_);
+  a->splits = 1;
+  if (pairs == 0 || pairs >= target || length < 512) return absl::OkStatus();
+  a->splits = std::min<int64_t>({(target + pairs - 1) / pairs, (length + 255) / 256, 64});
+  const size_t bytes = static_cast<size_t>(pairs * a->splits * (a->dv + 2)) * sizeof(float);
+  LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchAttention, bytes, "attention splits"));
+  a->partial = static_cast<float*>(p);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<ExpertBank>> CudaBackend::PrepareExperts(std::vector<ExpertWeights> experts) {
   auto bank = std::make_unique<CudaExpertBank>();
@@ -182,6 +195,7 @@ void CudaBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_
     a.scale = scale;
     a.out = out.data_as<float>();
     a.out_ld = out.row_stride();
+    LLMRT_RETURN_IF_ERROR(SplitAttention(&a, batch.max_ctx));
     return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
   });
 }
@@ -235,6 +249,7 @@ void CudaBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCac
     }
     a.out = out_lat.data_as<float>();
     a.out_ld = out_lat.row_stride();
+    LLMRT_RETURN_IF_ERROR(SplitAttention(&a, selected != nullptr ? std::min(batch.max_ctx, a.top_k) : batch.max_ctx));
     return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
   });
 }

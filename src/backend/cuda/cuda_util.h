@@ -50,6 +50,8 @@ inline cuda::WeightRef WeightOf(const Weight& w) {
 template <typename Fn>
 void CudaBackend::Run(const char* op, Fn&& body) {
   if (failed_ || !sticky_.ok()) return;
+  // The current device is per host thread; the runtime may call from several.
+  cudaSetDevice(device_);
   absl::Status s;
   try {
     s = body();
