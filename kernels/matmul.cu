@@ -1,6 +1,7 @@
 // Matrix products with float32 activations and F32 or BF16 weights, float32 accumulation.
 //
-// One tiled kernel serves MatMul and the MoE's grouped GEMM: a block computes a 32-row x 64-column
+// Decode-sized MatMuls (at most 8 rows) read each weight row once with one warp (GemvKernel);
+// otherwise one tiled kernel serves MatMul and the MoE's grouped GEMM: a block computes a 32-row x 64-column
 // tile of out = x w^T, staging 32-wide slices of K of both operands in shared memory (weights
 // widened to float32 there); every output element is one thread's sum in k order, so a row's
 // result depends neither on the other rows of the call nor on where the row sits in its tile
@@ -78,6 +79,58 @@ __global__ void GroupedGemmKernel(ConstMat x, const int32_t* x_rows, ExpertTable
            static_cast<int64_t>(blockIdx.x) * kBN, out);
 }
 
+// Decode-sized products (T <= kGemvMaxT): one warp per weight row reads it once, with 16-byte
+// loads when the row allows, for every token; lanes own strided slices of K, then a warp sum.
+// Memory-bound: the weight is read once at full width, where the tiled kernel would compute
+// 32 rows of which T are real.
+constexpr int kGemvMaxT = 8, kGemvWarps = 8;
+
+template <int kT>
+__global__ void GemvKernel(ConstMat x, WeightRef w, MutMat out) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (n >= w.rows) return;
+  const int64_t K = w.cols;
+  float acc[kT];
+#pragma unroll
+  for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
+  if (w.type == kElemBf16 && K % 8 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0) {
+    const uint4* row = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + n * K);
+    for (int64_t v = lane; v < K / 8; v += 32) {
+      const uint4 q = row[v];
+      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+      float wv[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        wv[2 * i] = __uint_as_float(words[i] << 16);
+        wv[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+      }
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        if (t >= x.rows) break;
+        const float* xt = x.data + t * x.ld + v * 8;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[t] = fmaf(wv[i], xt[i], acc[t]);
+      }
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += 32) {
+      const float wk = LoadElem(w.data, w.type, n * K + k);
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        if (t >= x.rows) break;
+        acc[t] = fmaf(wk, x.data[t * x.ld + k], acc[t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kT; ++t) {
+    if (t >= x.rows) break;
+    const float r = WarpSum(acc[t]);
+    if (lane == 0) out.data[t * out.ld + n] = r;
+  }
+}
+
 // q_lat[t, h, j] = sum_r q[t, h*qw + r] * kv_b[h*blk + r, j], r in order (the CPU's axpy order).
 __global__ void MlaAbsorbKernel(ConstMat q, WeightRef kv_b, int64_t heads, int64_t nope, int64_t qw, int64_t blk,
                                 int64_t L, MutMat q_lat) {
@@ -110,6 +163,10 @@ __global__ void MlaProjectKernel(ConstMat o_lat, WeightRef kv_b, int64_t heads, 
 
 cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s) {
   if (x.rows == 0 || w.rows == 0) return cudaSuccess;
+  if (x.rows <= kGemvMaxT) {
+    GemvKernel<kGemvMaxT><<<BlocksFor(w.rows, kGemvWarps), kGemvWarps * 32, 0, s>>>(x, w, out);
+    return cudaGetLastError();
+  }
   const dim3 grid(static_cast<unsigned>((w.rows + kBN - 1) / kBN), static_cast<unsigned>((x.rows + kBM - 1) / kBM));
   GemmKernel<<<grid, kThreads, 0, s>>>(x, w, out);
   return cudaGetLastError();
