@@ -23,11 +23,22 @@ summary=$OUT/summary.txt
 : > "$summary"
 failed=0
 
+# The whole check ends within 8 minutes: every step's limit is cut to the time left.
+budget=${LLMRT_GPU_CHECK_SECONDS:-470}
+[ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ] && budget=${LLMRT_GPU_CHECK_SECONDS:-3600}  # two shared cores
+deadline=$((SECONDS + budget))
+
 # step NAME TIMEOUT_S COMMAND...: runs the command with a time limit, logging to $OUT/NAME.log.
 step() {
   local name=$1 limit=$2
   shift 2
   local start=$SECONDS
+  if [ $((deadline - SECONDS)) -lt "$limit" ]; then limit=$((deadline - SECONDS)); fi
+  if [ "$limit" -lt 5 ]; then
+    echo "$name skipped: no time left" | tee -a "$summary"
+    failed=1
+    return 1
+  fi
   # Through bash, so that the command may be one of the functions below (exported).
   timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" > "$OUT/$name.full" 2>&1
   local rc=$?
@@ -101,7 +112,7 @@ check_origins() {
 export root deps build jobs nvcc cuda_root rt
 export -f configure check_origins
 targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench)
-step configure 120 configure || { echo "configure failed" | tee -a "$summary"; exit 1; }
+step configure 60 configure || { echo "configure failed" | tee -a "$summary"; exit 1; }
 if [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
   # The dry run builds what exercises every gathered package, and little more (a development
   # machine has two cores): absl and nlohmann (util), Highway (the CPU backend), Oniguruma
@@ -119,18 +130,18 @@ if [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
   step origins 60 check_origins
   exit $failed
 fi
-step build 300 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { cat "$summary"; exit 1; }
+step build 240 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { cat "$summary"; exit 1; }
 step origins 60 check_origins
 step device 30 nvidia-smi
 # The conformance suite's device instances (ctest label gpu), one line per test.
-step gpu_tests 150 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
+step gpu_tests 90 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
 # The golden tests on the CUDA backend: AUTO picks the device; the FP8 KV cases and quantized
 # checkpoints are left out (UNSUPPORTED on this backend until FP8/INT4 kernels land).
-step golden 150 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
+step golden 100 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
   --gtest_filter='BackendSelect.*:*CudaMatchesCpu.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*fp8*:*int4*:*Fp8*'
-step sanitizer 150 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
+step sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
   "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
-step bench 60 "$build/tests/llmrt_cuda_microbench"
+step bench 45 "$build/tests/llmrt_cuda_microbench"
 echo "failed=$failed" >> "$summary"
 cat "$summary"
 exit $failed
