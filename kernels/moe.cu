@@ -1,7 +1,8 @@
 // Mixture of experts on the device: noaux_tc routing (one thread per token, the CPU's operations
 // and tie rules: src/backend/cpu/moe.cc), the permutation of (token, slot) pairs by expert that
 // the grouped GEMMs run over, and the weighted combination of the experts' outputs in expert
-// order (as the CPU sums them, so a token's result does not depend on the order of its slots).
+// order (as the CPU sums them; slots naming one expert twice by weight), so a token's result does
+// not depend on the order of its slots.
 #include <cmath>
 
 #include "kernels/common.cuh"
@@ -119,35 +120,37 @@ __global__ void PermuteKernel(PermuteArgs a, int32_t* err) {
   }
 }
 
-// One block per token; each thread sums its columns over the token's slots in (expert, slot)
-// order.
+// (expert, weight, slot) order of a token's slots: the sum depends on the multiset of (expert,
+// weight) pairs only, so reordering a token's slots never changes its bits (two slots naming
+// one expert are ordered by weight, not by position).
+__device__ __forceinline__ bool SlotBefore(int32_t e1, float w1, int64_t k1, int32_t e2, float w2, int64_t k2) {
+  if (e1 != e2) return e1 < e2;
+  if (w1 != w2) return w1 < w2;
+  return k1 < k2;
+}
+
+// One block per token; each thread sums its columns over the token's slots in (expert, weight,
+// slot) order.
 __global__ void CombineKernel(const int32_t* idx, int64_t idx_ld, ConstMat weights, const int32_t* perm_pos, int64_t K,
                               ConstMat y, MutMat out) {
   const int64_t t = blockIdx.x;
   const int32_t* ti = idx + t * idx_ld;
+  const float* tw = weights.data + t * weights.ld;
   for (int64_t j = threadIdx.x; j < out.cols; j += blockDim.x) {
     float acc = 0.0f;
-    // Visit the slots in (expert, slot) order without sorting: repeatedly the smallest
-    // (expert, slot) after the previous one.
-    int32_t prev_e = -1;
+    // Visit the slots in order without sorting: repeatedly the smallest slot after the previous.
     int64_t prev_k = -1;
     for (int64_t n = 0; n < K; ++n) {
-      int32_t be = 0x7fffffff;
       int64_t bk = -1;
       for (int64_t k = 0; k < K; ++k) {
-        const int32_t e = ti[k];
-        const bool after = e > prev_e || (e == prev_e && k > prev_k);
-        if (after && (e < be || (e == be && k < bk))) {
-          be = e;
-          bk = k;
-        }
+        if (prev_k >= 0 && !SlotBefore(ti[prev_k], tw[prev_k], prev_k, ti[k], tw[k], k)) continue;
+        if (bk < 0 || SlotBefore(ti[k], tw[k], k, ti[bk], tw[bk], bk)) bk = k;
       }
       if (bk < 0) break;
-      prev_e = be;
       prev_k = bk;
       const int32_t r = perm_pos[t * K + bk];
       if (r < 0) continue;  // an invalid expert id (reported by the permutation)
-      acc += weights.data[t * weights.ld + bk] * y.data[r * y.ld + j];
+      acc += tw[bk] * y.data[r * y.ld + j];
     }
     out.data[t * out.ld + j] = acc;
   }
