@@ -1,7 +1,6 @@
 // Matrix products with float32 activations and F32 or BF16 weights, float32 accumulation.
 //
-// Decode-sized MatMuls (at most 8 rows) read each weight row once with one warp (GemvKernel);
-// otherwise one tiled kernel serves MatMul and the MoE's grouped GEMM: a block computes a 32-row x 64-column
+// One tiled kernel serves MatMul and the MoE's grouped GEMM: a block computes a 32-row x 64-column
 // tile of out = x w^T, staging 32-wide slices of K of both operands in shared memory (weights
 // widened to float32 there); every output element is one thread's sum in k order, so a row's
 // result depends neither on the other rows of the call nor on where the row sits in its tile
@@ -14,17 +13,26 @@ namespace llmrt::cuda {
 namespace {
 
 constexpr int kBM = static_cast<int>(kGemmTileRows), kBN = 64, kBK = 32, kThreads = 256;
+// Decode-sized products (at most 8 rows) use 8-row tiles: the same per-element arithmetic (a
+// sequential fmaf over k), so results are bit-identical to the 32-row tiles, with a quarter of
+// the wasted rows.
+constexpr int kSkinnyBM = 8;
 
 // out rows [m0, m1) x columns [n0, n0 + kBN) for one weight; x row of output row r is
-// x_rows ? x_rows[r] : r.
+// x_rows ? x_rows[r] : r. Thread (tx, ty) computes rows ty * kR + i and columns tx + kTX * j.
+// Every output element is acc = fmaf(x[m][k], w[n][k], acc) for k = 0 .. K-1 in order, whatever
+// the tile shape.
+template <int kTileM, int kR, int kC>
 __device__ void GemmTile(const ConstMat& x, const int32_t* x_rows, const void* w, int32_t w_type, int64_t N, int64_t K,
                          int64_t m0, int64_t m1, int64_t n0, const MutMat& out) {
-  __shared__ float xs[kBM][kBK + 1];
+  constexpr int kTX = kBN / kC, kTY = kThreads / kTX;
+  static_assert(kTY * kR == kTileM, "the threads cover the tile's rows");
+  __shared__ float xs[kTileM][kBK + 1];
   __shared__ float ws[kBN][kBK + 1];
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // rows ty*2 + {0,1}, columns tx + 16 * {0..3}
-  float acc[2][4] = {};
+  const int tx = threadIdx.x % kTX, ty = threadIdx.x / kTX;
+  float acc[kR][kC] = {};
   for (int64_t k0 = 0; k0 < K; k0 += kBK) {
-    for (int e = threadIdx.x; e < kBM * kBK; e += kThreads) {
+    for (int e = threadIdx.x; e < kTileM * kBK; e += kThreads) {
       const int r = e / kBK, c = e % kBK;
       const int64_t m = m0 + r, k = k0 + c;
       float v = 0.0f;
@@ -42,32 +50,32 @@ __device__ void GemmTile(const ConstMat& x, const int32_t* x_rows, const void* w
     __syncthreads();
     const int kk_end = static_cast<int>(K - k0 < kBK ? K - k0 : kBK);
     for (int kk = 0; kk < kk_end; ++kk) {
-      const float a0 = xs[ty * 2][kk], a1 = xs[ty * 2 + 1][kk];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float b = ws[tx + 16 * j][kk];
-        acc[0][j] = fmaf(a0, b, acc[0][j]);
-        acc[1][j] = fmaf(a1, b, acc[1][j]);
+      for (int i = 0; i < kR; ++i) {
+        const float a = xs[ty * kR + i][kk];
+#pragma unroll
+        for (int j = 0; j < kC; ++j) acc[i][j] = fmaf(a, ws[tx + kTX * j][kk], acc[i][j]);
       }
     }
     __syncthreads();
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t m = m0 + ty * 2 + i;
+  for (int i = 0; i < kR; ++i) {
+    const int64_t m = m0 + ty * kR + i;
     if (m >= m1) continue;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t n = n0 + tx + 16 * j;
+    for (int j = 0; j < kC; ++j) {
+      const int64_t n = n0 + tx + kTX * j;
       if (n < N) out.data[m * out.ld + n] = acc[i][j];
     }
   }
 }
 
+template <int kTileM, int kR, int kC>
 __global__ void GemmKernel(ConstMat x, WeightRef w, MutMat out) {
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM, n0 = static_cast<int64_t>(blockIdx.x) * kBN;
-  const int64_t m1 = m0 + kBM < x.rows ? m0 + kBM : x.rows;
-  GemmTile(x, nullptr, w.data, w.type, w.rows, w.cols, m0, m1, n0, out);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, n0 = static_cast<int64_t>(blockIdx.x) * kBN;
+  const int64_t m1 = m0 + kTileM < x.rows ? m0 + kTileM : x.rows;
+  GemmTile<kTileM, kR, kC>(x, nullptr, w.data, w.type, w.rows, w.cols, m0, m1, n0, out);
 }
 
 __global__ void GroupedGemmKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
@@ -75,60 +83,8 @@ __global__ void GroupedGemmKernel(ConstMat x, const int32_t* x_rows, ExpertTable
   const int64_t tile = blockIdx.y;
   if (tile >= tiles.count[0]) return;  // the grid covers the most tiles any routing can need
   const int32_t e = tiles.expert[tile];
-  GemmTile(x, x_rows, experts.ptrs[e], experts.types[e], N, K, tiles.row0[tile], tiles.row1[tile],
-           static_cast<int64_t>(blockIdx.x) * kBN, out);
-}
-
-// Decode-sized products (T <= kGemvMaxT): one warp per weight row reads it once, with 16-byte
-// loads when the row allows, for every token; lanes own strided slices of K, then a warp sum.
-// Memory-bound: the weight is read once at full width, where the tiled kernel would compute
-// 32 rows of which T are real.
-constexpr int kGemvMaxT = 8, kGemvWarps = 8;
-
-template <int kT>
-__global__ void GemvKernel(ConstMat x, WeightRef w, MutMat out) {
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (n >= w.rows) return;
-  const int64_t K = w.cols;
-  float acc[kT];
-#pragma unroll
-  for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
-  if (w.type == kElemBf16 && K % 8 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0) {
-    const uint4* row = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + n * K);
-    for (int64_t v = lane; v < K / 8; v += 32) {
-      const uint4 q = row[v];
-      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-      float wv[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        wv[2 * i] = __uint_as_float(words[i] << 16);
-        wv[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-      }
-#pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        if (t >= x.rows) break;
-        const float* xt = x.data + t * x.ld + v * 8;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[t] = fmaf(wv[i], xt[i], acc[t]);
-      }
-    }
-  } else {
-    for (int64_t k = lane; k < K; k += 32) {
-      const float wk = LoadElem(w.data, w.type, n * K + k);
-#pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        if (t >= x.rows) break;
-        acc[t] = fmaf(wk, x.data[t * x.ld + k], acc[t]);
-      }
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < kT; ++t) {
-    if (t >= x.rows) break;
-    const float r = WarpSum(acc[t]);
-    if (lane == 0) out.data[t * out.ld + n] = r;
-  }
+  GemmTile<kBM, 2, 4>(x, x_rows, experts.ptrs[e], experts.types[e], N, K, tiles.row0[tile], tiles.row1[tile],
+                      static_cast<int64_t>(blockIdx.x) * kBN, out);
 }
 
 // q_lat[t, h, j] = sum_r q[t, h*qw + r] * kv_b[h*blk + r, j], r in order (the CPU's axpy order).
@@ -163,12 +119,12 @@ __global__ void MlaProjectKernel(ConstMat o_lat, WeightRef kv_b, int64_t heads, 
 
 cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s) {
   if (x.rows == 0 || w.rows == 0) return cudaSuccess;
-  if (x.rows <= kGemvMaxT) {
-    GemvKernel<kGemvMaxT><<<BlocksFor(w.rows, kGemvWarps), kGemvWarps * 32, 0, s>>>(x, w, out);
-    return cudaGetLastError();
+  const unsigned col_tiles = static_cast<unsigned>((w.rows + kBN - 1) / kBN);
+  if (x.rows <= kSkinnyBM) {
+    GemmKernel<kSkinnyBM, 1, 2><<<dim3(col_tiles, 1), kThreads, 0, s>>>(x, w, out);
+  } else {
+    GemmKernel<kBM, 2, 4><<<dim3(col_tiles, static_cast<unsigned>((x.rows + kBM - 1) / kBM)), kThreads, 0, s>>>(x, w, out);
   }
-  const dim3 grid(static_cast<unsigned>((w.rows + kBN - 1) / kBN), static_cast<unsigned>((x.rows + kBM - 1) / kBM));
-  GemmKernel<<<grid, kThreads, 0, s>>>(x, w, out);
   return cudaGetLastError();
 }
 
