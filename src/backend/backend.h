@@ -149,6 +149,9 @@ class Backend {
   // no matmul kernel for the format.
   virtual absl::StatusOr<Weight> PrepareWeight(const StoredMatrix& m) = 0;
   virtual bool SupportsWeightFormat(WeightFormatId format) const = 0;
+  // Whether the KV ops run over caches of `codec` (KvStore::Create refuses the others with
+  // UNSUPPORTED). The CPU backend runs every registered codec.
+  virtual bool SupportsKvCodec(const KvCodec& codec) const { return true; }
   // Routed experts for MoeExperts, in expert order.
   virtual absl::StatusOr<std::unique_ptr<ExpertBank>> PrepareExperts(std::vector<ExpertWeights> experts) = 0;
   virtual absl::Status Upload(const void* src, size_t bytes, const Tensor& dst) = 0;

@@ -5,6 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/cpu_backend.h"
+#ifdef LLMRT_WITH_CUDA
+#include "src/backend/cuda/cuda_backend.h"
+#endif
 #include "src/util/errors.h"
 
 namespace llmrt {
@@ -19,6 +22,9 @@ Registry& Get() {
   static Registry* r = [] {
     auto* reg = new Registry();
     reg->entries.push_back(CpuBackendEntry());
+#ifdef LLMRT_WITH_CUDA
+    reg->entries.push_back(CudaBackendEntry());
+#endif
     return reg;
   }();
   return *r;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "src/util/errors.h"
 #include "src/util/status.h"
 
 namespace llmrt {
@@ -10,6 +11,9 @@ namespace llmrt {
 absl::StatusOr<std::unique_ptr<KvStore>> KvStore::Create(Backend& be, const KvStoreOptions& o) {
   if (o.codec == nullptr || o.shape.num_layers <= 0 || o.shape.width() <= 0 || o.page_size <= 0 || o.num_pages <= 0) {
     return absl::InvalidArgumentError("KV store: codec, shape, page size and page count must be set");
+  }
+  if (!be.SupportsKvCodec(*o.codec)) {
+    return UnsupportedError(absl::StrCat("the ", be.name(), " backend has no kernels for the KV codec ", o.codec->name()));
   }
   std::unique_ptr<KvStore> s(new KvStore(be, o));
   s->layout_ = o.codec->Layout(o.shape);

@@ -390,6 +390,18 @@ Weight BackendTest::Vector(const std::vector<float>& v, bool bf16) {
   return w;
 }
 
+std::vector<const KvCodec*> BackendTest::KvCodecs() {
+  std::vector<const KvCodec*> codecs;
+  for (const KvCodec* c : AllKvCodecs()) {
+    if (be().SupportsKvCodec(*c)) {
+      codecs.push_back(c);
+    } else {
+      RecordProperty(std::string("refused_kv_codec_") + c->name(), "UNSUPPORTED");
+    }
+  }
+  return codecs;
+}
+
 bool BackendTest::Prepare(const HostMatrix& m, Weight* w) {
   absl::StatusOr<Weight> r = be().PrepareWeight(m.stored);
   if (!r.ok() && r.status().code() == absl::StatusCode::kUnimplemented && !be().SupportsWeightFormat(m.stored.format)) {

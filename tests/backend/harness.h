@@ -150,6 +150,9 @@ class BackendTest : public ::testing::TestWithParam<BackendKind> {
   // A matrix prepared by the backend; false (and a recorded skip note) when the backend
   // refuses the format with UNSUPPORTED.
   bool Prepare(const HostMatrix& m, Weight* w);
+  // The registered KV codecs this backend runs (SupportsKvCodec); each refused one is recorded
+  // as a test property, as refused weight formats are.
+  std::vector<const KvCodec*> KvCodecs();
   AttentionBatch UploadBatch(const HostBatch& b, Tensor* positions = nullptr) {
     return conformance::UploadBatch(be(), b, positions);
   }

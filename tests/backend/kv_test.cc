@@ -75,7 +75,7 @@ class KvOps : public BackendTest {
 TEST_P(KvOps, KvCalibrate) {
   std::mt19937 rng(40);
   int64_t checked = 0;
-  for (const KvCodec* codec : AllKvCodecs()) {
+  for (const KvCodec* codec : KvCodecs()) {
     if (codec->scale_kind() != KvScaleKind::kPerLayer) continue;
     for (const ShapeCase& sc : ShapeCases()) {
       for (bool zeros : {false, true}) {
@@ -104,7 +104,7 @@ TEST_P(KvOps, KvCalibrate) {
 // pages; FP8 per-layer at a scale with headroom and at one that saturates.
 TEST_P(KvOps, KvWrite) {
   std::mt19937 rng(41);
-  for (const KvCodec* codec : AllKvCodecs()) {
+  for (const KvCodec* codec : KvCodecs()) {
     for (const ShapeCase& sc : ShapeCases()) {
       for (bool fresh : {false, true}) {
         if (fresh && !codec->lossy()) continue;
@@ -150,7 +150,7 @@ TEST_P(KvOps, KvWrite) {
 // dst row i = the bytes of cache row slots[i] of the layer (any slots, repeated ones too).
 TEST_P(KvOps, KvExportRows) {
   std::mt19937 rng(42);
-  for (const KvCodec* codec : AllKvCodecs()) {
+  for (const KvCodec* codec : KvCodecs()) {
     for (const ShapeCase& sc : ShapeCases()) {
       auto store = Store(codec, sc.shape, sc.page_size, 6, 0);
       const KvCacheView& v = store->view();
@@ -178,8 +178,8 @@ TEST_P(KvOps, KvExportRows) {
 TEST_P(KvOps, KvImportRowsConvertsAndRoundTrips) {
   std::mt19937 rng(43);
   for (const ShapeCase& sc : ShapeCases()) {
-    for (const KvCodec* src : AllKvCodecs()) {
-      for (const KvCodec* dst : AllKvCodecs()) {
+    for (const KvCodec* src : KvCodecs()) {
+      for (const KvCodec* dst : KvCodecs()) {
         for (bool same_scale : {false, true}) {
           const bool both_per_layer = src->scale_kind() == KvScaleKind::kPerLayer && dst->scale_kind() == KvScaleKind::kPerLayer;
           if (same_scale && !both_per_layer) continue;

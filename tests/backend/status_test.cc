@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "src/kv/kv_store.h"
 #include "tests/backend/harness.h"
 
 namespace llmrt::conformance {
@@ -82,6 +83,50 @@ TEST_P(StatusChannel, AllocationCount) {
   be().RmsNorm(x, norm, 1e-6f, x);
   ReadF32(out);
   EXPECT_EQ(be().allocation_count(), c1);
+}
+
+// Indices read from backend memory (a device backend checks them in its kernels): a token id
+// outside the table, a row outside the source, a KV slot outside the cache, an expert outside
+// the bank. Each is reported by the next Synchronize, nothing outside the buffers is touched,
+// and the backend stays usable.
+TEST_P(StatusChannel, IndicesOutOfRangeAreReportedAndTheBackendStaysUsable) {
+  std::mt19937 rng(72);
+  const HostMatrix table = MakeHostMatrix(kWeightF32, 5, 3, {}, rng);
+  Weight w;
+  ASSERT_TRUE(Prepare(table, &w));
+  Tensor out = NewTensor(DType::kF32, {2, 3});
+  const std::vector<std::pair<const char*, std::function<void()>>> failing = {
+      {"Embedding id 5 of 5", [&] { be().Embedding(w, I32({1, 5}), out); }},
+      {"Embedding id -1", [&] { be().Embedding(w, I32({-1, 0}), out); }},
+      {"GatherRows row 2 of 2", [&] { be().GatherRows(out, I32({2}), NewTensor(DType::kF32, {1, 3})); }},
+  };
+  for (const auto& [what, op] : failing) {
+    op();
+    const absl::Status s = be().Synchronize();
+    EXPECT_FALSE(s.ok()) << what << ": not reported";
+    RecordProperty(what, s.ToString());
+    EXPECT_TRUE(be().Synchronize().ok()) << what << ": reported twice";
+    Tensor v = NewTensor(DType::kF32, {3});
+    be().Fill(v, 2.0f);
+    EXPECT_TRUE(AllBitEqual(ReadF32(v), std::vector<float>(3, 2.0f))) << what << ": the backend stayed failed";
+  }
+}
+
+// A KV codec the backend has no kernels for is refused when the store is created, with
+// UNSUPPORTED naming the codec (the CPU runs them all; the CUDA backend runs F32 and BF16).
+TEST_P(StatusChannel, RefusedKvCodecsAreUnsupportedAtStoreCreation) {
+  for (const KvCodec* c : AllKvCodecs()) {
+    if (be().SupportsKvCodec(*c)) continue;
+    KvStoreOptions o;
+    o.codec = c;
+    o.shape = MlaKvShape(2, 32, 8, 0);
+    o.page_size = 4;
+    o.num_pages = 3;
+    absl::StatusOr<std::unique_ptr<KvStore>> store = KvStore::Create(be(), o);
+    ASSERT_FALSE(store.ok()) << c->name();
+    EXPECT_EQ(store.status().code(), absl::StatusCode::kUnimplemented) << store.status();
+    EXPECT_NE(store.status().message().find(c->name()), absl::string_view::npos) << store.status();
+  }
 }
 
 LLMRT_BACKEND_SUITE(StatusChannel);

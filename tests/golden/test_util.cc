@@ -56,6 +56,7 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
   ro.num_threads = cfg.num_threads;
   ro.prefill_weights = cfg.prefill_weights;
   ro.decode_weights = cfg.decode_weights;
+  ro.backend = cfg.backend;
   llm_runtime* rt = nullptr;
   llm_status st = llm_runtime_create(model_dir.c_str(), &ro, &rt);
   if (st != LLM_OK) {

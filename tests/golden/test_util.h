@@ -30,6 +30,7 @@ struct RunConfig {
   int32_t num_threads = 0;
   int32_t prefill_weights = LLM_WEIGHTS_AS_STORED;
   int32_t decode_weights = LLM_WEIGHTS_AS_STORED;
+  int32_t backend = LLM_BACKEND_AUTO;
 };
 
 struct RunOutput {

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The prepared device check, run on the GPU machine in at most 8 minutes: builds llmrt with the
+# CUDA backend against the folder scripts/gpu_prepare.sh gathered (never the machine's /usr),
+# then runs the `gpu` conformance tests, the golden tests on the CUDA backend, compute-sanitizer
+# (memcheck) on the conformance suite and the CUDA microbenchmark. Logs and a summary go to $OUT.
+#
+#   bash scripts/gpu_check.sh            (OUT must name an output folder)
+#   LLMRT_GPU_CHECK_BUILD_ONLY=1 ...     configure and build only, then check that no header or
+#                                        library came from /usr (the dry run on a development
+#                                        machine, where /usr does hold the packages)
+#
+# Steps log to $OUT/<step>.log (the last 4 MiB of each); $OUT/summary.txt has one line per
+# step: name, exit status, seconds. The script exits 0 only when every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to the folder for logs and the summary}"
+mkdir -p "$OUT"
+root=$PWD
+deps=$root/${LLMRT_GPU_DEPS:-.gpu-deps}
+build=$root/${LLMRT_GPU_BUILD_DIR:-build-gpu}
+jobs=$(nproc)
+summary=$OUT/summary.txt
+: > "$summary"
+failed=0
+
+# The whole check ends within 8 minutes: every step's limit is cut to the time left.
+budget=${LLMRT_GPU_CHECK_SECONDS:-470}
+[ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ] && budget=${LLMRT_GPU_CHECK_SECONDS:-3600}  # two shared cores
+deadline=$((SECONDS + budget))
+
+# step NAME TIMEOUT_S COMMAND...: runs the command with a time limit, logging to $OUT/NAME.log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  if [ $((deadline - SECONDS)) -lt "$limit" ]; then limit=$((deadline - SECONDS)); fi
+  if [ "$limit" -lt 5 ]; then
+    echo "$name skipped: no time left" | tee -a "$summary"
+    failed=1
+    return 1
+  fi
+  # Through bash, so that the command may be one of the functions below (exported).
+  timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" > "$OUT/$name.full" 2>&1
+  local rc=$?
+  tail -c 4194304 "$OUT/$name.full" > "$OUT/$name.log"
+  rm -f "$OUT/$name.full"
+  echo "$name rc=$rc $((SECONDS - start))s" | tee -a "$summary"
+  [ "$rc" -eq 0 ] || failed=1
+  return "$rc"
+}
+
+if [ ! -d "$deps/usr" ]; then
+  echo "no $deps: run scripts/gpu_prepare.sh on a development machine first" | tee -a "$summary"
+  exit 1
+fi
+libdir=$deps/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# pkg-config looks only in the gathered folder.
+export PKG_CONFIG_LIBDIR=$libdir/pkgconfig:$deps/usr/share/pkgconfig
+export PKG_CONFIG_PATH=
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+# librt (C library, not a gathered package) for cudart_static, as the compiler finds it.
+rt=$(gcc -print-file-name=librt.so)
+[ -f "$rt" ] || rt=$(gcc -print-file-name=librt.a)
+cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+
+configure() {
+  # Programs are named explicitly: the PATH is not searched (below).
+  local gen=(-G "Unix Makefiles" -DCMAKE_MAKE_PROGRAM="$(command -v make)")
+  command -v ninja > /dev/null && gen=(-G Ninja -DCMAKE_MAKE_PROGRAM="$(command -v ninja)")
+  # Packages only from the gathered folder: the system prefixes and the PATH-derived ones are
+  # off, so a package missing there fails here instead of resolving to /usr.
+  cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMRT_TESTS=ON -DLLMRT_CUDA=ON \
+    -DCMAKE_C_COMPILER="$(command -v gcc)" -DCMAKE_CXX_COMPILER="$(command -v g++)" \
+    -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$cuda_root" -DCUDAToolkit_rt_LIBRARY="$rt" \
+    -DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF \
+    -DCMAKE_FIND_USE_SYSTEM_ENVIRONMENT_PATH=OFF -DPKG_CONFIG_EXECUTABLE="$deps/usr/bin/pkg-config"
+}
+
+# Every package the build found resolves into the gathered folder; no compiled header came from
+# /usr/include's copies of them.
+check_origins() {
+  local bad=0
+  for v in absl_DIR GTest_DIR hwy_DIR nlohmann_json_DIR pkgcfg_lib_ONIG_onig PKG_CONFIG_EXECUTABLE; do
+    local val
+    val=$(grep -E "^$v(:[A-Z]+)?=" "$build/CMakeCache.txt" | head -1 | cut -d= -f2-)
+    echo "$v=$val"
+    case "$val" in "$deps"*) ;; *) echo "  not in $deps"; bad=1 ;; esac
+  done
+  local used
+  used=$(find "$build" \( -name '*.d' -o -name 'compiler_depend.make' -o -name 'depend.make' \) -print0 |
+         xargs -0 -r cat 2>/dev/null |
+         grep -oE '(^| )/usr/include/(absl|hwy|gtest|gmock|nlohmann|oniguruma)[^ :]*' | sort -u | head -5)
+  if [ -n "$used" ]; then
+    echo "headers from /usr/include:"
+    echo "$used"
+    bad=1
+  fi
+  if [ -f "$build/build.ninja" ]; then
+    used=$( (cd "$build" && ninja -t deps) | grep -E '^ +/usr/include/(absl|hwy|gtest|gmock|nlohmann|oniguruma)' |
+           sort -u | head -5)
+    if [ -n "$used" ]; then
+      echo "headers from /usr/include:"
+      echo "$used"
+      bad=1
+    fi
+    echo "compiled headers checked: $( (cd "$build" && ninja -t deps) | grep -c "$deps/usr/include") from $deps"
+  fi
+  return $bad
+}
+
+export root deps build jobs nvcc cuda_root rt
+export -f configure check_origins
+targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench)
+step configure 60 configure || { echo "configure failed" | tee -a "$summary"; exit 1; }
+if [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
+  # The dry run builds what exercises every gathered package, and little more (a development
+  # machine has two cores): absl and nlohmann (util), Highway (the CPU backend), Oniguruma
+  # (tokenizer), the CUDA code (the backend), and one GoogleTest source.
+  dry_build() {
+    cmake --build "$build" -j"$jobs" --target llmrt_layer_check_backend llmrt_tokenizer || return 1
+    if [ -f "$build/build.ninja" ]; then
+      (cd "$build" && ninja tests/CMakeFiles/llmrt_backend_tests.dir/backend/registry_test.cc.o)
+    else
+      make -C "$build/tests" backend/registry_test.cc.o
+    fi
+  }
+  export -f dry_build
+  step build 3000 dry_build
+  step origins 60 check_origins
+  exit $failed
+fi
+step build 240 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { cat "$summary"; exit 1; }
+step origins 60 check_origins
+step device 30 nvidia-smi
+# The conformance suite's device instances (ctest label gpu), one line per test.
+step gpu_tests 90 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
+# The golden tests on the CUDA backend: AUTO picks the device; the FP8 KV cases and quantized
+# checkpoints are left out (UNSUPPORTED on this backend until FP8/INT4 kernels land).
+step golden 100 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
+  --gtest_filter='BackendSelect.*:*CudaMatchesCpu.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*fp8*:*int4*:*Fp8*'
+step sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
+  "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
+step bench 45 "$build/tests/llmrt_cuda_microbench"
+echo "failed=$failed" >> "$summary"
+cat "$summary"
+exit $failed

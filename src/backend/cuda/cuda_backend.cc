@@ -1,0 +1,359 @@
+// The CUDA backend: lifecycle, memory, the status channel, elementwise ops, norms, rope and
+// matmul. KV, attention and MoE ops are in cuda_ops.cc.
+#include "src/backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/kernels.h"
+#include "src/backend/cuda/cuda_util.h"
+#include "src/util/errors.h"
+#include "src/util/log.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+namespace {
+
+using cuda::ConstMat;
+using cuda::MutMat;
+
+// Pinned staging for host-to-device copies: two halves, so the host fills one while the other
+// is copied.
+constexpr size_t kStagingHalf = size_t{16} << 20;
+
+// Device memory owned by tensors.
+class DeviceStorage final : public Storage {
+ public:
+  explicit DeviceStorage(void* p) : ptr_(p) {}
+  ~DeviceStorage() override { cudaFree(ptr_); }
+
+ private:
+  void* ptr_;
+};
+
+bool DeviceAvailable() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+}  // namespace
+
+BackendEntry CudaBackendEntry() {
+  BackendEntry e;
+  e.kind = BackendKind::kCuda;
+  e.available = DeviceAvailable;
+  e.create = CudaBackend::Create;
+  return e;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOptions& options) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    return UnsupportedError(absl::StrCat("the cuda backend cannot run here: ",
+                                         e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device"));
+  }
+  if (options.device < 0 || options.device >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (", n, " devices)"));
+  }
+  std::unique_ptr<CudaBackend> be(new CudaBackend(options.device));
+  LLMRT_RETURN_IF_ERROR(be->Init());
+  return std::unique_ptr<Backend>(std::move(be));
+}
+
+absl::Status CudaBackend::Init() {
+  LLMRT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+  cudaStream_t s = nullptr;
+  LLMRT_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
+  stream_ = s;
+  LLMRT_ASSIGN_OR_RETURN(void* err, DeviceMalloc(sizeof(int32_t), "the device error word"));
+  error_word_ = static_cast<int32_t*>(err);
+  LLMRT_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(error_word_, 0, sizeof(int32_t), s), "cudaMemsetAsync"));
+  void* host = nullptr;
+  LLMRT_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&host, sizeof(int32_t)), "cudaMallocHost (error word)"));
+  error_host_ = static_cast<int32_t*>(host);
+  if (cudaMallocHost(&host, 2 * kStagingHalf) != cudaSuccess) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", 2 * kStagingHalf, " bytes of pinned host memory for upload staging"));
+  }
+  staging_ = static_cast<uint8_t*>(host);
+  for (void*& ev : staging_done_) {
+    cudaEvent_t e = nullptr;
+    LLMRT_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
+    ev = e;
+  }
+  scratch_.resize(8);
+  if (cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_) != cudaSuccess || sm_count_ < 1) {
+    sm_count_ = 1;
+  }
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
+    Log(LogLevel::kInfo, absl::StrCat("cuda backend: device ", device_, " ", prop.name, ", compute capability ", prop.major, ".",
+                         prop.minor, ", ", prop.totalGlobalMem >> 20, " MiB"));
+  }
+  return CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  for (ScratchBuffer& b : scratch_) cudaFree(b.ptr);
+  for (void* ev : staging_done_) {
+    if (ev != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+  }
+  if (staging_ != nullptr) cudaFreeHost(staging_);
+  if (error_host_ != nullptr) cudaFreeHost(error_host_);
+  if (error_word_ != nullptr) cudaFree(error_word_);
+  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+void CudaBackend::Fail(absl::Status status) {
+  if (error_.ok()) error_ = std::move(status);
+  failed_ = true;
+}
+
+absl::Status CudaBackend::Synchronize() {
+  if (!sticky_.ok()) return sticky_;
+  cudaSetDevice(device_);
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  absl::Status device = CudaStatus(cudaMemcpyAsync(error_host_, error_word_, sizeof(int32_t), cudaMemcpyDeviceToHost, s),
+                                   "reading the device error word");
+  if (device.ok()) device = CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  if (!device.ok()) {
+    // Launch and execution errors of the stream are sticky: the context cannot be used again.
+    sticky_ = absl::InternalError(absl::StrCat("the CUDA device failed: ", device.message()));
+    return sticky_;
+  }
+  absl::Status result = std::move(error_);
+  error_ = absl::OkStatus();
+  failed_ = false;
+  if (*error_host_ != cuda::kErrNone) {
+    if (result.ok()) {
+      result = absl::InternalError(absl::StrCat("a CUDA kernel found ", cuda::ErrorCodeName(*error_host_)));
+    }
+    *error_host_ = cuda::kErrNone;
+    const absl::Status reset = CudaStatus(cudaMemsetAsync(error_word_, 0, sizeof(int32_t), s), "cudaMemsetAsync");
+    if (!reset.ok() && result.ok()) result = reset;
+  }
+  return result;
+}
+
+absl::StatusOr<void*> CudaBackend::DeviceMalloc(size_t bytes, const std::string& what) {
+  cudaSetDevice(device_);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (e == cudaSuccess) return p;
+  cudaGetLastError();  // an allocation failure is not sticky: clear it
+  size_t free_bytes = 0, total = 0;
+  cudaMemGetInfo(&free_bytes, &total);
+  if (e == cudaErrorMemoryAllocation) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, " (", bytes, " bytes) does not fit in the memory of CUDA device ",
+                                                     device_, " (", free_bytes, " of ", total, " bytes free)"));
+  }
+  return CudaStatus(e, absl::StrCat("cudaMalloc for ", what));
+}
+
+absl::StatusOr<Tensor> CudaBackend::DoAllocate(DType dtype, const int64_t* shape, int rank) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+  LLMRT_ASSIGN_OR_RETURN(void* p, DeviceMalloc(bytes, absl::StrCat("a tensor of ", n, " elements")));
+  return Tensor(std::make_shared<DeviceStorage>(p), p, dtype, shape, rank);
+}
+
+absl::Status CudaBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  for (size_t off = 0; off < bytes; off += kStagingHalf) {
+    const size_t n = std::min(kStagingHalf, bytes - off);
+    const int h = staging_next_;
+    staging_next_ ^= 1;
+    // The half's previous copy must have left it before the host refills it.
+    LLMRT_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(staging_done_[h])), "staging"));
+    uint8_t* stage = staging_ + h * kStagingHalf;
+    std::memcpy(stage, static_cast<const uint8_t*>(src) + off, n);
+    LLMRT_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, stage, n, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync"));
+    LLMRT_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(staging_done_[h]), s), "cudaEventRecord"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> CudaBackend::ImportHost(std::shared_ptr<Storage> keepalive, const void* data, DType dtype,
+                                               const int64_t* shape, int rank) {
+  LLMRT_ASSIGN_OR_RETURN(Tensor t, DoAllocate(dtype, shape, rank));
+  LLMRT_RETURN_IF_ERROR(CopyToDevice(t.data(), data, t.bytes()));
+  // Progress of a load, about once per checkpoint shard (Kimi K2's and GLM-5's are ~4 GiB).
+  constexpr uint64_t kLogEvery = uint64_t{4} << 30;
+  const uint64_t before = imported_bytes_;
+  imported_bytes_ += t.bytes();
+  if (imported_bytes_ / kLogEvery != before / kLogEvery) {
+    Log(LogLevel::kInfo, absl::StrCat("cuda backend: ", imported_bytes_ >> 20, " MiB of weights uploaded to device ",
+                                      device_));
+  }
+  return t;  // the host bytes were copied into staging: `keepalive` is not needed
+}
+
+bool CudaBackend::SupportsWeightFormat(WeightFormatId format) const {
+  return format == kWeightF32 || format == kWeightBf16;
+}
+
+bool CudaBackend::SupportsKvCodec(const KvCodec& codec) const {
+  return codec.id() == kKvCodecF32 || codec.id() == kKvCodecBf16;
+}
+
+absl::StatusOr<Weight> CudaBackend::PrepareWeight(const StoredMatrix& m) {
+  if (!SupportsWeightFormat(m.format)) {
+    const WeightFormatTraits* t = FindWeightFormat(m.format);
+    return UnsupportedError(absl::StrCat("weight format ", t != nullptr ? t->name : "?", " (id ", int{m.format},
+                                         ") has no CUDA kernel yet; the CUDA backend runs F32 and BF16 weights"));
+  }
+  const DType want = m.format == kWeightBf16 ? DType::kBF16 : DType::kF32;
+  if (m.codes.dtype != want || static_cast<int64_t>(m.codes.bytes) != m.rows * m.cols * static_cast<int64_t>(DTypeSize(want))) {
+    return absl::InvalidArgumentError(absl::StrCat("a [", m.rows, ", ", m.cols, "] matrix whose codes do not match its format"));
+  }
+  Weight w;
+  w.format = m.format;
+  w.quantized = false;
+  w.rows = m.rows;
+  w.cols = m.cols;
+  w.params = m.params;
+  LLMRT_ASSIGN_OR_RETURN(w.data, ImportHost(m.codes.keepalive, m.codes.data, m.codes.dtype, m.codes.shape.data(),
+                                            static_cast<int>(m.codes.shape.size())));
+  return w;
+}
+
+absl::Status CudaBackend::Upload(const void* src, size_t bytes, const Tensor& dst) {
+  if (bytes > dst.bytes() || !dst.contiguous()) {
+    return absl::InternalError(absl::StrCat("upload of ", bytes, " bytes into a ", dst.bytes(), "-byte tensor"));
+  }
+  if (!sticky_.ok()) return sticky_;
+  cudaSetDevice(device_);
+  return CopyToDevice(dst.data(), src, bytes);
+}
+
+absl::Status CudaBackend::Download(const Tensor& src, void* dst, size_t bytes) {
+  if (bytes > src.bytes() || !src.contiguous()) {
+    return absl::InternalError(absl::StrCat("download of ", bytes, " bytes from a ", src.bytes(), "-byte tensor"));
+  }
+  if (!sticky_.ok()) return sticky_;
+  if (bytes == 0) return absl::OkStatus();
+  cudaSetDevice(device_);
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  LLMRT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync"));
+  return CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes, const char* what) {
+  ScratchBuffer& b = scratch_[static_cast<size_t>(slot)];
+  if (b.bytes >= bytes && b.ptr != nullptr) return b.ptr;
+  // Kernels enqueued earlier may still read the old buffer.
+  LLMRT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize"));
+  cudaFree(b.ptr);
+  b.ptr = nullptr;
+  b.bytes = 0;
+  const size_t grown = std::max(bytes, b.bytes + b.bytes / 2);
+  LLMRT_ASSIGN_OR_RETURN(b.ptr, DeviceMalloc(grown, absl::StrCat("the scratch of ", what)));
+  b.bytes = grown;
+  return b.ptr;
+}
+
+// ---- ops ----
+
+void CudaBackend::Fill(const Tensor& t, float value) {
+  Run("Fill", [&]() -> absl::Status {
+    LLMRT_CUDA_CHECK(t.dtype() == DType::kF32 && t.contiguous());
+    return Launched(cuda::LaunchFill(t.data_as<float>(), t.numel(), value, Stream(stream_)));
+  });
+}
+
+void CudaBackend::Embedding(const Weight& table, const Tensor& ids, const Tensor& out) {
+  Run("Embedding", [&]() -> absl::Status {
+    const int64_t T = ids.dim(0);
+    LLMRT_CUDA_CHECK(out.dim(0) == T && out.row_size() == table.cols);
+    if (!SupportsWeightFormat(table.format)) return UnsupportedError("an embedding table that is not F32 or BF16");
+    return Launched(cuda::LaunchEmbedding(WeightOf(table), ids.data_as<int32_t>(), T, Mut(out), error_word_,
+                                          Stream(stream_)));
+  });
+}
+
+void CudaBackend::RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) {
+  Run("RmsNorm", [&]() -> absl::Status {
+    const int64_t T = x.dim(0), D = x.row_size();
+    LLMRT_CUDA_CHECK(w.rows == D && out.dim(0) == T && out.row_size() == D && D > 0);
+    LLMRT_CUDA_CHECK(SupportsWeightFormat(w.format));
+    return Launched(cuda::LaunchRmsNorm(Const(x), D, WeightOf(w), eps, Mut(out), Stream(stream_)));
+  });
+}
+
+void CudaBackend::HeadRmsNorm(const Tensor& x, int64_t head_dim, const Weight& w, float eps, const Tensor& out) {
+  Run("HeadRmsNorm", [&]() -> absl::Status {
+    const int64_t T = x.dim(0), D = x.row_size();
+    LLMRT_CUDA_CHECK(head_dim > 0 && D % head_dim == 0 && w.rows == head_dim && out.dim(0) == T && out.row_size() == D);
+    LLMRT_CUDA_CHECK(SupportsWeightFormat(w.format));
+    return Launched(cuda::LaunchRmsNorm(Const(x), head_dim, WeightOf(w), eps, Mut(out), Stream(stream_)));
+  });
+}
+
+void CudaBackend::LayerNorm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& out) {
+  Run("LayerNorm", [&]() -> absl::Status {
+    const int64_t T = x.dim(0), D = x.row_size();
+    LLMRT_CUDA_CHECK(w.rows == D && b.rows == D && out.dim(0) == T && out.row_size() == D);
+    LLMRT_CUDA_CHECK(SupportsWeightFormat(w.format) && SupportsWeightFormat(b.format));
+    return Launched(cuda::LaunchLayerNorm(Const(x), WeightOf(w), WeightOf(b), eps, Mut(out), Stream(stream_)));
+  });
+}
+
+void CudaBackend::Add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  Run("Add", [&]() -> absl::Status {
+    const int64_t T = a.dim(0), D = a.row_size();
+    LLMRT_CUDA_CHECK(b.dim(0) == T && b.row_size() == D && out.dim(0) == T && out.row_size() == D);
+    return Launched(cuda::LaunchAdd(Const(a), Const(b), Mut(out), Stream(stream_)));
+  });
+}
+
+void CudaBackend::SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  Run("SiluMul", [&]() -> absl::Status {
+    const int64_t T = gate.dim(0), D = gate.row_size();
+    LLMRT_CUDA_CHECK(up.dim(0) == T && up.row_size() == D && out.dim(0) == T && out.row_size() == D);
+    return Launched(cuda::LaunchSiluMul(Const(gate), Const(up), Mut(out), Stream(stream_)));
+  });
+}
+
+void CudaBackend::AddBias(const Tensor& x, const Weight& bias) {
+  Run("AddBias", [&]() -> absl::Status {
+    LLMRT_CUDA_CHECK(bias.rows == x.row_size() && SupportsWeightFormat(bias.format));
+    return Launched(cuda::LaunchAddBias(Mut(x), WeightOf(bias), Stream(stream_)));
+  });
+}
+
+void CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) {
+  Run("GatherRows", [&]() -> absl::Status {
+    const int64_t S = rows.dim(0), D = x.row_size();
+    LLMRT_CUDA_CHECK(out.dim(0) == S && out.row_size() == D);
+    return Launched(cuda::LaunchGatherRows(Const(x), rows.data_as<int32_t>(), S, Mut(out), error_word_, Stream(stream_)));
+  });
+}
+
+void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
+  Run("MatMul", [&]() -> absl::Status {
+    LLMRT_CUDA_CHECK(x.rank() == 2 && out.rank() == 2);
+    LLMRT_CUDA_CHECK(x.dim(1) == w.cols && out.dim(1) == w.rows && out.dim(0) == x.dim(0));
+    if (!SupportsWeightFormat(w.format)) return UnsupportedError("MatMul: a weight format without a CUDA kernel");
+    return Launched(cuda::LaunchGemm(Const(x), WeightOf(w), Mut(out), Stream(stream_)));
+  });
+}
+
+void CudaBackend::Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset, const RopeTable& rope,
+                       bool interleaved, const Tensor& positions) {
+  Run("Rope", [&]() -> absl::Status {
+    LLMRT_CUDA_CHECK(x.row_size() == heads * head_dim && offset + 2 * rope.half <= head_dim);
+    LLMRT_CUDA_CHECK(positions.dim(0) == x.dim(0) && rope.inv_freq.numel() >= rope.half);
+    return Launched(cuda::LaunchRope(Mut(x), heads, head_dim, offset, rope.inv_freq.data_as<float>(), rope.half,
+                                     rope.attention_factor, interleaved, positions.data_as<int32_t>(), Stream(stream_)));
+  });
+}
+
+}  // namespace llmrt

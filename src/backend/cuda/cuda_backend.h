@@ -1,0 +1,140 @@
+// The CUDA backend: device memory, one stream, kernels from kernels/ (the device code), and the
+// step contract of src/backend/backend.h on a GPU.
+//
+// Ops validate shapes on the host, then enqueue kernels on the backend's stream and return.
+// Failures travel through the status channel: a host-side check or a failed launch is recorded
+// and later ops are skipped until Synchronize; an index a kernel finds out of range (a token id,
+// a KV slot, a page, an expert) is written to a device error word that Synchronize reads, and
+// the kernel leaves its output alone rather than touch memory outside its buffers. Synchronize
+// returns the first failure and clears it; a sticky device error (the context is lost) is
+// returned by every later call.
+//
+// Weights and KV: F32 and BF16 weights and F32 / BF16 KV rows run here; quantized weight formats
+// (FP8 blocks, INT4 groups) and the FP8 KV codecs are refused with UNSUPPORTED naming the format
+// or codec (their kernels are later work). Activations are float32, as on the CPU, so that the
+// two backends agree to the conformance tolerances.
+//
+// Memory: Allocate is cudaMalloc (an out-of-memory is RESOURCE_EXHAUSTED naming the bytes and the
+// device's free memory); ImportHost and Upload stage host bytes through a pinned double buffer,
+// asynchronously in stream order. The MoE, the router and the DSA indexer keep per-op scratch
+// that grows to the largest call seen and is then reused (a forward pass of a size seen before
+// allocates nothing).
+#ifndef LLMRT_BACKEND_CUDA_CUDA_BACKEND_H_
+#define LLMRT_BACKEND_CUDA_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "src/backend/backend.h"
+#include "src/backend/registry.h"
+
+namespace llmrt::cuda {
+struct AttentionArgs;
+}  // namespace llmrt::cuda
+
+namespace llmrt {
+
+// The CUDA backend's registry entry: available when the CUDA runtime finds a device.
+BackendEntry CudaBackendEntry();
+
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(const BackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  BackendKind kind() const override { return BackendKind::kCuda; }
+
+  absl::StatusOr<Tensor> ImportHost(std::shared_ptr<Storage> keepalive, const void* data, DType dtype,
+                                    const int64_t* shape, int rank) override;
+  absl::StatusOr<Weight> PrepareWeight(const StoredMatrix& m) override;
+  bool SupportsWeightFormat(WeightFormatId format) const override;
+  bool SupportsKvCodec(const KvCodec& codec) const override;
+  absl::StatusOr<std::unique_ptr<ExpertBank>> PrepareExperts(std::vector<ExpertWeights> experts) override;
+  absl::Status Upload(const void* src, size_t bytes, const Tensor& dst) override;
+  absl::Status Download(const Tensor& src, void* dst, size_t bytes) override;
+  absl::Status Synchronize() override;
+
+  void Fill(const Tensor& t, float value) override;
+  void Embedding(const Weight& table, const Tensor& ids, const Tensor& out) override;
+  void RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) override;
+  void HeadRmsNorm(const Tensor& x, int64_t head_dim, const Weight& w, float eps, const Tensor& out) override;
+  void LayerNorm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& out) override;
+  void Add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void AddBias(const Tensor& x, const Weight& bias) override;
+  void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  void MatMul(const Tensor& x, const Weight& w, const Tensor& out) override;
+  void Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset, const RopeTable& rope, bool interleaved,
+            const Tensor& positions) override;
+
+  void KvCalibrate(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts) override;
+  void KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
+               const AttentionBatch& batch) override;
+  void KvExportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& dst) override;
+  void KvImportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& src,
+                    const KvCodec& src_codec, const KvRowLayout& src_layout, float src_scale) override;
+  void GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
+                    int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) override;
+  void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d, const Tensor& q_lat) override;
+  void MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache, int64_t layer,
+                    const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor* selected,
+                    const Tensor& out_lat) override;
+  void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d, const Tensor& out) override;
+  void DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
+                 const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset, float key_scale,
+                 int64_t top_k, const Tensor& selected) override;
+
+  void MoeRoute(const Tensor& x, const Weight& gate, const Weight& bias, const RouterParams& p, const Tensor& idx,
+                const Tensor& weights) override;
+  void MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights, const ExpertBank& experts,
+                  const Tensor& out) override;
+
+ protected:
+  absl::StatusOr<Tensor> DoAllocate(DType dtype, const int64_t* shape, int rank) override;
+
+ private:
+  explicit CudaBackend(int device) : device_(device) {}
+  absl::Status Init();
+
+  // Runs an op's host part (checks and launches); a failure is recorded, and once one is
+  // pending later ops are skipped (the contract of a device stream).
+  template <typename Fn>
+  void Run(const char* op, Fn&& body);
+  void Fail(absl::Status status);
+  // Host bytes to device memory through the pinned double buffer, in stream order.
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
+  // Per-op device scratch `slot`, grown to at least `bytes` (synchronizing before a reallocation).
+  absl::StatusOr<void*> Scratch(int slot, size_t bytes, const char* what);
+  // Splits each (token, head) of an attention over `a->splits` blocks when there are too few of
+  // them to fill the device and the contexts are long (at most `length` positions attended).
+  absl::Status SplitAttention(cuda::AttentionArgs* a, int64_t length);
+  // A device allocation of `bytes` with an out-of-memory message naming `what`.
+  absl::StatusOr<void*> DeviceMalloc(size_t bytes, const std::string& what);
+
+  int device_ = 0;
+  int sm_count_ = 1;
+  void* stream_ = nullptr;       // cudaStream_t
+  int32_t* error_word_ = nullptr;  // device: the first kernel-detected failure (kernels/kernels.h ErrorCode)
+  int32_t* error_host_ = nullptr;  // pinned: its copy at Synchronize
+  uint8_t* staging_ = nullptr;   // pinned, 2 halves of kStagingHalf bytes
+  void* staging_done_[2] = {nullptr, nullptr};  // cudaEvent_t: the half's last copy finished
+  int staging_next_ = 0;
+  uint64_t imported_bytes_ = 0;  // ImportHost's total, for the load's progress lines
+  bool failed_ = false;
+  absl::Status error_;
+  absl::Status sticky_;  // a device error that leaves the context unusable
+  struct ScratchBuffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<ScratchBuffer> scratch_;
+};
+
+}  // namespace llmrt
+
+#endif  // LLMRT_BACKEND_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,376 @@
+// The CUDA backend's KV cache, attention, DSA and MoE ops (host side: checks, scratch, launches).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/kernels.h"
+#include "src/backend/cuda/cuda_backend.h"
+#include "src/backend/cuda/cuda_util.h"
+#include "src/util/errors.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+namespace {
+
+// Scratch slots (CudaBackend::Scratch).
+enum ScratchSlot : int {
+  kScratchRouterLogits = 0,
+  kScratchRouterChoice = 1,
+  kScratchMoeIndex = 2,
+  kScratchMoeGate = 3,
+  kScratchMoeUp = 4,
+  kScratchMoeDown = 5,
+  kScratchDsaScores = 6,
+  kScratchAttention = 7,
+};
+
+// Routed experts on the device: the prepared weights (kept alive here) and, per projection, the
+// device arrays of weight pointers and element types the grouped GEMM reads.
+class CudaExpertBank final : public ExpertBank {
+ public:
+  ~CudaExpertBank() override { cudaFree(table_); }
+  int64_t num_experts() const override { return static_cast<int64_t>(experts_.size()); }
+
+  std::vector<ExpertWeights> experts_;
+  int64_t inter_ = 0, hidden_ = 0;
+  // Device: [3][E] pointers (gate, up, down), then [3][E] int32 types.
+  void* table_ = nullptr;
+  cuda::ExpertTable Table(int which) const {
+    const int64_t E = num_experts();
+    auto* ptrs = static_cast<const void* const*>(table_);
+    auto* types = reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(table_) + 3 * E * sizeof(void*));
+    return {ptrs + which * E, types + which * E};
+  }
+};
+
+cuda::Elem KvElem(const KvCodec& c) { return c.id() == kKvCodecBf16 ? cuda::kElemBf16 : cuda::kElemF32; }
+
+cuda::KvRef KvOf(const KvCacheView& v) {
+  return {v.pages.data_as<uint8_t>(), KvElem(*v.codec), v.num_pages, v.num_layers, v.page_size, v.row_bytes, v.width};
+}
+
+cuda::BatchRef BatchOf(const AttentionBatch& b) {
+  return {b.token_seq.data_as<int32_t>(),      b.token_ctx.data_as<int32_t>(), b.seq_page_start.data_as<int32_t>(),
+          b.page_ids.data_as<int32_t>(),       b.slot_mapping.data_as<int32_t>(), b.num_tokens, b.max_ctx};
+}
+
+bool FlatKv(const KvCodec& c) { return c.id() == kKvCodecF32 || c.id() == kKvCodecBf16; }
+
+absl::Status CheckKvView(const KvCacheView& cache, int64_t layer) {
+  if (cache.codec == nullptr || !FlatKv(*cache.codec)) {
+    return UnsupportedError(absl::StrCat("the KV codec ", cache.codec != nullptr ? cache.codec->name() : "(none)",
+                                         " has no CUDA kernels yet; the CUDA backend runs F32 and BF16 KV"));
+  }
+  if (layer < 0 || layer >= cache.num_layers) return absl::InternalError(absl::StrCat("no KV layer ", layer));
+  if (cache.fresh_rows > 0) return absl::InternalError("the phase policy's BF16 rows with a lossless codec");
+  return absl::OkStatus();
+}
+
+bool FlatWeight(const Weight& w) { return w.format == kWeightF32 || w.format == kWeightBf16; }
+
+}  // namespace
+
+absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length) {
+  // Two blocks per multiprocessor, splits of at least 256 positions, at most 64 splits.
+  const int64_t pairs = a->batch.num_tokens * a->heads, target = 2 * static_cast<int64_t>(sm_count_);
+  a->splits = 1;
+  if (pairs == 0 || pairs >= target || length < 512) return absl::OkStatus();
+  a->splits = std::min<int64_t>({(target + pairs - 1) / pairs, (length + 255) / 256, 64});
+  const size_t bytes = static_cast<size_t>(pairs * a->splits * (a->dv + 2)) * sizeof(float);
+  LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchAttention, bytes, "attention splits"));
+  a->partial = static_cast<float*>(p);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ExpertBank>> CudaBackend::PrepareExperts(std::vector<ExpertWeights> experts) {
+  auto bank = std::make_unique<CudaExpertBank>();
+  const int64_t E = static_cast<int64_t>(experts.size());
+  if (E == 0) return absl::InvalidArgumentError("an expert bank without experts");
+  const int64_t I = experts[0].gate.rows, H = experts[0].gate.cols;
+  std::vector<const void*> ptrs(static_cast<size_t>(3 * E));
+  std::vector<int32_t> types(static_cast<size_t>(3 * E));
+  for (int64_t e = 0; e < E; ++e) {
+    const ExpertWeights& x = experts[e];
+    const Weight* w[3] = {&x.gate, &x.up, &x.down};
+    for (int j = 0; j < 3; ++j) {
+      if (!FlatWeight(*w[j])) {
+        return UnsupportedError(absl::StrCat("expert ", e, ": a weight format without a CUDA kernel"));
+      }
+      ptrs[j * E + e] = w[j]->data.data();
+      types[j * E + e] = w[j]->format == kWeightBf16 ? cuda::kElemBf16 : cuda::kElemF32;
+    }
+    if (x.gate.rows != I || x.gate.cols != H || x.up.rows != I || x.up.cols != H || x.down.rows != H ||
+        x.down.cols != I) {
+      return absl::InvalidArgumentError(absl::StrCat("expert ", e, " has shapes other than expert 0's (gate [", I, ", ",
+                                                     H, "]): the grouped GEMM needs one shape"));
+    }
+  }
+  const size_t bytes = ptrs.size() * sizeof(void*) + types.size() * sizeof(int32_t);
+  LLMRT_ASSIGN_OR_RETURN(bank->table_, DeviceMalloc(bytes, "the expert pointer table"));
+  std::vector<uint8_t> host(bytes);
+  std::copy_n(reinterpret_cast<const uint8_t*>(ptrs.data()), ptrs.size() * sizeof(void*), host.data());
+  std::copy_n(reinterpret_cast<const uint8_t*>(types.data()), types.size() * sizeof(int32_t),
+              host.data() + ptrs.size() * sizeof(void*));
+  LLMRT_RETURN_IF_ERROR(CopyToDevice(bank->table_, host.data(), bytes));
+  bank->inter_ = I;
+  bank->hidden_ = H;
+  bank->experts_ = std::move(experts);
+  return std::unique_ptr<ExpertBank>(std::move(bank));
+}
+
+void CudaBackend::KvCalibrate(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts) {
+  Run("KvCalibrate", [&]() -> absl::Status {
+    return UnsupportedError(absl::StrCat("the KV codec ", cache.codec != nullptr ? cache.codec->name() : "(none)",
+                                         " has no CUDA kernels yet (per-layer scales come with FP8 KV)"));
+  });
+}
+
+void CudaBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts,
+                          const AttentionBatch& batch) {
+  Run("KvWrite", [&]() -> absl::Status {
+    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
+    LLMRT_CUDA_CHECK(parts.size() >= 1 && parts.size() <= 3);
+    cuda::KvParts kp{};
+    int64_t width = 0;
+    for (const Tensor& p : parts) {
+      LLMRT_CUDA_CHECK(p.dim(0) == batch.num_tokens && p.dtype() == DType::kF32);
+      kp.part[kp.count++] = Const(p);
+      width += p.row_size();
+    }
+    LLMRT_CUDA_CHECK(width <= cache.width);
+    return Launched(cuda::LaunchKvWrite(KvOf(cache), layer, kp, BatchOf(batch), error_word_, Stream(stream_)));
+  });
+}
+
+void CudaBackend::KvExportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& dst) {
+  Run("KvExportRows", [&]() -> absl::Status {
+    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
+    const int64_t n = slots.numel();
+    LLMRT_CUDA_CHECK(dst.bytes() >= static_cast<size_t>(n * cache.row_bytes) && dst.contiguous());
+    return Launched(cuda::LaunchKvExportRows(KvOf(cache), layer, slots.data_as<int32_t>(), n, dst.data_as<uint8_t>(),
+                                             error_word_, Stream(stream_)));
+  });
+}
+
+void CudaBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& src,
+                               const KvCodec& src_codec, const KvRowLayout& src_layout, float src_scale) {
+  Run("KvImportRows", [&]() -> absl::Status {
+    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
+    if (!FlatKv(src_codec)) {
+      return UnsupportedError(absl::StrCat("rows of the KV codec ", src_codec.name(), " cannot be decoded on CUDA yet"));
+    }
+    const int64_t n = slots.numel();
+    LLMRT_CUDA_CHECK(src_layout.width == cache.width && src.bytes() >= static_cast<size_t>(n * src_layout.row_bytes));
+    return Launched(cuda::LaunchKvImportRows(KvOf(cache), layer, slots.data_as<int32_t>(), n, src.data_as<uint8_t>(),
+                                             KvElem(src_codec), src_layout.row_bytes, error_word_, Stream(stream_)));
+  });
+}
+
+void CudaBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
+                               int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) {
+  Run("GqaAttention", [&]() -> absl::Status {
+    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
+    const int64_t T = batch.num_tokens;
+    LLMRT_CUDA_CHECK(kv_heads > 0 && heads % kv_heads == 0 && cache.width == 2 * kv_heads * head_dim);
+    LLMRT_CUDA_CHECK(q.dim(0) == T && q.row_size() == heads * head_dim && out.dim(0) == T &&
+                     out.row_size() == heads * head_dim);
+    cuda::AttentionArgs a{};
+    a.kv = KvOf(cache);
+    a.layer = layer;
+    a.batch = BatchOf(batch);
+    a.heads = heads;
+    a.kv_group = heads / kv_heads;
+    a.q1 = q.data_as<const float>();
+    a.q1_ld = q.row_stride();
+    a.q1_head = head_dim;
+    a.q1_len = head_dim;
+    a.k1_off = 0;
+    a.k_head_step = head_dim;
+    a.v_off = kv_heads * head_dim;
+    a.v_head_step = head_dim;
+    a.dv = head_dim;
+    a.scale = scale;
+    a.out = out.data_as<float>();
+    a.out_ld = out.row_stride();
+    LLMRT_RETURN_IF_ERROR(SplitAttention(&a, batch.max_ctx));
+    return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
+  });
+}
+
+void CudaBackend::MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d, const Tensor& q_lat) {
+  Run("MlaAbsorbQuery", [&]() -> absl::Status {
+    const int64_t T = q.dim(0);
+    LLMRT_CUDA_CHECK(q.row_size() == d.heads * (d.nope + d.rope) && kv_b.rows == d.heads * (d.nope + d.v) &&
+                     kv_b.cols == d.kv_lora);
+    LLMRT_CUDA_CHECK(q_lat.dim(0) == T && q_lat.row_size() == d.heads * d.kv_lora);
+    if (!FlatWeight(kv_b)) return UnsupportedError("an MLA kv_b that is not F32 or BF16");
+    return Launched(cuda::LaunchMlaAbsorbQuery(Const(q), WeightOf(kv_b), d.heads, d.nope, d.rope, d.v, d.kv_lora,
+                                               Mut(q_lat), Stream(stream_)));
+  });
+}
+
+void CudaBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache, int64_t layer,
+                               const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor* selected,
+                               const Tensor& out_lat) {
+  Run("MlaAttention", [&]() -> absl::Status {
+    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
+    const int64_t T = batch.num_tokens, qw = d.nope + d.rope;
+    LLMRT_CUDA_CHECK(cache.width >= d.kv_lora + d.rope && q_lat.dim(0) == T && out_lat.dim(0) == T);
+    LLMRT_CUDA_CHECK(q_lat.row_size() == d.heads * d.kv_lora && out_lat.row_size() == d.heads * d.kv_lora);
+    LLMRT_CUDA_CHECK(q.dim(0) == T && q.row_size() == d.heads * qw);
+    LLMRT_CUDA_CHECK(selected == nullptr || (selected->dim(0) == T && selected->contiguous()));
+    cuda::AttentionArgs a{};
+    a.kv = KvOf(cache);
+    a.layer = layer;
+    a.batch = BatchOf(batch);
+    a.heads = d.heads;
+    a.kv_group = 1;
+    a.q1 = q_lat.data_as<const float>();
+    a.q1_ld = q_lat.row_stride();
+    a.q1_head = d.kv_lora;
+    a.q1_len = d.kv_lora;
+    a.k1_off = 0;
+    a.q2 = q.data_as<const float>() + d.nope;
+    a.q2_ld = q.row_stride();
+    a.q2_head = qw;
+    a.q2_len = d.rope;
+    a.k2_off = d.kv_lora;
+    a.k_head_step = 0;
+    a.v_off = 0;
+    a.v_head_step = 0;
+    a.dv = d.kv_lora;
+    a.scale = scale;
+    if (selected != nullptr) {
+      a.selected = selected->data_as<const int32_t>();
+      a.top_k = selected->row_size();
+    }
+    a.out = out_lat.data_as<float>();
+    a.out_ld = out_lat.row_stride();
+    LLMRT_RETURN_IF_ERROR(SplitAttention(&a, selected != nullptr ? std::min(batch.max_ctx, a.top_k) : batch.max_ctx));
+    return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
+  });
+}
+
+void CudaBackend::MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d, const Tensor& out) {
+  Run("MlaProjectValue", [&]() -> absl::Status {
+    const int64_t T = o_lat.dim(0);
+    LLMRT_CUDA_CHECK(o_lat.row_size() == d.heads * d.kv_lora && kv_b.rows == d.heads * (d.nope + d.v) &&
+                     kv_b.cols == d.kv_lora);
+    LLMRT_CUDA_CHECK(out.dim(0) == T && out.row_size() == d.heads * d.v);
+    if (!FlatWeight(kv_b)) return UnsupportedError("an MLA kv_b that is not F32 or BF16");
+    return Launched(cuda::LaunchMlaProjectValue(Const(o_lat), WeightOf(kv_b), d.heads, d.nope, d.v, d.kv_lora,
+                                                Mut(out), Stream(stream_)));
+  });
+}
+
+void CudaBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
+                            const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset,
+                            float key_scale, int64_t top_k, const Tensor& selected) {
+  Run("DsaSelect", [&]() -> absl::Status {
+    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
+    const int64_t T = batch.num_tokens;
+    LLMRT_CUDA_CHECK(q.dim(0) == T && q.row_size() == heads * head_dim && w.dim(0) == T && w.row_size() == heads);
+    LLMRT_CUDA_CHECK(key_offset + head_dim <= cache.width && selected.dim(0) == T && selected.row_size() == top_k);
+    LLMRT_CUDA_CHECK(top_k > 0 && batch.max_ctx >= 0);
+    float* scores = nullptr;
+    if (batch.max_ctx > top_k) {
+      LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchDsaScores,
+                                              static_cast<size_t>(T * batch.max_ctx) * sizeof(float), "DSA scores"));
+      scores = static_cast<float*>(p);
+    }
+    return Launched(cuda::LaunchDsaSelect(Const(q), Const(w), KvOf(cache), layer, BatchOf(batch), heads, head_dim,
+                                          key_offset, key_scale, top_k, scores, selected.data_as<int32_t>(),
+                                          selected.row_stride(), error_word_, Stream(stream_)));
+  });
+}
+
+void CudaBackend::MoeRoute(const Tensor& x, const Weight& gate, const Weight& bias, const RouterParams& p,
+                           const Tensor& idx, const Tensor& weights) {
+  Run("MoeRoute", [&]() -> absl::Status {
+    const int64_t T = x.dim(0), E = p.num_experts, K = p.top_k;
+    LLMRT_CUDA_CHECK(gate.rows == E && gate.cols == x.row_size() && idx.dim(0) == T && idx.row_size() == K);
+    LLMRT_CUDA_CHECK(weights.dim(0) == T && weights.row_size() == K && K >= 1 && K <= E);
+    LLMRT_CUDA_CHECK(p.n_group >= 1 && E % p.n_group == 0 && p.topk_group >= 1 && p.topk_group <= p.n_group);
+    if (p.n_group > 64) return UnsupportedError(absl::StrCat("noaux_tc routing with ", p.n_group, " groups (at most 64)"));
+    if (!FlatWeight(gate) || (bias.defined() && !FlatWeight(bias))) {
+      return UnsupportedError("a router gate or bias that is not F32 or BF16");
+    }
+    const size_t bytes = static_cast<size_t>(T * E) * sizeof(float);
+    LLMRT_ASSIGN_OR_RETURN(void* logits, Scratch(kScratchRouterLogits, bytes, "router logits"));
+    LLMRT_ASSIGN_OR_RETURN(void* choice, Scratch(kScratchRouterChoice, bytes, "router choices"));
+    cuda::MutMat lm{static_cast<float*>(logits), T, E, E};
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGemm(Const(x), WeightOf(gate), lm, Stream(stream_))));
+    cuda::RouteArgs a{};
+    a.logits = static_cast<const float*>(logits);
+    a.T = T;
+    a.E = E;
+    a.K = K;
+    a.n_group = p.n_group;
+    a.topk_group = p.topk_group;
+    a.norm_topk_prob = p.norm_topk_prob;
+    a.routed_scaling_factor = p.routed_scaling_factor;
+    if (bias.defined()) {
+      a.bias = bias.data.data();
+      a.bias_type = bias.format == kWeightBf16 ? cuda::kElemBf16 : cuda::kElemF32;
+    }
+    a.scratch = static_cast<float*>(choice);
+    a.idx = idx.data_as<int32_t>();
+    a.idx_ld = idx.row_stride();
+    a.weights = weights.data_as<float>();
+    a.weights_ld = weights.row_stride();
+    return Launched(cuda::LaunchMoeRoute(a, Stream(stream_)));
+  });
+}
+
+void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights, const ExpertBank& experts,
+                             const Tensor& out) {
+  Run("MoeExperts", [&]() -> absl::Status {
+    const auto& bank = static_cast<const CudaExpertBank&>(experts);
+    const int64_t T = x.dim(0), H = x.row_size(), K = idx.row_size(), E = bank.num_experts(), I = bank.inter_;
+    LLMRT_CUDA_CHECK(H == bank.hidden_ && out.dim(0) == T && out.row_size() == H);
+    LLMRT_CUDA_CHECK(idx.dim(0) == T && weights.dim(0) == T && weights.row_size() == K && K >= 1);
+    const int64_t P = T * K;
+    if (P == 0) return absl::OkStatus();
+    const int64_t max_tiles = (P + cuda::kGemmTileRows - 1) / cuda::kGemmTileRows + E;
+    // Index scratch: perm_token [P], perm_pos [P], counts [2E], tiles 3 * max_tiles + 1.
+    const size_t index_bytes = static_cast<size_t>(2 * P + 2 * E + 3 * max_tiles + 1) * sizeof(int32_t);
+    LLMRT_ASSIGN_OR_RETURN(void* ip, Scratch(kScratchMoeIndex, index_bytes, "MoE routing indices"));
+    LLMRT_ASSIGN_OR_RETURN(void* gp, Scratch(kScratchMoeGate, static_cast<size_t>(P * I) * sizeof(float), "MoE gate"));
+    LLMRT_ASSIGN_OR_RETURN(void* up, Scratch(kScratchMoeUp, static_cast<size_t>(P * I) * sizeof(float), "MoE up"));
+    LLMRT_ASSIGN_OR_RETURN(void* dp, Scratch(kScratchMoeDown, static_cast<size_t>(P * H) * sizeof(float), "MoE down"));
+    int32_t* ints = static_cast<int32_t*>(ip);
+    cuda::PermuteArgs pa{};
+    pa.idx = idx.data_as<const int32_t>();
+    pa.idx_ld = idx.row_stride();
+    pa.T = T;
+    pa.K = K;
+    pa.E = E;
+    pa.perm_token = ints;
+    pa.perm_pos = ints + P;
+    pa.counts = ints + 2 * P;
+    pa.tile_expert = ints + 2 * P + 2 * E;
+    pa.tile_row0 = pa.tile_expert + max_tiles;
+    pa.tile_row1 = pa.tile_row0 + max_tiles;
+    pa.tile_count = pa.tile_row1 + max_tiles;
+    pa.max_tiles = max_tiles;
+    cudaStream_t s = Stream(stream_);
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchMoePermute(pa, error_word_, s)));
+    const cuda::TileTable tiles{pa.tile_expert, pa.tile_row0, pa.tile_row1, pa.tile_count, max_tiles};
+    cuda::MutMat g{static_cast<float*>(gp), P, I, I}, u{static_cast<float*>(up), P, I, I};
+    cuda::MutMat y{static_cast<float*>(dp), P, H, H};
+    // [P, I] = x[perm_token] gate_e^T and up_e^T; silu(g) * u; [P, H] = h down_e^T.
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGroupedGemm(Const(x), pa.perm_token, bank.Table(0), I, H, tiles, g, s)));
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGroupedGemm(Const(x), pa.perm_token, bank.Table(1), I, H, tiles, u, s)));
+    const cuda::ConstMat gc{g.data, P, I, I}, uc{u.data, P, I, I};
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchSiluMul(gc, uc, g, s)));
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGroupedGemm(gc, nullptr, bank.Table(2), H, I, tiles, y, s)));
+    const cuda::ConstMat yc{y.data, P, H, H};
+    return Launched(cuda::LaunchMoeCombine(idx.data_as<const int32_t>(), idx.row_stride(), Const(weights), pa.perm_pos,
+                                           K, yc, Mut(out), s));
+  });
+}
+
+}  // namespace llmrt

@@ -1,0 +1,70 @@
+// Helpers of the CUDA backend's host code: CUDA statuses as absl::Status, tensors and weights as
+// the kernels' plain structs (kernels/kernels.h), and the op wrapper of the status channel.
+// Included only by src/backend/cuda/*.cc.
+#ifndef LLMRT_BACKEND_CUDA_CUDA_UTIL_H_
+#define LLMRT_BACKEND_CUDA_CUDA_UTIL_H_
+
+#include <cuda_runtime_api.h>
+
+#include <exception>
+#include <new>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/kernels.h"
+#include "src/backend/cuda/cuda_backend.h"
+
+namespace llmrt {
+
+inline absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  if (e == cudaErrorMemoryAllocation) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": out of device memory (", cudaGetErrorString(e), ")"));
+  }
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+}
+
+// The status of a kernel launch.
+inline absl::Status Launched(cudaError_t e) { return CudaStatus(e, "kernel launch"); }
+
+inline cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+inline cuda::ConstMat Const(const Tensor& t) {
+  return {t.data_as<const float>(), t.rank() == 0 ? 0 : t.dim(0), t.row_size(), t.row_stride()};
+}
+inline cuda::MutMat Mut(const Tensor& t) { return {t.data_as<float>(), t.rank() == 0 ? 0 : t.dim(0), t.row_size(), t.row_stride()}; }
+// REQUIRES: an F32 or BF16 weight (the backend refuses the others at PrepareWeight).
+inline cuda::WeightRef WeightOf(const Weight& w) {
+  return {w.data.data(), w.format == kWeightBf16 ? cuda::kElemBf16 : cuda::kElemF32, w.rows, w.cols};
+}
+
+// An internal check inside an op body (a lambda returning absl::Status).
+#define LLMRT_CUDA_CHECK(cond)                                                                                  \
+  do {                                                                                                          \
+    if (!(cond)) return absl::InternalError(absl::StrCat("internal check failed at ", __FILE__, ":", __LINE__, \
+                                                         ": " #cond));                                          \
+  } while (0)
+
+template <typename Fn>
+void CudaBackend::Run(const char* op, Fn&& body) {
+  if (failed_ || !sticky_.ok()) return;
+  // The current device is per host thread; the runtime may call from several.
+  cudaSetDevice(device_);
+  absl::Status s;
+  try {
+    s = body();
+  } catch (const std::bad_alloc&) {
+    s = absl::ResourceExhaustedError("out of host memory");
+  } catch (const std::exception& e) {
+    s = absl::InternalError(e.what());
+  } catch (...) {
+    s = absl::InternalError("unknown exception");
+  }
+  if (!s.ok()) Fail(absl::Status(s.code(), absl::StrCat(op, ": ", s.message())));
+}
+
+}  // namespace llmrt
+
+#endif  // LLMRT_BACKEND_CUDA_CUDA_UTIL_H_

@@ -1,0 +1,165 @@
+// A short benchmark of the CUDA backend's hot ops at real layer shapes, run by
+// scripts/gpu_check.sh on a GPU machine (it prints a table; it asserts nothing):
+//  - the device copy bandwidth (cudaMemcpy device to device, bytes read + written per second),
+//    the yardstick of the memory-bound rows;
+//  - MatMul with a Kimi K2 BF16 weight [18432, 7168] (the dense MLP's gate) at T = 1 (weight
+//    bytes per second as a fraction of the copy bandwidth), 16, 64, 256 and 4096 tokens
+//    (TFLOP/s, against ~790 TFLOP/s BF16 peak);
+//  - MLA decode attention of one token, 64 heads, kv_lora 512 + rope 64, BF16 KV at 4K, 32K and
+//    128K positions (the cache bytes, read once, per second as a fraction of the copy bandwidth).
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "src/backend/registry.h"
+#include "src/kv/kv_store.h"
+#include "src/util/bf16.h"
+
+namespace llmrt {
+namespace {
+
+template <typename T>
+T Must(absl::StatusOr<T> v, const char* what) {
+  if (!v.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, v.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(v);
+}
+
+void MustOk(const absl::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// Seconds per call of fn, after two warm-up calls, over at least `reps` calls.
+template <typename Fn>
+double Time(Backend& be, int reps, Fn fn) {
+  fn();
+  fn();
+  MustOk(be.Synchronize(), "warm-up");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) fn();
+  MustOk(be.Synchronize(), "timed calls");
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+Tensor Random(Backend& be, DType dtype, std::initializer_list<int64_t> shape, std::mt19937& rng) {
+  Tensor t = Must(be.Allocate(dtype, shape), "Allocate");
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  if (dtype == DType::kBF16) {
+    std::vector<uint16_t> v(static_cast<size_t>(t.numel()));
+    for (auto& x : v) x = F32ToBf16(d(rng) * 0.05f);
+    MustOk(be.Upload(v.data(), v.size() * 2, t), "Upload");
+  } else {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (auto& x : v) x = d(rng);
+    MustOk(be.Upload(v.data(), v.size() * 4, t), "Upload");
+  }
+  return t;
+}
+
+int Main() {
+  std::unique_ptr<Backend> be = Must(CreateBackend(BackendKind::kCuda, BackendOptions{}), "the CUDA backend");
+  std::mt19937 rng(1);
+
+  // Copy bandwidth: 2 GiB moved per copy (1 GiB read, 1 GiB written).
+  const size_t copy_bytes = size_t{1} << 30;
+  Tensor a = Must(be->Allocate(DType::kU8, {static_cast<int64_t>(copy_bytes)}), "Allocate");
+  Tensor b = Must(be->Allocate(DType::kU8, {static_cast<int64_t>(copy_bytes)}), "Allocate");
+  // On the default stream, timed to its completion (a device-to-device copy returns before it
+  // ends).
+  auto copy = [&] { cudaMemcpyAsync(b.data(), a.data(), copy_bytes, cudaMemcpyDeviceToDevice, nullptr); };
+  copy();
+  cudaDeviceSynchronize();
+  const auto c0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) copy();
+  if (cudaDeviceSynchronize() != cudaSuccess) {
+    std::fprintf(stderr, "the copy failed\n");
+    return 1;
+  }
+  const double t_copy = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count() / 10;
+  const double copy_bw = 2.0 * copy_bytes / t_copy;
+  std::printf("device copy: %.0f GB/s (read + written)\n", copy_bw / 1e9);
+
+  // MatMul, Kimi K2's dense MLP gate [18432, 7168] in BF16.
+  const int64_t N = 18432, K = 7168;
+  Weight w;
+  w.format = kWeightBf16;
+  w.rows = N;
+  w.cols = K;
+  w.data = Random(*be, DType::kBF16, {N, K}, rng);
+  std::printf("\nMatMul BF16 [%lld, %lld]\n%6s %12s %12s %14s\n", static_cast<long long>(N), static_cast<long long>(K),
+              "T", "ms", "TFLOP/s", "weight GB/s");
+  for (int64_t T : {1, 16, 64, 256, 4096}) {
+    Tensor x = Random(*be, DType::kF32, {T, K}, rng);
+    Tensor out = Must(be->Allocate(DType::kF32, {T, N}), "Allocate");
+    const double t = Time(*be, T >= 1024 ? 3 : 20, [&] { be->MatMul(x, w, out); });
+    const double wbw = static_cast<double>(N * K * 2) / t;
+    std::printf("%6lld %12.3f %12.1f %14.0f", static_cast<long long>(T), t * 1e3, 2.0 * T * N * K / t / 1e12, wbw / 1e9);
+    if (T == 1) std::printf("   (%.0f%% of the copy bandwidth)", 100.0 * wbw / copy_bw);
+    std::printf("\n");
+  }
+
+  // MLA decode attention, one token, BF16 KV.
+  const int64_t H = 64, L = 512, R = 64, page = 64;
+  MlaDims d;
+  d.heads = H;
+  d.nope = 128;
+  d.rope = R;
+  d.v = 128;
+  d.kv_lora = L;
+  std::printf("\nMLA decode attention, %lld heads, BF16 KV [%lld + %lld], one token\n%8s %12s %16s\n",
+              static_cast<long long>(H), static_cast<long long>(L), static_cast<long long>(R), "context", "ms",
+              "KV GB/s (once)");
+  for (int64_t ctx : {4096, 32768, 131072}) {
+    KvStoreOptions o;
+    o.codec = FindKvCodec(kKvCodecBf16);
+    o.shape.num_layers = 1;
+    o.shape.parts = {{L, 128, false}, {R, 128, true}};
+    o.page_size = page;
+    o.num_pages = ctx / page;
+    std::unique_ptr<KvStore> store = Must(KvStore::Create(*be, o), "KvStore");
+    std::vector<int32_t> meta;
+    const int64_t pages = ctx / page;
+    // token_seq [1], token_ctx [1], seq_page_start [2], page_ids [pages], slot [1], first [1]
+    meta.push_back(0);
+    meta.push_back(static_cast<int32_t>(ctx));
+    meta.push_back(0);
+    meta.push_back(static_cast<int32_t>(pages));
+    for (int64_t p = 0; p < pages; ++p) meta.push_back(static_cast<int32_t>(p));
+    meta.push_back(static_cast<int32_t>(ctx - 1));
+    meta.push_back(0);
+    Tensor m = Must(be->Allocate(DType::kI32, {static_cast<int64_t>(meta.size())}), "Allocate");
+    MustOk(be->Upload(meta.data(), meta.size() * 4, m), "Upload");
+    AttentionBatch batch;
+    batch.token_seq = m.Rows(0, 1);
+    batch.token_ctx = m.Rows(1, 2);
+    batch.seq_page_start = m.Rows(2, 4);
+    batch.page_ids = m.Rows(4, 4 + pages);
+    batch.slot_mapping = m.Rows(4 + pages, 5 + pages);
+    batch.seq_first_token = m.Rows(5 + pages, 6 + pages);
+    batch.num_tokens = 1;
+    batch.num_seqs = 1;
+    batch.max_ctx = ctx;
+    Tensor q_lat = Random(*be, DType::kF32, {1, H * L}, rng);
+    Tensor q = Random(*be, DType::kF32, {1, H * (d.nope + R)}, rng);
+    Tensor out = Must(be->Allocate(DType::kF32, {1, H * L}), "Allocate");
+    const double t = Time(*be, 5, [&] { be->MlaAttention(q_lat, q, store->view(), 0, batch, d, 0.1f, nullptr, out); });
+    const double kv_bw = static_cast<double>(ctx * (L + R) * 2) / t;
+    std::printf("%8lld %12.3f %16.0f   (%.0f%% of the copy bandwidth)\n", static_cast<long long>(ctx), t * 1e3,
+                kv_bw / 1e9, 100.0 * kv_bw / copy_bw);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace llmrt
+
+int main() { return llmrt::Main(); }

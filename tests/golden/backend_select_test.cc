@@ -1,0 +1,105 @@
+// Backend selection through the C ABI, and the CUDA backend against the CPU engine.
+//
+// LLM_BACKEND_CUDA without a usable device (or in a build without CUDA) is LLM_ERR_UNSUPPORTED
+// with a message naming the backend; LLM_BACKEND_AUTO then runs on the CPU. Where a device is
+// present, the three architectures' tiny checkpoints (BF16 and F32 weights) run on both
+// backends: the same greedy tokens, and logits within 2e-3 of the CPU's (F32 KV) and 5e-3 (BF16
+// KV: a rounding of the cached rows can land either side of a bfloat16 boundary when the two
+// backends' float32 sums differ in the last bits). Batched and one-session-at-a-time runs on the
+// device give the same tokens.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "llmrt/llmrt.h"
+#include "tests/golden/test_util.h"
+
+namespace llmrt::testing {
+namespace {
+
+// Whether a runtime with the CUDA backend can be created for `dir`; fails the test if the answer
+// is anything other than OK or a clear UNSUPPORTED.
+bool CudaRuns(const std::string& dir) {
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.backend = LLM_BACKEND_CUDA;
+  llm_runtime* rt = nullptr;
+  const llm_status st = llm_runtime_create(dir.c_str(), &ro, &rt);
+  if (st == LLM_OK) {
+    llm_runtime_destroy(rt);
+    return true;
+  }
+  const std::string msg = llm_last_error();
+  EXPECT_EQ(st, LLM_ERR_UNSUPPORTED) << msg;
+  EXPECT_NE(msg.find("cuda"), std::string::npos) << msg;
+  return false;
+}
+
+TEST(BackendSelect, CudaIsUnsupportedWithoutADeviceAndAutoRuns) {
+  const std::string dir = TestData("tiny_kimi_k2_qlora_yarn");
+  const bool cuda = CudaRuns(dir);
+  // AUTO always runs: on the device when there is one, else on the CPU, with the same tokens.
+  RunConfig cfg;
+  cfg.backend = LLM_BACKEND_AUTO;
+  const std::vector<std::vector<int32_t>> prompts = {{0, 17, 42, 99, 3, 250, 7}};
+  const std::vector<RunOutput> got = RunBatch(dir, prompts, cfg);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].tokens, (std::vector<int32_t>{178, 108, 252, 14, 31, 214, 39, 201, 165}))
+      << (cuda ? "on the CUDA backend" : "on the CPU backend");
+}
+
+struct Model {
+  const char* dir;
+  const char* golden;
+};
+
+class CudaMatchesCpu : public ::testing::TestWithParam<Model> {};
+
+TEST_P(CudaMatchesCpu, SameTokensAndCloseLogits) {
+  const std::string dir = TestData(GetParam().dir);
+  if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+  const std::vector<std::vector<int32_t>> prompts = GoldenPrompts(GetParam().golden);
+  for (int32_t kv : {LLM_KV_DTYPE_F32, LLM_KV_DTYPE_BF16}) {
+    const float tol = kv == LLM_KV_DTYPE_F32 ? 2e-3f : 5e-3f;
+    RunConfig cpu_cfg;
+    cpu_cfg.kv_dtype = kv;
+    cpu_cfg.backend = LLM_BACKEND_CPU;
+    RunConfig cuda_cfg = cpu_cfg;
+    cuda_cfg.backend = LLM_BACKEND_CUDA;
+    const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
+    const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
+    ASSERT_EQ(cpu.size(), gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << "prompt " << i << " kv " << kv;
+      ASSERT_EQ(gpu[i].logits.size(), cpu[i].logits.size());
+      for (size_t j = 0; j < cpu[i].logits.size(); ++j) {
+        EXPECT_LE(MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]), tol) << "prompt " << i << " step " << j << " kv " << kv;
+      }
+    }
+    // Sessions one at a time, and prefill in chunks of 3 tokens: the same tokens.
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      RunConfig chunked = cuda_cfg;
+      chunked.max_tokens_per_step = 3;
+      const std::vector<RunOutput> solo = RunBatch(dir, {prompts[i]}, chunked);
+      ASSERT_EQ(solo.size(), 1u);
+      EXPECT_EQ(solo[0].tokens, gpu[i].tokens) << "prompt " << i << " alone, chunked, kv " << kv;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpu,
+                         ::testing::Values(Model{"tiny_kimi_k2_qlora_yarn", "tiny_kimi_k2_qlora_yarn.golden.json"},
+                                           Model{"tiny_deepseek_noqlora_f32", "tiny_deepseek_noqlora_f32.golden.json"},
+                                           Model{"tiny_glm4_moe", "tiny_glm4_moe.golden.json"},
+                                           Model{"tiny_glm_moe_dsa", "tiny_glm_moe_dsa.golden.json"}),
+                         [](const ::testing::TestParamInfo<Model>& info) {
+                           std::string n = info.param.dir;
+                           for (char& c : n) {
+                             if (c == '-') c = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace llmrt::testing
