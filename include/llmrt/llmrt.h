@@ -136,7 +136,8 @@ LLM_API llm_status llm_set_log_callback_v2(llm_log_fn fn, void* user, llm_log_le
 typedef struct llm_runtime llm_runtime;
 typedef struct llm_session llm_session;
 
-#define LLM_BACKEND_AUTO 0 /* CUDA when built and a device is present, else CPU */
+#define LLM_BACKEND_AUTO 0 /* CUDA when built, a device is present and it runs the model with the
+                              chosen policies (else a warning is logged), otherwise the CPU */
 #define LLM_BACKEND_CPU 1
 #define LLM_BACKEND_CUDA 2
 

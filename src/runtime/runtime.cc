@@ -11,6 +11,7 @@
 #include "src/kv/page_pool.h"
 #include "src/model/kv_scales.h"
 #include "src/util/errors.h"
+#include "src/util/log.h"
 #include "src/util/status.h"
 
 namespace llmrt {
@@ -27,7 +28,20 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   }
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->options_ = options;
-  LLMRT_RETURN_IF_ERROR(rt->Init(model_dir));
+  absl::Status st = rt->Init(model_dir);
+  // AUTO means "the best backend that can run this": a device backend that refuses something the
+  // model or the policies need (a weight format or KV codec it has no kernel for) gives way to the
+  // CPU, which runs everything. An explicit backend choice fails instead.
+  if (!st.ok() && st.code() == absl::StatusCode::kUnimplemented && options.backend == BackendKind::kAuto &&
+      rt->backend_ != nullptr && rt->backend_->kind() != BackendKind::kCpu) {
+    Log(LogLevel::kWarning, absl::StrCat("the ", rt->backend_->name(), " backend cannot run ", model_dir, " (",
+                                         st.message(), "); using the CPU backend"));
+    rt.reset(new Runtime());
+    rt->options_ = options;
+    rt->options_.backend = BackendKind::kCpu;
+    st = rt->Init(model_dir);
+  }
+  LLMRT_RETURN_IF_ERROR(st);
   return rt;
 }
 
