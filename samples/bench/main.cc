@@ -3,7 +3,7 @@
 // achieved weight-read bandwidth at batch 1 against a memory-copy bandwidth measured in the
 // same run. Prints tables; times nothing in tests.
 //
-//   llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]
+//   llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N]
 //   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
 //   llm-bench --tokenize DIR --text FILE [--repeats N]
 //   llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]
@@ -66,6 +66,7 @@ int Main(int argc, char** argv) {
     else if (a == "--sessions") batches = ParseList(argv[i + 1]);
     else if (a == "--steps") steps = std::atoi(argv[i + 1]);
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--tp") g_tensor_parallel = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     else if (a == "--prompt") prompt_len = std::atoi(argv[i + 1]);
     else if (a == "--kv-table") kv_table = argv[i + 1];
     else if (a == "--budget-gib") budget_gib = std::atof(argv[i + 1]);
@@ -75,7 +76,7 @@ int Main(int argc, char** argv) {
     else if (a == "--prefill") prefill_len = std::atoi(argv[i + 1]);
     else if (a == "--generator") generator = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]\n"
+      std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N]\n"
                            "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n"
                            "       llm-bench --tokenize DIR --text FILE [--repeats N]\n"
                            "       llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]\n"
