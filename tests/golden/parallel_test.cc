@@ -104,6 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ParallelCase{"tests/data/tiny_glm_moe_dsa", "tiny_glm_moe_dsa"},
                       ParallelCase{"tests/data/tiny_kimi_k2_int4_g32", "tiny_kimi_k2_int4_g32"},
                       ParallelCase{"tests/data/tiny_kimi_k2_int4_g128", "tiny_kimi_k2_int4_g128"},
+                      ParallelCase{"tests/data/tiny_kimi_k2_tp8", "tiny_kimi_k2_tp8"},
+                      ParallelCase{"tests/data/tiny_glm4_moe_tp8", "tiny_glm4_moe_tp8"},
                       ParallelCase{"models/kimi-k2-kjv-tiny", "kimi_k2_kjv_tiny"},
                       ParallelCase{"models/glm4-moe-kjv-tiny", "glm4_moe_kjv_tiny"}),
     [](const auto& info) { return std::string(info.param.golden); });
@@ -150,6 +152,55 @@ TEST(ParallelQuantized, Fp8BlocksMustLineUpWithTheShards) {
     }
   }
   fs::remove_all(out);
+}
+
+// Degree 8 on quantized weights: the eight-head fixture converted to FP8 with 4-wide blocks
+// (every split lands on a block) runs at TP 8 with either expert split; converted to INT4 g32
+// experts, its 32-wide experts cannot split over 8 ranks by column (4 columns each) but run with
+// expert parallelism (one whole expert per rank).
+TEST(ParallelQuantized, DegreeEightOnFp8AndInt4) {
+  const std::string base = Repo("tests/data/tiny_kimi_k2_tp8");
+  const auto prompts = GoldenPrompts("tiny_kimi_k2_tp8.golden.json");
+  struct Conv {
+    int32_t target;
+    uint32_t block_or_group;
+    std::vector<std::pair<uint32_t, int32_t>> runs;  // (tp, ep)
+  };
+  for (const Conv& conv : {Conv{LLM_CONVERT_FP8_BLOCK, 4, {{8, 0}, {8, 1}}}, Conv{LLM_CONVERT_INT4, 32, {{8, 1}}}}) {
+    const fs::path out = fs::temp_directory_path() /
+                         ("llmrt_tp8_" + std::to_string(conv.target) + "_" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    llm_convert_options co;
+    llm_convert_options_init(&co);
+    co.target = conv.target;
+    if (conv.target == LLM_CONVERT_FP8_BLOCK) co.fp8_block = conv.block_or_group;
+    if (conv.target == LLM_CONVERT_INT4) co.int4_group = conv.block_or_group;
+    ASSERT_EQ(llm_convert_checkpoint(base.c_str(), out.c_str(), &co, nullptr, 0, nullptr), LLM_OK) << llm_last_error();
+    const auto one = RunBatch(out.string(), prompts, RunConfig{});
+    for (const auto& [tp, ep] : conv.runs) {
+      RunConfig cfg;
+      cfg.tensor_parallel = tp;
+      cfg.expert_parallel = ep;
+      const auto split = RunBatch(out.string(), prompts, cfg);
+      float worst = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(split[i].tokens, one[i].tokens) << "TP " << tp << " prompt " << i;
+        ASSERT_EQ(split[i].logits.size(), one[i].logits.size());
+        for (size_t s = 0; s < one[i].logits.size(); ++s) {
+          worst = std::max(worst, MaxAbsDiff(split[i].logits[s], one[i].logits[s]));
+        }
+      }
+      EXPECT_LE(worst, kF32Tolerance);
+      std::printf("[%s] TP %u%s: max |logit - TP 1| = %.3g\n", conv.target == LLM_CONVERT_INT4 ? "int4 g32" : "fp8 4x4",
+                  tp, ep ? " EP" : "", worst);
+    }
+    if (conv.target == LLM_CONVERT_INT4) {
+      std::string msg;
+      EXPECT_EQ(TryCreate(out.string(), 8, 0, &msg), LLM_ERR_INVALID_ARGUMENT);
+      EXPECT_NE(msg.find("INT4 groups of 32"), std::string::npos) << msg;
+    }
+    fs::remove_all(out);
+  }
 }
 
 // Refusals name what does not divide; nothing is loaded for them.
