@@ -291,6 +291,8 @@ typedef struct llm_runtime_info {
   int32_t expert_parallel;        /* nonzero: routed experts partitioned by rank */
   uint64_t rank_weight_bytes;     /* resident weight bytes each rank holds */
   uint64_t rank_kv_capacity_tokens; /* tokens each rank's KV store holds (GQA: grows with the degree) */
+  uint64_t collective_ns;         /* rank 0's time inside collectives since creation (moving data and
+                                     waiting for the other ranks) */
 } llm_runtime_info;
 
 /* Fills *info (whose struct_size the caller set). */

@@ -41,8 +41,8 @@ int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::ve
   std::printf("memcpy bandwidth (%d threads, 1 GiB): %.2f GB/s read+write, %.2f GB/s read\n", nthreads,
               copy_gbs, read_gbs);
   std::printf("BF16 dot-product loop (in llm-bench) over one contiguous 1 GiB matrix: %.2f GB/s\n\n", dot_gbs);
-  std::printf("| sessions | decode tok/s | step p50 ms | step p95 ms | tok/s vs 1 session |\n");
-  std::printf("|---------:|-------------:|------------:|------------:|-------------------:|\n");
+  std::printf("| sessions | decode tok/s | step p50 ms | step p95 ms | tok/s vs 1 session | collectives ms/step |\n");
+  std::printf("|---------:|-------------:|------------:|------------:|-------------------:|--------------------:|\n");
   double base_tps = 0, batch1_step = 0;
   for (int b : batches) {
     llm_sampling_options so;
@@ -60,6 +60,9 @@ int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::ve
     // Prefill (one step with the default budget) plus one warm-up decode step.
     for (int w = 0; w < 2; ++w) llm_decode_step(rt, res.data(), res.size(), &n);
     std::vector<double> times;
+    llm_runtime_info before;
+    before.struct_size = sizeof(before);
+    llm_runtime_get_info(rt, &before);
     for (int s = 0; s < steps; ++s) {
       auto t0 = Clock::now();
       st = llm_decode_step(rt, res.data(), res.size(), &n);
@@ -74,8 +77,13 @@ int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::ve
     const double tps = b * steps / total;
     if (b == batches[0]) base_tps = tps;
     if (b == 1) batch1_step = total / steps;
-    std::printf("| %8d | %12.2f | %11.1f | %11.1f | %17.2fx |\n", b, tps, Percentile(times, 0.5) * 1e3,
-                Percentile(times, 0.95) * 1e3, tps / base_tps);
+    llm_runtime_info after;
+    after.struct_size = sizeof(after);
+    llm_runtime_get_info(rt, &after);
+    // Rank 0's time inside all-reduces and all-gathers, waiting for the other ranks included.
+    const double coll_ms = (after.collective_ns - before.collective_ns) * 1e-6 / steps;
+    std::printf("| %8d | %12.2f | %11.1f | %11.1f | %17.2fx | %19.2f |\n", b, tps, Percentile(times, 0.5) * 1e3,
+                Percentile(times, 0.95) * 1e3, tps / base_tps, coll_ms);
     for (auto* s : ss) llm_session_destroy(s);
   }
   if (batch1_step > 0) {

@@ -291,6 +291,7 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   out.expert_parallel = i.expert_parallel ? 1 : 0;
   out.rank_weight_bytes = i.rank_weight_bytes;
   out.rank_kv_capacity_tokens = i.rank_kv_capacity_tokens;
+  out.collective_ns = i.collective_ns;
   out.kv_scale_source = i.kv_scale_source == llmrt::KvScaleSource::kCheckpoint   ? LLM_KV_SCALE_CHECKPOINT
                         : i.kv_scale_source == llmrt::KvScaleSource::kCalibrated ? LLM_KV_SCALE_CALIBRATED
                         : i.kv_scale_source == llmrt::KvScaleSource::kPerTile    ? LLM_KV_SCALE_PER_TILE

@@ -19,6 +19,7 @@
 #ifndef LLMRT_BACKEND_BACKEND_H_
 #define LLMRT_BACKEND_BACKEND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -262,6 +263,9 @@ class Backend {
   Communicator* communicator() const { return comm_; }
   int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
   int world_size() const { return comm_ != nullptr ? comm_->size() : 1; }
+  // Nanoseconds this backend has spent inside collectives (moving data and waiting for the other
+  // ranks), since creation.
+  uint64_t collective_ns() const { return collective_ns_.load(std::memory_order_relaxed); }
   // Collectives run at their place in the op sequence and report failures like any op. Every
   // rank of a pass calls each of them, including a rank whose earlier op failed: it then
   // contributes no data and the collective fails on every rank (Communicator's peer failure),
@@ -287,6 +291,7 @@ class Backend {
 
  protected:
   Communicator* comm_ = nullptr;
+  std::atomic<uint64_t> collective_ns_{0};
 };
 
 }  // namespace llmrt

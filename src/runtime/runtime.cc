@@ -236,6 +236,7 @@ RuntimeInfo Runtime::Info() const {
   for (uint64_t b : model_->resident_bytes()) i.rank_weight_bytes += b;
   i.rank_kv_bytes_per_token = store_->bytes_per_token();
   i.rank_kv_capacity_tokens = i.kv_capacity_tokens;
+  i.collective_ns = backend_->collective_ns();
   return i;
 }
 

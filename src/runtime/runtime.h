@@ -111,6 +111,7 @@ struct RuntimeInfo {
   uint64_t rank_weight_bytes = 0;    // resident weight bytes of one rank (rank 0)
   uint64_t rank_kv_bytes_per_token = 0;  // KV bytes one rank stores per token (all layers)
   uint64_t rank_kv_capacity_tokens = 0;  // tokens each rank's KV store holds
+  uint64_t collective_ns = 0;  // rank 0's time inside collectives (data movement and waiting)
 };
 
 // Faults for testing integrity checking (llm_test_control). Each returns InvalidArgument when

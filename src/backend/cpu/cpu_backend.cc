@@ -1,6 +1,7 @@
 #include "src/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -327,8 +328,29 @@ namespace llmrt {
 
 // Collectives are not skipped after a failure (see Backend): the communicator is told, moves no
 // data, and makes the collective fail on every rank.
+namespace {
+
+// Adds the time from construction to destruction to a counter.
+class CollectiveTimer {
+ public:
+  explicit CollectiveTimer(std::atomic<uint64_t>& ns) : ns_(ns), t0_(std::chrono::steady_clock::now()) {}
+  ~CollectiveTimer() {
+    ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now() - t0_)
+                                            .count()),
+                  std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t>& ns_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
 void CpuBackend::AllReduceSum(const Tensor& x) {
   if (comm_ == nullptr || comm_->size() == 1) return;
+  CollectiveTimer timer(collective_ns_);
   bool failed = failed_.load(std::memory_order_relaxed);
   if (!failed && (x.dtype() != DType::kF32 || !x.contiguous())) {
     Fail(absl::InternalError(absl::StrCat("AllReduceSum: ", x.ShapeString(), " is not contiguous float32")));
@@ -351,6 +373,7 @@ void CpuBackend::AllGatherColumns(const Tensor& local, const Tensor& scratch, co
     });
     return;
   }
+  CollectiveTimer timer(collective_ns_);
   bool failed = failed_.load(std::memory_order_relaxed);
   if (!failed && (!local.contiguous() || !scratch.contiguous() || scratch.numel() < ranks * S * n ||
                   out.dim(0) != S || out.row_size() != ranks * n)) {
