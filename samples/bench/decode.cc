@@ -22,6 +22,7 @@ int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::ve
   llm_runtime_options_init(&ro);
   ro.num_threads = threads;
   ro.kv_budget_bytes = 512ull << 20;
+  ro.tensor_parallel = g_tensor_parallel;
   llm_runtime* rt = nullptr;
   auto t_load = Clock::now();
   llm_status st = llm_runtime_create(dir.c_str(), &ro, &rt);
@@ -34,8 +35,10 @@ int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::ve
   info.struct_size = sizeof(info);
   llm_runtime_get_info(rt, &info);
   const double per_token = cfg.weight_bytes_per_token;
-  std::printf("llm-bench: %s, %.2f B parameters, %.2f GB BF16 weights (loaded in %.2f s), %d threads\n",
-              info.architecture, info.num_parameters / 1e9, info.weight_bytes / 1e9, load_s, nthreads);
+  std::printf("llm-bench: %s, %.2f B parameters, %.2f GB BF16 weights (loaded in %.2f s), %d threads, "
+              "tensor_parallel %u (%.2f GB resident per rank)\n",
+              info.architecture, info.num_parameters / 1e9, info.weight_bytes / 1e9, load_s, nthreads,
+              info.tensor_parallel, info.rank_weight_bytes / 1e9);
   std::printf("weights read per decode token at batch 1: %.3f GB; KV %llu B/token\n", per_token / 1e9,
               static_cast<unsigned long long>(info.kv_bytes_per_token));
   std::printf("memcpy bandwidth (%d threads, 1 GiB): %.2f GB/s read+write, %.2f GB/s read\n", nthreads,
