@@ -199,7 +199,7 @@ typedef struct llm_runtime_options {
   uint32_t world_size;
   uint32_t rank;
   uint32_t collective_timeout_ms; /* a rank waits this long for the others in a collective; 0 = 60000 */
-  uint32_t reserved2;
+  uint32_t reserved_parallel;
 } llm_runtime_options;
 
 #define LLM_WEIGHTS_AS_STORED 0

@@ -112,5 +112,40 @@ TEST(ParallelKv, ImportLandsOnEveryRankAndGqaSplitsRefuseTransfer) {
   EXPECT_NE(st.message().find("KV heads are split over tensor_parallel 2"), std::string::npos) << st;
 }
 
+// Option checks before anything loads: world size 0, a rank outside the world, a degree of 0, a
+// degree that does not divide the heads (named), a multi-process world with several local ranks.
+TEST(ParallelOptions, BadDegreesAndWorldsAreRefusedClearly) {
+  auto create = [](auto edit) {
+    RuntimeOptions o;
+    edit(o);
+    return Runtime::Create(Model("tiny_kimi_k2_qlora_yarn"), o).status();
+  };
+  absl::Status st = create([](RuntimeOptions& o) { o.world_size = 0; });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("world_size 0"), std::string::npos) << st;
+  st = create([](RuntimeOptions& o) {
+    o.world_size = 2;
+    o.rank = 2;
+  });
+  EXPECT_NE(st.message().find("rank 2 is outside the world of 2"), std::string::npos) << st;
+  st = create([](RuntimeOptions& o) { o.tensor_parallel = 0; });
+  EXPECT_NE(st.message().find("tensor_parallel 0"), std::string::npos) << st;
+  st = create([](RuntimeOptions& o) { o.tensor_parallel = 3; });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("not divisible by tensor_parallel 3"), std::string::npos) << st;
+  st = create([](RuntimeOptions& o) {
+    o.tensor_parallel = 8;
+    o.expert_parallel = true;
+  });
+  EXPECT_NE(st.message().find("num_attention_heads 4"), std::string::npos) << st;
+  st = create([](RuntimeOptions& o) {
+    o.world_size = 2;
+    o.tensor_parallel = 4;
+  });
+  EXPECT_NE(st.message().find("one rank per process"), std::string::npos) << st;
+  st = create([](RuntimeOptions& o) { o.collective_timeout_ms = 0; });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace llmrt
