@@ -43,6 +43,15 @@ __global__ void EmbeddingKernel(WeightRef table, const int32_t* ids, MutMat out,
   }
 }
 
+__global__ void EmbeddingShardKernel(WeightRef table, int64_t first_id, const int32_t* ids, MutMat out) {
+  const int64_t t = blockIdx.x;
+  const int64_t row = static_cast<int64_t>(ids[t]) - first_id;
+  const bool held = row >= 0 && row < table.rows;
+  for (int64_t i = threadIdx.x; i < table.cols; i += blockDim.x) {
+    out.data[t * out.ld + i] = held ? LoadElem(table.data, table.type, row * table.cols + i) : 0.0f;
+  }
+}
+
 // One block per (row, group).
 __global__ void RmsNormKernel(ConstMat x, int64_t group, WeightRef w, float eps, MutMat out) {
   __shared__ double red[32];
@@ -148,6 +157,13 @@ cudaError_t LaunchFill(float* p, int64_t n, float value, cudaStream_t s) {
 cudaError_t LaunchEmbedding(WeightRef table, const int32_t* ids, int64_t T, MutMat out, int32_t* err, cudaStream_t s) {
   if (T == 0) return cudaSuccess;
   EmbeddingKernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(table, ids, out, err);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbeddingShard(WeightRef table, int64_t first_id, const int32_t* ids, int64_t T, MutMat out,
+                                 cudaStream_t s) {
+  if (T == 0) return cudaSuccess;
+  EmbeddingShardKernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(table, first_id, ids, out);
   return cudaGetLastError();
 }
 

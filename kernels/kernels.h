@@ -48,6 +48,10 @@ struct WeightRef {  // a dense weight [rows, cols], or a vector [rows]
 // ---- elementwise and norms (elementwise.cu) ----
 cudaError_t LaunchFill(float* p, int64_t n, float value, cudaStream_t s);
 cudaError_t LaunchEmbedding(WeightRef table, const int32_t* ids, int64_t T, MutMat out, int32_t* err, cudaStream_t s);
+// Rows of a vocabulary shard: out[t] = table[ids[t] - first_id] when that row is in the table,
+// else zeros (another rank holds it; the ranks' rows are summed afterwards).
+cudaError_t LaunchEmbeddingShard(WeightRef table, int64_t first_id, const int32_t* ids, int64_t T, MutMat out,
+                                 cudaStream_t s);
 // RMS norm of every `group`-wide block of each row (group == cols: the whole row).
 cudaError_t LaunchRmsNorm(ConstMat x, int64_t group, WeightRef w, float eps, MutMat out, cudaStream_t s);
 cudaError_t LaunchLayerNorm(ConstMat x, WeightRef w, WeightRef b, float eps, MutMat out, cudaStream_t s);

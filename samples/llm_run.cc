@@ -2,7 +2,7 @@
 //
 //   llm-run --model DIR --prompt TEXT [--chat] [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
-//           [--threads N] [--kv-dtype bf16|f32|fp8]
+//           [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]]
 //   llm-run --model DIR --prompt-ids 1,2,3 [...]     (token ids in, token ids out)
 //
 // With --prompt the checkpoint's tokenizer encodes the prompt (with --chat, inside the family's
@@ -22,7 +22,9 @@ void Usage() {
   std::fprintf(stderr,
                "usage: llm-run --model DIR (--prompt TEXT [--chat] [--system TEXT] | --prompt-ids ID,ID,...)\n"
                "               [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
-               "               [--seed S] [--threads N] [--kv-dtype bf16|f32|fp8]\n");
+               "               [--seed S] [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]]\n"
+               "  --tp N: split the model over N tensor-parallel ranks (threads); --ep: routed experts\n"
+               "          partitioned among them rather than split by column\n");
 }
 
 bool ParseIds(const char* s, std::vector<int32_t>* out) {
@@ -82,6 +84,8 @@ int main(int argc, char** argv) {
     else if (a == "--min-p") so.min_p = static_cast<float>(std::atof(need()));
     else if (a == "--seed") so.seed = std::strtoull(need(), nullptr, 10);
     else if (a == "--threads") ro.num_threads = std::atoi(need());
+    else if (a == "--tp") ro.tensor_parallel = static_cast<uint32_t>(std::atoi(need()));
+    else if (a == "--ep") ro.expert_parallel = 1;
     else if (a == "--kv-dtype") {
       std::string d = need();
       ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : d == "fp8" ? LLM_KV_DTYPE_FP8_E4M3 : LLM_KV_DTYPE_BF16;

@@ -6,7 +6,7 @@ so their tensor names, dtypes and config.json are exactly what the Hugging Face 
 References come from transformers' forward pass in float32 (eager attention), recomputing the whole
 sequence at every greedy step (no KV cache involved on the reference side).
 
-Run from the repository root:  python3 tools/make_golden_deepseek.py
+Run from the repository root:  python3 tools/make_golden_deepseek.py [--only NAME]
 Pinned: transformers 5.24.0, torch 2.15.0 (the versions the committed goldens were produced with).
 """
 import json
@@ -42,6 +42,15 @@ CONFIGS = {
         dtype=torch.float32, q_lora_rank=None, n_group=1, topk_group=1, first_k_dense_replace=2,
         num_hidden_layers=4, rope_interleave=False, rope_scaling=None, rope_theta=10000.0,
         model_type="deepseek_v3"),
+    # Eight query heads (and a 128-wide dense MLP, 32-wide experts, 256 vocabulary rows: all split
+    # over 8 ranks) for tensor parallelism at degree 8; q LoRA, YaRN, grouped routing as above.
+    "tiny_kimi_k2_tp8": dict(
+        dtype=torch.bfloat16, q_lora_rank=48, n_group=2, topk_group=1, first_k_dense_replace=1,
+        num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=8, intermediate_size=128,
+        rope_interleave=True,
+        rope_scaling={"type": "yarn", "factor": 32.0, "mscale": 1.0, "mscale_all_dim": 0.8,
+                      "original_max_position_embeddings": 128, "beta_fast": 32.0, "beta_slow": 1.0},
+        rope_theta=50000.0, model_type="kimi_k2"),
 }
 
 PROMPTS = [
@@ -117,8 +126,11 @@ def greedy_reference(model, prompt):
 
 
 def main():
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     torch.manual_seed(0)
     for idx, (name, spec) in enumerate(CONFIGS.items()):
+        if only is not None and name != only:
+            continue
         spec = dict(spec)
         dtype = spec.pop("dtype")
         model_type = spec.pop("model_type")

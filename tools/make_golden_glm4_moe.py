@@ -7,7 +7,9 @@ with grouped noaux_tc routing and a shared expert. References: transformers' flo
 recomputing the whole sequence at each greedy step; and the same with the cached K (after rope)
 and V rounded to bf16 (llmrt's BF16 KV codec).
 
-Run from the repository root:  python3 tools/make_golden_glm4_moe.py
+Run from the repository root:  python3 tools/make_golden_glm4_moe.py [--tp8]
+(--tp8 makes tiny_glm4_moe_tp8 instead: eight query and eight KV heads, every width split over
+eight ranks, for tensor parallelism at degree 8.)
 Pinned: transformers 5.24.0, torch 2.15.0.
 """
 import json
@@ -50,9 +52,13 @@ class Bf16KvCacheGlm:
 
 def main():
     torch.manual_seed(0)
+    tp8 = "--tp8" in sys.argv
+    name = NAME + "_tp8" if tp8 else NAME
+    shape = (dict(intermediate_size=128, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=8, head_dim=8)
+             if tp8 else
+             dict(intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16))
     cfg = Glm4MoeConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.5,
+        vocab_size=256, hidden_size=64, moe_intermediate_size=32, **shape, partial_rotary_factor=0.5,
         attention_bias=True, use_qk_norm=True, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
         n_group=2, topk_group=1, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
         rms_norm_eps=1e-5, max_position_embeddings=4096, rope_theta=1000000.0, tie_word_embeddings=False,
@@ -68,7 +74,7 @@ def main():
         for n, b in model.named_buffers():
             if n.endswith("e_score_correction_bias"):  # saved as bf16 too
                 b.copy_(b.to(torch.bfloat16).to(torch.float32))
-    d = os.path.join(OUT, NAME)
+    d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
     save = Glm4MoeForCausalLM(cfg)
     save.load_state_dict(model.state_dict())
@@ -80,10 +86,10 @@ def main():
             gen_b, steps_b = greedy_reference(model, prompt)
         cases.append({"prompt": prompt, "generated": gen, "steps": steps,
                       "bf16_kv": {"generated": gen_b, "steps": steps_b}})
-    with open(os.path.join(OUT, NAME + ".golden.json"), "w") as f:
-        json.dump({"model": NAME, "transformers": __import__("transformers").__version__,
+    with open(os.path.join(OUT, name + ".golden.json"), "w") as f:
+        json.dump({"model": name, "transformers": __import__("transformers").__version__,
                    "decode_steps": DECODE_STEPS, "cases": cases}, f)
-    print(NAME, "smallest margin", min(s["margin"] for c in cases for s in c["steps"]), file=sys.stderr)
+    print(name, "smallest margin", min(s["margin"] for c in cases for s in c["steps"]), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -226,6 +226,23 @@ typedef struct llm_runtime_options {
    * from what the checkpoint stores, unless it already is INT4 of that group size. */
   int32_t prefill_weights;
   int32_t decode_weights;
+  /* Tensor parallelism: the model is split over tensor_parallel ranks (attention by head, MLPs by
+   * intermediate column, embedding and lm_head by vocabulary row; every rank keeps its own KV
+   * store of kv_budget_bytes), all-reduced after each block. 0 or 1: one rank. In one process each
+   * rank is a thread with its own CPU backend, sharing num_threads. The degree must divide the
+   * attention heads, the vocabulary and the MLP widths (or the routed experts, with
+   * expert_parallel), and quantized blocks and groups must not straddle two ranks' slices: else
+   * LLM_ERR_INVALID_ARGUMENT naming the dimension or tensor and the sizes. */
+  uint32_t tensor_parallel;
+  int32_t expert_parallel;      /* nonzero: routed experts are partitioned whole among the ranks */
+  /* Multi-process ranks: world_size > 1 makes this process rank `rank` of world_size (one rank per
+   * process, tensor_parallel 0, 1 or world_size); ranks join through MPI (builds with the MPI
+   * communicator; LLM_ERR_UNSUPPORTED otherwise). Every process must make the same calls in the
+   * same order: create the same sessions, append the same tokens, step together. */
+  uint32_t world_size;
+  uint32_t rank;
+  uint32_t collective_timeout_ms; /* a rank waits this long for the others in a collective; 0 = 60000 */
+  uint32_t reserved_parallel;
 } llm_runtime_options;
 
 #define LLM_WEIGHTS_AS_STORED 0
@@ -320,6 +337,13 @@ typedef struct llm_runtime_info {
   uint32_t reserved2;
   uint64_t workspace_bytes;       /* backend memory of the forward-pass workspace, allocated once at
                                      creation from max_tokens_per_step and the model */
+  /* Parallelism (kv_bytes_per_token and kv_capacity_tokens above are per rank too). */
+  uint32_t tensor_parallel;       /* ranks the model is split over (1: none) */
+  int32_t expert_parallel;        /* nonzero: routed experts partitioned by rank */
+  uint64_t rank_weight_bytes;     /* resident weight bytes each rank holds */
+  uint64_t rank_kv_capacity_tokens; /* tokens each rank's KV store holds (GQA: grows with the degree) */
+  uint64_t collective_ns;         /* rank 0's time inside collectives since creation (moving data and
+                                     waiting for the other ranks) */
 } llm_runtime_info;
 
 /* Fills *info (whose struct_size the caller set). */
@@ -342,6 +366,13 @@ typedef struct llm_kv_sizing {
  * checked as llm_runtime_create checks it (its "Limits"), with the same statuses. */
 LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, uint64_t kv_budget_bytes,
                                        uint32_t page_size_tokens, uint32_t session_tokens, llm_kv_sizing* out);
+
+/* llm_model_kv_sizing for one rank of a tensor-parallel group of tensor_parallel ranks (0 or 1:
+ * one rank): GQA splits its KV heads among the ranks (one each, replicated, when the ranks
+ * outnumber them), MLA caches its whole latent on every rank. kv_budget_bytes is per rank. */
+LLM_API llm_status llm_model_kv_sizing_v2(const char* model_dir, int32_t kv_dtype, uint64_t kv_budget_bytes,
+                                          uint32_t page_size_tokens, uint32_t session_tokens, uint32_t tensor_parallel,
+                                          llm_kv_sizing* out);
 
 /* ---- checkpoint conversion ----------------------------------------------------------------- */
 #define LLM_CONVERT_INT4 0      /* INT4 compressed-tensors pack-quantized (Kimi K2-Thinking layout) */
@@ -648,6 +679,8 @@ LLM_API llm_status llm_chat_apply_template(const llm_tokenizer* tokenizer, const
                                              still maps it; the next allocation reuses it */
 #define LLM_TESTCTL_KV_CORRUPT_ENTRY 2    /* args {session, entry, page}: remap one entry */
 #define LLM_TESTCTL_KV_SWAP_PAGES 3       /* args {session a, entry a, session b, entry b} */
+#define LLM_TESTCTL_RANK_FAIL_NEXT_PASS 4 /* args {rank}: the next forward pass fails on that in-process
+                                             rank (as if one of its ops had failed) */
 LLM_API llm_status llm_test_control(llm_runtime* runtime, int32_t op, const int64_t* args, size_t num_args);
 
 #ifdef __cplusplus

@@ -27,6 +27,9 @@ double Percentile(std::vector<double> v, double p);
 
 // A runtime over `dir` for a bench (kv_budget in bytes, max_tokens_per_step 0 for the default),
 // with *info filled, or nullptr with the error printed.
+// --tp N: every runtime the benchmark opens splits the model over N in-process ranks.
+inline uint32_t g_tensor_parallel = 1;
+
 llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budget, int32_t kv_dtype,
                               uint32_t max_tokens_per_step, llm_runtime_info* info);
 

@@ -22,6 +22,7 @@ int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::ve
   llm_runtime_options_init(&ro);
   ro.num_threads = threads;
   ro.kv_budget_bytes = 512ull << 20;
+  ro.tensor_parallel = g_tensor_parallel;
   llm_runtime* rt = nullptr;
   auto t_load = Clock::now();
   llm_status st = llm_runtime_create(dir.c_str(), &ro, &rt);
@@ -34,15 +35,17 @@ int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::ve
   info.struct_size = sizeof(info);
   llm_runtime_get_info(rt, &info);
   const double per_token = cfg.weight_bytes_per_token;
-  std::printf("llm-bench: %s, %.2f B parameters, %.2f GB BF16 weights (loaded in %.2f s), %d threads\n",
-              info.architecture, info.num_parameters / 1e9, info.weight_bytes / 1e9, load_s, nthreads);
+  std::printf("llm-bench: %s, %.2f B parameters, %.2f GB BF16 weights (loaded in %.2f s), %d threads, "
+              "tensor_parallel %u (%.2f GB resident per rank)\n",
+              info.architecture, info.num_parameters / 1e9, info.weight_bytes / 1e9, load_s, nthreads,
+              info.tensor_parallel, info.rank_weight_bytes / 1e9);
   std::printf("weights read per decode token at batch 1: %.3f GB; KV %llu B/token\n", per_token / 1e9,
               static_cast<unsigned long long>(info.kv_bytes_per_token));
   std::printf("memcpy bandwidth (%d threads, 1 GiB): %.2f GB/s read+write, %.2f GB/s read\n", nthreads,
               copy_gbs, read_gbs);
   std::printf("BF16 dot-product loop (in llm-bench) over one contiguous 1 GiB matrix: %.2f GB/s\n\n", dot_gbs);
-  std::printf("| sessions | decode tok/s | step p50 ms | step p95 ms | tok/s vs 1 session |\n");
-  std::printf("|---------:|-------------:|------------:|------------:|-------------------:|\n");
+  std::printf("| sessions | decode tok/s | step p50 ms | step p95 ms | tok/s vs 1 session | collectives ms/step |\n");
+  std::printf("|---------:|-------------:|------------:|------------:|-------------------:|--------------------:|\n");
   double base_tps = 0, batch1_step = 0;
   for (int b : batches) {
     llm_sampling_options so;
@@ -60,6 +63,9 @@ int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::ve
     // Prefill (one step with the default budget) plus one warm-up decode step.
     for (int w = 0; w < 2; ++w) llm_decode_step(rt, res.data(), res.size(), &n);
     std::vector<double> times;
+    llm_runtime_info before;
+    before.struct_size = sizeof(before);
+    llm_runtime_get_info(rt, &before);
     for (int s = 0; s < steps; ++s) {
       auto t0 = Clock::now();
       st = llm_decode_step(rt, res.data(), res.size(), &n);
@@ -74,8 +80,13 @@ int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::ve
     const double tps = b * steps / total;
     if (b == batches[0]) base_tps = tps;
     if (b == 1) batch1_step = total / steps;
-    std::printf("| %8d | %12.2f | %11.1f | %11.1f | %17.2fx |\n", b, tps, Percentile(times, 0.5) * 1e3,
-                Percentile(times, 0.95) * 1e3, tps / base_tps);
+    llm_runtime_info after;
+    after.struct_size = sizeof(after);
+    llm_runtime_get_info(rt, &after);
+    // Rank 0's time inside all-reduces and all-gathers, waiting for the other ranks included.
+    const double coll_ms = (after.collective_ns - before.collective_ns) * 1e-6 / steps;
+    std::printf("| %8d | %12.2f | %11.1f | %11.1f | %17.2fx | %19.2f |\n", b, tps, Percentile(times, 0.5) * 1e3,
+                Percentile(times, 0.95) * 1e3, tps / base_tps, coll_ms);
     for (auto* s : ss) llm_session_destroy(s);
   }
   if (batch1_step > 0) {

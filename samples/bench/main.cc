@@ -3,10 +3,11 @@
 // achieved weight-read bandwidth at batch 1 against a memory-copy bandwidth measured in the
 // same run. Prints tables; times nothing in tests.
 //
-//   llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]
+//   llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N]
 //   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
 //   llm-bench --tokenize DIR --text FILE [--repeats N]
 //   llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]
+//   llm-bench --kv-table DIR[,DIR...] --tp N --device-gib G   (per-device weights and KV under TP)
 //   llm-bench --context 256,2048 [--sessions 1,4] [--steps N]
 //   llm-bench --formats bf16,fp8,int4-g32,int4-g128,int4-g32-all [--sessions 1,16,64] [--steps N]
 //
@@ -47,6 +48,7 @@ int Main(int argc, char** argv) {
   int prefill_len = 256;
   std::vector<int> contexts;
   double budget_gib = 64;
+  double device_gib = 0;
   int session_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -66,16 +68,18 @@ int Main(int argc, char** argv) {
     else if (a == "--sessions") batches = ParseList(argv[i + 1]);
     else if (a == "--steps") steps = std::atoi(argv[i + 1]);
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--tp") g_tensor_parallel = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     else if (a == "--prompt") prompt_len = std::atoi(argv[i + 1]);
     else if (a == "--kv-table") kv_table = argv[i + 1];
     else if (a == "--budget-gib") budget_gib = std::atof(argv[i + 1]);
+    else if (a == "--device-gib") device_gib = std::atof(argv[i + 1]);
     else if (a == "--session-tokens") session_tokens = std::atoi(argv[i + 1]);
     else if (a == "--context") contexts = ParseList(argv[i + 1]);
     else if (a == "--formats") formats = argv[i + 1];
     else if (a == "--prefill") prefill_len = std::atoi(argv[i + 1]);
     else if (a == "--generator") generator = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N]\n"
+      std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N]\n"
                            "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n"
                            "       llm-bench --tokenize DIR --text FILE [--repeats N]\n"
                            "       llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]\n"
@@ -88,6 +92,9 @@ int Main(int argc, char** argv) {
     ++i;
   }
   if (!tokenize_dir.empty()) return RunTokenizeBench(tokenize_dir, text_file, repeats);
+  if (!kv_table.empty() && device_gib > 0) {
+    return RunRankSizing(SplitList(kv_table), static_cast<int>(g_tensor_parallel), device_gib, session_tokens);
+  }
   if (!kv_table.empty()) return RunKvTable(SplitList(kv_table), budget_gib, session_tokens);
   const ModelGenerator gen = ModelGenerator::Find(generator);
   if (!formats.empty()) {

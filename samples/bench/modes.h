@@ -30,6 +30,9 @@ int RunContextBench(const ModelGenerator& gen, const fs::path& base, const std::
 
 // --kv-table (kv_table.cc): KV bytes per token, capacity and sessions per codec from config files.
 int RunKvTable(const std::vector<std::string>& dirs, double budget_gib, int session_tokens);
+// --kv-table with --tp N --device-gib G (rank_sizing.cc): per-device weight bytes under tensor
+// parallelism and the KV tokens that fit in the rest of a device.
+int RunRankSizing(const std::vector<std::string>& dirs, int tp, double device_gib, int session_tokens);
 
 // --tokenize (tokenize.cc): encode and decode speed of the tokenizer in `dir` over `file`.
 int RunTokenizeBench(const std::string& dir, const std::string& file, int repeats);

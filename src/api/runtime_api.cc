@@ -206,6 +206,11 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
   } else if (o.kv_integrity != LLM_KV_INTEGRITY_OFF) {
     return Fail(LLM_ERR_INVALID_ARGUMENT, "options->kv_integrity is not an LLM_KV_INTEGRITY_* value");
   }
+  ro.tensor_parallel = o.tensor_parallel == 0 ? 1 : static_cast<int>(std::min<uint32_t>(o.tensor_parallel, 1u << 16));
+  ro.expert_parallel = o.expert_parallel != 0;
+  ro.world_size = o.world_size == 0 ? 1 : static_cast<int>(std::min<uint32_t>(o.world_size, 1u << 16));
+  ro.rank = static_cast<int>(std::min<uint32_t>(o.rank, 1u << 16));
+  if (o.collective_timeout_ms != 0) ro.collective_timeout_ms = o.collective_timeout_ms;
   auto rt = llmrt::Runtime::Create(model_dir, ro);
   if (!rt.ok()) return Report(rt.status());
   *out_runtime = new llm_runtime{std::move(rt).value()};
@@ -241,6 +246,12 @@ LLM_API void llm_runtime_destroy(llm_runtime* runtime) {
 
 LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, uint64_t kv_budget_bytes,
                                        uint32_t page_size_tokens, uint32_t session_tokens, llm_kv_sizing* out) {
+  return llm_model_kv_sizing_v2(model_dir, kv_dtype, kv_budget_bytes, page_size_tokens, session_tokens, 1, out);
+}
+
+LLM_API llm_status llm_model_kv_sizing_v2(const char* model_dir, int32_t kv_dtype, uint64_t kv_budget_bytes,
+                                          uint32_t page_size_tokens, uint32_t session_tokens, uint32_t tensor_parallel,
+                                          llm_kv_sizing* out) {
   LLM_GUARD_BEGIN
   LLM_REQUIRE(model_dir);
   LLM_REQUIRE(out);
@@ -255,7 +266,11 @@ LLM_API llm_status llm_model_kv_sizing(const char* model_dir, int32_t kv_dtype, 
   if (!text.ok()) return Report(text.status());
   absl::StatusOr<llmrt::ModelConfig> c = llmrt::ParseModelConfig(*text, dir + "/config.json");
   if (!c.ok()) return Report(c.status());
-  const llmrt::KvSizing k = llmrt::SizeKvCache(*llmrt::FindKvCodec(codec), llmrt::ModelKvShape(*c), kv_budget_bytes,
+  const int tp = tensor_parallel == 0 ? 1 : static_cast<int>(std::min<uint32_t>(tensor_parallel, 1u << 16));
+  llmrt::ShardPlan plan;
+  plan.size = tp;
+  if (absl::Status st = llmrt::CheckShardable(*c, plan); !st.ok()) return Report(st);
+  const llmrt::KvSizing k = llmrt::SizeKvCache(*llmrt::FindKvCodec(codec), llmrt::ModelKvShape(*c, tp), kv_budget_bytes,
                                                page, session_tokens);
   llm_kv_sizing r;
   std::memset(&r, 0, sizeof(r));
@@ -309,6 +324,11 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   out.prefill_weights = static_cast<int32_t>(i.policy.prefill_experts);
   out.decode_weights = static_cast<int32_t>(i.policy.decode_experts);
   out.workspace_bytes = i.workspace_bytes;
+  out.tensor_parallel = static_cast<uint32_t>(i.tensor_parallel);
+  out.expert_parallel = i.expert_parallel ? 1 : 0;
+  out.rank_weight_bytes = i.rank_weight_bytes;
+  out.rank_kv_capacity_tokens = i.rank_kv_capacity_tokens;
+  out.collective_ns = i.collective_ns;
   out.kv_scale_source = i.kv_scale_source == llmrt::KvScaleSource::kCheckpoint   ? LLM_KV_SCALE_CHECKPOINT
                         : i.kv_scale_source == llmrt::KvScaleSource::kCalibrated ? LLM_KV_SCALE_CALIBRATED
                         : i.kv_scale_source == llmrt::KvScaleSource::kPerTile    ? LLM_KV_SCALE_PER_TILE

@@ -328,6 +328,9 @@ LLM_API llm_status llm_test_control(llm_runtime* runtime, int32_t op, const int6
       return Report(runtime->rep->InjectKvFault(llmrt::KvFault::kCorruptEntry, a));
     case LLM_TESTCTL_KV_SWAP_PAGES:
       return Report(runtime->rep->InjectKvFault(llmrt::KvFault::kSwapPages, a));
+    case LLM_TESTCTL_RANK_FAIL_NEXT_PASS:
+      if (a.size() != 1 || a[0] < 0 || a[0] > INT32_MAX) return Fail(LLM_ERR_INVALID_ARGUMENT, "rank-fail takes {rank}");
+      return Report(runtime->rep->InjectRankFault(static_cast<int>(a[0])));
     default:
       return Fail(LLM_ERR_INVALID_ARGUMENT, "unknown llm_test_control op " + std::to_string(op));
   }

@@ -19,6 +19,7 @@
 #ifndef LLMRT_BACKEND_BACKEND_H_
 #define LLMRT_BACKEND_BACKEND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -27,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "src/backend/tensor.h"
+#include "src/parallel/communicator.h"
 #include "src/quant/kv_codec.h"
 #include "src/quant/weight_format.h"
 
@@ -252,14 +254,47 @@ class Backend {
   virtual void MoeRoute(const Tensor& x, const Weight& gate, const Weight& bias,
                         const RouterParams& p, const Tensor& idx, const Tensor& weights) = 0;
   // out [T, hidden] = sum_k weights[t,k] * expert_{idx[t,k]}(x[t]); only selected experts run.
+  // Experts the bank holds no weights for (expert parallelism: another rank holds them)
+  // contribute nothing.
   virtual void MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights, const ExpertBank& experts,
                           const Tensor& out) = 0;
+
+  // ---- tensor and expert parallelism ----
+  // The rank group this backend's collectives run in; none (the default) or a group of one
+  // makes every collective an identity. Set once, before the first pass; not owned.
+  void set_communicator(Communicator* comm) { comm_ = comm; }
+  Communicator* communicator() const { return comm_; }
+  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
+  int world_size() const { return comm_ != nullptr ? comm_->size() : 1; }
+  // Nanoseconds this backend has spent inside collectives (moving data and waiting for the other
+  // ranks), since creation.
+  uint64_t collective_ns() const { return collective_ns_.load(std::memory_order_relaxed); }
+  // Collectives run at their place in the op sequence and report failures like any op. Every
+  // rank of a pass calls each of them, including a rank whose earlier op failed: it then
+  // contributes no data and the collective fails on every rank (Communicator's peer failure),
+  // so the ranks stay in step and the pass fails everywhere.
+  // x [T, D] (contiguous) = the sum over ranks of x, added in rank order.
+  virtual void AllReduceSum(const Tensor& x) = 0;
+  // out [S, ranks * n] = every rank's local [S, n] side by side, in rank order (vocab-parallel
+  // logits). scratch: [ranks * S * n] activations (contiguous). out may be a row view.
+  virtual void AllGatherColumns(const Tensor& local, const Tensor& scratch, const Tensor& out) = 0;
+  // Embedding over a vocabulary shard: out[t] = table[ids[t] - first_id] for ids in
+  // [first_id, first_id + table.rows), zeros for the others (summed over ranks afterwards).
+  virtual void EmbeddingShard(const Weight& table, int64_t first_id, const Tensor& ids, const Tensor& out) = 0;
+  // Records `status` as an op's failure would be (later ops skipped, collectives contribute no
+  // data, Synchronize returns it): for failures the caller detects around the ops, and for tests
+  // that inject a fault on one rank.
+  virtual void RecordFailure(absl::Status status) = 0;
 
  protected:
   virtual absl::StatusOr<Tensor> DoAllocate(DType dtype, const int64_t* shape, int rank) = 0;
 
  private:
   uint64_t allocations_ = 0;
+
+ protected:
+  Communicator* comm_ = nullptr;
+  std::atomic<uint64_t> collective_ns_{0};
 };
 
 }  // namespace llmrt

@@ -14,12 +14,17 @@ absl::Status DecoderModel::Load(
     const std::function<absl::StatusOr<std::unique_ptr<AttentionBlock>>(int64_t layer)>& make_attention) {
   const ModelConfig& c = cfg_;
   const int64_t D = c.hidden_size;
-  LLMRT_ASSIGN_OR_RETURN(embed_, w.Dense(c.prefix + "embed_tokens.weight", c.vocab_size, D));
+  // Vocab-parallel embedding and lm_head: this rank's rows of the vocabulary.
+  const ShardPlan& sp = w.options().shard;
+  sharded_ = sp.sharded();
+  vocab_begin_ = sp.Begin(c.vocab_size);
+  const MatrixSlice vocab = MatrixSlice::Rows(vocab_begin_, sp.Part(c.vocab_size));
+  LLMRT_ASSIGN_OR_RETURN(embed_, w.Dense(c.prefix + "embed_tokens.weight", c.vocab_size, D, vocab));
   LLMRT_ASSIGN_OR_RETURN(final_norm_, w.Vector(c.prefix + "norm.weight", D));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
   } else {
-    LLMRT_ASSIGN_OR_RETURN(lm_head_, w.Matrix(c.lm_head_prefix + "weight", c.vocab_size, D));
+    LLMRT_ASSIGN_OR_RETURN(lm_head_, w.Matrix(c.lm_head_prefix + "weight", c.vocab_size, D, vocab));
   }
   layers_.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -35,6 +40,16 @@ absl::Status DecoderModel::Load(
   weight_bytes_ = w.weight_bytes();
   resident_bytes_ = w.resident_bytes();
   return absl::OkStatus();
+}
+
+DecoderModel::LogitScratch DecoderModel::TakeLogitScratch(Workspace& ws, int64_t S) const {
+  LogitScratch l;
+  l.last = ws.Activation({S, cfg_.hidden_size});  // [S, hidden]
+  if (sharded_) {
+    l.local = ws.Activation({S, lm_head_.rows});     // [S, vocab / ranks]
+    l.gathered = ws.Activation({S * cfg_.vocab_size});  // [ranks, S, vocab / ranks]
+  }
+  return l;
 }
 
 DecoderModel::Stream DecoderModel::TakeStream(Workspace& ws, int64_t T) const {
@@ -58,7 +73,7 @@ uint64_t DecoderModel::WorkspaceBytes(int64_t max_tokens, int64_t max_logit_rows
     TakeFfnScratch(ws, cfg_, l.ffn, max_tokens);
   }
   ws.Reset(base);
-  ws.Activation({max_logit_rows, cfg_.hidden_size});
+  TakeLogitScratch(ws, max_logit_rows);
   return ws.high_water();
 }
 
@@ -72,7 +87,12 @@ absl::Status DecoderModel::Forward(const ForwardBatch& b, const KvCacheView& cac
   const Stream s = TakeStream(ws, T);
   if (pass_state_) pass_state_->Begin(ctx);
   const uint64_t base = ws.mark();  // each block's scratch starts here
-  be_.Embedding(embed_, b.token_ids, s.x);
+  if (sharded_) {
+    be_.EmbeddingShard(embed_, vocab_begin_, b.token_ids, s.x);  // this rank's ids; zeros for the others
+    be_.AllReduceSum(s.x);
+  } else {
+    be_.Embedding(embed_, b.token_ids, s.x);
+  }
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const DecoderLayer& l = layers_[i];
     // h = x + Attn(RMSNorm(x))
@@ -91,10 +111,15 @@ absl::Status DecoderModel::Forward(const ForwardBatch& b, const KvCacheView& cac
   const int64_t S = b.num_logit_rows;
   if (S == 0) return absl::OkStatus();
   ws.Reset(base);
-  const Tensor last = ws.Activation({S, c.hidden_size});  // [S, hidden]
-  be_.GatherRows(s.x, b.logit_rows, last);
-  be_.RmsNorm(last, final_norm_, eps, last);
-  be_.MatMul(last, lm_head_, logits.Rows(0, S));
+  const LogitScratch l = TakeLogitScratch(ws, S);
+  be_.GatherRows(s.x, b.logit_rows, l.last);
+  be_.RmsNorm(l.last, final_norm_, eps, l.last);
+  if (sharded_) {
+    be_.MatMul(l.last, lm_head_, l.local);  // [S, vocab / ranks]: this rank's vocabulary rows
+    be_.AllGatherColumns(l.local, l.gathered, logits.Rows(0, S));
+  } else {
+    be_.MatMul(l.last, lm_head_, logits.Rows(0, S));
+  }
   return absl::OkStatus();
 }
 

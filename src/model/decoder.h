@@ -74,11 +74,21 @@ class DecoderModel final : public Model {
     Tensor x, h, y;
   };
   Stream TakeStream(Workspace& ws, int64_t tokens) const;
+  // The logit rows' buffers: normed hidden states, and under tensor parallelism this rank's
+  // logits and the gathered ones before they are laid side by side.
+  struct LogitScratch {
+    Tensor last, local, gathered;
+  };
+  LogitScratch TakeLogitScratch(Workspace& ws, int64_t rows) const;
 
   ModelConfig cfg_;
   KvShape kv_shape_;
   Backend& be_;
+  // Under tensor parallelism embed_ and lm_head_ hold this rank's rows of the vocabulary,
+  // [vocab_begin_, vocab_begin_ + vocab_size / ranks).
   Weight embed_, final_norm_, lm_head_;
+  int64_t vocab_begin_ = 0;
+  bool sharded_ = false;
   std::vector<DecoderLayer> layers_;
   std::unique_ptr<PassState> pass_state_;
   uint64_t num_parameters_ = 0;

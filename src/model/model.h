@@ -14,10 +14,26 @@
 
 namespace llmrt {
 
-// What the loader needs of the phase policy: the routed experts' storage per phase.
+// Which rank of a tensor-parallel group a model replica is, and how its MoE layers split
+// (docs/parallelism.md): attention by head, dense and shared-expert MLPs by intermediate column,
+// embedding and lm_head by vocabulary row; routed experts by intermediate column (tensor-parallel
+// experts) or whole experts by rank (expert parallelism).
+struct ShardPlan {
+  int rank = 0;
+  int size = 1;
+  bool expert_parallel = false;
+  bool sharded() const { return size > 1; }
+  // Rank's share [Begin(n), Begin(n) + Part(n)) of n items split evenly (n divisible by size).
+  int64_t Part(int64_t n) const { return n / size; }
+  int64_t Begin(int64_t n) const { return n / size * rank; }
+};
+
+// What the loader needs of the phase policy (the routed experts' storage per phase) and of the
+// parallel plan.
 struct LoadOptions {
   ExpertStorage prefill_experts = ExpertStorage::kAsStored;
   ExpertStorage decode_experts = ExpertStorage::kAsStored;
+  ShardPlan shard;
 };
 
 // One step's input, all in backend memory (views of the step's metadata upload).
@@ -53,8 +69,15 @@ class Model {
                                const Tensor& logits) = 0;
 };
 
-// What a model of config `c` caches per token per layer (no weights are read).
-KvShape ModelKvShape(const ModelConfig& c);
+// What a model of config `c` caches per token per layer on each rank of a tensor-parallel group
+// of `tp` (no weights are read): MLA's latent is replicated on every rank, GQA's KV heads are
+// split (at least one per rank, replicated when tp exceeds them).
+KvShape ModelKvShape(const ModelConfig& c, int tp = 1);
+
+// Whether config `c` splits over `plan`: heads, KV heads, experts, MLP widths and the vocabulary
+// divisible by the degree. InvalidArgument naming the dimension, its size and the degree.
+// (Quantized blocks and groups are checked per tensor as it loads.)
+absl::Status CheckShardable(const ModelConfig& c, const ShardPlan& plan);
 
 // Builds the model of the checkpoint's architecture, loading and validating every weight.
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Checkpoint& ck, Backend& backend,

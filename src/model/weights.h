@@ -18,6 +18,16 @@
 
 namespace llmrt {
 
+// The part of a checkpoint matrix one rank loads (tensor parallelism): rows [row0, row0 + rows)
+// and columns [col0, col0 + cols); a negative count means all of them. Row ranges of
+// row-major stored matrices are views of the mapped checkpoint; column ranges are copies of
+// only the rank's slice.
+struct MatrixSlice {
+  int64_t row0 = 0, rows = -1, col0 = 0, cols = -1;
+  static MatrixSlice Rows(int64_t begin, int64_t n) { return {begin, n, 0, -1}; }
+  static MatrixSlice Cols(int64_t begin, int64_t n) { return {0, -1, begin, n}; }
+};
+
 class WeightLoader {
  public:
   WeightLoader(const Checkpoint& ck, Backend& backend, const LoadOptions& options = {});
@@ -27,18 +37,21 @@ class WeightLoader {
   Backend& backend() { return backend_; }
 
   // A matrix [rows, cols] in the format the checkpoint stores it. `name` is "<stem>weight".
-  absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // With `part`, only that slice of it (checked and counted as the whole matrix).
+  absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols, const MatrixSlice& part = {});
   // The same matrix as BF16 or F32, quantized storage dequantized to F32 at load: for weights
   // an op reads as plain rows (embeddings, MLA's absorbed kv_b_proj).
-  absl::StatusOr<Weight> Dense(const std::string& name, int64_t rows, int64_t cols);
+  absl::StatusOr<Weight> Dense(const std::string& name, int64_t rows, int64_t cols, const MatrixSlice& part = {});
   // The same matrix in `format` with `params`, quantized at load from whatever the checkpoint
   // stores (a checkpoint matrix already in that format and layout is used as it is).
   absl::StatusOr<Weight> Quantized(const std::string& name, int64_t rows, int64_t cols, WeightFormatId format,
-                                   const WeightParams& params);
+                                   const WeightParams& params, const MatrixSlice& part = {});
   // The matrix in the storage `s` asks for.
-  absl::StatusOr<Weight> Stored(const std::string& name, int64_t rows, int64_t cols, ExpertStorage s);
-  // A vector [n] (norm weights, biases), BF16 or F32.
-  absl::StatusOr<Weight> Vector(const std::string& name, int64_t n);
+  absl::StatusOr<Weight> Stored(const std::string& name, int64_t rows, int64_t cols, ExpertStorage s,
+                                const MatrixSlice& part = {});
+  // A vector [n] (norm weights, biases), BF16 or F32; with count >= 0, elements
+  // [begin, begin + count) of it.
+  absl::StatusOr<Weight> Vector(const std::string& name, int64_t n, int64_t begin = 0, int64_t count = -1);
 
   uint64_t num_parameters() const { return num_parameters_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
@@ -50,8 +63,11 @@ class WeightLoader {
   // The stored matrix `name` as the first format that recognizes it; counts its tensors.
   absl::StatusOr<StoredMatrix> Find(const std::string& name, int64_t rows, int64_t cols);
   absl::StatusOr<Weight> Prepare(const StoredMatrix& m);
-  // The stored matrix in float32 rows.
-  static std::vector<float> HostRows(const StoredMatrix& m);
+  // The stored matrix's `part` in float32 rows.
+  static std::vector<float> HostRows(const StoredMatrix& m, const MatrixSlice& part = {});
+  // m's `part` in m's format (m itself when the part is the whole matrix). InvalidArgument naming
+  // the tensor, the sizes and the rank when the format's blocks or groups straddle the part.
+  absl::StatusOr<StoredMatrix> Cut(const std::string& name, const StoredMatrix& m, const MatrixSlice& part);
 
   const Checkpoint& ck_;
   Backend& backend_;

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +58,23 @@ HostArray NewHostArray(DType dtype, std::vector<int64_t> shape) {
   a.shape = std::move(shape);
   a.keepalive = std::move(buf);
   return a;
+}
+
+HostArray SliceHostArray(const HostArray& a, int64_t row_bytes, int64_t r0, int64_t nr, int64_t b0, int64_t nb,
+                         std::vector<int64_t> shape) {
+  if (b0 == 0 && nb == row_bytes) {
+    HostArray v = a;
+    v.data = a.data + r0 * row_bytes;
+    v.bytes = static_cast<size_t>(nr * row_bytes);
+    v.shape = std::move(shape);
+    return v;
+  }
+  HostArray c = NewHostArray(DType::kU8, {nr * nb});
+  uint8_t* dst = const_cast<uint8_t*>(c.data);
+  for (int64_t r = 0; r < nr; ++r) std::memcpy(dst + r * nb, a.data + (r0 + r) * row_bytes + b0, static_cast<size_t>(nb));
+  c.dtype = a.dtype;
+  c.shape = std::move(shape);
+  return c;
 }
 
 const WeightFormatTraits* FindWeightFormat(WeightFormatId id) {

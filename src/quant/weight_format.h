@@ -106,7 +106,18 @@ struct WeightFormatTraits {
   // produced at load.
   absl::StatusOr<StoredMatrix> (*quantize)(const float* w, int64_t rows, int64_t cols,
                                            const WeightParams& p) = nullptr;
+  // The sub-matrix rows [r0, r0 + nr) x columns [c0, c0 + nc) of m, for tensor parallelism: a
+  // view of m's bytes when it is a row range of whole rows, a copy of only the slice otherwise.
+  // FailedPrecondition naming the bounds and the block or group size when they do not fall on
+  // the format's block or group boundaries. nullptr: the format cannot be sharded.
+  absl::StatusOr<StoredMatrix> (*slice)(const StoredMatrix& m, int64_t r0, int64_t nr, int64_t c0,
+                                        int64_t nc) = nullptr;
 };
+
+// The rows [r0, r0 + nr) and byte columns [b0, b0 + nb) of a, a row-major array of `row_bytes`
+// bytes per row, as an array of `shape`: a view when whole rows are taken, else a copy.
+HostArray SliceHostArray(const HostArray& a, int64_t row_bytes, int64_t r0, int64_t nr, int64_t b0, int64_t nb,
+                         std::vector<int64_t> shape);
 
 // The traits of a registered format; nullptr when none has that id.
 const WeightFormatTraits* FindWeightFormat(WeightFormatId id);

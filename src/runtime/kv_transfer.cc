@@ -55,6 +55,16 @@ bool Product(uint64_t a, uint64_t b, uint64_t c, size_t* out) {
 
 }  // namespace
 
+absl::Status Runtime::CheckKvTransferable() const {
+  const int tp = options_.world_size > 1 ? options_.world_size : options_.tensor_parallel;
+  if (tp > 1 && (model_->config().family == ArchFamily::kGlm4Moe || options_.world_size > 1)) {
+    return UnsupportedError(absl::StrCat(
+        "KV export and import are not implemented for ", options_.world_size > 1 ? "multi-process ranks" :
+        "a GQA model whose KV heads are split over tensor_parallel ", tp, options_.world_size > 1 ? "" : " ranks"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Runtime::ExportKv(const Session* s, absl::Span<const uint8_t> key, std::vector<uint8_t>* out) const {
   if (!key.empty() && (key.size() < kMinKvKeyBytes || key.size() > kMaxKvKeyBytes)) {
     return absl::InvalidArgumentError(absl::StrCat("the KV export key has ", key.size(), " bytes; it needs ",
@@ -68,6 +78,7 @@ absl::Status Runtime::ExportKv(const Session* s, absl::Span<const uint8_t> key, 
   if (s->state_ == SessionState::kFailed || s->state_ == SessionState::kCancelled || s->recomputing_) {
     return absl::FailedPreconditionError("a failed, cancelled or preempted session has no KV to export");
   }
+  LLMRT_RETURN_IF_ERROR(CheckKvTransferable());
   const ModelConfig& c = model_->config();
   const KvCacheView& view = store_->view();
   const int64_t P = static_cast<int64_t>(s->context_.size()), L = c.num_layers;
@@ -105,6 +116,7 @@ absl::Status Runtime::ExportKv(const Session* s, absl::Span<const uint8_t> key, 
 absl::StatusOr<Session*> Runtime::ImportKv(absl::Span<const uint8_t> blob, absl::Span<const uint8_t> key,
                                            const SessionOptions& options) {
   // Parse and check everything before touching the runtime.
+  LLMRT_RETURN_IF_ERROR(CheckKvTransferable());
   LLMRT_ASSIGN_OR_RETURN(const KvBlob b, ParseKvBlob(blob, key));
   const ModelConfig& c = model_->config();
   const KvCacheView& view = store_->view();
@@ -191,25 +203,28 @@ absl::StatusOr<Session*> Runtime::ImportKv(absl::Span<const uint8_t> blob, absl:
     FinishDestroy(s);
     return st;
   };
-  for (int64_t l = 0; l < L; ++l) {
-    if (new_scales[l] > 0.0f) {
-      if (absl::Status st = store_->SetScale(l, new_scales[l]); !st.ok()) return fail(st);
+  // Every rank caches the same rows (CheckKvTransferable): each gets the import.
+  for (Replica& k : ranks_) {
+    Backend& be = *k.backend;
+    for (int64_t l = 0; l < L; ++l) {
+      if (new_scales[l] > 0.0f) {
+        if (absl::Status st = k.store->SetScale(l, new_scales[l]); !st.ok()) return fail(st);
+      }
     }
-  }
-  if (P > 0) {
-    absl::StatusOr<Tensor> slots = backend_->Allocate(DType::kI32, {P});
-    absl::StatusOr<Tensor> rows = backend_->Allocate(DType::kU8, {P, static_cast<int64_t>(row)});
+    if (P == 0) continue;
+    absl::StatusOr<Tensor> slots = be.Allocate(DType::kI32, {P});
+    absl::StatusOr<Tensor> rows = be.Allocate(DType::kU8, {P, static_cast<int64_t>(row)});
     if (!slots.ok()) return fail(slots.status());
     if (!rows.ok()) return fail(rows.status());
     const std::vector<int32_t> host_slots = Slots(s->pages_, P, options_.page_size);
-    if (absl::Status st = backend_->Upload(host_slots.data(), host_slots.size() * sizeof(int32_t), *slots); !st.ok()) {
+    if (absl::Status st = be.Upload(host_slots.data(), host_slots.size() * sizeof(int32_t), *slots); !st.ok()) {
       return fail(st);
     }
     for (int64_t l = 0; l < L; ++l) {
-      absl::Status st = backend_->Upload(b.rows.data() + static_cast<size_t>(l * P) * row, row * P, *rows);
+      absl::Status st = be.Upload(b.rows.data() + static_cast<size_t>(l * P) * row, row * P, *rows);
       if (st.ok()) {
-        backend_->KvImportRows(view, l, *slots, *rows, *src, src_layout, src_per_layer ? b.scales[l] : 1.0f);
-        st = backend_->Synchronize();
+        be.KvImportRows(k.store->view(), l, *slots, *rows, *src, src_layout, src_per_layer ? b.scales[l] : 1.0f);
+        st = be.Synchronize();
       }
       if (!st.ok()) return fail(st);
     }

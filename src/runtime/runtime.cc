@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +14,9 @@
 #include "src/util/errors.h"
 #include "src/util/log.h"
 #include "src/util/status.h"
+#if LLMRT_HAVE_MPI
+#include "src/parallel/mpi_communicator.h"
+#endif
 
 namespace llmrt {
 
@@ -26,6 +30,24 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   if (options.max_sessions < 1 || options.max_tokens_per_step < 1 || options.num_threads < 0) {
     return absl::InvalidArgumentError("max_sessions and max_tokens_per_step must be positive, num_threads >= 0");
   }
+  if (options.world_size < 1 || options.world_size > InProcessGroup::kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size ", options.world_size, " is outside [1, ",
+                                                   InProcessGroup::kMaxRanks, "]"));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is outside the world of ",
+                                                   options.world_size));
+  }
+  if (options.tensor_parallel < 1 || options.tensor_parallel > InProcessGroup::kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_parallel ", options.tensor_parallel, " is outside [1, ",
+                                                   InProcessGroup::kMaxRanks, "]"));
+  }
+  if (options.world_size > 1 && options.tensor_parallel != 1 && options.tensor_parallel != options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_parallel ", options.tensor_parallel, " with world_size ",
+                                                   options.world_size, ": a multi-process group runs one rank per ",
+                                                   "process (tensor_parallel 1 or world_size)"));
+  }
+  if (options.collective_timeout_ms < 1) return absl::InvalidArgumentError("collective_timeout_ms must be positive");
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->options_ = options;
   absl::Status st = rt->Init(model_dir);
@@ -33,9 +55,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
   // model or the policies need (a weight format or KV codec it has no kernel for) gives way to the
   // CPU, which runs everything. An explicit backend choice fails instead.
   if (!st.ok() && st.code() == absl::StatusCode::kUnimplemented && options.backend == BackendKind::kAuto &&
-      rt->backend_ != nullptr && rt->backend_->kind() != BackendKind::kCpu) {
-    Log(LogLevel::kWarning, absl::StrCat("the ", rt->backend_->name(), " backend cannot run ", model_dir, " (",
-                                         st.message(), "); using the CPU backend"));
+      rt->created_kind_ != BackendKind::kCpu) {
+    Log(LogLevel::kWarning, absl::StrCat("the ", BackendKindName(rt->created_kind_), " backend cannot run ", model_dir,
+                                         " (", st.message(), "); using the CPU backend"));
     rt.reset(new Runtime());
     rt->options_ = options;
     rt->options_.backend = BackendKind::kCpu;
@@ -47,20 +69,120 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
 
 absl::Status Runtime::Init(const std::string& model_dir) {
   const RuntimeOptions& o = options_;
-  BackendOptions bo;
-  bo.num_threads = o.num_threads;
-  LLMRT_ASSIGN_OR_RETURN(backend_, CreateBackend(o.backend, bo));
   LLMRT_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(model_dir));
   checkpoint_ = std::make_unique<Checkpoint>(std::move(ck));
+  // The ranks: in-process ones share this process's threads; a multi-process rank is one of them.
+  const bool multi_process = o.world_size > 1;
+  const int local = multi_process ? 1 : o.tensor_parallel;
+  const std::chrono::milliseconds timeout(o.collective_timeout_ms);
+  if (multi_process) {
+#if LLMRT_HAVE_MPI
+    LLMRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi, MpiCommunicator::Create(o.world_size, timeout));
+    if (mpi->rank() != o.rank) {
+      return absl::InvalidArgumentError(absl::StrCat("rank is ", o.rank, " but this process is MPI rank ", mpi->rank(),
+                                                     " of ", mpi->size()));
+    }
+    process_comm_ = std::move(mpi);
+#else
+    return UnsupportedError(absl::StrCat("world_size ", o.world_size, " needs the MPI communicator, which this build ",
+                                         "of llmrt does not have (configure with LLMRT_MPI and libopenmpi-dev)"));
+#endif
+  } else if (local > 1) {
+    LLMRT_ASSIGN_OR_RETURN(group_, InProcessGroup::Create(local, timeout));
+  }
+  // num_threads is the process's budget: each in-process rank gets its share.
+  int threads = o.num_threads;
+  if (local > 1) {
+    const int total = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, total / local);
+  }
+  ranks_.resize(static_cast<size_t>(local));
+  for (int r = 0; r < local; ++r) {
+    ShardPlan plan;
+    plan.rank = multi_process ? o.rank : r;
+    plan.size = multi_process ? o.world_size : local;
+    plan.expert_parallel = o.expert_parallel;
+    LLMRT_RETURN_IF_ERROR(InitRank(r, plan, threads));
+  }
+  rank_threads_ = std::make_unique<RankThreads>(local);
+  backend_ = ranks_[0].backend.get();
+  model_ = ranks_[0].model.get();
+  store_ = ranks_[0].store.get();
+  workspace_ = ranks_[0].workspace.get();
+  const ModelConfig& c = model_->config();
+
+  switch (store_->codec().scale_kind()) {
+    case KvScaleKind::kNone: kv_scale_source_ = KvScaleSource::kNone; break;
+    case KvScaleKind::kPerTile: kv_scale_source_ = KvScaleSource::kPerTile; break;
+    case KvScaleKind::kPerLayer: {
+      LLMRT_ASSIGN_OR_RETURN(std::vector<float> scales, CheckpointKvScales(*checkpoint_));
+      kv_scale_source_ = scales.empty() ? KvScaleSource::kCalibrated : KvScaleSource::kCheckpoint;
+      for (Replica& k : ranks_) {
+        for (size_t l = 0; l < scales.size(); ++l) LLMRT_RETURN_IF_ERROR(k.store->SetScale(static_cast<int64_t>(l), scales[l]));
+      }
+      break;
+    }
+  }
+
+  // The step's metadata, built once on the host and uploaded to every rank.
+  const int64_t T = o.max_tokens_per_step;
+  const int64_t step_rows = std::min<int64_t>(o.max_sessions, T);
+  StepBatch::Limits limits;
+  limits.max_tokens = T;
+  limits.max_seqs = step_rows + 1;  // and the padding sequence
+  limits.max_page_entries =
+      step_rows * StepBatch::MaxPagesPerSeq(c.max_position_embeddings, o.page_size, store_->num_pages()) + 1;
+  limits.max_logit_rows = T;
+  LLMRT_ASSIGN_OR_RETURN(batch_, StepBatch::Create(*backend_, limits));
+  for (size_t r = 1; r < ranks_.size(); ++r) {
+    LLMRT_ASSIGN_OR_RETURN(ranks_[r].batch, batch_.AllocateFor(*ranks_[r].backend));
+  }
+  for (Replica& k : ranks_) {
+    absl::StatusOr<Tensor> logits = k.backend->Allocate(DType::kF32, {step_rows, c.vocab_size});
+    if (!logits.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat("the logits buffer (", step_rows, " x ", c.vocab_size,
+                                                       " floats) does not fit: ", logits.status().message()));
+    }
+    k.logits = *logits;
+  }
+  host_logits_.reserve(static_cast<size_t>(step_rows * c.vocab_size));
+
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<KvTracker> tracker = o.tracker ? o.tracker : std::shared_ptr<KvTracker>(MakeNoopTracker());
+  kv_ = std::make_unique<KvManager>(std::make_unique<PagePool>(static_cast<int32_t>(store_->num_pages())),
+                                    o.page_size, std::move(tracker), o.prefix_sharing);
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::InitRank(int index, const ShardPlan& plan, int threads) {
+  const RuntimeOptions& o = options_;
+  Replica& k = ranks_[index];
+  BackendOptions bo;
+  bo.num_threads = threads;
+  LLMRT_ASSIGN_OR_RETURN(k.backend, CreateBackend(o.backend, bo));
+  created_kind_ = k.backend->kind();
+  if (created_kind_ != BackendKind::kCpu && plan.size > 1) {
+    // The device backends' collectives (NCCL on the backend's stream) are not wired to the
+    // runtime yet: ranks run on CPU backends only.
+    return UnsupportedError(absl::StrCat("tensor or expert parallelism over ", plan.size, " ranks on the ",
+                                         k.backend->name(), " backend"));
+  }
+  if (group_) {
+    LLMRT_ASSIGN_OR_RETURN(k.comm, group_->Join(index));
+    k.backend->set_communicator(k.comm.get());
+  } else if (process_comm_) {
+    k.backend->set_communicator(process_comm_.get());
+  }
   LoadOptions lo;
   lo.prefill_experts = o.policy.prefill_experts;
   lo.decode_experts = o.policy.decode_experts;
-  LLMRT_ASSIGN_OR_RETURN(model_, LoadModel(*checkpoint_, *backend_, lo));
-  const ModelConfig& c = model_->config();
+  lo.shard = plan;
+  LLMRT_ASSIGN_OR_RETURN(k.model, LoadModel(*checkpoint_, *k.backend, lo));
 
-  // The KV store: as many whole pages as the budget holds.
+  // The KV store: as many whole pages as the budget holds (per rank: GQA ranks store their KV
+  // heads only, so the same budget holds more tokens at a higher degree).
   const KvCodec& codec = *FindKvCodec(o.policy.kv_codec);
-  const KvSizing sizing = SizeKvCache(codec, model_->kv_shape(), o.kv_budget_bytes, o.page_size);
+  const KvSizing sizing = SizeKvCache(codec, k.model->kv_shape(), o.kv_budget_bytes, o.page_size);
   if (sizing.pages == 0) {
     return absl::InvalidArgumentError(absl::StrCat("kv_budget_bytes ", o.kv_budget_bytes, " holds no page (one page is ",
                                                    sizing.page_bytes, " bytes)"));
@@ -72,45 +194,15 @@ absl::Status Runtime::Init(const std::string& model_dir) {
   }
   KvStoreOptions so;
   so.codec = &codec;
-  so.shape = model_->kv_shape();
+  so.shape = k.model->kv_shape();
   so.page_size = o.page_size;
   so.num_pages = static_cast<int64_t>(sizing.pages);
   so.fresh_rows = codec.lossy() && o.policy.attend_own_rows_bf16 ? o.max_tokens_per_step : 0;
-  LLMRT_ASSIGN_OR_RETURN(store_, KvStore::Create(*backend_, so));
-  switch (codec.scale_kind()) {
-    case KvScaleKind::kNone: kv_scale_source_ = KvScaleSource::kNone; break;
-    case KvScaleKind::kPerTile: kv_scale_source_ = KvScaleSource::kPerTile; break;
-    case KvScaleKind::kPerLayer: {
-      LLMRT_ASSIGN_OR_RETURN(std::vector<float> scales, CheckpointKvScales(*checkpoint_));
-      kv_scale_source_ = scales.empty() ? KvScaleSource::kCalibrated : KvScaleSource::kCheckpoint;
-      for (size_t l = 0; l < scales.size(); ++l) LLMRT_RETURN_IF_ERROR(store_->SetScale(static_cast<int64_t>(l), scales[l]));
-      break;
-    }
-  }
+  LLMRT_ASSIGN_OR_RETURN(k.store, KvStore::Create(*k.backend, so));
 
   // The buffers of a forward pass, sized once for the largest pass.
   const int64_t T = o.max_tokens_per_step;
-  const int64_t step_rows = std::min<int64_t>(o.max_sessions, T);
-  LLMRT_ASSIGN_OR_RETURN(workspace_, Workspace::Create(*backend_, model_->WorkspaceBytes(T, T)));
-  StepBatch::Limits limits;
-  limits.max_tokens = T;
-  limits.max_seqs = step_rows + 1;  // and the padding sequence
-  limits.max_page_entries =
-      step_rows * StepBatch::MaxPagesPerSeq(c.max_position_embeddings, o.page_size, so.num_pages) + 1;
-  limits.max_logit_rows = T;
-  LLMRT_ASSIGN_OR_RETURN(batch_, StepBatch::Create(*backend_, limits));
-  absl::StatusOr<Tensor> logits = backend_->Allocate(DType::kF32, {step_rows, c.vocab_size});
-  if (!logits.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat("the logits buffer (", step_rows, " x ", c.vocab_size,
-                                                     " floats) does not fit: ", logits.status().message()));
-  }
-  logits_ = *logits;
-  host_logits_.reserve(static_cast<size_t>(step_rows * c.vocab_size));
-
-  std::lock_guard<std::mutex> lock(mu_);
-  std::shared_ptr<KvTracker> tracker = o.tracker ? o.tracker : std::shared_ptr<KvTracker>(MakeNoopTracker());
-  kv_ = std::make_unique<KvManager>(std::make_unique<PagePool>(static_cast<int32_t>(so.num_pages)), o.page_size,
-                                    std::move(tracker), o.prefix_sharing);
+  LLMRT_ASSIGN_OR_RETURN(k.workspace, Workspace::Create(*k.backend, k.model->WorkspaceBytes(T, T)));
   return absl::OkStatus();
 }
 
@@ -159,6 +251,13 @@ RuntimeInfo Runtime::Info() const {
   i.kv_scale_source = kv_scale_source_;
   i.workspace_bytes = workspace_->capacity();
   i.padded_tokens = padded_tokens_;
+  i.tensor_parallel = options_.world_size > 1 ? options_.world_size : options_.tensor_parallel;
+  i.expert_parallel = options_.expert_parallel;
+  i.rank = options_.rank;
+  for (uint64_t b : model_->resident_bytes()) i.rank_weight_bytes += b;
+  i.rank_kv_bytes_per_token = store_->bytes_per_token();
+  i.rank_kv_capacity_tokens = i.kv_capacity_tokens;
+  i.collective_ns = backend_->collective_ns();
   return i;
 }
 
@@ -283,6 +382,15 @@ Runtime::SessionSnapshot Runtime::Snapshot(const Session* s) const {
 std::vector<int32_t> Runtime::FailedPages(const Session* s) const {
   std::lock_guard<std::mutex> lock(mu_);
   return s->failed_pages_;
+}
+
+absl::Status Runtime::InjectRankFault(int rank) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no in-process rank ", rank, " (this runtime has ", ranks_.size(), ")"));
+  }
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  fail_rank_ = rank;
+  return absl::OkStatus();
 }
 
 absl::Status Runtime::InjectKvFault(KvFault fault, const std::vector<int64_t>& args) {

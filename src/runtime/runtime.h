@@ -24,6 +24,8 @@
 #include "src/model/checkpoint.h"
 #include "src/model/model.h"
 #include "src/model/workspace.h"
+#include "src/parallel/in_process.h"
+#include "src/parallel/rank_threads.h"
 #include "src/quant/phase_policy.h"
 #include "src/runtime/session.h"
 #include "src/runtime/step_batch.h"
@@ -47,6 +49,18 @@ struct RuntimeOptions {
   // Pads every decode pass to a power of two tokens (what a device backend does to replay one
   // captured graph per bucket); a backend may ask for its own buckets. For tests of padding.
   bool pad_decode_to_power_of_two = false;
+  // Tensor parallelism over in-process ranks (one thread, backend, model replica, KV store and
+  // workspace each; num_threads is shared among them), and whether routed experts split by
+  // expert (expert parallelism) rather than by intermediate column.
+  int tensor_parallel = 1;
+  bool expert_parallel = false;
+  // Multi-process ranks (world_size > 1): this process runs rank `rank` of world_size, whose
+  // collectives go through MPI (a build with LLMRT_MPI). Every process must make the same calls
+  // in the same order (create the same sessions, feed them the same tokens, step together).
+  int world_size = 1;
+  int rank = 0;
+  // How long a rank waits for the others in a collective before the step fails.
+  int64_t collective_timeout_ms = 60000;
 };
 
 // Where an FP8 KV cache's per-layer scales come from.
@@ -91,6 +105,13 @@ struct RuntimeInfo {
   KvScaleSource kv_scale_source = KvScaleSource::kNone;
   uint64_t workspace_bytes = 0;
   uint64_t padded_tokens = 0;  // rows added to decode passes to fill a bucket
+  int32_t tensor_parallel = 1;  // ranks the model is split over (in-process or multi-process)
+  bool expert_parallel = false;
+  int32_t rank = 0;             // this process's first rank
+  uint64_t rank_weight_bytes = 0;    // resident weight bytes of one rank (rank 0)
+  uint64_t rank_kv_bytes_per_token = 0;  // KV bytes one rank stores per token (all layers)
+  uint64_t rank_kv_capacity_tokens = 0;  // tokens each rank's KV store holds
+  uint64_t collective_ns = 0;  // rank 0's time inside collectives (data movement and waiting)
 };
 
 // Faults for testing integrity checking (llm_test_control). Each returns InvalidArgument when
@@ -153,6 +174,9 @@ class Runtime {
   // Testing hook: injects a KV fault. args: kFreeMappedPage {session id, entry},
   // kCorruptEntry {session id, entry, new page}, kSwapPages {id a, entry a, id b, entry b}.
   absl::Status InjectKvFault(KvFault fault, const std::vector<int64_t>& args);
+  // Testing hook: the next forward pass fails on in-process rank `rank` (recorded in its backend
+  // before its first op), so every rank of the pass fails it.
+  absl::Status InjectRankFault(int rank);
 
   // For tests of the step contract: the backend's allocation count and the workspace.
   const Backend& backend() const { return *backend_; }
@@ -160,16 +184,33 @@ class Runtime {
 
  private:
   struct Work;
+  // One rank's model replica: backend, communicator, weights, KV pages, workspace, step buffers.
+  struct Replica {
+    std::unique_ptr<Communicator> comm;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<KvStore> store;
+    std::unique_ptr<Workspace> workspace;
+    Tensor batch;         // the step metadata buffer (rank 0: batch_'s own)
+    Tensor logits;        // F32 [max step logit rows, vocab]
+    Tensor score_logits;  // F32 [max_tokens_per_step, vocab], made by the first Score that needs it
+  };
   Runtime() = default;
+  absl::Status InitRank(int index, const ShardPlan& plan, int threads);
+  // KV rows move between runtimes only where rank 0 caches all of them and every local rank the
+  // same ones: one rank, or MLA's replicated latent over in-process ranks.
+  absl::Status CheckKvTransferable() const;
   absl::Status Init(const std::string& model_dir);
   // Plans the step under the lock: reports cancellations and failures into *results and
   // returns the sessions that run, with the batch built.
   std::vector<Work> Plan(std::vector<StepResult>* results) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Commit(const std::vector<Work>& work, const absl::Status& forward, std::vector<StepResult>* results)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Uploads the batch's metadata, runs the model, waits, and copies the logit rows to
-  // host_logits_ [rows, vocab]. REQUIRES: step_mu_ held.
-  absl::Status Forward(StepBatch& batch, const Tensor& logits);
+  // Uploads the batch's metadata to every rank, runs the model on each, waits, and copies rank
+  // 0's logit rows to host_logits_ [rows, vocab]. Logits go to each rank's score_logits with
+  // `score`, else to its logits. A failure on any rank fails the pass (the status of the rank
+  // where it began). REQUIRES: step_mu_ held.
+  absl::Status Forward(StepBatch& batch, bool score = false);
   void ReleasePages(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Preempt(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Abort(Session* s, std::vector<int32_t> failed_entries, std::vector<StepResult>* results)
@@ -183,16 +224,26 @@ class Runtime {
   mutable std::mutex step_mu_;  // one forward pass or KV transfer at a time (steps, scoring); taken before mu_
   mutable std::mutex mu_;
   RuntimeOptions options_;
-  std::unique_ptr<Backend> backend_;
   std::unique_ptr<Checkpoint> checkpoint_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<KvStore> store_;
+  // The ranks this process runs (one per in-process rank; one in a multi-process group), their
+  // group and threads. backend_, model_, store_ and workspace_ are rank 0's: the host reads
+  // logits, KV rows and scales there (MLA caches the same rows on every rank).
+  std::vector<Replica> ranks_;
+  std::shared_ptr<InProcessGroup> group_;
+  std::unique_ptr<Communicator> process_comm_;  // multi-process: this process's rank, shared by its replica
+  std::unique_ptr<RankThreads> rank_threads_;
+  int fail_rank_ = -1;  // InjectRankFault (under step_mu_ when read)
+  std::mutex fault_mu_;
+  Backend* backend_ = nullptr;
+  // The kind the backend option resolved to (AUTO: a device when present), known as soon as the
+  // first rank's backend exists, so that a failed creation can tell who refused.
+  BackendKind created_kind_ = BackendKind::kCpu;
+  Model* model_ = nullptr;
+  KvStore* store_ = nullptr;
   std::unique_ptr<KvManager> kv_ ABSL_GUARDED_BY(mu_);
   // The buffers of a forward pass, allocated once (used under step_mu_).
-  std::unique_ptr<Workspace> workspace_;
+  Workspace* workspace_ = nullptr;
   StepBatch batch_;
-  Tensor logits_;          // F32 [max step logit rows, vocab]
-  Tensor score_logits_;    // F32 [max_tokens_per_step, vocab], made by the first Score that needs it
   std::vector<float> host_logits_;
   uint64_t integrity_violations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;

@@ -24,12 +24,11 @@ absl::Status Runtime::Score(absl::Span<const int32_t> tokens, float* logprobs, i
   const int64_t chunk = options_.max_tokens_per_step;
   // Every row of a chunk needs logits: more rows than a step's buffer when max_sessions is
   // smaller than max_tokens_per_step. That buffer is made by the first such call and kept.
-  Tensor logits = logits_;
-  if (std::min(chunk, n) > logits_.dim(0)) {
-    if (!score_logits_.defined() || score_logits_.numel() == 0) {
-      LLMRT_ASSIGN_OR_RETURN(score_logits_, backend_->Allocate(DType::kF32, {chunk, c.vocab_size}));
+  const bool own_buffer = std::min(chunk, n) > ranks_[0].logits.dim(0);
+  for (Replica& k : ranks_) {
+    if (own_buffer && k.score_logits.numel() == 0) {
+      LLMRT_ASSIGN_OR_RETURN(k.score_logits, k.backend->Allocate(DType::kF32, {chunk, c.vocab_size}));
     }
-    logits = score_logits_;
   }
   PageTable table;
   {
@@ -44,7 +43,7 @@ absl::Status Runtime::Score(absl::Span<const int32_t> tokens, float* logprobs, i
     batch_.Clear();
     batch_.set_decode_phase(false);
     batch_.Add(table, options_.page_size, start, tokens.data() + start, m, false, /*all_logits=*/true);
-    status = Forward(batch_, logits);
+    status = Forward(batch_, /*score=*/own_buffer);
     if (!status.ok()) break;
     for (int64_t r = 0; r < m && start + r + 1 < n; ++r) {
       const float* row = host_logits_.data() + r * c.vocab_size;

@@ -216,29 +216,61 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
   return work;
 }
 
-absl::Status Runtime::Forward(StepBatch& batch, const Tensor& logits) {
+absl::Status Runtime::Forward(StepBatch& batch, bool score) {
   const int64_t vocab = model_->config().vocab_size;
-  absl::Status forward;
-  int64_t rows = 0;
-  try {
-    absl::StatusOr<ForwardBatch> fb = batch.Upload(*backend_);
-    if (fb.ok()) {
-      rows = fb->num_logit_rows;
-      forward = model_->Forward(*fb, store_->view(), *workspace_, logits);
-    } else {
-      forward = fb.status();
-    }
-  } catch (const std::bad_alloc&) {
-    forward = absl::ResourceExhaustedError("forward pass: out of host memory");
-  } catch (const std::exception& e) {
-    forward = absl::InternalError(absl::StrCat("forward pass: ", e.what()));
+  const int64_t rows = batch.num_logit_rows();
+  int fail_rank = -1;
+  {
+    std::lock_guard<std::mutex> lock(fault_mu_);
+    std::swap(fail_rank, fail_rank_);
   }
-  // Every op's failure surfaces here (the backend records it and skips later ops).
-  const absl::Status sync = backend_->Synchronize();
-  LLMRT_RETURN_IF_ERROR(forward);
-  LLMRT_RETURN_IF_ERROR(sync);
+  batch.Pack();
+  // Every rank runs the same pass over its replica; the collectives inside keep them in step.
+  const std::vector<absl::Status> status = rank_threads_->Run([&](int r) -> absl::Status {
+    Replica& k = ranks_[r];
+    absl::Status forward;
+    try {
+      absl::StatusOr<ForwardBatch> fb = batch.UploadTo(*k.backend, r == 0 ? batch.device() : k.batch);
+      if (fb.ok()) {
+        if (r == fail_rank) k.backend->RecordFailure(absl::InternalError(absl::StrCat("fault injected on rank ", r)));
+        forward = k.model->Forward(*fb, k.store->view(), *k.workspace, score ? k.score_logits : k.logits);
+      } else {
+        forward = fb.status();
+      }
+    } catch (const std::bad_alloc&) {
+      forward = absl::ResourceExhaustedError("forward pass: out of host memory");
+    } catch (const std::exception& e) {
+      forward = absl::InternalError(absl::StrCat("forward pass: ", e.what()));
+    }
+    // Every op's failure surfaces here (the backend records it and skips later ops).
+    const absl::Status sync = k.backend->Synchronize();
+    return forward.ok() ? sync : forward;
+  });
+  // The pass failed where it failed first: a rank whose status is not a peer's failure.
+  absl::Status failed;
+  for (size_t r = 0; r < status.size() && failed.ok(); ++r) {
+    if (!status[r].ok() && !IsPeerFailure(status[r])) failed = status[r];
+  }
+  for (size_t r = 0; r < status.size() && failed.ok(); ++r) failed = status[r];
+  if (!failed.ok() && status.size() > 1) {
+    for (size_t r = 0; r < status.size(); ++r) {
+      if (status[r].ok() || IsPeerFailure(status[r]) != IsPeerFailure(failed) || status[r] != failed) continue;
+      failed = absl::Status(failed.code(), absl::StrCat("rank ", r, " of ", status.size(), ": ", failed.message()));
+      break;
+    }
+  }
+  if (process_comm_) {
+    // Multi-process: every process must commit or drop this pass alike.
+    float flag = failed.ok() ? 0.0f : 1.0f;
+    LLMRT_RETURN_IF_ERROR(process_comm_->AllReduceSum(&flag, 1, DType::kF32));
+    if (failed.ok() && flag > 0.0f) {
+      failed = absl::InternalError(absl::StrCat("the pass failed on ", static_cast<int>(flag), " other rank(s)"));
+    }
+  }
+  LLMRT_RETURN_IF_ERROR(failed);
   host_logits_.resize(static_cast<size_t>(rows * vocab));
   if (rows > 0) {
+    const Tensor& logits = score ? ranks_[0].score_logits : ranks_[0].logits;
     LLMRT_RETURN_IF_ERROR(backend_->Download(logits.Rows(0, rows), host_logits_.data(), host_logits_.size() * sizeof(float)));
   }
   return absl::OkStatus();
@@ -316,7 +348,7 @@ absl::Status Runtime::Step(std::vector<StepResult>* results, size_t max_results,
     if (work.empty()) return absl::OkStatus();
   }
   // Forward without the lock: other threads may create, feed, cancel and destroy sessions.
-  const absl::Status forward = Forward(batch_, logits_);
+  const absl::Status forward = Forward(batch_);
   std::lock_guard<std::mutex> lock(mu_);
   Commit(work, forward, results);
   return absl::OkStatus();

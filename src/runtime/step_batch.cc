@@ -76,6 +76,20 @@ void StepBatch::PadTo(int64_t rows, int32_t spare_page, int64_t page_size) {
 }
 
 absl::StatusOr<ForwardBatch> StepBatch::Upload(Backend& backend) {
+  Pack();
+  return UploadTo(backend, device_);
+}
+
+absl::StatusOr<Tensor> StepBatch::AllocateFor(Backend& backend) const {
+  absl::StatusOr<Tensor> t = backend.Allocate(DType::kI32, {device_.numel()});
+  if (!t.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("the step metadata buffer (", device_.numel(),
+                                                     " words) does not fit: ", t.status().message()));
+  }
+  return t;
+}
+
+void StepBatch::Pack() {
   const int64_t T = num_tokens(), S = static_cast<int64_t>(first_.size()), R = num_logit_rows();
   const int64_t P = static_cast<int64_t>(pids_.size());
   LLMRT_CHECK(T >= 1 && T <= limits_.max_tokens && S <= limits_.max_seqs && R <= limits_.max_logit_rows &&
@@ -88,23 +102,35 @@ absl::StatusOr<ForwardBatch> StepBatch::Upload(Backend& backend) {
     at += static_cast<int64_t>(v.size());
     return start;
   };
-  const int64_t o_ids = put(ids_), o_pos = put(pos_), o_tseq = put(tseq_), o_tctx = put(tctx_), o_slots = put(slots_);
-  const int64_t o_pstart = put(pstart_), o_first = put(first_), o_lrows = put(lrows_), o_pids = put(pids_);
-  LLMRT_RETURN_IF_ERROR(backend.Upload(staging_.data(), staging_.size() * sizeof(int32_t), device_));
-  auto view = [&](int64_t offset, int64_t n) { return device_.Rows(offset, offset + n); };
+  o_ids_ = put(ids_);
+  o_pos_ = put(pos_);
+  o_tseq_ = put(tseq_);
+  o_tctx_ = put(tctx_);
+  o_slots_ = put(slots_);
+  o_pstart_ = put(pstart_);
+  o_first_ = put(first_);
+  o_lrows_ = put(lrows_);
+  o_pids_ = put(pids_);
+}
+
+absl::StatusOr<ForwardBatch> StepBatch::UploadTo(Backend& backend, const Tensor& device) const {
+  const int64_t T = num_tokens(), S = static_cast<int64_t>(first_.size()), R = num_logit_rows();
+  const int64_t P = static_cast<int64_t>(pids_.size());
+  LLMRT_RETURN_IF_ERROR(backend.Upload(staging_.data(), staging_.size() * sizeof(int32_t), device));
+  auto view = [&](int64_t offset, int64_t n) { return device.Rows(offset, offset + n); };
   ForwardBatch fb;
   fb.num_tokens = T;
   fb.num_logit_rows = R;
   fb.decode_phase = decode_phase_;
-  fb.token_ids = view(o_ids, T);
-  fb.positions = view(o_pos, T);
-  fb.attn.token_seq = view(o_tseq, T);
-  fb.attn.token_ctx = view(o_tctx, T);
-  fb.attn.slot_mapping = view(o_slots, T);
-  fb.attn.seq_page_start = view(o_pstart, S + 1);
-  fb.attn.seq_first_token = view(o_first, S);
-  fb.logit_rows = view(o_lrows, R);
-  fb.attn.page_ids = view(o_pids, P);
+  fb.token_ids = view(o_ids_, T);
+  fb.positions = view(o_pos_, T);
+  fb.attn.token_seq = view(o_tseq_, T);
+  fb.attn.token_ctx = view(o_tctx_, T);
+  fb.attn.slot_mapping = view(o_slots_, T);
+  fb.attn.seq_page_start = view(o_pstart_, S + 1);
+  fb.attn.seq_first_token = view(o_first_, S);
+  fb.logit_rows = view(o_lrows_, R);
+  fb.attn.page_ids = view(o_pids_, P);
   fb.attn.num_tokens = T;
   fb.attn.num_seqs = S;
   fb.attn.max_ctx = *std::max_element(tctx_.begin(), tctx_.end());

@@ -46,12 +46,23 @@ class StepBatch {
   int64_t num_logit_rows() const { return static_cast<int64_t>(lrows_.size()); }
   // Packs the arrays, uploads them with one copy and returns the pass's views of them.
   absl::StatusOr<ForwardBatch> Upload(Backend& backend);
+  // The same in two halves, for several ranks: Pack once on the host, then UploadTo each rank's
+  // backend into its buffer (made by AllocateFor). UploadTo only reads the batch, so ranks may
+  // call it concurrently.
+  void Pack();
+  absl::StatusOr<Tensor> AllocateFor(Backend& backend) const;
+  absl::StatusOr<ForwardBatch> UploadTo(Backend& backend, const Tensor& device) const;
+  // The buffer Create allocated (in the backend it was given).
+  const Tensor& device() const { return device_; }
 
  private:
   Limits limits_;
   Tensor device_;               // I32: the packed arrays
   std::vector<int32_t> staging_;
   std::vector<int32_t> ids_, pos_, tseq_, tctx_, pstart_, pids_, slots_, lrows_, first_;
+  // Offsets of the arrays in the packed buffer (Pack).
+  int64_t o_ids_ = 0, o_pos_ = 0, o_tseq_ = 0, o_tctx_ = 0, o_slots_ = 0, o_pstart_ = 0, o_first_ = 0, o_lrows_ = 0,
+          o_pids_ = 0;
   bool decode_phase_ = true;
 };
 

@@ -200,6 +200,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // GLM-4.5 and GLM-5 in the same FP8 format, 32x32 blocks (indexer wq_b/wk included).
                       ModelCase{"tests/data/tiny_glm4_moe_fp8", "tiny_glm4_moe_fp8"},
                       ModelCase{"tests/data/tiny_glm_moe_dsa_fp8", "tiny_glm_moe_dsa_fp8", kWideBf16KvTolerance},
+                      // Eight query heads (GLM-4.5: and eight KV heads) for tensor parallelism at degree 8.
+                      ModelCase{"tests/data/tiny_kimi_k2_tp8", "tiny_kimi_k2_tp8"},
+                      ModelCase{"tests/data/tiny_glm4_moe_tp8", "tiny_glm4_moe_tp8"},
                       // The shipped trained model (tools/eval_hf.py --golden).
                       ModelCase{"models/kimi-k2-kjv-tiny", "kimi_k2_kjv_tiny"},
                       ModelCase{"models/glm4-moe-kjv-tiny", "glm4_moe_kjv_tiny"}),

@@ -57,6 +57,9 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
   ro.prefill_weights = cfg.prefill_weights;
   ro.decode_weights = cfg.decode_weights;
   ro.backend = cfg.backend;
+  ro.tensor_parallel = cfg.tensor_parallel;
+  ro.expert_parallel = cfg.expert_parallel;
+  ro.kv_pressure = cfg.kv_pressure;
   llm_runtime* rt = nullptr;
   llm_status st = llm_runtime_create(model_dir.c_str(), &ro, &rt);
   if (st != LLM_OK) {
@@ -98,6 +101,10 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
       }
       if (res.finish_reason != LLM_FINISH_NONE) ++done;
     }
+  }
+  if (cfg.info_out != nullptr) {
+    cfg.info_out->struct_size = sizeof(*cfg.info_out);
+    EXPECT_EQ(llm_runtime_get_info(rt, cfg.info_out), LLM_OK);
   }
   for (auto* s : sessions) llm_session_destroy(s);
   llm_runtime_destroy(rt);

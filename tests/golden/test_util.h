@@ -31,6 +31,10 @@ struct RunConfig {
   int32_t prefill_weights = LLM_WEIGHTS_AS_STORED;
   int32_t decode_weights = LLM_WEIGHTS_AS_STORED;
   int32_t backend = LLM_BACKEND_AUTO;
+  uint32_t tensor_parallel = 1;
+  int32_t expert_parallel = 0;
+  int32_t kv_pressure = LLM_KV_PRESSURE_FAIL;
+  llm_runtime_info* info_out = nullptr;  // filled (struct_size set here) before the runtime is destroyed
 };
 
 struct RunOutput {

@@ -1,5 +1,7 @@
 #include "src/backend/cpu/cpu_backend.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -315,6 +317,99 @@ void CpuBackend::Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t 
           *a = x1 * c - x2 * s;
           *b = x2 * c + x1 * s;
         }
+      }
+    }
+  });
+}
+
+}  // namespace llmrt
+
+namespace llmrt {
+
+// Collectives are not skipped after a failure (see Backend): the communicator is told, moves no
+// data, and makes the collective fail on every rank.
+namespace {
+
+// Adds the time from construction to destruction to a counter.
+class CollectiveTimer {
+ public:
+  explicit CollectiveTimer(std::atomic<uint64_t>& ns) : ns_(ns), t0_(std::chrono::steady_clock::now()) {}
+  ~CollectiveTimer() {
+    ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now() - t0_)
+                                            .count()),
+                  std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t>& ns_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+void CpuBackend::AllReduceSum(const Tensor& x) {
+  if (comm_ == nullptr || comm_->size() == 1) return;
+  CollectiveTimer timer(collective_ns_);
+  bool failed = failed_.load(std::memory_order_relaxed);
+  if (!failed && (x.dtype() != DType::kF32 || !x.contiguous())) {
+    Fail(absl::InternalError(absl::StrCat("AllReduceSum: ", x.ShapeString(), " is not contiguous float32")));
+    failed = true;
+  }
+  const absl::Status st = comm_->AllReduceSum(x.data(), static_cast<size_t>(x.numel()), DType::kF32, failed);
+  if (!st.ok() && !failed) Fail(st);
+}
+
+void CpuBackend::AllGatherColumns(const Tensor& local, const Tensor& scratch, const Tensor& out) {
+  const int64_t S = local.dim(0), n = local.row_size();
+  const int64_t ranks = comm_ != nullptr ? comm_->size() : 1;
+  if (ranks == 1) {
+    Run("AllGatherColumns", [&] {
+      LLMRT_CHECK(out.dim(0) == S && out.row_size() == n);
+      for (int64_t s = 0; s < S; ++s) {
+        std::memcpy(out.data_as<float>() + s * out.row_stride(), local.data_as<float>() + s * local.row_stride(),
+                    n * sizeof(float));
+      }
+    });
+    return;
+  }
+  CollectiveTimer timer(collective_ns_);
+  bool failed = failed_.load(std::memory_order_relaxed);
+  if (!failed && (!local.contiguous() || !scratch.contiguous() || scratch.numel() < ranks * S * n ||
+                  out.dim(0) != S || out.row_size() != ranks * n)) {
+    Fail(absl::InternalError(absl::StrCat("AllGatherColumns: local ", local.ShapeString(), ", scratch ",
+                                          scratch.ShapeString(), ", out ", out.ShapeString(), " do not fit ", ranks,
+                                          " ranks")));
+    failed = true;
+  }
+  const absl::Status st = comm_->AllGather(local.data(), scratch.data(), static_cast<size_t>(S * n), DType::kF32, failed);
+  if (!st.ok() && !failed) Fail(st);
+  // scratch [ranks, S, n] -> out [S, ranks * n]
+  Run("AllGatherColumns", [&] {
+    for (int64_t r = 0; r < ranks; ++r) {
+      for (int64_t s = 0; s < S; ++s) {
+        std::memcpy(out.data_as<float>() + s * out.row_stride() + r * n, scratch.data_as<float>() + (r * S + s) * n,
+                    n * sizeof(float));
+      }
+    }
+  });
+}
+
+void CpuBackend::EmbeddingShard(const Weight& table, int64_t first_id, const Tensor& ids, const Tensor& out) {
+  Run("EmbeddingShard", [&] {
+    const int64_t T = ids.dim(0), H = table.cols;
+    LLMRT_CHECK(out.dim(0) == T && out.row_size() == H);
+    LLMRT_CHECK(table.format == kWeightBf16 || table.format == kWeightF32);
+    const int32_t* id = ids.data_as<int32_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      float* o = out.data_as<float>() + t * out.row_stride();
+      const int64_t row = static_cast<int64_t>(id[t]) - first_id;
+      if (row < 0 || row >= table.rows) {
+        std::fill(o, o + H, 0.0f);
+      } else if (table.format == kWeightBf16) {
+        Bf16ToF32Array(table.data.data_as<uint16_t>() + row * H, o, H);
+      } else {
+        std::memcpy(o, table.data.data_as<float>() + row * H, H * sizeof(float));
       }
     }
   });

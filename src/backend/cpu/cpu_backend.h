@@ -82,6 +82,11 @@ class CpuBackend final : public Backend {
   void MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights, const ExpertBank& experts,
                   const Tensor& out) override;
 
+  void AllReduceSum(const Tensor& x) override;
+  void AllGatherColumns(const Tensor& local, const Tensor& scratch, const Tensor& out) override;
+  void EmbeddingShard(const Weight& table, int64_t first_id, const Tensor& ids, const Tensor& out) override;
+  void RecordFailure(absl::Status status) override { Fail(std::move(status)); }
+
   ThreadPool& pool() { return pool_; }
   // out [T, rows] = x [T, cols] w^T over raw host pointers (shared by MatMul and MoE).
   void MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);

@@ -104,7 +104,8 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& we
     m.active.clear();
     int64_t max_rows = 0;
     for (int64_t e = 0; e < E; ++e) {
-      if (m.assigned[e].empty()) continue;
+      // Experts another rank holds (expert parallelism) contribute nothing here.
+      if (m.assigned[e].empty() || !experts[e].gate.defined()) continue;
       m.active.push_back(e);
       max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(m.assigned[e].size()));
     }

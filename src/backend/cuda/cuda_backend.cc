@@ -279,6 +279,41 @@ void CudaBackend::Embedding(const Weight& table, const Tensor& ids, const Tensor
   });
 }
 
+void CudaBackend::EmbeddingShard(const Weight& table, int64_t first_id, const Tensor& ids, const Tensor& out) {
+  Run("EmbeddingShard", [&]() -> absl::Status {
+    const int64_t T = ids.dim(0);
+    LLMRT_CUDA_CHECK(out.dim(0) == T && out.row_size() == table.cols);
+    if (!SupportsWeightFormat(table.format)) return UnsupportedError("an embedding table that is not F32 or BF16");
+    return Launched(cuda::LaunchEmbeddingShard(WeightOf(table), first_id, ids.data_as<int32_t>(), T, Mut(out),
+                                               Stream(stream_)));
+  });
+}
+
+void CudaBackend::AllReduceSum(const Tensor& x) {
+  if (world_size() == 1) return;
+  Run("AllReduceSum", [&]() -> absl::Status {
+    return UnsupportedError(absl::StrCat("collectives over ", world_size(), " ranks on the cuda backend"));
+  });
+}
+
+void CudaBackend::AllGatherColumns(const Tensor& local, const Tensor& scratch, const Tensor& out) {
+  Run("AllGatherColumns", [&]() -> absl::Status {
+    if (world_size() != 1) {
+      return UnsupportedError(absl::StrCat("collectives over ", world_size(), " ranks on the cuda backend"));
+    }
+    const int64_t S = local.dim(0), n = local.row_size();
+    LLMRT_CUDA_CHECK(out.dim(0) == S && out.row_size() == n && local.dtype() == DType::kF32 &&
+                     out.dtype() == DType::kF32);
+    if (S == 0 || n == 0) return absl::OkStatus();
+    return CudaStatus(cudaMemcpy2DAsync(out.data(), out.row_stride() * sizeof(float), local.data(),
+                                        local.row_stride() * sizeof(float), n * sizeof(float), S,
+                                        cudaMemcpyDeviceToDevice, Stream(stream_)),
+                      "cudaMemcpy2DAsync");
+  });
+}
+
+void CudaBackend::RecordFailure(absl::Status status) { Fail(std::move(status)); }
+
 void CudaBackend::RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) {
   Run("RmsNorm", [&]() -> absl::Status {
     const int64_t T = x.dim(0), D = x.row_size();

@@ -61,6 +61,12 @@ class CudaBackend final : public Backend {
 
   void Fill(const Tensor& t, float value) override;
   void Embedding(const Weight& table, const Tensor& ids, const Tensor& out) override;
+  // Collectives: this backend runs as the only rank (the runtime refuses device backends for
+  // more than one rank until NCCL is wired to the backend's stream), so they are identities.
+  void AllReduceSum(const Tensor& x) override;
+  void AllGatherColumns(const Tensor& local, const Tensor& scratch, const Tensor& out) override;
+  void EmbeddingShard(const Weight& table, int64_t first_id, const Tensor& ids, const Tensor& out) override;
+  void RecordFailure(absl::Status status) override;
   void RmsNorm(const Tensor& x, const Weight& w, float eps, const Tensor& out) override;
   void HeadRmsNorm(const Tensor& x, int64_t head_dim, const Weight& w, float eps, const Tensor& out) override;
   void LayerNorm(const Tensor& x, const Weight& w, const Weight& b, float eps, const Tensor& out) override;

@@ -60,9 +60,15 @@ struct Indexer {
   Weight weights_proj;         // [heads, hidden]
 };
 
-// What every layer's block shares: dimensions and the rotary table.
+// What every layer's block shares: dimensions and the rotary table. Under tensor parallelism
+// each rank runs `heads` = num_heads / ranks of the query heads (rows of q_b_proj / q_proj and
+// kv_b_proj, columns of o_proj, whose partial sums an all-reduce adds); the latent path
+// (q_a_proj, kv_a_proj_with_mqa and their norms) and GLM-5's indexer are replicated, so every
+// rank caches the same latent rows and selects the same positions (docs/parallelism.md).
 struct MlaShared {
   ModelConfig cfg;
+  ShardPlan shard;
+  int64_t heads = 0;  // on this rank
   MlaDims dims;
   RopeTable rope;
   float softmax_scale = 1.0f;
@@ -103,19 +109,21 @@ class MlaBlock final : public AttentionBlock {
 absl::Status MlaBlock::Load(WeightLoader& w, int64_t i) {
   const ModelConfig& c = s_->cfg;
   const int64_t H = c.num_heads, D = c.hidden_size;
-  const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim, kvb = c.qk_nope_head_dim + c.v_head_dim;
+  const int64_t h0 = s_->shard.Begin(H), Hl = s_->heads;  // this rank's heads [h0, h0 + Hl)
   const std::string a = absl::StrCat(c.prefix, "layers.", i, ".self_attn.");
   if (c.q_lora_rank > 0) {
     LLMRT_ASSIGN_OR_RETURN(q_a, w.Matrix(a + "q_a_proj.weight", c.q_lora_rank, D));
     LLMRT_ASSIGN_OR_RETURN(q_a_norm, w.Vector(a + "q_a_layernorm.weight", c.q_lora_rank));
-    LLMRT_ASSIGN_OR_RETURN(q_b, w.Matrix(a + "q_b_proj.weight", H * qk, c.q_lora_rank));
+    LLMRT_ASSIGN_OR_RETURN(q_b, w.Matrix(a + "q_b_proj.weight", H * qk, c.q_lora_rank, MatrixSlice::Rows(h0 * qk, Hl * qk)));
   } else {
-    LLMRT_ASSIGN_OR_RETURN(q_proj, w.Matrix(a + "q_proj.weight", H * qk, D));
+    LLMRT_ASSIGN_OR_RETURN(q_proj, w.Matrix(a + "q_proj.weight", H * qk, D, MatrixSlice::Rows(h0 * qk, Hl * qk)));
   }
   LLMRT_ASSIGN_OR_RETURN(kv_a, w.Matrix(a + "kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D));
   LLMRT_ASSIGN_OR_RETURN(kv_a_norm, w.Vector(a + "kv_a_layernorm.weight", c.kv_lora_rank));
-  LLMRT_ASSIGN_OR_RETURN(kv_b, w.Dense(a + "kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank));
-  LLMRT_ASSIGN_OR_RETURN(o_proj, w.Matrix(a + "o_proj.weight", D, H * c.v_head_dim));
+  LLMRT_ASSIGN_OR_RETURN(kv_b, w.Dense(a + "kv_b_proj.weight", H * kvb, c.kv_lora_rank, MatrixSlice::Rows(h0 * kvb, Hl * kvb)));
+  LLMRT_ASSIGN_OR_RETURN(o_proj, w.Matrix(a + "o_proj.weight", D, H * c.v_head_dim,
+                                          MatrixSlice::Cols(h0 * c.v_head_dim, Hl * c.v_head_dim)));
   if (c.HasIndexer() && c.indexer_full[i]) {
     const std::string x = a + "indexer.";
     const int64_t Hi = c.index_n_heads, Di = c.index_head_dim;
@@ -131,7 +139,7 @@ absl::Status MlaBlock::Load(WeightLoader& w, int64_t i) {
 
 MlaBlock::Scratch MlaBlock::Take(Workspace& ws, int64_t T) const {
   const ModelConfig& c = s_->cfg;
-  const int64_t H = c.num_heads;
+  const int64_t H = s_->heads;
   Scratch s;
   s.q = ws.Activation({T, H * (c.qk_nope_head_dim + c.qk_rope_head_dim)});
   if (c.q_lora_rank > 0) s.qa = ws.Activation({T, c.q_lora_rank});
@@ -177,7 +185,7 @@ absl::Status MlaBlock::Forward(PassContext& ctx, int64_t layer, const Tensor& x,
   const ModelConfig& c = s_->cfg;
   Backend& be = ctx.be;
   const Tensor& positions = ctx.batch.positions;
-  const int64_t H = c.num_heads, qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  const int64_t H = s_->heads, qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
   const Scratch s = Take(ctx.ws, ctx.batch.num_tokens);
   // q = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q_proj(x)
   if (c.q_lora_rank > 0) {
@@ -207,7 +215,8 @@ absl::Status MlaBlock::Forward(PassContext& ctx, int64_t layer, const Tensor& x,
   be.MlaAttention(s.q_lat, s.q, ctx.cache, layer, ctx.batch.attn, s_->dims, s_->softmax_scale,
                   dsa != nullptr && dsa->sparse ? &dsa->selected : nullptr, s.o_lat);
   be.MlaProjectValue(s.o_lat, kv_b, s_->dims, s.o);
-  be.MatMul(s.o, o_proj, out);  // [T, hidden]
+  be.MatMul(s.o, o_proj, out);  // [T, hidden]: this rank's heads' share
+  be.AllReduceSum(out);          // the sum over every rank's heads
   return absl::OkStatus();
 }
 
@@ -229,7 +238,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadDeepseekV3(const Checkpoint& ck, Back
   const ModelConfig& c = ck.config();
   auto shared = std::make_shared<MlaShared>();
   shared->cfg = c;
-  shared->dims = MlaDims{c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank};
+  shared->shard = options.shard;
+  shared->heads = options.shard.Part(c.num_heads);
+  shared->dims = MlaDims{shared->heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank};
   LLMRT_ASSIGN_OR_RETURN(shared->rope,
                          PrepareRope(backend, ComputeRope(c.rope, c.qk_rope_head_dim, c.max_position_embeddings)));
   shared->softmax_scale = MlaSoftmaxScale(c);

@@ -8,11 +8,15 @@
 namespace llmrt {
 namespace {
 
+// A SwiGLU MLP of width `inter`; `split` loads this rank's share of its intermediate columns
+// (rows of gate and up, columns of down: the partial outputs of the ranks add up to the MLP's).
 absl::Status LoadMlp(WeightLoader& w, const std::string& p, int64_t hidden, int64_t inter, ExpertWeights* m,
-                     ExpertStorage s = ExpertStorage::kAsStored) {
-  LLMRT_ASSIGN_OR_RETURN(m->gate, w.Stored(p + "gate_proj.weight", inter, hidden, s));
-  LLMRT_ASSIGN_OR_RETURN(m->up, w.Stored(p + "up_proj.weight", inter, hidden, s));
-  LLMRT_ASSIGN_OR_RETURN(m->down, w.Stored(p + "down_proj.weight", hidden, inter, s));
+                     ExpertStorage s = ExpertStorage::kAsStored, bool split = false) {
+  const ShardPlan& sp = w.options().shard;
+  const int64_t i0 = split ? sp.Begin(inter) : 0, n = split ? sp.Part(inter) : inter;
+  LLMRT_ASSIGN_OR_RETURN(m->gate, w.Stored(p + "gate_proj.weight", inter, hidden, s, MatrixSlice::Rows(i0, n)));
+  LLMRT_ASSIGN_OR_RETURN(m->up, w.Stored(p + "up_proj.weight", inter, hidden, s, MatrixSlice::Rows(i0, n)));
+  LLMRT_ASSIGN_OR_RETURN(m->down, w.Stored(p + "down_proj.weight", hidden, inter, s, MatrixSlice::Cols(i0, n)));
   return absl::OkStatus();
 }
 
@@ -48,12 +52,18 @@ MoeScratch TakeMoe(Workspace& ws, const ModelConfig& c, const FfnWeights& f, int
   return s;
 }
 
+// Routed experts: every expert's share of its intermediate columns (tensor-parallel experts),
+// or, with expert parallelism, this rank's whole experts [e0, e0 + E / ranks) and none of the
+// others (their entries stay empty: MoeExperts skips them, another rank computes them).
 absl::StatusOr<std::unique_ptr<ExpertBank>> LoadExperts(WeightLoader& w, const ModelConfig& c, const std::string& p,
                                                         ExpertStorage s) {
-  std::vector<ExpertWeights> experts(static_cast<size_t>(c.n_routed_experts));
-  for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+  const ShardPlan& sp = w.options().shard;
+  const bool ep = sp.sharded() && sp.expert_parallel;
+  const int64_t E = c.n_routed_experts, e0 = ep ? sp.Begin(E) : 0, e1 = ep ? e0 + sp.Part(E) : E;
+  std::vector<ExpertWeights> experts(static_cast<size_t>(E));
+  for (int64_t e = e0; e < e1; ++e) {
     LLMRT_RETURN_IF_ERROR(LoadMlp(w, absl::StrCat(p, "experts.", e, "."), c.hidden_size, c.moe_intermediate_size,
-                                  &experts[e], s));
+                                  &experts[e], s, /*split=*/sp.sharded() && !ep));
   }
   return w.backend().PrepareExperts(std::move(experts));
 }
@@ -62,8 +72,9 @@ absl::StatusOr<std::unique_ptr<ExpertBank>> LoadExperts(WeightLoader& w, const M
 
 absl::Status LoadFfn(WeightLoader& w, const ModelConfig& c, const std::string& p, bool moe, FfnWeights* f) {
   const int64_t D = c.hidden_size;
+  const bool split = w.options().shard.sharded();
   f->moe = moe;
-  if (!moe) return LoadMlp(w, p, D, c.intermediate_size, &f->dense);
+  if (!moe) return LoadMlp(w, p, D, c.intermediate_size, &f->dense, ExpertStorage::kAsStored, split);
   const int64_t E = c.n_routed_experts;
   LLMRT_ASSIGN_OR_RETURN(f->router, w.Matrix(p + "gate.weight", E, D));
   LLMRT_ASSIGN_OR_RETURN(f->router_bias, w.Vector(p + "gate.e_score_correction_bias", E));
@@ -74,7 +85,8 @@ absl::Status LoadFfn(WeightLoader& w, const ModelConfig& c, const std::string& p
   }
   if (c.n_shared_experts > 0) {
     f->has_shared = true;
-    LLMRT_RETURN_IF_ERROR(LoadMlp(w, p + "shared_experts.", D, c.moe_intermediate_size * c.n_shared_experts, &f->shared));
+    LLMRT_RETURN_IF_ERROR(LoadMlp(w, p + "shared_experts.", D, c.moe_intermediate_size * c.n_shared_experts, &f->shared,
+                                  ExpertStorage::kAsStored, split));
   }
   return absl::OkStatus();
 }
@@ -92,6 +104,7 @@ absl::Status RunFfn(PassContext& ctx, const ModelConfig& c, const FfnWeights& f,
   const int64_t T = x.dim(0);
   if (!f.moe) {
     RunMlp(be, f.dense, TakeMlp(ctx.ws, f.dense, T), x, out);
+    be.AllReduceSum(out);  // the ranks' shares of the intermediate columns
     return absl::OkStatus();
   }
   const MoeScratch s = TakeMoe(ctx.ws, c, f, T);
@@ -104,6 +117,7 @@ absl::Status RunFfn(PassContext& ctx, const ModelConfig& c, const FfnWeights& f,
     RunMlp(be, f.shared, s.mlp, x, s.shared);
     be.Add(out, s.shared, out);  // routed + shared (shared unscaled)
   }
+  be.AllReduceSum(out);  // every rank's experts (or expert columns) and shared-expert columns
   return absl::OkStatus();
 }
 

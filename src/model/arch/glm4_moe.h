@@ -14,8 +14,10 @@ namespace llmrt {
 
 absl::StatusOr<std::unique_ptr<Model>> LoadGlm4Moe(const Checkpoint& ck, Backend& backend, const LoadOptions& options);
 
-// What the architecture caches per token per layer.
-KvShape Glm4MoeKvShape(const ModelConfig& c);
+// What the architecture caches per token per layer on each of `tp` tensor-parallel ranks.
+KvShape Glm4MoeKvShape(const ModelConfig& c, int tp = 1);
+// KV heads each of `tp` ranks holds: num_kv_heads / tp, or one (replicated) when tp exceeds them.
+int64_t Glm4MoeRankKvHeads(const ModelConfig& c, int tp);
 
 }  // namespace llmrt
 

@@ -66,17 +66,26 @@ void DequantizeBf16(const MatrixBytes& m, int64_t row, float* out) {
   Bf16ToF32Array(reinterpret_cast<const uint16_t*>(m.codes) + row * m.cols, out, static_cast<size_t>(m.cols));
 }
 
+template <size_t kBytes>
+absl::StatusOr<StoredMatrix> SliceDense(const StoredMatrix& m, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  StoredMatrix s = m;
+  s.rows = nr;
+  s.cols = nc;
+  s.codes = SliceHostArray(m.codes, m.cols * kBytes, r0, nr, c0 * kBytes, nc * kBytes, {nr, nc});
+  return s;
+}
+
 }  // namespace
 
 const WeightFormatTraits& F32() {
   static const WeightFormatTraits t = {kWeightF32, "F32", false, DenseBytesF32, DequantizeF32, LoadDense<DType::kF32>,
-                                       nullptr};
+                                       nullptr, SliceDense<4>};
   return t;
 }
 
 const WeightFormatTraits& Bf16() {
   static const WeightFormatTraits t = {kWeightBf16, "BF16", false, DenseBytesBf16, DequantizeBf16,
-                                       LoadDense<DType::kBF16>, nullptr};
+                                       LoadDense<DType::kBF16>, nullptr, SliceDense<2>};
   return t;
 }
 

@@ -51,11 +51,35 @@ void Dequantize(const MatrixBytes& m, int64_t row, float* out) {
                         m.params.block_cols, row, out);
 }
 
+// Blocks must not straddle two ranks' slices: each bound is a multiple of the block size, or the
+// matrix's edge.
+absl::Status CheckBlockBounds(const char* dim, int64_t begin, int64_t n, int64_t total, int64_t block) {
+  const int64_t end = begin + n;
+  if (begin % block != 0 || (end % block != 0 && end != total)) {
+    return absl::FailedPreconditionError(absl::StrCat(dim, " [", begin, ", ", end, ") of ", total,
+                                                      " do not fall on FP8 blocks of ", block));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoredMatrix> Slice(const StoredMatrix& m, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  const int64_t br = m.params.block_rows, bc = m.params.block_cols;
+  LLMRT_RETURN_IF_ERROR(CheckBlockBounds("rows", r0, nr, m.rows, br));
+  LLMRT_RETURN_IF_ERROR(CheckBlockBounds("columns", c0, nc, m.cols, bc));
+  StoredMatrix s = m;
+  s.rows = nr;
+  s.cols = nc;
+  s.codes = SliceHostArray(m.codes, m.cols, r0, nr, c0, nc, {nr, nc});
+  const int64_t sb0 = r0 / br, snb = CeilDiv(r0 + nr, br) - sb0, scb0 = c0 / bc, sncb = CeilDiv(c0 + nc, bc) - scb0;
+  s.scales = SliceHostArray(m.scales, CeilDiv(m.cols, bc) * 4, sb0, snb, scb0 * 4, sncb * 4, {snb, sncb});
+  return s;
+}
+
 }  // namespace
 
 const WeightFormatTraits& Fp8Block() {
   static const WeightFormatTraits t = {kWeightFp8Block, "FP8 e4m3 block-scaled", true, ResidentBytes, Dequantize, Load,
-                                       nullptr};
+                                       nullptr, Slice};
   return t;
 }
 

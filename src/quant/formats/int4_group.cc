@@ -93,11 +93,26 @@ absl::StatusOr<StoredMatrix> Quantize(const float* w, int64_t rows, int64_t cols
   return m;
 }
 
+// Rows split freely (scales are per row); columns only on whole groups.
+absl::StatusOr<StoredMatrix> Slice(const StoredMatrix& m, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  const int64_t g = m.params.group;
+  if (c0 % g != 0 || nc % g != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("columns [", c0, ", ", c0 + nc, ") of ", m.cols,
+                                                      " do not fall on INT4 groups of ", g));
+  }
+  StoredMatrix s = m;
+  s.rows = nr;
+  s.cols = nc;
+  s.codes = SliceHostArray(m.codes, m.cols / 2, r0, nr, c0 / 2, nc / 2, {nr, nc / 2});
+  s.scales = SliceHostArray(m.scales, m.cols / g * 2, r0, nr, c0 / g * 2, nc / g * 2, {nr, nc / g});
+  return s;
+}
+
 }  // namespace
 
 const WeightFormatTraits& Int4Group() {
   static const WeightFormatTraits t = {kWeightInt4Group, "INT4 group-scaled", true, ResidentBytes, Dequantize, Load,
-                                       Quantize};
+                                       Quantize, Slice};
   return t;
 }
 
