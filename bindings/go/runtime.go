@@ -30,6 +30,10 @@ type RuntimeOptions struct {
 	DisablePrefixSharing bool
 	PrefillWeights       WeightFormat
 	DecodeWeights        WeightFormat
+	// TensorParallel splits the model over this many in-process ranks; 0 or 1 = one rank.
+	TensorParallel uint32
+	// ExpertParallel partitions the routed experts whole among the ranks.
+	ExpertParallel bool
 }
 
 // Runtime is a loaded model with its KV cache and sessions (llm_runtime). All methods may be
@@ -77,6 +81,10 @@ func NewRuntime(modelDir string, opts *RuntimeOptions) (*Runtime, error) {
 	}
 	co.prefill_weights = C.int32_t(opts.PrefillWeights)
 	co.decode_weights = C.int32_t(opts.DecodeWeights)
+	co.tensor_parallel = C.uint32_t(opts.TensorParallel)
+	if opts.ExpertParallel {
+		co.expert_parallel = 1
+	}
 
 	cdir, err := cstring("NewRuntime", "the model directory", modelDir)
 	if err != nil {

@@ -79,6 +79,7 @@ int main(void) {
   C(LLM_TESTCTL_KV_FREE_MAPPED_PAGE);
   C(LLM_TESTCTL_KV_CORRUPT_ENTRY);
   C(LLM_TESTCTL_KV_SWAP_PAGES);
+  C(LLM_TESTCTL_RANK_FAIL_NEXT_PASS);
   S(llm_error);
   F(llm_error, struct_size);
   F(llm_error, status);
@@ -110,6 +111,12 @@ int main(void) {
   F(llm_runtime_options, reserved1);
   F(llm_runtime_options, prefill_weights);
   F(llm_runtime_options, decode_weights);
+  F(llm_runtime_options, tensor_parallel);
+  F(llm_runtime_options, expert_parallel);
+  F(llm_runtime_options, world_size);
+  F(llm_runtime_options, rank);
+  F(llm_runtime_options, collective_timeout_ms);
+  F(llm_runtime_options, reserved_parallel);
   S(llm_runtime_info);
   F(llm_runtime_info, struct_size);
   F(llm_runtime_info, architecture);
@@ -143,6 +150,11 @@ int main(void) {
   F(llm_runtime_info, kv_scale_source);
   F(llm_runtime_info, reserved2);
   F(llm_runtime_info, workspace_bytes);
+  F(llm_runtime_info, tensor_parallel);
+  F(llm_runtime_info, expert_parallel);
+  F(llm_runtime_info, rank_weight_bytes);
+  F(llm_runtime_info, rank_kv_capacity_tokens);
+  F(llm_runtime_info, collective_ns);
   S(llm_kv_sizing);
   F(llm_kv_sizing, struct_size);
   F(llm_kv_sizing, kv_dtype);

@@ -12,6 +12,15 @@ def test_golden_ids_f32_kv(tiny):
         assert s.info().state == "finished"
 
 
+@pytest.mark.parametrize("tp,ep", [(2, False), (2, True)])
+def test_golden_ids_tensor_parallel(tp, ep):
+    from conftest import TINY
+    with llmrt.Runtime(TINY, kv_dtype="f32", tensor_parallel=tp, expert_parallel=ep) as rt:
+        assert rt.info().tensor_parallel == tp
+        with rt.session(max_tokens=len(GOLDEN_IDS)) as s:
+            assert s.generate(GOLDEN_PROMPT) == GOLDEN_IDS
+
+
 def test_golden_ids_stream_reports_length(tiny):
     with tiny.session(max_tokens=len(GOLDEN_IDS)) as s:
         stream = s.stream(GOLDEN_PROMPT, text=False)

@@ -70,6 +70,10 @@ pub struct RuntimeOptions {
     pub prefix_sharing: bool,
     pub prefill_weights: Weights,
     pub decode_weights: Weights,
+    /// In-process ranks the model is split over (tensor parallelism); 0 or 1 = one rank.
+    pub tensor_parallel: u32,
+    /// Partition routed experts whole among the ranks instead of splitting each one.
+    pub expert_parallel: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -87,6 +91,8 @@ impl Default for RuntimeOptions {
             prefix_sharing: true,
             prefill_weights: Weights::AsStored,
             decode_weights: Weights::AsStored,
+            tensor_parallel: 1,
+            expert_parallel: false,
         }
     }
 }
@@ -120,6 +126,8 @@ impl RuntimeOptions {
         o.prefix_sharing = self.prefix_sharing as i32;
         o.prefill_weights = weights_raw(self.prefill_weights);
         o.decode_weights = weights_raw(self.decode_weights);
+        o.tensor_parallel = self.tensor_parallel;
+        o.expert_parallel = i32::from(self.expert_parallel);
         o
     }
 }

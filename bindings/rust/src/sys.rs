@@ -129,6 +129,7 @@ abi_consts! {
     LLM_TESTCTL_KV_FREE_MAPPED_PAGE: i32 = 1;
     LLM_TESTCTL_KV_CORRUPT_ENTRY: i32 = 2;
     LLM_TESTCTL_KV_SWAP_PAGES: i32 = 3;
+    LLM_TESTCTL_RANK_FAIL_NEXT_PASS: i32 = 4;
 }
 
 /// `LLMRT_VERSION_STRING` of the header this module was written from.
@@ -215,6 +216,12 @@ abi_structs! {
         pub reserved1: u32,
         pub prefill_weights: i32,
         pub decode_weights: i32,
+        pub tensor_parallel: u32,
+        pub expert_parallel: i32,
+        pub world_size: u32,
+        pub rank: u32,
+        pub collective_timeout_ms: u32,
+        pub reserved_parallel: u32,
     }
 
     pub struct llm_runtime_info {
@@ -250,6 +257,11 @@ abi_structs! {
         pub kv_scale_source: i32,
         pub reserved2: u32,
         pub workspace_bytes: u64,
+        pub tensor_parallel: u32,
+        pub expert_parallel: i32,
+        pub rank_weight_bytes: u64,
+        pub rank_kv_capacity_tokens: u64,
+        pub collective_ns: u64,
     }
 
     pub struct llm_kv_sizing {

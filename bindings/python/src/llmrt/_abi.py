@@ -97,6 +97,7 @@ LLM_CONVERT_FP8_BLOCK = 1
 LLM_TESTCTL_KV_FREE_MAPPED_PAGE = 1
 LLM_TESTCTL_KV_CORRUPT_ENTRY = 2
 LLM_TESTCTL_KV_SWAP_PAGES = 3
+LLM_TESTCTL_RANK_FAIL_NEXT_PASS = 4
 
 # Every constant above, by its header name (the layout test compares them with the manifest).
 CONSTANTS = {name: value for name, value in globals().items()
@@ -158,6 +159,12 @@ class llm_runtime_options(ctypes.Structure):
         ("reserved1", ctypes.c_uint32),
         ("prefill_weights", ctypes.c_int32),
         ("decode_weights", ctypes.c_int32),
+        ("tensor_parallel", ctypes.c_uint32),
+        ("expert_parallel", ctypes.c_int32),
+        ("world_size", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("collective_timeout_ms", ctypes.c_uint32),
+        ("reserved_parallel", ctypes.c_uint32),
     ]
 
 
@@ -195,6 +202,11 @@ class llm_runtime_info(ctypes.Structure):
         ("kv_scale_source", ctypes.c_int32),
         ("reserved2", ctypes.c_uint32),
         ("workspace_bytes", ctypes.c_uint64),
+        ("tensor_parallel", ctypes.c_uint32),
+        ("expert_parallel", ctypes.c_int32),
+        ("rank_weight_bytes", ctypes.c_uint64),
+        ("rank_kv_capacity_tokens", ctypes.c_uint64),
+        ("collective_ns", ctypes.c_uint64),
     ]
 
 

@@ -143,7 +143,7 @@ class Runtime:
     def __init__(self, model_dir, *, backend="auto", num_threads=0, kv_dtype="auto", kv_budget_bytes=0,
                  page_size_tokens=0, max_sessions=0, max_tokens_per_step=0, kv_integrity=False,
                  kv_pressure="fail", tracker=None, prefix_sharing=True, prefill_weights="as_stored",
-                 decode_weights="as_stored", tokenizer=None):
+                 decode_weights="as_stored", tensor_parallel=1, expert_parallel=False, tokenizer=None):
         lib = _abi.lib()
         self.model_dir = os.fspath(model_dir)
         o = _abi.llm_runtime_options()
@@ -162,6 +162,8 @@ class Runtime:
         o.prefix_sharing = int(bool(prefix_sharing))
         o.prefill_weights = _choice(prefill_weights, _WEIGHTS, "prefill_weights")
         o.decode_weights = _choice(decode_weights, _WEIGHTS, "decode_weights")
+        o.tensor_parallel = _uint(tensor_parallel, "tensor_parallel")
+        o.expert_parallel = int(bool(expert_parallel))
         if tokenizer is not None and tokenizer is not False and not isinstance(tokenizer, (Tokenizer, str, os.PathLike)):
             raise errors.binding_error(errors.Status.INVALID_ARGUMENT, "tokenizer must be a Tokenizer, a path, False or None")
         tracker_struct = None
