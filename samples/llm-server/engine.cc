@@ -46,6 +46,8 @@ std::unique_ptr<Engine> Engine::Create(const ServerOptions& options, std::string
   ro.max_tokens_per_step = options.max_tokens_per_step;
   ro.kv_integrity = options.kv_integrity;
   ro.kv_pressure = options.kv_pressure;
+  ro.tensor_parallel = options.tensor_parallel;
+  ro.expert_parallel = options.expert_parallel;
   llm_status st = llm_runtime_create(options.model_dir.c_str(), &ro, &e->runtime_);
   if (st != LLM_OK) {
     *error = options.model_dir + ": " + LastError(st);

@@ -15,7 +15,7 @@ void Usage(FILE* f) {
                "                  [--threads N] [--kv-dtype bf16|f32|fp8|fp8-tiled] [--kv-integrity off|tags]\n"
                "                  [--kv-pressure fail|queue|preempt] [--kv-budget-mib M] [--max-sessions N]\n"
                "                  [--max-tokens-per-step N] [--max-body-bytes N] [--http-threads N]\n"
-               "                  [--shutdown-timeout S] [--tp N] [--enable-test-hooks] [--quiet]\n"
+               "                  [--shutdown-timeout S] [--tp N [--ep]] [--enable-test-hooks] [--quiet]\n"
                "\n"
                "An OpenAI-compatible HTTP server over llmrt's C ABI: POST /v1/completions,\n"
                "POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.\n"
@@ -24,7 +24,8 @@ void Usage(FILE* f) {
                "    queue (the request waits for pages), preempt (newer requests yield pages).\n"
                "  --max-sessions: concurrent generations (more get 429); default 64.\n"
                "  --max-body-bytes: larger request bodies get 413; default 1048576.\n"
-               "  --tp: tensor-parallel ranks; only 1 until the runtime has a tensor-parallel option.\n"
+               "  --tp: in-process tensor-parallel ranks the model is split over (default 1); --ep\n"
+               "        partitions the routed experts whole among them instead.\n"
                "  --enable-test-hooks: POST /debug/corrupt injects KV faults (llm_test_control).\n");
 }
 
@@ -133,15 +134,9 @@ int ParseArgs(int argc, char** argv, ServerOptions* out, bool* exit_now) {
       out->shutdown_timeout_s = static_cast<int>(n);
     } else if (a == "--tp") {
       if (!int_arg(1, 1024)) return 2;
-      if (n != 1) {
-        // The tensor-parallel runtime option is not part of this version of llmrt.h; a server
-        // that silently ran on one rank would misreport its capacity.
-        std::fprintf(stderr,
-                     "llm-server: --tp %lld: tensor parallelism is not available in this llmrt (the "
-                     "runtime has no tensor-parallel option yet); only --tp 1 runs\n",
-                     n);
-        return 2;
-      }
+      out->tensor_parallel = static_cast<uint32_t>(n);
+    } else if (a == "--ep") {
+      out->expert_parallel = 1;
     } else {
       std::fprintf(stderr, "llm-server: unknown argument %s\n", a.c_str());
       Usage(stderr);

@@ -18,6 +18,8 @@ struct ServerOptions {
   int32_t kv_dtype = LLM_KV_DTYPE_AUTO;
   int32_t kv_integrity = LLM_KV_INTEGRITY_OFF;
   int32_t kv_pressure = LLM_KV_PRESSURE_FAIL;
+  uint32_t tensor_parallel = 1;
+  int32_t expert_parallel = 0;
   uint64_t kv_budget_bytes = 0;   // 0: the runtime's default
   uint32_t max_sessions = 64;     // concurrent generations; more get 429
   uint32_t max_tokens_per_step = 0;

@@ -269,12 +269,13 @@ def test_client_disconnect_frees_pages(server, stream):
     assert_still_serving(server)
 
 
-def test_tp_other_than_1_refused():
+def test_tp_that_does_not_split_the_model_refused():
     import subprocess
     from conftest import KIMI, SERVER
-    r = subprocess.run([str(SERVER), "--model", str(KIMI), "--tp", "2"], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2
-    assert "tensor parallelism is not available" in r.stderr
+    r = subprocess.run([str(SERVER), "--model", str(KIMI), "--tp", "3", "--port", "0"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0
+    assert "LLM_ERR_INVALID_ARGUMENT" in r.stderr and "tensor_parallel 3" in r.stderr
 
 
 @pytest.mark.parametrize("headers", [b"Transfer-Encoding: chunked\r\n", b""], ids=["chunked", "no_length"])

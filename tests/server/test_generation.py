@@ -191,6 +191,13 @@ def test_prefix_sharing_shows_in_metrics(server):
     assert solo.usage.prompt_tokens == 64
 
 
+def test_tensor_parallel_equals_llm_run(start_server):
+    s = start_server("--tp", 2)
+    want = llm_run(KIMI, "--prompt", "In the beginning", "--max-tokens", 40, "--tp", 2)
+    r = s.client().completions.create(model=s.name, prompt="In the beginning", max_tokens=40, temperature=0)
+    assert "In the beginning" + r.choices[0].text + "\n" == want
+
+
 def test_fp8_kv_cache_equals_llm_run(start_server):
     s = start_server("--kv-dtype", "fp8", "--kv-integrity", "tags", "--tp", 1)
     want = llm_run(KIMI, "--prompt", "In the beginning", "--max-tokens", 60, "--kv-dtype", "fp8")
