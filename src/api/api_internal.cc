@@ -86,15 +86,26 @@ void ForgetHandleErrors(const void* handle) {
   absl::erase_if(errors.by_key, [handle](const auto& kv) { return kv.first.handle == handle; });
 }
 
-llm_status CopyHandleError(ErrorKey key, llm_error* out) {
-  HandleError found{LLM_OK, std::string()};
-  {
-    HandleErrors& errors = GetHandleErrors();
-    std::lock_guard<std::mutex> lock(errors.mu);
-    if (auto it = errors.by_key.find(key); it != errors.by_key.end()) found = it->second;
+llm_status LastErrorOf(const void* handle, const char* name, ErrorKey key, llm_error* out) {
+  if (handle == nullptr) return Fail(LLM_ERR_INVALID_ARGUMENT, std::string(name) + " must not be NULL");
+  if (out == nullptr) return Fail(LLM_ERR_INVALID_ARGUMENT, "error must not be NULL");
+  if (out->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
+  try {
+    HandleError found{LLM_OK, std::string()};
+    {
+      HandleErrors& errors = GetHandleErrors();
+      std::lock_guard<std::mutex> lock(errors.mu);
+      if (auto it = errors.by_key.find(key); it != errors.by_key.end()) {
+        found.status = it->second.status;
+        // What fits in llm_error.message, plus a character's worth for the UTF-8 cut.
+        found.message.assign(it->second.message, 0, sizeof(out->message) - 1 + 4);
+      }
+    }
+    WriteError(found.status, found.message, out);
+    return LLM_OK;
+  } catch (const std::bad_alloc&) {
+    return Fail(LLM_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  WriteError(found.status, found.message, out);
-  return LLM_OK;
 }
 
 void FillError(llm_status status, llm_error* out) {

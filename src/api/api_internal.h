@@ -74,8 +74,9 @@ void RecordHandleError(ErrorKey key, llm_status status, std::string message);
 // Drops the records of a destroyed handle; for a runtime's llmrt::Runtime, those of its sessions.
 void ForgetHandleErrors(const void* handle);
 void ForgetHandleErrors(ErrorKey key);
-// Copies the handle's record into *out (LLM_OK and "" when none).
-llm_status CopyHandleError(ErrorKey key, llm_error* out);
+// The body of llm_*_last_error: checks the arguments (`name` is the handle parameter's), then
+// copies the record of `key` into *out (LLM_OK and "" when none).
+llm_status LastErrorOf(const void* handle, const char* name, ErrorKey key, llm_error* out);
 // Fills a caller's llm_error with the calling thread's last status and message (LLM_OK: "").
 void FillError(llm_status status, llm_error* out);
 // The one mapping from internal status codes to the ABI's (see src/util/errors.h).

@@ -226,12 +226,7 @@ LLM_API llm_status llm_runtime_create_v2(const char* model_dir, const llm_runtim
 }
 
 LLM_API llm_status llm_runtime_last_error(const llm_runtime* runtime, llm_error* error) {
-  LLM_GUARD_BEGIN
-  LLM_REQUIRE(runtime);
-  LLM_REQUIRE(error);
-  if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
-  return llmrt::api::CopyHandleError(llmrt::api::KeyOf(runtime), error);
-  LLM_GUARD_END
+  return llmrt::api::LastErrorOf(runtime, "runtime", llmrt::api::KeyOf(runtime), error);
 }
 
 LLM_API void llm_runtime_destroy(llm_runtime* runtime) {

@@ -281,12 +281,7 @@ LLM_API llm_status llm_decode_step_v2(llm_runtime* runtime, void* results, size_
 }
 
 LLM_API llm_status llm_session_last_error(const llm_session* session, llm_error* error) {
-  LLM_GUARD_BEGIN
-  LLM_REQUIRE(session);
-  LLM_REQUIRE(error);
-  if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
-  return llmrt::api::CopyHandleError(llmrt::api::KeyOf(session), error);
-  LLM_GUARD_END
+  return llmrt::api::LastErrorOf(session, "session", llmrt::api::KeyOf(session), error);
 }
 
 LLM_API llm_status llm_score(llm_runtime* runtime, const int32_t* tokens, size_t num_tokens, float* logprobs,

@@ -43,21 +43,11 @@ LLM_API void llm_tokenizer_destroy(llm_tokenizer* tokenizer) {
 }
 
 LLM_API llm_status llm_tokenizer_last_error(const llm_tokenizer* tokenizer, llm_error* error) {
-  LLM_GUARD_BEGIN
-  LLM_REQUIRE(tokenizer);
-  LLM_REQUIRE(error);
-  if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
-  return llmrt::api::CopyHandleError(llmrt::api::KeyOf(tokenizer), error);
-  LLM_GUARD_END
+  return llmrt::api::LastErrorOf(tokenizer, "tokenizer", llmrt::api::KeyOf(tokenizer), error);
 }
 
 LLM_API llm_status llm_detokenizer_last_error(const llm_detokenizer* detokenizer, llm_error* error) {
-  LLM_GUARD_BEGIN
-  LLM_REQUIRE(detokenizer);
-  LLM_REQUIRE(error);
-  if (error->struct_size < sizeof(uint32_t)) return Fail(LLM_ERR_INVALID_ARGUMENT, "error->struct_size is not set");
-  return llmrt::api::CopyHandleError(llmrt::api::KeyOf(detokenizer), error);
-  LLM_GUARD_END
+  return llmrt::api::LastErrorOf(detokenizer, "detokenizer", llmrt::api::KeyOf(detokenizer), error);
 }
 
 LLM_API llm_status llm_tokenizer_get_info(const llm_tokenizer* tokenizer, llm_tokenizer_info* info) {
