@@ -138,9 +138,12 @@ LLM_API llm_status llm_session_create(llm_runtime* runtime, const llm_sampling_o
 LLM_API void llm_session_destroy(llm_session* session) {
   if (session == nullptr) return;
   try {
-    llmrt::api::ForgetHandleErrors(llmrt::api::KeyOf(session));
+    // Forget the session's error record after it is gone: a step that recorded an error for it
+    // meanwhile checks liveness after recording (see DecodeStep), so no record outlives it.
+    const llmrt::api::ErrorKey key = llmrt::api::KeyOf(session);
     llmrt::Session* s = FromHandle(session);
     s->runtime()->DestroySession(s);
+    llmrt::api::ForgetHandleErrors(key);
   } catch (...) {
   }
 }
@@ -246,9 +249,13 @@ llm_status DecodeStep(llm_runtime* runtime, void* results, size_t result_size, s
     r.failed_page = rs[i].failed_pages.empty() ? -1 : rs[i].failed_pages[0];
     r.num_failed_pages = static_cast<uint32_t>(rs[i].failed_pages.size());
     if (!rs[i].status.ok() && rs[i].session != nullptr) {
-      // The step result carries only the status: its message goes to the session's record.
-      llmrt::api::RecordHandleError(llmrt::api::ErrorKey{rs[i].session->runtime(), rs[i].session_id}, r.status,
-                                    std::string(rs[i].status.message()));
+      // The step result carries only the status: its message goes to the session's record. The
+      // session may be destroyed by another thread from here on, so it is not dereferenced; a
+      // record made after its destruction is dropped again (llm_session_destroy forgets after
+      // destroying, so one of the two orders always removes it).
+      const llmrt::api::ErrorKey key{runtime->rep.get(), rs[i].session_id};
+      llmrt::api::RecordHandleError(key, r.status, std::string(rs[i].status.message()));
+      if (!runtime->rep->IsLiveSession(rs[i].session_id)) llmrt::api::ForgetHandleErrors(key);
     }
     switch (rs[i].finish) {
       case llmrt::FinishReason::kNone: r.finish_reason = LLM_FINISH_NONE; break;

@@ -303,6 +303,11 @@ void Runtime::DestroySession(Session* session) {
   FinishDestroy(session);
 }
 
+bool Runtime::IsLiveSession(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return FindById(id) != nullptr;
+}
+
 Session* Runtime::FindById(uint64_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->destroy_requested_) return nullptr;

@@ -136,6 +136,8 @@ class Runtime {
   RuntimeInfo Info() const;
   absl::StatusOr<Session*> CreateSession(const SessionOptions& options);
   void DestroySession(Session* session);
+  // Whether session `id` exists and has not been asked to go (thread-safe).
+  bool IsLiveSession(uint64_t id);
   absl::Status Append(Session* session, absl::Span<const int32_t> tokens);
   absl::Status Cancel(Session* session);
   absl::Status CopyLogits(const Session* session, float* out, size_t capacity, size_t* count) const;
