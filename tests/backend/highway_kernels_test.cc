@@ -100,6 +100,51 @@ TEST(HighwayKernels, MatMulRowsOnEveryTarget) {
   });
 }
 
+// Many activation rows take the cache-blocked GEMM (prefill, batched decode); one row takes the
+// direct kernel. Each output must be bit-identical between the two, whatever the batch size and
+// the blocking (the engine's batch invariance rests on it): shapes cross the column blocks (256),
+// the row blocks (16, and rows left over from groups of 4), the token blocks (64) and the
+// register tiles, with scalar column tails and a row range not starting at 0.
+TEST(HighwayKernels, BlockedMatMulIsBitIdenticalToOneRowAtATime) {
+  std::mt19937 rng(82);
+  ForEachTarget([&](const char*) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      for (int64_t K : {5, 16, 33, 300, 529}) {
+        for (int64_t N : {4, 7, 21, 37}) {
+          for (int64_t T : {8, 9, 13, 70, 133}) {
+            const int64_t ldx = K + 1;
+            std::vector<float> wf = RoundToBf16(RandomNormal(static_cast<size_t>(N * K), rng));
+            const std::vector<uint16_t> wb = ToBf16Bits(wf);
+            const void* w = dt == DType::kBF16 ? static_cast<const void*>(wb.data()) : static_cast<const void*>(wf.data());
+            const std::vector<float> x = RandomNormal(static_cast<size_t>(T * ldx), rng);
+            const int64_t n0 = N > 4 ? 3 : 0;
+            std::vector<float> batched(static_cast<size_t>(T * N), -7.0f), solo(batched.size(), -7.0f);
+            std::vector<float> want(batched.size(), -7.0f);
+            cpu::MatMulRows(dt, w, K, x.data(), ldx, T, batched.data(), N, n0, N);
+            for (int64_t t = 0; t < T; ++t) {
+              cpu::MatMulRows(dt, w, K, x.data() + t * ldx, ldx, 1, solo.data() + t * N, N, n0, N);
+            }
+            cpu::MatMulRowsScalar(dt, w, K, x.data(), ldx, T, want.data(), N, n0, N);
+            for (int64_t t = 0; t < T; ++t) {
+              for (int64_t n = 0; n < N; ++n) {
+                const size_t i = static_cast<size_t>(t * N + n);
+                if (n < n0) {
+                  ASSERT_EQ(batched[i], -7.0f) << "row " << n << " outside [n0, n1) written";
+                  continue;
+                }
+                ASSERT_EQ(std::memcmp(&batched[i], &solo[i], sizeof(float)), 0)
+                    << DTypeName(dt) << " K=" << K << " N=" << N << " T=" << T << " t=" << t << " n=" << n << ": "
+                    << batched[i] << " vs " << solo[i];
+                ASSERT_NEAR(batched[i], want[i], DotTol(wf.data() + n * K, x.data() + t * ldx, K));
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST(HighwayKernels, DotAndAxpyOnEveryTarget) {
   std::mt19937 rng(81);
   ForEachTarget([&](const char*) {

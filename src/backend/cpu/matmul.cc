@@ -18,8 +18,9 @@
 #include "hwy/highway.h"
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "src/backend/cpu/kernels.h"
@@ -124,13 +125,149 @@ void MatMulRowsT(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T,
   }
 }
 
+// ---- many activation rows: a cache-blocked GEMM with the direct kernel's per-element order ----
+//
+// With many activation rows (prefill, batched decode) the direct kernel above streams every
+// activation row once per four weight rows, from L3 or memory, and widens each bf16 code once
+// per two activation rows. Here the work is blocked: kGemmTokens activation rows at a time, the
+// weight rows kGemmRows at a time and the columns kGemmCols at a time; the block's bf16 codes are
+// widened once into a float32 panel, and register tiles of 4 weight rows x kTileTokens activation
+// rows run over the panel and the activations from L1/L2. Every (weight row, activation row)
+// pair keeps its own vector accumulator, kept in memory between column blocks, so each lane adds
+// the same products in the same order as the direct kernel, then the same lane sum and the same
+// scalar tail: the result is bit-identical to the direct kernel's, whatever the batch size or the
+// blocking. Batch invariance of the engine rests on that.
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kTileTokens = 4;  // 16 accumulators + 4 weight vectors + 1 activation of 32 registers
+#else
+constexpr int kTileTokens = 2;  // 8 + 4 + 1 of 16 registers
+#endif
+constexpr int64_t kGemmTokens = 64;    // activation rows per block: kGemmTokens x kGemmCols floats in L2
+constexpr int64_t kGemmRows = 16;      // weight rows per block (a multiple of 4)
+constexpr int64_t kGemmCols = 256;     // columns per block, rounded up to whole vectors
+constexpr int64_t kGemmMinTokens = 8;  // below this the direct kernel runs (bandwidth-bound decode)
+
+// Accumulators acc[(t * ld_acc + r) * N] (t < TT, r < 4) += w rows [r] . x[t] over `len`
+// columns (a multiple of N): one vector accumulator per pair, as MatMulRowsT keeps.
+template <int TT>
+HWY_INLINE void GemmTile(DF df, const float* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
+                         int64_t ld_acc) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  using V = hn::Vec<DF>;
+  V a[TT][4];
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) a[t][r] = hn::LoadU(df, acc + (t * ld_acc + r) * N);
+  }
+  for (int64_t k = 0; k < len; k += N) {
+    const V w0 = hn::LoadU(df, w + k);
+    const V w1 = hn::LoadU(df, w + ldw + k);
+    const V w2 = hn::LoadU(df, w + 2 * ldw + k);
+    const V w3 = hn::LoadU(df, w + 3 * ldw + k);
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const V xv = hn::LoadU(df, xs[t] + k);
+      a[t][0] = hn::MulAdd(w0, xv, a[t][0]);
+      a[t][1] = hn::MulAdd(w1, xv, a[t][1]);
+      a[t][2] = hn::MulAdd(w2, xv, a[t][2]);
+      a[t][3] = hn::MulAdd(w3, xv, a[t][3]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) hn::StoreU(a[t][r], df, acc + (t * ld_acc + r) * N);
+  }
+}
+
+HWY_INLINE void GemmTileN(DF df, int nt, const float* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
+                          int64_t ld_acc) {
+  switch (nt) {
+    case 1: GemmTile<1>(df, w, ldw, xs, len, acc, ld_acc); break;
+    case 2: GemmTile<2>(df, w, ldw, xs, len, acc, ld_acc); break;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    case 3: GemmTile<3>(df, w, ldw, xs, len, acc, ld_acc); break;
+    case 4: GemmTile<4>(df, w, ldw, xs, len, acc, ld_acc); break;
+#endif
+    default: LLMRT_CHECK(false);
+  }
+}
+
+// Rows [n0, n1) (a multiple of 4 of them) of x w^T for T activation rows; see above.
+template <typename WT>
+void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
+                    int64_t n0, int64_t n1) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t kv = K - K % N;
+  const int64_t kc_max = (kGemmCols + N - 1) / N * N;
+  thread_local std::vector<float> panel, accs;
+  if (!std::is_same_v<WT, float>) panel.resize(static_cast<size_t>(kGemmRows * kc_max));
+  accs.resize(static_cast<size_t>(kGemmTokens * kGemmRows * N));
+  float* acc = accs.data();
+  for (int64_t t0 = 0; t0 < T; t0 += kGemmTokens) {
+    const int64_t tb = std::min(kGemmTokens, T - t0);
+    for (int64_t r0 = n0; r0 < n1; r0 += kGemmRows) {
+      const int64_t rb = std::min(kGemmRows, n1 - r0);
+      std::fill(acc, acc + tb * rb * N, 0.0f);
+      for (int64_t k0 = 0; k0 < kv; k0 += kc_max) {
+        const int64_t kc = std::min(kc_max, kv - k0);
+        const float* pw;
+        int64_t ldw;
+        if constexpr (std::is_same_v<WT, float>) {
+          pw = w + r0 * K + k0;
+          ldw = K;
+        } else {
+          for (int64_t r = 0; r < rb; ++r) {
+            const WT* src = w + (r0 + r) * K + k0;
+            float* dst = panel.data() + r * kc;
+            for (int64_t k = 0; k < kc; k += N) hn::StoreU(LoadW(df, src + k), df, dst + k);
+          }
+          pw = panel.data();
+          ldw = kc;
+        }
+        for (int64_t t = 0; t < tb; t += kTileTokens) {
+          const int nt = static_cast<int>(std::min<int64_t>(kTileTokens, tb - t));
+          const float* xs[kTileTokens];
+          for (int i = 0; i < nt; ++i) xs[i] = x + (t0 + t + i) * ldx + k0;
+          for (int64_t r = 0; r < rb; r += 4) GemmTileN(df, nt, pw + r * ldw, ldw, xs, kc, acc + (t * rb + r) * N, rb);
+        }
+      }
+      // The direct kernel's epilogue: lane sum, then the columns past the last whole vector.
+      for (int64_t t = 0; t < tb; ++t) {
+        const float* xa = x + (t0 + t) * ldx;
+        for (int64_t r = 0; r < rb; ++r) {
+          const WT* wr = w + (r0 + r) * K;
+          float s = hn::GetLane(hn::SumOfLanes(df, hn::LoadU(df, acc + (t * rb + r) * N)));
+          for (int64_t k = kv; k < K; ++k) s += ScalarW(wr + k) * xa[k];
+          out[(t0 + t) * ldo + r0 + r] = s;
+        }
+      }
+    }
+  }
+}
+
+template <typename WT>
+void MatMulRowsDense(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
+                     int64_t n0, int64_t n1) {
+  if (T < kGemmMinTokens) {
+    MatMulRowsT(w, K, x, ldx, T, out, ldo, n0, n1);
+    return;
+  }
+  const int64_t n4 = n0 + (n1 - n0) / 4 * 4;
+  MatMulRowsGemm(w, K, x, ldx, T, out, ldo, n0, n4);
+  if (n4 < n1) MatMulRowsT(w, K, x, ldx, T, out, ldo, n4, n1);  // the last rows, one at a time
+}
+
 void MatMulRowsF32(const void* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out,
                    int64_t ldo, int64_t n0, int64_t n1) {
-  MatMulRowsT(static_cast<const float*>(w), K, x, ldx, T, out, ldo, n0, n1);
+  MatMulRowsDense(static_cast<const float*>(w), K, x, ldx, T, out, ldo, n0, n1);
 }
 void MatMulRowsBf16(const void* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out,
                     int64_t ldo, int64_t n0, int64_t n1) {
-  MatMulRowsT(static_cast<const uint16_t*>(w), K, x, ldx, T, out, ldo, n0, n1);
+  MatMulRowsDense(static_cast<const uint16_t*>(w), K, x, ldx, T, out, ldo, n0, n1);
 }
 
 template <typename BT>
