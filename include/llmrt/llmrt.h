@@ -203,6 +203,24 @@ typedef struct llm_kv_tracker {
  * oldest waiting one gets LLM_ERR_KV_EXHAUSTED (idle or finished sessions hold the pages:
  * destroy them). */
 
+/* The id of a multi-process group of ranks: opaque bytes that one process makes and the host
+ * hands to every process of the group (a file, its own RPC...), then passes as
+ * llm_runtime_options.comm_id. */
+#define LLM_COMM_ID_BYTES 128
+typedef struct llm_comm_id {
+  int32_t backend;                  /* the ranks' backend: LLM_BACKEND_CPU or LLM_BACKEND_CUDA */
+  uint32_t reserved;                /* 0 */
+  uint8_t bytes[LLM_COMM_ID_BYTES]; /* CPU: an MPI group tag; CUDA: NCCL's ncclUniqueId */
+} llm_comm_id;
+
+/* Makes a new group id for ranks on `backend`. LLM_BACKEND_CPU: ranks in separate processes
+ * joined through MPI; the id is a random tag each rank checks when it joins. LLM_BACKEND_CUDA:
+ * NCCL's unique id (ncclGetUniqueId, through the libnccl.so.2 found at run time; it names a
+ * bootstrap address on this host, so make it on the host of rank 0): LLM_ERR_UNSUPPORTED when
+ * NCCL cannot be loaded. AUTO or another value: LLM_ERR_INVALID_ARGUMENT. This version runs
+ * multi-process ranks on the CPU only; a runtime given a CUDA id fails with LLM_ERR_UNSUPPORTED. */
+LLM_API llm_status llm_comm_id_create(int32_t backend, llm_comm_id* out_id);
+
 typedef struct llm_runtime_options {
   uint32_t struct_size;
   int32_t backend;              /* LLM_BACKEND_*; default AUTO */
@@ -243,6 +261,11 @@ typedef struct llm_runtime_options {
   uint32_t rank;
   uint32_t collective_timeout_ms; /* a rank waits this long for the others in a collective; 0 = 60000 */
   uint32_t reserved_parallel;
+  /* Multi-process ranks: the group's id (llm_comm_id_create on one process, the same bytes handed
+   * to every process; copied at creation). Every rank checks it against rank 0's when it joins:
+   * processes given different ids fail with LLM_ERR_INVALID_ARGUMENT on every rank. NULL: no
+   * check (the MPI launcher alone says who belongs to the group). Read only when world_size > 1. */
+  const struct llm_comm_id* comm_id;
 } llm_runtime_options;
 
 #define LLM_WEIGHTS_AS_STORED 0

@@ -211,9 +211,36 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
   ro.world_size = o.world_size == 0 ? 1 : static_cast<int>(std::min<uint32_t>(o.world_size, 1u << 16));
   ro.rank = static_cast<int>(std::min<uint32_t>(o.rank, 1u << 16));
   if (o.collective_timeout_ms != 0) ro.collective_timeout_ms = o.collective_timeout_ms;
+  if (o.comm_id != nullptr && ro.world_size > 1) {
+    llmrt::CommId id;
+    switch (o.comm_id->backend) {
+      case LLM_BACKEND_CPU: id.kind = llmrt::CommIdKind::kMpi; break;
+      case LLM_BACKEND_CUDA: id.kind = llmrt::CommIdKind::kNccl; break;
+      default: return Fail(LLM_ERR_INVALID_ARGUMENT, "options->comm_id->backend is not LLM_BACKEND_CPU or _CUDA");
+    }
+    std::memcpy(id.bytes.data(), o.comm_id->bytes, id.bytes.size());
+    ro.comm_id = id;
+  }
   auto rt = llmrt::Runtime::Create(model_dir, ro);
   if (!rt.ok()) return Report(rt.status());
   *out_runtime = new llm_runtime{std::move(rt).value()};
+  return LLM_OK;
+  LLM_GUARD_END
+}
+
+LLM_API llm_status llm_comm_id_create(int32_t backend, llm_comm_id* out_id) {
+  LLM_GUARD_BEGIN
+  LLM_REQUIRE(out_id);
+  std::memset(out_id, 0, sizeof(*out_id));
+  absl::StatusOr<llmrt::CommId> id;
+  switch (backend) {
+    case LLM_BACKEND_CPU: id = llmrt::MakeMpiCommId(); break;
+    case LLM_BACKEND_CUDA: id = llmrt::MakeNcclCommId(); break;
+    default: return Fail(LLM_ERR_INVALID_ARGUMENT, "backend must be LLM_BACKEND_CPU or LLM_BACKEND_CUDA");
+  }
+  if (!id.ok()) return Report(id.status());
+  out_id->backend = backend;
+  std::memcpy(out_id->bytes, id->bytes.data(), sizeof(out_id->bytes));
   return LLM_OK;
   LLM_GUARD_END
 }

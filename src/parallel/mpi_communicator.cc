@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "src/util/status.h"
 
 namespace llmrt {
 
@@ -28,7 +29,8 @@ std::string MpiErrorText(int code) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(int expected_size,
-                                                                         std::chrono::milliseconds timeout) {
+                                                                         std::chrono::milliseconds timeout,
+                                                                         const CommIdBytes* group_id) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -55,6 +57,24 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(int exp
   if (expected_size > 0 && expected_size != c->size_) {
     return absl::InvalidArgumentError(absl::StrCat("world_size is ", expected_size, " but MPI_COMM_WORLD has ",
                                                    c->size_, " processes"));
+  }
+  // Every rank gathers every rank's id (a flag byte, then the id) and compares with rank 0's, so
+  // all ranks reach the same verdict.
+  uint8_t mine[1 + kCommIdBytes] = {};
+  if (group_id != nullptr) {
+    mine[0] = 1;
+    std::memcpy(mine + 1, group_id->data(), kCommIdBytes);
+  }
+  LLMRT_RETURN_IF_ERROR(c->Exchange(mine, sizeof(mine), false, "comm_id check"));
+  for (int r = 1; r < c->size_; ++r) {
+    if (std::memcmp(c->Slot(r) + 8, c->Slot(0) + 8, sizeof(mine)) != 0) {
+      const bool with0 = c->Slot(0)[8] != 0, withr = c->Slot(r)[8] != 0;
+      return absl::InvalidArgumentError(
+          with0 != withr ? absl::StrCat("rank ", with0 ? 0 : r, " was given a comm_id and rank ", with0 ? r : 0,
+                                        " none: every rank of a group needs the same one (or none)")
+                         : absl::StrCat("rank ", r, "'s comm_id differs from rank 0's: the processes were given the "
+                                        "ids of different groups"));
+    }
   }
   return c;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "src/parallel/comm_id.h"
 #include "src/parallel/communicator.h"
 
 namespace llmrt {
@@ -23,8 +24,11 @@ class MpiCommunicator final : public Communicator {
  public:
   // Joins MPI_COMM_WORLD (initializing MPI with MPI_THREAD_SERIALIZED if the host has not).
   // `expected_size` > 0 must equal the world's size (InvalidArgument naming both otherwise).
+  // With `group_id`, every rank compares its id with rank 0's (one collective): any difference,
+  // or ranks with and without an id, fails the creation on every rank with InvalidArgument.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(int expected_size,
-                                                                 std::chrono::milliseconds timeout);
+                                                                 std::chrono::milliseconds timeout,
+                                                                 const CommIdBytes* group_id = nullptr);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }

@@ -75,9 +75,18 @@ absl::Status Runtime::Init(const std::string& model_dir) {
   const bool multi_process = o.world_size > 1;
   const int local = multi_process ? 1 : o.tensor_parallel;
   const std::chrono::milliseconds timeout(o.collective_timeout_ms);
+  if (multi_process && o.comm_id.has_value()) {
+    if (o.comm_id->kind == CommIdKind::kNccl) {
+      return UnsupportedError("comm_id was made for CUDA ranks (an NCCL id), but multi-process ranks run on the CPU "
+                              "through MPI in this version: make it with llm_comm_id_create(LLM_BACKEND_CPU)");
+    }
+    LLMRT_RETURN_IF_ERROR(CheckMpiCommId(o.comm_id->bytes));
+  }
   if (multi_process) {
 #if LLMRT_HAVE_MPI
-    LLMRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi, MpiCommunicator::Create(o.world_size, timeout));
+    LLMRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi,
+                           MpiCommunicator::Create(o.world_size, timeout,
+                                                   o.comm_id.has_value() ? &o.comm_id->bytes : nullptr));
     if (mpi->rank() != o.rank) {
       return absl::InvalidArgumentError(absl::StrCat("rank is ", o.rank, " but this process is MPI rank ", mpi->rank(),
                                                      " of ", mpi->size()));

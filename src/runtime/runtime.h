@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "src/model/checkpoint.h"
 #include "src/model/model.h"
 #include "src/model/workspace.h"
+#include "src/parallel/comm_id.h"
 #include "src/parallel/in_process.h"
 #include "src/parallel/rank_threads.h"
 #include "src/quant/phase_policy.h"
@@ -59,6 +61,8 @@ struct RuntimeOptions {
   // in the same order (create the same sessions, feed them the same tokens, step together).
   int world_size = 1;
   int rank = 0;
+  // The group's id every rank checks when it joins (multi-process ranks only); none: no check.
+  std::optional<CommId> comm_id;
   // How long a rank waits for the others in a collective before the step fails.
   int64_t collective_timeout_ms = 60000;
 };

@@ -53,6 +53,7 @@ int main(void) {
   C(LLM_KV_PRESSURE_FAIL);
   C(LLM_KV_PRESSURE_QUEUE);
   C(LLM_KV_PRESSURE_PREEMPT);
+  C(LLM_COMM_ID_BYTES);
   C(LLM_WEIGHTS_AS_STORED);
   C(LLM_WEIGHTS_INT4_G32);
   C(LLM_WEIGHTS_INT4_G128);
@@ -117,6 +118,11 @@ int main(void) {
   F(llm_runtime_options, rank);
   F(llm_runtime_options, collective_timeout_ms);
   F(llm_runtime_options, reserved_parallel);
+  F(llm_runtime_options, comm_id);
+  S(llm_comm_id);
+  F(llm_comm_id, backend);
+  F(llm_comm_id, reserved);
+  F(llm_comm_id, bytes);
   S(llm_runtime_info);
   F(llm_runtime_info, struct_size);
   F(llm_runtime_info, architecture);

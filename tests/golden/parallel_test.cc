@@ -4,6 +4,7 @@
 // pass on every rank and the next steps continue; degrees that do not split are refused.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <unistd.h>
 
 #include <filesystem>
@@ -230,6 +231,54 @@ TEST(ParallelRefusals, DegreesThatDoNotDivideAreRefusedClearly) {
   ro.rank = 0;
   ro.tensor_parallel = 4;
   EXPECT_EQ(llm_runtime_create(Repo("tests/data/tiny_kimi_k2_qlora_yarn").c_str(), &ro, &rt), LLM_ERR_INVALID_ARGUMENT);
+}
+
+// Group ids: made per backend, distinct each time, and checked before a multi-process rank joins
+// (a foreign or CUDA id fails at creation, without waiting for other processes).
+TEST(ParallelRuntime, CommIdsAreMadeAndCheckedBeforeJoining) {
+  llm_comm_id a, b;
+  ASSERT_EQ(llm_comm_id_create(LLM_BACKEND_CPU, &a), LLM_OK) << llm_last_error();
+  ASSERT_EQ(llm_comm_id_create(LLM_BACKEND_CPU, &b), LLM_OK);
+  EXPECT_EQ(a.backend, LLM_BACKEND_CPU);
+  EXPECT_EQ(a.reserved, 0u);
+  EXPECT_NE(std::memcmp(a.bytes, b.bytes, LLM_COMM_ID_BYTES), 0) << "two ids of different groups are equal";
+  EXPECT_EQ(llm_comm_id_create(LLM_BACKEND_CPU, nullptr), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(llm_comm_id_create(LLM_BACKEND_AUTO, &b), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(llm_comm_id_create(77, &b), LLM_ERR_INVALID_ARGUMENT);
+  // CUDA: NCCL's unique id where libnccl.so.2 loads (it needs no GPU), else UNSUPPORTED.
+  llm_comm_id nccl;
+  const llm_status st = llm_comm_id_create(LLM_BACKEND_CUDA, &nccl);
+  ASSERT_TRUE(st == LLM_OK || st == LLM_ERR_UNSUPPORTED) << st << " " << llm_last_error();
+  if (st == LLM_ERR_UNSUPPORTED) {
+    EXPECT_NE(std::string(llm_last_error()).find("NCCL"), std::string::npos) << llm_last_error();
+    nccl.backend = LLM_BACKEND_CUDA;
+  }
+  const std::string dir = Repo("tests/data/tiny_kimi_k2_qlora_yarn");
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.world_size = 2;
+  ro.rank = 0;
+  ro.collective_timeout_ms = 2000;
+  llm_runtime* rt = nullptr;
+  ro.comm_id = &nccl;  // multi-process ranks run on the CPU in this version
+  EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(llm_last_error()).find("comm_id was made for CUDA ranks"), std::string::npos)
+      << llm_last_error();
+  llm_comm_id forged = a;
+  forged.bytes[0] ^= 1;
+  ro.comm_id = &forged;
+  EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(llm_last_error()).find("not a CPU (MPI) group id"), std::string::npos) << llm_last_error();
+  forged = a;
+  forged.backend = 9;
+  EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(rt, nullptr);
+  // One process (world_size 1, in-process ranks): the id is not read.
+  ro.world_size = 1;
+  ro.tensor_parallel = 2;
+  ro.comm_id = &forged;
+  ASSERT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+  llm_runtime_destroy(rt);
 }
 
 // Batched sessions with shared prompt prefixes under KV pressure (preempt policy), split over two

@@ -1,11 +1,14 @@
 /* Multi-process tensor parallelism through the public header alone: run under
- *   mpirun -np 2 llmrt_mpi_tp_test MODEL_DIR
+ *   mpirun -np 2 llmrt_mpi_tp_test MODEL_DIR ID_FILE
  * each process first decodes the prompts on one process split over two in-process ranks (the
  * reference), then as rank OMPI_COMM_WORLD_RANK of a two-process world joined through MPI, and
- * checks that both give the same tokens. Exit status 0 when they do. */
+ * checks that both give the same tokens. The group id is made by rank 0 (llm_comm_id_create) and
+ * handed to rank 1 through ID_FILE, as a host would; then each process makes its own id, and the
+ * creation must fail on both with LLM_ERR_INVALID_ARGUMENT. Exit status 0 when all holds. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "llmrt/llmrt.h"
 
@@ -16,7 +19,8 @@ static const int32_t kPrompt0[] = {0, 17, 42, 99, 3, 250, 7};
 static const int32_t kPrompt1[] = {0, 5};
 static const int32_t kPrompt2[] = {0, 11, 48, 85, 122, 159, 196, 233, 14, 51, 88, 125, 162, 199, 236, 17, 54};
 
-static int Run(const char* dir, uint32_t tp, uint32_t world, uint32_t rank, int32_t out[PROMPTS][MAX_NEW]) {
+static int Run(const char* dir, uint32_t tp, uint32_t world, uint32_t rank, const llm_comm_id* id,
+               int32_t out[PROMPTS][MAX_NEW]) {
   const int32_t* prompts[PROMPTS] = {kPrompt0, kPrompt1, kPrompt2};
   const size_t lens[PROMPTS] = {sizeof(kPrompt0) / 4, sizeof(kPrompt1) / 4, sizeof(kPrompt2) / 4};
   llm_runtime_options ro;
@@ -26,6 +30,7 @@ static int Run(const char* dir, uint32_t tp, uint32_t world, uint32_t rank, int3
   ro.world_size = world;
   ro.rank = rank;
   ro.collective_timeout_ms = 30000;
+  ro.comm_id = id;
   llm_runtime* rt = NULL;
   if (llm_runtime_create(dir, &ro, &rt) != LLM_OK) {
     fprintf(stderr, "rank %u: llm_runtime_create: %s\n", rank, llm_last_error());
@@ -73,9 +78,40 @@ static int Run(const char* dir, uint32_t tp, uint32_t world, uint32_t rank, int3
   return done == PROMPTS ? 0 : 1;
 }
 
+/* Rank 0 makes the group id and publishes it in `path` (written whole, then renamed into place);
+ * the other ranks wait for the file and read it. */
+static int ShareId(uint32_t rank, const char* path, llm_comm_id* id) {
+  if (rank == 0) {
+    if (llm_comm_id_create(LLM_BACKEND_CPU, id) != LLM_OK) {
+      fprintf(stderr, "llm_comm_id_create: %s\n", llm_last_error());
+      return 1;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* f = fopen(tmp, "wb");
+    if (f == NULL || fwrite(id, sizeof(*id), 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+      fprintf(stderr, "rank 0: cannot write %s\n", path);
+      return 1;
+    }
+    return 0;
+  }
+  for (int waited = 0; waited < 600; ++waited) { /* up to 60 s */
+    FILE* f = fopen(path, "rb");
+    if (f != NULL) {
+      const size_t n = fread(id, sizeof(*id), 1, f);
+      fclose(f);
+      if (n == 1) return 0;
+    }
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+  }
+  fprintf(stderr, "rank %u: no id in %s\n", rank, path);
+  return 1;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: mpirun -np 2 %s MODEL_DIR\n", argv[0]);
+  if (argc != 3) {
+    fprintf(stderr, "usage: mpirun -np 2 %s MODEL_DIR ID_FILE\n", argv[0]);
     return 2;
   }
   const char* env = getenv("OMPI_COMM_WORLD_RANK");
@@ -83,8 +119,29 @@ int main(int argc, char** argv) {
   int32_t want[PROMPTS][MAX_NEW], got[PROMPTS][MAX_NEW];
   memset(want, 0, sizeof(want));
   memset(got, 0, sizeof(got));
-  if (Run(argv[1], 2, 1, 0, want) != 0) return 1;
-  if (Run(argv[1], 1, 2, rank, got) != 0) return 1;
+  /* One file per mpirun job, so that a file left by an earlier run is never read. */
+  const char* job = getenv("OMPI_MCA_ess_base_jobid");
+  char path[4096];
+  snprintf(path, sizeof(path), "%s.%s", argv[2], job != NULL ? job : "0");
+  llm_comm_id id;
+  if (Run(argv[1], 2, 1, 0, NULL, want) != 0) return 1;
+  if (ShareId(rank, path, &id) != 0) return 1;
+  if (Run(argv[1], 1, 2, rank, &id, got) != 0) return 1;
+  /* Ids of different groups: every rank must refuse to join. */
+  llm_comm_id own;
+  if (llm_comm_id_create(LLM_BACKEND_CPU, &own) != LLM_OK) return 1;
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.world_size = 2;
+  ro.rank = rank;
+  ro.collective_timeout_ms = 30000;
+  ro.comm_id = &own;
+  llm_runtime* rt = NULL;
+  const llm_status st = llm_runtime_create(argv[1], &ro, &rt);
+  if (st != LLM_ERR_INVALID_ARGUMENT || strstr(llm_last_error(), "differs from rank 0's") == NULL) {
+    fprintf(stderr, "rank %u: mismatched ids gave status %d: %s\n", rank, (int)st, llm_last_error());
+    return 1;
+  }
   for (int i = 0; i < PROMPTS; ++i) {
     for (int k = 0; k < MAX_NEW; ++k) {
       if (want[i][k] != got[i][k]) {
@@ -94,6 +151,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (rank == 0) remove(path); /* rank 1 read it before the group could form */
   printf("rank %u: %d prompts, every token as one process with tensor_parallel 2\n", rank, PROMPTS);
   return 0;
 }
