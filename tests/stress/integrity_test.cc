@@ -24,6 +24,7 @@ struct Options {
   uint64_t budget = 0;
   int32_t prefix_sharing = 1;
   const llm_kv_tracker* tracker = nullptr;
+  uint32_t tensor_parallel = 1;
 };
 
 llm_runtime* Open(const Options& o) {
@@ -36,6 +37,7 @@ llm_runtime* Open(const Options& o) {
   ro.kv_budget_bytes = o.budget;
   ro.prefix_sharing = o.prefix_sharing;
   ro.tracker = o.tracker;
+  ro.tensor_parallel = o.tensor_parallel;
   llm_runtime* rt = nullptr;
   EXPECT_EQ(llm_runtime_create(TestData(kModel).c_str(), &ro, &rt), LLM_OK) << llm_last_error();
   return rt;
@@ -377,6 +379,34 @@ TEST(Pressure, PreemptionRecomputesAndChangesNoToken) {
   for (size_t i = 0; i < ss.size(); ++i) EXPECT_EQ(d.tokens[ss[i]], Solo(prompts[i], 10)) << i;
   EXPECT_EQ(Info(rt).pages_free, Info(rt).pages_total);
   llm_runtime_destroy(rt);
+}
+
+// The same preemptions with the model split over ranks: the page tables, preemption and
+// recomputation stay on the host thread while every rank keeps its own KV store (MLA's latent
+// replicated, so a page holds the same bytes on every rank). Tokens must be those of one rank.
+TEST(Pressure, PreemptionUnderTensorParallelismChangesNoToken) {
+  const auto prompts = PressurePrompts();
+  std::vector<std::vector<int32_t>> solo;
+  for (const auto& p : prompts) solo.push_back(Solo(p, 10));
+  for (uint32_t tp : {2u, 4u}) {
+    Options o;
+    o.pressure = LLM_KV_PRESSURE_PREEMPT;
+    o.budget = 16ull * 4 * 3 * 48 * 4;  // 16 pages on each rank
+    o.prefix_sharing = 0;
+    o.tensor_parallel = tp;
+    llm_runtime* rt = Open(o);
+    ASSERT_NE(rt, nullptr);
+    Driver d{rt};
+    d.destroy_finished = true;
+    std::vector<llm_session*> ss;
+    for (const auto& p : prompts) ss.push_back(d.Add(p, 10));
+    d.RunToEnd();
+    EXPECT_TRUE(d.failure.empty()) << "TP " << tp;
+    EXPECT_GT(Info(rt).preemptions, 0u) << "TP " << tp;
+    for (size_t i = 0; i < ss.size(); ++i) EXPECT_EQ(d.tokens[ss[i]], solo[i]) << "TP " << tp << " prompt " << i;
+    EXPECT_EQ(Info(rt).pages_free, Info(rt).pages_total);
+    llm_runtime_destroy(rt);
+  }
 }
 
 // ---- tracker callbacks ------------------------------------------------------------------------
