@@ -259,5 +259,42 @@ TEST(HighwayKernels, MatMulWeightRowsOnEveryTarget) {
   });
 }
 
+// Every format's product is bit-identical whatever the number of activation rows: many rows take
+// the blocked paths (dense GEMM; quantized panels of raw codes on 32-register targets), one row
+// the decode path, and the engine's batch invariance rests on their equality. Shapes cross the
+// column blocks (256 columns, whole scale blocks), the 16-row blocks with rows left over, the
+// 64-row token blocks and odd register tiles.
+TEST(HighwayKernels, MatMulWeightRowsIsBitIdenticalAcrossBatchSizes) {
+  std::mt19937 rng(83);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{21, 300}, {37, 544}, {9, 640}, {18, 1024}};
+  ForEachTarget([&](const char*) {
+    for (const auto& [rows, cols] : shapes) {
+      for (const FormatCase& fc : FormatCases(cols)) {
+        const HostMatrix m = MakeHostMatrix(fc.format, rows, cols, fc.params, rng);
+        const HostWeight hw = ViewOf(m, 0);
+        for (int64_t T : {5, 8, 13, 70, 133}) {
+          const int64_t ldx = cols + 1;
+          const std::vector<float> xs = RandomNormal(static_cast<size_t>(T * ldx), rng);
+          std::vector<float> scratch, batched(static_cast<size_t>(T * rows)), solo(batched.size());
+          int64_t ld = 0;
+          const float* xp = cpu::PrepareActivations(hw.w, xs.data(), ldx, T, scratch, &ld);
+          cpu::MatMulWeightRows(hw.w, xp, ld, T, batched.data(), rows, 0, rows);
+          for (int64_t t = 0; t < T; ++t) {
+            std::vector<float> one_scratch;
+            int64_t ld1 = 0;
+            const float* x1 = cpu::PrepareActivations(hw.w, xs.data() + t * ldx, ldx, 1, one_scratch, &ld1);
+            cpu::MatMulWeightRows(hw.w, x1, ld1, 1, solo.data() + t * rows, rows, 0, rows);
+          }
+          for (size_t i = 0; i < batched.size(); ++i) {
+            ASSERT_EQ(std::memcmp(&batched[i], &solo[i], sizeof(float)), 0)
+                << fc.name << " " << rows << "x" << cols << " T=" << T << " token " << i / rows << " row "
+                << i % rows << ": " << batched[i] << " vs " << solo[i];
+          }
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace llmrt::conformance

@@ -400,72 +400,255 @@ HWY_INLINE void BlockDot2x2(DF df, const float* raw, int64_t stride, const float
 // blocks of four rows are decoded once and reused by every activation row (prefill).
 constexpr int64_t kDirectMaxRows = 4;
 
-// Rows [n0, n1) of a quantized matrix times T activation rows. Blocks (FP8: block_cols columns;
-// INT4: one group) of four rows are decoded to float32 once and used by every activation row;
-// each (row, activation) keeps a vector accumulator over blocks, folding each block in with its
-// scale. With one or a few activation rows the codes are decoded in registers instead (same
-// order, so results do not depend on how many rows a batch has).
-void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, int64_t n0,
-                     int64_t n1) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), K = w.cols;
-  const bool int4 = w.format == kWeightInt4Group;
-  // INT4 chunks hold 16 codes of each parity: vectors of up to 16 float lanes (every x86 target).
-  LLMRT_CHECK(!int4 || N <= 16);
-  const int64_t bw = int4 ? w.params.group : w.params.block_cols, nb = (K + bw - 1) / bw;
-  const int64_t nbc = (K + w.params.block_cols - 1) / std::max<int64_t>(w.params.block_cols, 1);
-  auto scale_of = [&](int64_t row, int64_t b) {
+// The per-matrix facts every quantized path reads: block width (FP8: block_cols columns; INT4:
+// one group), the number of blocks per row, and each (row, block)'s codes and scale.
+struct QuantView {
+  const Weight& w;
+  bool int4;
+  int64_t K, bw, nb, nbc;
+  explicit QuantView(const Weight& wt)
+      : w(wt),
+        int4(wt.format == kWeightInt4Group),
+        K(wt.cols),
+        bw(int4 ? wt.params.group : wt.params.block_cols),
+        nb((K + bw - 1) / bw),
+        nbc((K + wt.params.block_cols - 1) / std::max<int64_t>(wt.params.block_cols, 1)) {}
+  float scale(int64_t row, int64_t b) const {
     return int4 ? Bf16ToF32(w.scales.data_as<uint16_t>()[row * (K / w.params.group) + b])
                 : w.scales.data_as<float>()[(row / w.params.block_rows) * nbc + b];
-  };
-  auto codes_of = [&](int64_t row, int64_t b) {
+  }
+  const uint8_t* codes(int64_t row, int64_t b) const {
     return int4 ? w.data.data_as<uint8_t>() + row * (K / 2) + b * bw / 2 : w.data.data_as<uint8_t>() + row * K + b * bw;
-  };
-  if (T <= kDirectMaxRows) {  // decode: one row at a time, codes decoded in registers (BlockDot's order)
-    const hn::RebindToSigned<DF> di32;
-    const hn::Rebind<uint8_t, DF> du8;
-    const hn::RebindToUnsigned<DF> du32;
-    const auto eight = hn::Set(df, 8.0f);
-    const auto mask = hn::Set(du32, 0xFu);
-    const float* table = Fp8E4M3::DecodeTable();
-    for (int64_t n = n0; n < n1; ++n) {
-      for (int64_t t = 0; t < T; ++t) {
-        auto acc = hn::Zero(df);
-        float tail = 0.0f;
-        for (int64_t b = 0; b < nb; ++b) {
-          const int64_t width = std::min(bw, K - b * bw);
-          const uint8_t* q = codes_of(n, b);
-          const float* xt = x + t * ldx + b * bw;
-          auto a0 = hn::Zero(df), a1 = hn::Zero(df);
-          float st = 0.0f;
-          if (int4) {
-            for (int64_t k = 0; k < width; k += 32) {
-              for (int64_t j = 0; j < 16; j += N) {
-                const auto v = hn::PromoteTo(du32, hn::LoadU(du8, q + k / 2 + j));
-                const auto lo = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(v, mask))), eight);
-                const auto hi = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(v))), eight);
-                a0 = hn::MulAdd(lo, hn::LoadU(df, xt + k + j), a0);
-                a1 = hn::MulAdd(hi, hn::LoadU(df, xt + k + 16 + j), a1);
-              }
+  }
+};
+
+// Rows [n0, n1) for any number of activation rows, one (row, activation row) at a time with the
+// codes decoded in registers: the reference order every quantized path keeps (decode's path).
+void QuantRowsDirect(const QuantView& v, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, int64_t n0,
+                     int64_t n1) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), K = v.K, bw = v.bw, nb = v.nb;
+  const bool int4 = v.int4;
+  const hn::RebindToSigned<DF> di32;
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::RebindToUnsigned<DF> du32;
+  const auto eight = hn::Set(df, 8.0f);
+  const auto mask = hn::Set(du32, 0xFu);
+  const float* table = Fp8E4M3::DecodeTable();
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t t = 0; t < T; ++t) {
+      auto acc = hn::Zero(df);
+      float tail = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t width = std::min(bw, K - b * bw);
+        const uint8_t* q = v.codes(n, b);
+        const float* xt = x + t * ldx + b * bw;
+        auto a0 = hn::Zero(df), a1 = hn::Zero(df);
+        float st = 0.0f;
+        if (int4) {
+          for (int64_t k = 0; k < width; k += 32) {
+            for (int64_t j = 0; j < 16; j += N) {
+              const auto c = hn::PromoteTo(du32, hn::LoadU(du8, q + k / 2 + j));
+              const auto lo = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(c, mask))), eight);
+              const auto hi = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(c))), eight);
+              a0 = hn::MulAdd(lo, hn::LoadU(df, xt + k + j), a0);
+              a1 = hn::MulAdd(hi, hn::LoadU(df, xt + k + 16 + j), a1);
             }
-          } else {
-            int64_t k = 0;
-            for (; k + 2 * N <= width; k += 2 * N) {
-              a0 = hn::MulAdd(Fp8ToF32(df, q + k), hn::LoadU(df, xt + k), a0);
-              a1 = hn::MulAdd(Fp8ToF32(df, q + k + N), hn::LoadU(df, xt + k + N), a1);
-            }
-            for (; k + N <= width; k += N) a0 = hn::MulAdd(Fp8ToF32(df, q + k), hn::LoadU(df, xt + k), a0);
-            for (; k < width; ++k) st += table[q[k]] * xt[k];
           }
-          const float s = scale_of(n, b);
-          acc = hn::MulAdd(hn::Add(a0, a1), hn::Set(df, s), acc);
-          tail += st * s;
+        } else {
+          int64_t k = 0;
+          for (; k + 2 * N <= width; k += 2 * N) {
+            a0 = hn::MulAdd(Fp8ToF32(df, q + k), hn::LoadU(df, xt + k), a0);
+            a1 = hn::MulAdd(Fp8ToF32(df, q + k + N), hn::LoadU(df, xt + k + N), a1);
+          }
+          for (; k + N <= width; k += N) a0 = hn::MulAdd(Fp8ToF32(df, q + k), hn::LoadU(df, xt + k), a0);
+          for (; k < width; ++k) st += table[q[k]] * xt[k];
         }
-        out[t * ldo + n] = hn::GetLane(hn::SumOfLanes(df, acc)) + tail;
+        const float s = v.scale(n, b);
+        acc = hn::MulAdd(hn::Add(a0, a1), hn::Set(df, s), acc);
+        tail += st * s;
+      }
+      out[t * ldo + n] = hn::GetLane(hn::SumOfLanes(df, acc)) + tail;
+    }
+  }
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Many activation rows on targets with 32 vector registers: blocked like MatMulRowsGemm. A panel
+// of kGemmRows rows x a column block (whole scale blocks) is decoded once to raw float codes, and
+// tiles of 4 rows x TT activation rows run over it block by block: per block, the two partial
+// accumulators of the direct path (INT4: even / odd columns of each 32; FP8: alternate vectors),
+// then acc = (p + q) * scale + acc and the scalar tail times the scale, exactly as
+// QuantRowsDirect orders them, so the results are bit-identical to it.
+template <int TT>
+HWY_INLINE void QuantTile(DF df, const QuantView& v, const float* raw, int64_t ldr, const float* scales, int64_t nbk,
+                          int64_t kc, const float* const* xs, float* acc, float* tails, int64_t ld_acc) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), bw = v.bw;
+  using V = hn::Vec<DF>;
+  V A[TT][4];
+  float tl[TT][4];
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      A[t][r] = hn::LoadU(df, acc + (t * ld_acc + r) * N);
+      tl[t][r] = tails[t * ld_acc + r];
+    }
+  }
+  for (int64_t b = 0; b < nbk; ++b) {
+    const int64_t c0 = b * bw, width = std::min(bw, kc - c0);
+    V p[TT][4], q[TT][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) p[t][r] = q[t][r] = hn::Zero(df);
+    }
+    // One vector of columns at c into p (first) or q (second), for every row and activation row.
+    auto step = [&](int64_t c, bool second) HWY_ATTR {
+      V xv[TT];
+#pragma GCC unroll 4
+      for (int t = 0; t < TT; ++t) xv[t] = hn::LoadU(df, xs[t] + c0 + c);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        const V wv = hn::LoadU(df, raw + r * ldr + c0 + c);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; ++t) {
+          if (second) {
+            q[t][r] = hn::MulAdd(wv, xv[t], q[t][r]);
+          } else {
+            p[t][r] = hn::MulAdd(wv, xv[t], p[t][r]);
+          }
+        }
+      }
+    };
+    int64_t k = 0;
+    if (v.int4) {
+      for (; k < width; k += 32) {
+        for (int64_t j = 0; j < 16; j += N) {
+          step(k + j, false);
+          step(k + 16 + j, true);
+        }
+      }
+    } else {
+      for (; k + 2 * N <= width; k += 2 * N) {
+        step(k, false);
+        step(k + N, true);
+      }
+      for (; k + N <= width; k += N) step(k, false);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const float s = scales[r * nbk + b];
+      const V vs = hn::Set(df, s);
+#pragma GCC unroll 4
+      for (int t = 0; t < TT; ++t) {
+        A[t][r] = hn::MulAdd(hn::Add(p[t][r], q[t][r]), vs, A[t][r]);
+        if (k < width) {
+          float st = 0.0f;
+          for (int64_t c = k; c < width; ++c) st += raw[r * ldr + c0 + c] * xs[t][c0 + c];
+          tl[t][r] += st * s;
+        }
       }
     }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      hn::StoreU(A[t][r], df, acc + (t * ld_acc + r) * N);
+      tails[t * ld_acc + r] = tl[t][r];
+    }
+  }
+}
+
+constexpr int kQuantTileTokens = 2;  // 8 accumulators + 16 partials + weights and activations
+
+// Rows [n0, n1) (a multiple of 4 of them) for T >= kGemmMinTokens activation rows.
+void QuantRowsGemm(const QuantView& v, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, int64_t n0,
+                   int64_t n1) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), K = v.K, bw = v.bw;
+  const int64_t blocks_per_col_block = std::max<int64_t>(1, kGemmCols / bw);
+  const int64_t kc_max = blocks_per_col_block * bw;
+  thread_local std::vector<float> raw, scales, accs, tails;
+  raw.resize(static_cast<size_t>(kGemmRows * kc_max));
+  scales.resize(static_cast<size_t>(kGemmRows * blocks_per_col_block));
+  accs.resize(static_cast<size_t>(kGemmTokens * kGemmRows * N));
+  tails.resize(static_cast<size_t>(kGemmTokens * kGemmRows));
+  for (int64_t t0 = 0; t0 < T; t0 += kGemmTokens) {
+    const int64_t tb = std::min(kGemmTokens, T - t0);
+    for (int64_t r0 = n0; r0 < n1; r0 += kGemmRows) {
+      const int64_t rb = std::min(kGemmRows, n1 - r0);
+      std::fill(accs.begin(), accs.begin() + tb * rb * N, 0.0f);
+      std::fill(tails.begin(), tails.begin() + tb * rb, 0.0f);
+      for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
+        const int64_t kc = std::min(kc_max, K - k0), b0 = k0 / bw, nbk = (kc + bw - 1) / bw;
+        for (int64_t r = 0; r < rb; ++r) {
+          for (int64_t b = 0; b < nbk; ++b) {
+            const int64_t width = std::min(bw, kc - b * bw);
+            float* dst = raw.data() + r * kc_max + b * bw;
+            if (v.int4) {
+              RawInt4(v.codes(r0 + r, b0 + b), width, dst);
+            } else {
+              RawFp8(v.codes(r0 + r, b0 + b), width, dst);
+            }
+            scales[r * nbk + b] = v.scale(r0 + r, b0 + b);
+          }
+        }
+        for (int64_t t = 0; t < tb; t += kQuantTileTokens) {
+          const int nt = static_cast<int>(std::min<int64_t>(kQuantTileTokens, tb - t));
+          const float* xs[kQuantTileTokens];
+          for (int i = 0; i < nt; ++i) xs[i] = x + (t0 + t + i) * ldx + k0;
+          for (int64_t r = 0; r < rb; r += 4) {
+            float* a = accs.data() + (t * rb + r) * N;
+            float* tl = tails.data() + t * rb + r;
+            if (nt == 2) {
+              QuantTile<2>(df, v, raw.data() + r * kc_max, kc_max, scales.data() + r * nbk, nbk, kc, xs, a, tl, rb);
+            } else {
+              QuantTile<1>(df, v, raw.data() + r * kc_max, kc_max, scales.data() + r * nbk, nbk, kc, xs, a, tl, rb);
+            }
+          }
+        }
+      }
+      for (int64_t t = 0; t < tb; ++t) {
+        for (int64_t r = 0; r < rb; ++r) {
+          out[(t0 + t) * ldo + r0 + r] =
+              hn::GetLane(hn::SumOfLanes(df, hn::LoadU(df, accs.data() + (t * rb + r) * N))) + tails[t * rb + r];
+        }
+      }
+    }
+  }
+}
+#endif  // 32 vector registers
+
+// Rows [n0, n1) of a quantized matrix times T activation rows. With one or a few activation rows
+// the codes are decoded in registers (QuantRowsDirect); with many, on 32-register targets, panels
+// of raw codes feed register tiles (QuantRowsGemm); otherwise blocks (FP8: block_cols columns;
+// INT4: one group) of four rows are decoded to float32 once and used by every activation row.
+// Each (row, activation) keeps a vector accumulator over blocks, folding each block in with its
+// scale, in the same order on every path: results do not depend on how many rows a batch has.
+void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, int64_t n0,
+                     int64_t n1) {
+  const QuantView v(w);
+  // INT4 chunks hold 16 codes of each parity: vectors of up to 16 float lanes (every x86 target).
+  LLMRT_CHECK(!v.int4 || hn::Lanes(DF()) <= 16);
+  if (T <= kDirectMaxRows) {  // decode: codes decoded in registers
+    QuantRowsDirect(v, x, ldx, T, out, ldo, n0, n1);
     return;
   }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (T >= kGemmMinTokens) {
+    const int64_t n4 = n0 + (n1 - n0) / 4 * 4;
+    QuantRowsGemm(v, x, ldx, T, out, ldo, n0, n4);
+    if (n4 < n1) QuantRowsDirect(v, x, ldx, T, out, ldo, n4, n1);
+    return;
+  }
+#endif
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), K = v.K, bw = v.bw, nb = v.nb;
+  const bool int4 = v.int4;
+  auto scale_of = [&](int64_t row, int64_t b) { return v.scale(row, b); };
+  auto codes_of = [&](int64_t row, int64_t b) { return v.codes(row, b); };
   // Per-thread buffers, reused across calls (this runs once per 16-row chunk of every matmul).
   thread_local std::vector<float> raw, accs, tails;
   raw.resize(static_cast<size_t>(4 * bw));
