@@ -211,6 +211,12 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
   ro.world_size = o.world_size == 0 ? 1 : static_cast<int>(std::min<uint32_t>(o.world_size, 1u << 16));
   ro.rank = static_cast<int>(std::min<uint32_t>(o.rank, 1u << 16));
   if (o.collective_timeout_ms != 0) ro.collective_timeout_ms = o.collective_timeout_ms;
+  switch (o.quantized_activations) {
+    case LLM_ACTIVATIONS_EXACT: ro.activations = llmrt::QuantizedActivations::kExact; break;
+    case LLM_ACTIVATIONS_INT8: ro.activations = llmrt::QuantizedActivations::kInt8; break;
+    default:
+      return Fail(LLM_ERR_INVALID_ARGUMENT, "options->quantized_activations is not an LLM_ACTIVATIONS_* value");
+  }
   auto rt = llmrt::Runtime::Create(model_dir, ro);
   if (!rt.ok()) return Report(rt.status());
   *out_runtime = new llm_runtime{std::move(rt).value()};

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "src/backend/backend.h"
+#include "src/backend/registry.h"
 #include "src/kv/kv_manager.h"
 #include "src/kv/kv_store.h"
 #include "src/kv/tracker.h"
@@ -61,6 +62,8 @@ struct RuntimeOptions {
   int rank = 0;
   // How long a rank waits for the others in a collective before the step fails.
   int64_t collective_timeout_ms = 60000;
+  // How matmuls with quantized weights treat their activations (the backend's numerics policy).
+  QuantizedActivations activations = QuantizedActivations::kExact;
 };
 
 // Where an FP8 KV cache's per-layer scales come from.
