@@ -4,7 +4,11 @@
 // each window every position but the first is scored given the ones before it.
 //
 //   llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8|fp8-tiled]
-//            [--chunk N] [--weights as-stored|int4-g32|int4-g128]
+//            [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--activations exact|int8]
+//
+// --activations int8 runs the INT8 activation policy (llm_runtime_options.quantized_activations);
+// --agree-exact compares top-1 predictions with the same model and options under EXACT (the
+// agreement of INT8 with the reference numerics).
 //
 // Each window is scored by teacher forcing in passes of at most --chunk tokens (default 512).
 // A pass attends over its own positions in BF16 under the FP8 KV phase policy, so measuring an
@@ -25,6 +29,7 @@ int main(int argc, char** argv) {
   std::string model, text_path;
   size_t window = 128, max_windows = 0;
   std::string agree_with;
+  bool agree_exact = false;
   llm_runtime_options ro;
   llm_runtime_options_init(&ro);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -44,6 +49,17 @@ int main(int argc, char** argv) {
     }
     else if (a == "--agree-with") agree_with = v;
     else if (a == "--chunk") ro.max_tokens_per_step = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (a == "--agree-exact") {
+      agree_exact = std::string(v) == "1";
+    }
+    else if (a == "--activations") {
+      const std::string p = v;
+      if (p != "exact" && p != "int8") {
+        std::fprintf(stderr, "llm-eval: --activations must be exact or int8, not %s\n", v);
+        return 2;
+      }
+      ro.quantized_activations = p == "int8" ? LLM_ACTIVATIONS_INT8 : LLM_ACTIVATIONS_EXACT;
+    }
     else if (a == "--weights") {
       const std::string w = v;
       ro.prefill_weights = ro.decode_weights = w == "int4-g32"    ? LLM_WEIGHTS_INT4_G32
@@ -57,7 +73,8 @@ int main(int argc, char** argv) {
   }
   if (model.empty() || text_path.empty() || window < 2) {
     std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8|fp8-tiled] [--threads N]\n"
-                         "                [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--agree-with DIR]\n");
+                         "                [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--agree-with DIR]\n"
+                         "                [--activations exact|int8] [--agree-exact 1]\n");
     return 2;
   }
   std::ifstream in(text_path, std::ios::binary);
@@ -76,6 +93,11 @@ int main(int argc, char** argv) {
   // stored, BF16 KV, default passes; e.g. the BF16 model a quantized one came from).
   llm_runtime* ref = nullptr;
   if (st == LLM_OK && !agree_with.empty()) st = llm_runtime_create(agree_with.c_str(), nullptr, &ref);
+  if (st == LLM_OK && agree_with.empty() && agree_exact) {
+    llm_runtime_options exact = ro;
+    exact.quantized_activations = LLM_ACTIVATIONS_EXACT;
+    st = llm_runtime_create(model.c_str(), &exact, &ref);
+  }
   if (st != LLM_OK) {
     std::fprintf(stderr, "llm-eval: %s: %s\n", llm_status_string(st), llm_last_error());
     llm_tokenizer_destroy(tok);
@@ -120,7 +142,8 @@ int main(int argc, char** argv) {
               window, scored, scored ? std::exp(nll / scored) : 0.0, scored ? static_cast<double>(correct) / scored : 0.0,
               secs > 0 ? windows * window / secs : 0.0);
   if (ref != nullptr) {
-    std::printf("\ntop-1 agreement with the reference (BF16 KV): %.4f\n",
+    std::printf(agree_exact && agree_with.empty() ? "\ntop-1 agreement with EXACT activations: %.4f\n"
+                                                  : "\ntop-1 agreement with the reference (BF16 KV): %.4f\n",
                 scored ? static_cast<double>(agreed) / scored : 0.0);
     llm_runtime_destroy(ref);
   }

@@ -2,7 +2,7 @@
 //
 //   llm-run --model DIR --prompt TEXT [--chat] [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
-//           [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]]
+//           [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]] [--activations exact|int8]
 //   llm-run --model DIR --prompt-ids 1,2,3 [...]     (token ids in, token ids out)
 //
 // With --prompt the checkpoint's tokenizer encodes the prompt (with --chat, inside the family's
@@ -24,7 +24,9 @@ void Usage() {
                "               [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
                "               [--seed S] [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]]\n"
                "  --tp N: split the model over N tensor-parallel ranks (threads); --ep: routed experts\n"
-               "          partitioned among them rather than split by column\n");
+               "          partitioned among them rather than split by column\n"
+               "  --activations int8: quantized (INT4) matmuls round activations to int8 per 32 values and\n"
+               "          use integer dot products (faster on CPUs, slightly different numerics)\n");
 }
 
 bool ParseIds(const char* s, std::vector<int32_t>* out) {
@@ -86,6 +88,14 @@ int main(int argc, char** argv) {
     else if (a == "--threads") ro.num_threads = std::atoi(need());
     else if (a == "--tp") ro.tensor_parallel = static_cast<uint32_t>(std::atoi(need()));
     else if (a == "--ep") ro.expert_parallel = 1;
+    else if (a == "--activations") {
+      const std::string p = need();
+      if (p != "exact" && p != "int8") {
+        std::fprintf(stderr, "llm-run: --activations must be exact or int8, not %s\n", p.c_str());
+        return 2;
+      }
+      ro.quantized_activations = p == "int8" ? LLM_ACTIVATIONS_INT8 : LLM_ACTIVATIONS_EXACT;
+    }
     else if (a == "--kv-dtype") {
       std::string d = need();
       ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : d == "fp8" ? LLM_KV_DTYPE_FP8_E4M3 : LLM_KV_DTYPE_BF16;

@@ -129,6 +129,8 @@ func abiStructs() []abiStruct {
 			field("rank", unsafe.Offsetof(o.rank), unsafe.Sizeof(o.rank)),
 			field("collective_timeout_ms", unsafe.Offsetof(o.collective_timeout_ms), unsafe.Sizeof(o.collective_timeout_ms)),
 			field("reserved_parallel", unsafe.Offsetof(o.reserved_parallel), unsafe.Sizeof(o.reserved_parallel)),
+			field("quantized_activations", unsafe.Offsetof(o.quantized_activations), unsafe.Sizeof(o.quantized_activations)),
+			field("reserved_activations", unsafe.Offsetof(o.reserved_activations), unsafe.Sizeof(o.reserved_activations)),
 		}},
 		{"llm_runtime_info", unsafe.Sizeof(ri), unsafe.Alignof(ri), []abiField{
 			field("struct_size", unsafe.Offsetof(ri.struct_size), unsafe.Sizeof(ri.struct_size)),

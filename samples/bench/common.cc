@@ -42,6 +42,7 @@ llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budg
   ro.kv_dtype = kv_dtype;
   ro.max_tokens_per_step = max_tokens_per_step;
   ro.tensor_parallel = g_tensor_parallel;
+  ro.quantized_activations = g_quantized_activations;
   llm_runtime* rt = nullptr;
   if (llm_runtime_create(dir.c_str(), &ro, &rt) != LLM_OK) {
     std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());

@@ -29,6 +29,8 @@ double Percentile(std::vector<double> v, double p);
 // with *info filled, or nullptr with the error printed.
 // --tp N: every runtime the benchmark opens splits the model over N in-process ranks.
 inline uint32_t g_tensor_parallel = 1;
+// llm_runtime_options.quantized_activations of the runtimes OpenBenchRuntime opens.
+inline int32_t g_quantized_activations = LLM_ACTIVATIONS_EXACT;
 
 llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budget, int32_t kv_dtype,
                               uint32_t max_tokens_per_step, llm_runtime_info* info);

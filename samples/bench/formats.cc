@@ -1,6 +1,7 @@
 // llm-bench --formats bf16,fp8,int4-g32,...: the generated model written in each weight format
 // (next to DIR), plus BF16 weights with the FP8 KV codecs; decode speed per session count and
-// prefill speed, as ratios to BF16 weights with BF16 KV measured in the same run.
+// prefill speed, as ratios to BF16 weights with BF16 KV measured in the same run. A format
+// suffixed "-a8" (int4-g32-a8) runs that format's weights under LLM_ACTIVATIONS_INT8.
 #include <cstdio>
 #include <string>
 
@@ -53,11 +54,15 @@ int RunFormatBench(const ModelGenerator& gen, const fs::path& base, const std::v
   std::vector<double> base_decode(batches.size(), 0);
   double base_prefill = 0;
   for (const Row& row : rows) {
-    const fs::path dir = row.weights == "bf16" ? base : fs::path(base.string() + "-" + row.weights);
+    const bool a8 = row.weights.size() > 3 && row.weights.compare(row.weights.size() - 3, 3, "-a8") == 0;
+    const std::string weights = a8 ? row.weights.substr(0, row.weights.size() - 3) : row.weights;
+    const fs::path dir = weights == "bf16" ? base : fs::path(base.string() + "-" + weights);
     GeneratedModel cfg;
-    if (!gen.Ensure(dir, "k2", row.weights, &cfg)) return 1;
+    if (!gen.Ensure(dir, "k2", weights, &cfg)) return 1;
     llm_runtime_info info;
+    g_quantized_activations = a8 ? LLM_ACTIVATIONS_INT8 : LLM_ACTIVATIONS_EXACT;
     llm_runtime* rt = OpenBenchRuntime(dir, threads, 512ull << 20, row.kv, 0, &info);
+    g_quantized_activations = LLM_ACTIVATIONS_EXACT;
     if (rt == nullptr) return 1;
     const double bytes = cfg.weight_bytes_per_token;
     const double prefill = TimePrefill(rt, prefill_len, cfg.vocab);

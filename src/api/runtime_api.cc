@@ -221,6 +221,12 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
     std::memcpy(id.bytes.data(), o.comm_id->bytes, id.bytes.size());
     ro.comm_id = id;
   }
+  switch (o.quantized_activations) {
+    case LLM_ACTIVATIONS_EXACT: ro.activations = llmrt::QuantizedActivations::kExact; break;
+    case LLM_ACTIVATIONS_INT8: ro.activations = llmrt::QuantizedActivations::kInt8; break;
+    default:
+      return Fail(LLM_ERR_INVALID_ARGUMENT, "options->quantized_activations is not an LLM_ACTIVATIONS_* value");
+  }
   auto rt = llmrt::Runtime::Create(model_dir, ro);
   if (!rt.ok()) return Report(rt.status());
   *out_runtime = new llm_runtime{std::move(rt).value()};

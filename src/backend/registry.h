@@ -10,9 +10,15 @@
 
 namespace llmrt {
 
+// How matmuls with quantized weights treat their activations: kExact multiplies float32
+// activations (the reference numerics); kInt8 rounds them to int8 per 32 values and multiplies
+// with integer dot products (CPU: INT4 weights; see src/backend/cpu/int8_dot.h).
+enum class QuantizedActivations { kExact, kInt8 };
+
 struct BackendOptions {
   int num_threads = 0;  // CPU worker threads; 0 = one per core
   int device = 0;       // device ordinal (device backends)
+  QuantizedActivations activations = QuantizedActivations::kExact;
 };
 
 struct BackendEntry {

@@ -168,6 +168,7 @@ absl::Status Runtime::InitRank(int index, const ShardPlan& plan, int threads) {
   Replica& k = ranks_[index];
   BackendOptions bo;
   bo.num_threads = threads;
+  bo.activations = o.activations;
   LLMRT_ASSIGN_OR_RETURN(k.backend, CreateBackend(o.backend, bo));
   created_kind_ = k.backend->kind();
   if (created_kind_ != BackendKind::kCpu && plan.size > 1) {

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "src/backend/backend.h"
+#include "src/backend/registry.h"
 #include "src/kv/kv_manager.h"
 #include "src/kv/kv_store.h"
 #include "src/kv/tracker.h"
@@ -65,6 +66,8 @@ struct RuntimeOptions {
   std::optional<CommId> comm_id;
   // How long a rank waits for the others in a collective before the step fails.
   int64_t collective_timeout_ms = 60000;
+  // How matmuls with quantized weights treat their activations (the backend's numerics policy).
+  QuantizedActivations activations = QuantizedActivations::kExact;
 };
 
 // Where an FP8 KV cache's per-layer scales come from.

@@ -57,6 +57,8 @@ int main(void) {
   C(LLM_WEIGHTS_AS_STORED);
   C(LLM_WEIGHTS_INT4_G32);
   C(LLM_WEIGHTS_INT4_G128);
+  C(LLM_ACTIVATIONS_EXACT);
+  C(LLM_ACTIVATIONS_INT8);
   C(LLM_KV_SCALE_NONE);
   C(LLM_KV_SCALE_CHECKPOINT);
   C(LLM_KV_SCALE_CALIBRATED);
@@ -123,6 +125,8 @@ int main(void) {
   F(llm_comm_id, backend);
   F(llm_comm_id, reserved);
   F(llm_comm_id, bytes);
+  F(llm_runtime_options, quantized_activations);
+  F(llm_runtime_options, reserved_activations);
   S(llm_runtime_info);
   F(llm_runtime_info, struct_size);
   F(llm_runtime_info, architecture);

@@ -59,6 +59,7 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
   ro.backend = cfg.backend;
   ro.tensor_parallel = cfg.tensor_parallel;
   ro.expert_parallel = cfg.expert_parallel;
+  ro.quantized_activations = cfg.quantized_activations;
   ro.kv_pressure = cfg.kv_pressure;
   llm_runtime* rt = nullptr;
   llm_status st = llm_runtime_create(model_dir.c_str(), &ro, &rt);

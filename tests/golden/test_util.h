@@ -34,6 +34,7 @@ struct RunConfig {
   uint32_t tensor_parallel = 1;
   int32_t expert_parallel = 0;
   int32_t kv_pressure = LLM_KV_PRESSURE_FAIL;
+  int32_t quantized_activations = LLM_ACTIVATIONS_EXACT;
   llm_runtime_info* info_out = nullptr;  // filled (struct_size set here) before the runtime is destroyed
 };
 

@@ -106,6 +106,8 @@ abi_consts! {
     LLM_WEIGHTS_AS_STORED: i32 = 0;
     LLM_WEIGHTS_INT4_G32: i32 = 1;
     LLM_WEIGHTS_INT4_G128: i32 = 2;
+    LLM_ACTIVATIONS_EXACT: i32 = 0;
+    LLM_ACTIVATIONS_INT8: i32 = 1;
     LLM_KV_SCALE_NONE: i32 = 0;
     LLM_KV_SCALE_CHECKPOINT: i32 = 1;
     LLM_KV_SCALE_CALIBRATED: i32 = 2;
@@ -222,6 +224,8 @@ abi_structs! {
         pub rank: u32,
         pub collective_timeout_ms: u32,
         pub reserved_parallel: u32,
+        pub quantized_activations: i32,
+        pub reserved_activations: u32,
     }
 
     pub struct llm_runtime_info {

@@ -55,7 +55,8 @@ BackendEntry CpuBackendEntry() {
   return e;
 }
 
-CpuBackend::CpuBackend(const BackendOptions& options) : pool_(options.num_threads) {}
+CpuBackend::CpuBackend(const BackendOptions& options)
+    : pool_(options.num_threads), activations_(options.activations) {}
 
 void CpuBackend::Fail(absl::Status status) {
   std::lock_guard<std::mutex> lock(error_mu_);
@@ -264,7 +265,22 @@ void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& o
   });
 }
 
+const cpu::MatMulKernel* CpuBackend::Int8KernelFor(const Weight& w) const {
+  return activations_ == QuantizedActivations::kInt8 && w.quantized ? cpu::FindInt8MatMulKernel(w) : nullptr;
+}
+
 void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
+  if (const cpu::MatMulKernel* k = Int8KernelFor(w)) {
+    // Rounded once per call, read by every worker (each token row's codes depend on that row only).
+    // (A lambda names a thread_local, it does not capture it: the workers get this reference.)
+    thread_local cpu::Int8Activations rounded;
+    cpu::Int8Activations& xq = rounded;
+    cpu::QuantizeActivationsInt8(x, ldx, t, w.cols, &xq);
+    pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
+      k->rows_int8(w, xq, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+    });
+    return;
+  }
   thread_local std::vector<float> scratch;  // INT4's permuted activations, reused across calls
   int64_t ld = 0;
   const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
@@ -275,6 +291,12 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
 }
 
 void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
+  if (const cpu::MatMulKernel* k = Int8KernelFor(w)) {
+    thread_local cpu::Int8Activations xq;
+    cpu::QuantizeActivationsInt8(x, ldx, t, w.cols, &xq);
+    k->rows_int8(w, xq, out, ldo, 0, w.rows);
+    return;
+  }
   thread_local std::vector<float> scratch;
   int64_t ld = 0;
   const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);

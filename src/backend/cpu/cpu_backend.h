@@ -20,6 +20,9 @@
 #include "src/util/thread_pool.h"
 
 namespace llmrt {
+namespace cpu {
+struct MatMulKernel;
+}  // namespace cpu
 
 // Routed experts on the CPU: the weights as loaded.
 class CpuExpertBank final : public ExpertBank {
@@ -91,7 +94,8 @@ class CpuBackend final : public Backend {
   // out [T, rows] = x [T, cols] w^T over raw host pointers (shared by MatMul and MoE).
   void MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);
   // The same on the calling thread only.
-  static void MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);
+  void MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);
+  QuantizedActivations activations() const { return activations_; }
 
  protected:
   absl::StatusOr<Tensor> DoAllocate(DType dtype, const int64_t* shape, int rank) override;
@@ -103,7 +107,11 @@ class CpuBackend final : public Backend {
   void Run(const char* op, Fn&& body);
   void Fail(absl::Status status);
 
+  // The INT8 kernel of w when the policy is INT8 and w's format has one, else nullptr.
+  const cpu::MatMulKernel* Int8KernelFor(const Weight& w) const;
+
   ThreadPool pool_;
+  const QuantizedActivations activations_;
   std::atomic<bool> failed_{false};
   std::mutex error_mu_;
   absl::Status error_;

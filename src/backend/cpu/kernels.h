@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/backend/backend.h"
+#include "src/backend/cpu/int8_dot.h"
 #include "src/backend/tensor.h"
 
 namespace llmrt::cpu {
@@ -29,12 +30,22 @@ struct MatMulKernel {
   // `scratch`); nullptr: x as it is.
   const float* (*prepare)(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
                           int64_t* ld) = nullptr;
+  // Under the INT8 activation policy: rows [n0, n1) of out = x w^T over activations rounded to
+  // int8 per 32 columns (int8_dot.h), for the weights `accepts_int8` admits; nullptr: the format
+  // keeps the float32 path under that policy.
+  void (*rows_int8)(const Weight& w, const Int8Activations& x, float* out, int64_t ldo, int64_t n0,
+                    int64_t n1) = nullptr;
+  bool (*accepts_int8)(const Weight& w) = nullptr;
 };
 // The kernel of a format: the registered SIMD one, else a generic one over the format's scalar
 // dequantization (any registered format runs on the CPU). nullptr for an unknown format.
 const MatMulKernel* FindMatMulKernel(WeightFormatId format);
 // Registers a SIMD kernel for a format (the built-in formats are registered in matmul.cc).
 void RegisterMatMulKernel(WeightFormatId format, const MatMulKernel& kernel);
+
+// The INT8-policy kernel of w (the rows_int8 of its format's kernel when it accepts w), else
+// nullptr: w runs its float32 path.
+const MatMulKernel* FindInt8MatMulKernel(const Weight& w);
 
 // MatMulRows for a weight of any format, x as PrepareActivations returned it.
 void MatMulWeightRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,

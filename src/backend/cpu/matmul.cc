@@ -771,7 +771,7 @@ KernelTable& Kernels() {
   static KernelTable* t = [] {
     auto* k = new KernelTable();
     static const MatMulKernel kDense = {DenseRows, nullptr}, kQuant = {QuantRows, nullptr},
-                              kInt4 = {QuantRows, PermuteForInt4};
+                              kInt4 = {QuantRows, PermuteForInt4, Int4RowsInt8Best, Int4SupportsInt8};
     k->kernels[kWeightF32] = &kDense;
     k->kernels[kWeightBf16] = &kDense;
     k->kernels[kWeightFp8Block] = &kQuant;

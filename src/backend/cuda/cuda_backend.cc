@@ -57,6 +57,12 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
     return UnsupportedError(absl::StrCat("the cuda backend cannot run here: ",
                                          e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device"));
   }
+  if (options.activations != QuantizedActivations::kExact) {
+    // The device matmuls dequantize weights to bf16 tiles for tensor cores; an int8-activation
+    // path (IMMA / dp4a) is not written yet. Refused rather than silently run exact.
+    return absl::UnimplementedError("the cuda backend has no int8-activation matmuls (quantized_activations INT8); "
+                                    "use LLM_ACTIVATIONS_EXACT or the CPU backend");
+  }
   if (options.device < 0 || options.device >= n) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (", n, " devices)"));
   }

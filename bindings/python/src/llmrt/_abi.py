@@ -68,6 +68,9 @@ LLM_WEIGHTS_AS_STORED = 0
 LLM_WEIGHTS_INT4_G32 = 1
 LLM_WEIGHTS_INT4_G128 = 2
 
+LLM_ACTIVATIONS_EXACT = 0
+LLM_ACTIVATIONS_INT8 = 1
+
 LLM_KV_SCALE_NONE = 0
 LLM_KV_SCALE_CHECKPOINT = 1
 LLM_KV_SCALE_CALIBRATED = 2
@@ -165,6 +168,8 @@ class llm_runtime_options(ctypes.Structure):
         ("rank", ctypes.c_uint32),
         ("collective_timeout_ms", ctypes.c_uint32),
         ("reserved_parallel", ctypes.c_uint32),
+        ("quantized_activations", ctypes.c_int32),
+        ("reserved_activations", ctypes.c_uint32),
     ]
 
 

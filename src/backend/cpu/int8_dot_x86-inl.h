@@ -1,0 +1,133 @@
+// One x86 path of the INT4 x int8 kernel (see int8_dot.h). int8_dot.cc includes this file once
+// per path inside a `#pragma GCC target` region, with LLMRT_INT8_NS (the path's namespace) and
+// LLMRT_INT8_PATH (0: AVX2 vpmaddubsw + vpmaddwd, 1: AVX-VNNI, 2: AVX-512 VNNI) defined. No
+// include guard on purpose.
+//
+// The activation layout (per 128-column chunk: the blocks' even-column codes, then their
+// odd-column codes) makes one 32-byte load of weight codes (blocks b, b + 1), split into low and
+// high nibbles, meet two 32-byte loads of activation codes: the products of block b land in int32
+// lanes 0-3, those of block b + 1 in lanes 4-7. Eight blocks' lane vectors are reduced with a
+// horizontal-add tree into one vector of eight block sums, in block order.
+
+namespace LLMRT_INT8_NS {
+
+// Unsigned bytes u times signed bytes s, summed by four into int32 lanes, added to acc.
+inline __m256i Dp(__m256i acc, __m256i u, __m256i s) {
+#if LLMRT_INT8_PATH == 0
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#elif LLMRT_INT8_PATH == 1
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  return _mm256_dpbusd_epi32(acc, u, s);
+#endif
+}
+
+inline __m128i Dp128(__m128i acc, __m128i u, __m128i s) {
+#if LLMRT_INT8_PATH == 0
+  return _mm_add_epi32(acc, _mm_madd_epi16(_mm_maddubs_epi16(u, s), _mm_set1_epi16(1)));
+#elif LLMRT_INT8_PATH == 1
+  return _mm_dpbusd_avx_epi32(acc, u, s);
+#else
+  return _mm_dpbusd_epi32(acc, u, s);
+#endif
+}
+
+// Blocks b, b + 1: w = their 32 code bytes, xe / xo = their 32 even / odd activation codes.
+inline __m256i DotPair(const uint8_t* w, const int8_t* xe, const int8_t* xo) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i lo = _mm256_and_si256(b, mask);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+  const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe));
+  const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo));
+#if LLMRT_INT8_PATH == 0
+  // Each vpmaddubsw lane is at most 2 * 15 * 127 = 3810 in magnitude: two of them add in int16.
+  const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, e), _mm256_maddubs_epi16(hi, o));
+  return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+#else
+  return Dp(Dp(_mm256_setzero_si256(), lo, e), hi, o);
+#endif
+}
+
+// One block (the last of a chunk with an odd number of blocks): its sums in lanes 0-3.
+inline __m256i DotOne(const uint8_t* w, const int8_t* xe, const int8_t* xo) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(b, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+  const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xe));
+  const __m128i o = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xo));
+  return _mm256_zextsi128_si256(Dp128(Dp128(_mm_setzero_si128(), lo, e), hi, o));
+}
+
+#if LLMRT_INT8_PATH == 2
+// A whole chunk (blocks b .. b + 3) in one 512-bit pass: blocks b, b + 1 into *p01, b + 2, b + 3
+// into *p23.
+inline void DotQuad(const uint8_t* w, const int8_t* xe, const int8_t* xo, __m256i* p01, __m256i* p23) {
+  const __m512i b = _mm512_loadu_si512(w);
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  const __m512i lo = _mm512_and_si512(b, mask);
+  const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
+  const __m512i acc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xe)), hi,
+                                          _mm512_loadu_si512(xo));
+  // The zero-masked extracts: GCC 12's plain cast / extract read an "undefined" register that
+  // -Wmaybe-uninitialized reports.
+  *p01 = _mm512_maskz_extracti64x4_epi64(0xFF, acc, 0);
+  *p23 = _mm512_maskz_extracti64x4_epi64(0xFF, acc, 1);
+}
+#endif
+
+void Int4Rows(const Weight& w, const Int8Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  const int64_t K = w.cols, nb = K / 32, ng = K / w.params.group, gpb = w.params.group / 32;
+  const uint8_t* codes = w.data.data_as<uint8_t>();
+  const uint16_t* wscales = w.scales.data_as<uint16_t>();
+  const __m256i natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* wrow = codes + n * (K / 2);
+    const uint16_t* ws = wscales + n * ng;
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const int8_t* xc = x.codes.data() + t * K;
+      const float* xs = x.scales.data() + t * nb;
+      const int32_t* xsum = x.sums.data() + t * nb;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int64_t m = std::min<int64_t>(8, nb - b0);
+        // p[j]: blocks b0 + 2j (lanes 0-3) and b0 + 2j + 1 (lanes 4-7); zero past the end.
+        __m256i p[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                        _mm256_setzero_si256()};
+        for (int64_t c = 0; c < m; c += 4) {
+          const int64_t cb = b0 + c, cm = std::min<int64_t>(4, nb - cb);
+          const int8_t* xe = xc + cb * 32;
+          const int8_t* xo = xe + cm * 16;
+          const uint8_t* wc = wrow + cb * 16;
+#if LLMRT_INT8_PATH == 2
+          if (cm == 4) {
+            DotQuad(wc, xe, xo, &p[c / 2], &p[c / 2 + 1]);
+            continue;
+          }
+#endif
+          int64_t i = 0;
+          for (; i + 2 <= cm; i += 2) p[(c + i) / 2] = DotPair(wc + i * 16, xe + i * 16, xo + i * 16);
+          if (i < cm) p[(c + i) / 2] = DotOne(wc + i * 16, xe + i * 16, xo + i * 16);
+        }
+        // Lane sums: [b0, b2, b4, b6 | b1, b3, b5, b7], then block order.
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        __m256i s = _mm256_permutevar8x32_epi32(h, natural);
+        alignas(32) int32_t sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        alignas(32) float d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t i = 0; i < m; ++i) {
+          sums[i] = xsum[b0 + i];
+          d[i] = xs[b0 + i] * Bf16ToF32(ws[(b0 + i) / gpb]);
+        }
+        // sum (u - 8) x = sum u x - 8 sum x, exact in int32.
+        s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(sums)), 3));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_load_ps(d), acc);
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, acc);
+      out[t * ldo + n] = CombineLanes(lanes);
+    }
+  }
+}
+
+}  // namespace LLMRT_INT8_NS
