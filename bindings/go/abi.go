@@ -37,6 +37,7 @@ func abiConstants() map[string]int64 {
 		"LLM_KV_PRESSURE_FAIL":        int64(KVPressureFail),
 		"LLM_KV_PRESSURE_QUEUE":       int64(KVPressureQueue),
 		"LLM_KV_PRESSURE_PREEMPT":     int64(KVPressurePreempt),
+		"LLM_COMM_ID_BYTES":           commIDBytes,
 		"LLM_WEIGHTS_AS_STORED":       int64(WeightsAsStored),
 		"LLM_WEIGHTS_INT4_G32":        int64(WeightsINT4G32),
 		"LLM_WEIGHTS_INT4_G128":       int64(WeightsINT4G128),
@@ -83,6 +84,7 @@ func abiStructs() []abiStruct {
 	var e C.llm_error
 	var t C.llm_kv_tracker
 	var o C.llm_runtime_options
+	var ci C.llm_comm_id
 	var ri C.llm_runtime_info
 	var so C.llm_sampling_options
 	var si C.llm_session_info
@@ -129,8 +131,14 @@ func abiStructs() []abiStruct {
 			field("rank", unsafe.Offsetof(o.rank), unsafe.Sizeof(o.rank)),
 			field("collective_timeout_ms", unsafe.Offsetof(o.collective_timeout_ms), unsafe.Sizeof(o.collective_timeout_ms)),
 			field("reserved_parallel", unsafe.Offsetof(o.reserved_parallel), unsafe.Sizeof(o.reserved_parallel)),
+			field("comm_id", unsafe.Offsetof(o.comm_id), unsafe.Sizeof(o.comm_id)),
 			field("quantized_activations", unsafe.Offsetof(o.quantized_activations), unsafe.Sizeof(o.quantized_activations)),
 			field("reserved_activations", unsafe.Offsetof(o.reserved_activations), unsafe.Sizeof(o.reserved_activations)),
+		}},
+		{"llm_comm_id", unsafe.Sizeof(ci), unsafe.Alignof(ci), []abiField{
+			field("backend", unsafe.Offsetof(ci.backend), unsafe.Sizeof(ci.backend)),
+			field("reserved", unsafe.Offsetof(ci.reserved), unsafe.Sizeof(ci.reserved)),
+			field("bytes", unsafe.Offsetof(ci.bytes), unsafe.Sizeof(ci.bytes)),
 		}},
 		{"llm_runtime_info", unsafe.Sizeof(ri), unsafe.Alignof(ri), []abiField{
 			field("struct_size", unsafe.Offsetof(ri.struct_size), unsafe.Sizeof(ri.struct_size)),

@@ -34,6 +34,16 @@ type RuntimeOptions struct {
 	TensorParallel uint32
 	// ExpertParallel partitions the routed experts whole among the ranks.
 	ExpertParallel bool
+	// WorldSize is the number of processes of a multi-process group (ranks joined through MPI);
+	// 0 or 1 = this process alone. Rank is this process's rank in it (its MPI rank).
+	WorldSize uint32
+	Rank      uint32
+	// CollectiveTimeoutMs is how long a rank waits for the others in a collective; 0 = 60000.
+	CollectiveTimeoutMs uint32
+	// CommID is the group's id (NewCommID on one process, the same bytes on every process). Every
+	// rank checks it against rank 0's when it joins; nil: no check. Read only when WorldSize > 1;
+	// the runtime copies it at creation.
+	CommID *CommID
 }
 
 // Runtime is a loaded model with its KV cache and sessions (llm_runtime). All methods may be
@@ -84,6 +94,17 @@ func NewRuntime(modelDir string, opts *RuntimeOptions) (*Runtime, error) {
 	co.tensor_parallel = C.uint32_t(opts.TensorParallel)
 	if opts.ExpertParallel {
 		co.expert_parallel = 1
+	}
+	co.world_size = C.uint32_t(opts.WorldSize)
+	co.rank = C.uint32_t(opts.Rank)
+	co.collective_timeout_ms = C.uint32_t(opts.CollectiveTimeoutMs)
+	if opts.CommID != nil {
+		// cgo's rules forbid handing C a Go struct that points to Go memory: the id goes in C
+		// memory, which lives until the creation call returns (the library copies it there).
+		cid := (*C.llm_comm_id)(C.malloc(C.size_t(unsafe.Sizeof(C.llm_comm_id{}))))
+		defer C.free(unsafe.Pointer(cid))
+		*cid = opts.CommID.raw
+		co.comm_id = cid
 	}
 
 	cdir, err := cstring("NewRuntime", "the model directory", modelDir)

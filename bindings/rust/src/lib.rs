@@ -22,6 +22,7 @@
 
 pub mod sys;
 
+mod comm_id;
 mod error;
 mod log;
 mod options;
@@ -29,6 +30,7 @@ mod runtime;
 mod tokenizer;
 mod tracker;
 
+pub use comm_id::CommId;
 pub use error::{Error, Result, Status};
 pub use log::{reset_log_callback, set_log_callback, LogLevel};
 pub use options::{

@@ -1,5 +1,6 @@
 //! Runtime and sampling options, and the info structs, as Rust types.
 
+use crate::comm_id::CommId;
 use crate::sys;
 
 /// Which backend runs the model.
@@ -10,6 +11,16 @@ pub enum Backend {
     Auto,
     Cpu,
     Cuda,
+}
+
+impl Backend {
+    pub(crate) fn to_raw(self) -> i32 {
+        match self {
+            Backend::Auto => sys::LLM_BACKEND_AUTO,
+            Backend::Cpu => sys::LLM_BACKEND_CPU,
+            Backend::Cuda => sys::LLM_BACKEND_CUDA,
+        }
+    }
 }
 
 /// How the paged KV cache stores its values.
@@ -74,6 +85,16 @@ pub struct RuntimeOptions {
     pub tensor_parallel: u32,
     /// Partition routed experts whole among the ranks instead of splitting each one.
     pub expert_parallel: bool,
+    /// Processes of a multi-process group (ranks joined through MPI); 0 or 1 = this process alone.
+    pub world_size: u32,
+    /// This process's rank in the group (its MPI rank).
+    pub rank: u32,
+    /// How long a rank waits for the others in a collective, in milliseconds; 0 = 60000.
+    pub collective_timeout_ms: u32,
+    /// The group's id: [`CommId::create`] on one process, the same bytes on every process
+    /// ([`CommId::from_bytes`]). Every rank checks it against rank 0's when it joins; `None`: no
+    /// check. Read only when `world_size > 1`; the runtime copies it at creation.
+    pub comm_id: Option<CommId>,
 }
 
 impl Default for RuntimeOptions {
@@ -93,11 +114,30 @@ impl Default for RuntimeOptions {
             decode_weights: Weights::AsStored,
             tensor_parallel: 1,
             expert_parallel: false,
+            world_size: 1,
+            rank: 0,
+            collective_timeout_ms: 0,
+            comm_id: None,
         }
     }
 }
 
 impl RuntimeOptions {
+    /// These options as rank `rank` of a group of `world_size` processes.
+    pub fn with_world(mut self, world_size: u32, rank: u32) -> RuntimeOptions {
+        self.world_size = world_size;
+        self.rank = rank;
+        self
+    }
+
+    /// These options with the group id `id` (a copy of it).
+    pub fn with_comm_id(mut self, id: &CommId) -> RuntimeOptions {
+        self.comm_id = Some(*id);
+        self
+    }
+
+    /// The C struct. Its `comm_id` points into `self`, so it is valid while `self` is borrowed,
+    /// which covers the llm_runtime_create call (the library copies the id there).
     pub(crate) fn to_raw(&self) -> sys::llm_runtime_options {
         let mut o = std::mem::MaybeUninit::<sys::llm_runtime_options>::zeroed();
         // SAFETY: init fills every field of the struct.
@@ -105,11 +145,7 @@ impl RuntimeOptions {
             sys::llm_runtime_options_init(o.as_mut_ptr());
             o.assume_init()
         };
-        o.backend = match self.backend {
-            Backend::Auto => sys::LLM_BACKEND_AUTO,
-            Backend::Cpu => sys::LLM_BACKEND_CPU,
-            Backend::Cuda => sys::LLM_BACKEND_CUDA,
-        };
+        o.backend = self.backend.to_raw();
         // Larger counts than i32 holds cannot name threads; the library rejects negatives.
         o.num_threads = self.num_threads.min(i32::MAX as u32) as i32;
         o.kv_dtype = kv_dtype_raw(self.kv_dtype);
@@ -128,6 +164,10 @@ impl RuntimeOptions {
         o.decode_weights = weights_raw(self.decode_weights);
         o.tensor_parallel = self.tensor_parallel;
         o.expert_parallel = i32::from(self.expert_parallel);
+        o.world_size = self.world_size;
+        o.rank = self.rank;
+        o.collective_timeout_ms = self.collective_timeout_ms;
+        o.comm_id = self.comm_id.as_ref().map_or(std::ptr::null(), |id| id.raw() as *const sys::llm_comm_id);
         o
     }
 }

@@ -103,6 +103,7 @@ abi_consts! {
     LLM_KV_PRESSURE_FAIL: i32 = 0;
     LLM_KV_PRESSURE_QUEUE: i32 = 1;
     LLM_KV_PRESSURE_PREEMPT: i32 = 2;
+    LLM_COMM_ID_BYTES: usize = 128;
     LLM_WEIGHTS_AS_STORED: i32 = 0;
     LLM_WEIGHTS_INT4_G32: i32 = 1;
     LLM_WEIGHTS_INT4_G128: i32 = 2;
@@ -224,8 +225,15 @@ abi_structs! {
         pub rank: u32,
         pub collective_timeout_ms: u32,
         pub reserved_parallel: u32,
+        pub comm_id: *const llm_comm_id,
         pub quantized_activations: i32,
         pub reserved_activations: u32,
+    }
+
+    pub struct llm_comm_id {
+        pub backend: i32,
+        pub reserved: u32,
+        pub bytes: [u8; LLM_COMM_ID_BYTES],
     }
 
     pub struct llm_runtime_info {
@@ -350,6 +358,8 @@ extern "C" {
         min_level: llm_log_level,
         destroy: llm_destroy_fn,
     ) -> llm_status;
+
+    pub fn llm_comm_id_create(backend: i32, out_id: *mut llm_comm_id) -> llm_status;
 
     pub fn llm_runtime_options_init(options: *mut llm_runtime_options);
     pub fn llm_runtime_create(

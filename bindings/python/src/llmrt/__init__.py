@@ -14,6 +14,7 @@ loader, on first use.
 
 from ._abi import LibraryNotFoundError, library_path
 from .callbacks import KvTracker, set_log_callback
+from .comm_id import CommId, comm_id_create
 from .errors import (BufferTooSmallError, CancelledError, FormatError, InternalError, InvalidArgumentError,
                      InvalidStateError, IoError, KvExhaustedError, KvIntegrityError, LlmrtError, NotFoundError,
                      OutOfMemoryError, OutOfRangeError, Status, UnsupportedError)
@@ -30,9 +31,9 @@ def version():
 
 
 __all__ = [
-    "BufferTooSmallError", "CancelledError", "Detokenizer", "FormatError", "InternalError", "InvalidArgumentError",
-    "InvalidStateError", "IoError", "KvExhaustedError", "KvIntegrityError", "KvTracker", "LibraryNotFoundError",
-    "LlmrtError", "NotFoundError", "OutOfMemoryError", "OutOfRangeError", "Runtime", "RuntimeInfo", "Session",
-    "SessionInfo", "Status", "StepResult", "Stream", "Token", "Tokenizer", "TokenizerInfo", "UnsupportedError",
-    "library_path", "set_log_callback", "version",
+    "BufferTooSmallError", "CancelledError", "CommId", "Detokenizer", "FormatError", "InternalError",
+    "InvalidArgumentError", "InvalidStateError", "IoError", "KvExhaustedError", "KvIntegrityError", "KvTracker",
+    "LibraryNotFoundError", "LlmrtError", "NotFoundError", "OutOfMemoryError", "OutOfRangeError", "Runtime",
+    "RuntimeInfo", "Session", "SessionInfo", "Status", "StepResult", "Stream", "Token", "Tokenizer", "TokenizerInfo",
+    "UnsupportedError", "comm_id_create", "library_path", "set_log_callback", "version",
 ]

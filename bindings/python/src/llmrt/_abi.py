@@ -64,6 +64,8 @@ LLM_KV_PRESSURE_FAIL = 0
 LLM_KV_PRESSURE_QUEUE = 1
 LLM_KV_PRESSURE_PREEMPT = 2
 
+LLM_COMM_ID_BYTES = 128
+
 LLM_WEIGHTS_AS_STORED = 0
 LLM_WEIGHTS_INT4_G32 = 1
 LLM_WEIGHTS_INT4_G128 = 2
@@ -144,6 +146,14 @@ class llm_kv_tracker(ctypes.Structure):
     ]
 
 
+class llm_comm_id(ctypes.Structure):
+    _fields_ = [
+        ("backend", ctypes.c_int32),
+        ("reserved", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint8 * LLM_COMM_ID_BYTES),
+    ]
+
+
 class llm_runtime_options(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -168,6 +178,7 @@ class llm_runtime_options(ctypes.Structure):
         ("rank", ctypes.c_uint32),
         ("collective_timeout_ms", ctypes.c_uint32),
         ("reserved_parallel", ctypes.c_uint32),
+        ("comm_id", ctypes.POINTER(llm_comm_id)),
         ("quantized_activations", ctypes.c_int32),
         ("reserved_activations", ctypes.c_uint32),
     ]
@@ -299,7 +310,7 @@ class llm_chat_message(ctypes.Structure):
 
 # Every struct the binding declares, by its header name (checked against the manifest).
 STRUCTS = {cls.__name__: cls for cls in (
-    llm_error, llm_kv_tracker, llm_runtime_options, llm_runtime_info, llm_kv_sizing, llm_convert_options,
+    llm_error, llm_kv_tracker, llm_comm_id, llm_runtime_options, llm_runtime_info, llm_kv_sizing, llm_convert_options,
     llm_sampling_options, llm_session_info, llm_step_result, llm_tokenizer_info, llm_chat_message)}
 
 # ---- functions ---------------------------------------------------------------------------------
@@ -314,6 +325,7 @@ PROTOTYPES = {
     "llm_status_string": (ctypes.c_char_p, [c_status]),
     "llm_last_error": (ctypes.c_char_p, []),
     "llm_set_log_callback_v2": (c_status, [LOG_FN, _vp, ctypes.c_int32, DESTROY_FN]),
+    "llm_comm_id_create": (c_status, [ctypes.c_int32, _P(llm_comm_id)]),
     "llm_runtime_options_init": (None, [_P(llm_runtime_options)]),
     "llm_runtime_create_v2": (c_status, [ctypes.c_char_p, _P(llm_runtime_options), _P(_vp), _P(llm_error)]),
     "llm_runtime_last_error": (c_status, [_vp, _P(llm_error)]),

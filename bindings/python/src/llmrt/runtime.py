@@ -19,6 +19,7 @@ import weakref
 from . import _abi
 from . import callbacks
 from . import errors
+from .comm_id import CommId
 from ._handle import Handle
 from .tokenizer import Tokenizer, _int32_array
 
@@ -138,12 +139,18 @@ class Runtime:
     Options are keyword arguments named as llm_runtime_options' fields; enums take names
     (kv_dtype="f32", backend="cpu", kv_pressure="queue", decode_weights="int4_g32") or the
     LLM_* numbers. tracker is an llmrt.KvTracker. tokenizer: a Tokenizer, a directory, False
-    for none, or None (default) to load the model directory's when first needed."""
+    for none, or None (default) to load the model directory's when first needed.
+
+    Multi-process ranks: world_size processes (joined through MPI), this one being `rank`;
+    comm_id is the group's id (an llmrt.CommId, or its 136 serialized bytes), which every rank
+    checks against rank 0's when it joins. It is read only when world_size > 1, and copied at
+    creation."""
 
     def __init__(self, model_dir, *, backend="auto", num_threads=0, kv_dtype="auto", kv_budget_bytes=0,
                  page_size_tokens=0, max_sessions=0, max_tokens_per_step=0, kv_integrity=False,
                  kv_pressure="fail", tracker=None, prefix_sharing=True, prefill_weights="as_stored",
-                 decode_weights="as_stored", tensor_parallel=1, expert_parallel=False, tokenizer=None):
+                 decode_weights="as_stored", tensor_parallel=1, expert_parallel=False, world_size=1, rank=0,
+                 collective_timeout_ms=0, comm_id=None, tokenizer=None):
         lib = _abi.lib()
         self.model_dir = os.fspath(model_dir)
         o = _abi.llm_runtime_options()
@@ -164,6 +171,15 @@ class Runtime:
         o.decode_weights = _choice(decode_weights, _WEIGHTS, "decode_weights")
         o.tensor_parallel = _uint(tensor_parallel, "tensor_parallel")
         o.expert_parallel = int(bool(expert_parallel))
+        o.world_size = _uint(world_size, "world_size")
+        o.rank = _uint(rank, "rank")
+        o.collective_timeout_ms = _uint(collective_timeout_ms, "collective_timeout_ms")
+        comm_id_struct = None  # referenced until llm_runtime_create_v2 returns; the library copies it
+        if comm_id is not None:
+            if not isinstance(comm_id, CommId):
+                comm_id = CommId.from_bytes(comm_id)
+            comm_id_struct = comm_id._struct()
+            o.comm_id = ctypes.pointer(comm_id_struct)
         if tokenizer is not None and tokenizer is not False and not isinstance(tokenizer, (Tokenizer, str, os.PathLike)):
             raise errors.binding_error(errors.Status.INVALID_ARGUMENT, "tokenizer must be a Tokenizer, a path, False or None")
         tracker_struct = None
