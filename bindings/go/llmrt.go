@@ -69,6 +69,18 @@ const (
 	WeightsINT4G128 WeightFormat = 2
 )
 
+// Activations says how matmuls with quantized (INT4, FP8) weights treat their activations
+// (LLM_ACTIVATIONS_*).
+type Activations int32
+
+const (
+	// ActivationsExact keeps float32 activations: the reference numerics.
+	ActivationsExact Activations = 0
+	// ActivationsINT8 rounds activations to int8 per 32 values and multiplies INT4 codes with
+	// integer dot products (W4A8): faster on CPUs, slightly different numerics.
+	ActivationsINT8 Activations = 1
+)
+
 // KVScaleSource says where an FP8 KV cache takes its scales from (LLM_KV_SCALE_*).
 type KVScaleSource int32
 

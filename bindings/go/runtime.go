@@ -44,6 +44,8 @@ type RuntimeOptions struct {
 	// rank checks it against rank 0's when it joins; nil: no check. Read only when WorldSize > 1;
 	// the runtime copies it at creation.
 	CommID *CommID
+	// QuantizedActivations says how matmuls with quantized weights treat their activations.
+	QuantizedActivations Activations
 }
 
 // Runtime is a loaded model with its KV cache and sessions (llm_runtime). All methods may be
@@ -98,6 +100,7 @@ func NewRuntime(modelDir string, opts *RuntimeOptions) (*Runtime, error) {
 	co.world_size = C.uint32_t(opts.WorldSize)
 	co.rank = C.uint32_t(opts.Rank)
 	co.collective_timeout_ms = C.uint32_t(opts.CollectiveTimeoutMs)
+	co.quantized_activations = C.int32_t(opts.QuantizedActivations)
 	if opts.CommID != nil {
 		// cgo's rules forbid handing C a Go struct that points to Go memory: the id goes in C
 		// memory, which lives until the creation call returns (the library copies it there).

@@ -134,3 +134,19 @@ def test_logits(tiny):
         logits = s.logits()
         assert len(logits) == tiny.info().vocab_size
         assert max(range(len(logits)), key=logits.__getitem__) == GOLDEN_IDS[0]
+
+
+def test_int8_activations_change_int4_products_only_slightly():
+    from conftest import TINY
+    ids = list(GOLDEN_PROMPT) + list(GOLDEN_IDS)
+    kw = dict(kv_dtype="f32", prefill_weights="int4_g32", decode_weights="int4_g32")
+    with llmrt.Runtime(TINY, **kw) as exact, llmrt.Runtime(TINY, quantized_activations="int8", **kw) as int8:
+        a, _ = exact.score(ids)
+        b, _ = int8.score(ids)
+    diff = max(abs(x - y) for x, y in zip(a, b))
+    # The policy reaches the engine (products differ); int8 rounding moves log-probabilities little.
+    assert 0.0 < diff < 0.5, diff
+    with pytest.raises(llmrt.InvalidArgumentError):
+        llmrt.Runtime(TINY, quantized_activations="int4")
+    with pytest.raises(llmrt.InvalidArgumentError, match="quantized_activations"):
+        llmrt.Runtime(TINY, quantized_activations=7)

@@ -34,7 +34,7 @@ pub use comm_id::CommId;
 pub use error::{Error, Result, Status};
 pub use log::{reset_log_callback, set_log_callback, LogLevel};
 pub use options::{
-    Backend, FinishReason, KvDtype, KvPressure, RuntimeInfo, RuntimeOptions, Sampling, SessionInfo, SessionState,
+    Activations, Backend, FinishReason, KvDtype, KvPressure, RuntimeInfo, RuntimeOptions, Sampling, SessionInfo, SessionState,
     Weights,
 };
 pub use runtime::{chat_prompt, Chunk, Runtime, Session, StepResult, TokenStream};

@@ -58,3 +58,20 @@ fn export_then_import_continues_exactly() {
     assert_eq!(err.status, Status::Format, "{err}");
     assert_eq!(decode.info().unwrap().num_sessions, 1);
 }
+
+#[test]
+fn int8_activations_change_int4_products_only_slightly() {
+    use llmrt::{Activations, Runtime, RuntimeOptions, Weights};
+    let int4 = RuntimeOptions { prefill_weights: Weights::Int4G32, decode_weights: Weights::Int4G32, ..f32_kv() };
+    let exact = Runtime::new(tiny_model(), &int4).unwrap();
+    let int8 =
+        Runtime::new(tiny_model(), &RuntimeOptions { quantized_activations: Activations::Int8, ..int4.clone() }).unwrap();
+    let mut seq = TINY_PROMPT.to_vec();
+    seq.extend_from_slice(&TINY_GOLDEN);
+    let (a, _) = exact.score(&seq).unwrap();
+    let (b, _) = int8.score(&seq).unwrap();
+    let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    // The policy reaches the engine (products differ) and rounds each activation by at most
+    // 1/254 of its block's largest value: log-probabilities move by well under 0.5.
+    assert!(diff > 0.0 && diff < 0.5, "max |logprob difference| {diff}");
+}

@@ -46,6 +46,7 @@ _KV_DTYPES = {"auto": _abi.LLM_KV_DTYPE_AUTO, "bf16": _abi.LLM_KV_DTYPE_BF16, "f
               "fp8_tiled": _abi.LLM_KV_DTYPE_FP8_E4M3_TILED, "fp8_e4m3_tiled": _abi.LLM_KV_DTYPE_FP8_E4M3_TILED}
 _KV_PRESSURE = {"fail": _abi.LLM_KV_PRESSURE_FAIL, "queue": _abi.LLM_KV_PRESSURE_QUEUE,
                 "preempt": _abi.LLM_KV_PRESSURE_PREEMPT}
+_ACTIVATIONS = {"exact": _abi.LLM_ACTIVATIONS_EXACT, "int8": _abi.LLM_ACTIVATIONS_INT8}
 _WEIGHTS = {"as_stored": _abi.LLM_WEIGHTS_AS_STORED, "int4_g32": _abi.LLM_WEIGHTS_INT4_G32,
             "int4_g128": _abi.LLM_WEIGHTS_INT4_G128}
 
@@ -144,13 +145,17 @@ class Runtime:
     Multi-process ranks: world_size processes (joined through MPI), this one being `rank`;
     comm_id is the group's id (an llmrt.CommId, or its 136 serialized bytes), which every rank
     checks against rank 0's when it joins. It is read only when world_size > 1, and copied at
-    creation."""
+    creation.
+
+    quantized_activations: "exact" (float32 activations, the reference) or "int8" (activations
+    rounded to int8 per 32 values, integer dot products with INT4 weights: faster on CPUs,
+    slightly different numerics)."""
 
     def __init__(self, model_dir, *, backend="auto", num_threads=0, kv_dtype="auto", kv_budget_bytes=0,
                  page_size_tokens=0, max_sessions=0, max_tokens_per_step=0, kv_integrity=False,
                  kv_pressure="fail", tracker=None, prefix_sharing=True, prefill_weights="as_stored",
                  decode_weights="as_stored", tensor_parallel=1, expert_parallel=False, world_size=1, rank=0,
-                 collective_timeout_ms=0, comm_id=None, tokenizer=None):
+                 collective_timeout_ms=0, comm_id=None, quantized_activations="exact", tokenizer=None):
         lib = _abi.lib()
         self.model_dir = os.fspath(model_dir)
         o = _abi.llm_runtime_options()
@@ -174,6 +179,7 @@ class Runtime:
         o.world_size = _uint(world_size, "world_size")
         o.rank = _uint(rank, "rank")
         o.collective_timeout_ms = _uint(collective_timeout_ms, "collective_timeout_ms")
+        o.quantized_activations = _choice(quantized_activations, _ACTIVATIONS, "quantized_activations")
         comm_id_struct = None  # referenced until llm_runtime_create_v2 returns; the library copies it
         if comm_id is not None:
             if not isinstance(comm_id, CommId):
