@@ -25,6 +25,8 @@ void Usage() {
                "               [--seed S] [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]]\n"
                "  --tp N: split the model over N tensor-parallel ranks (threads); --ep: routed experts\n"
                "          partitioned among them rather than split by column\n"
+               "  --prefill-weights W, --decode-weights W: the routed experts' storage per phase\n"
+               "          (as-stored, int4-g32 or int4-g128; INT4 is quantized at load)\n"
                "  --activations int8: quantized (INT4) matmuls round activations to int8 per 32 values and\n"
                "          use integer dot products (faster on CPUs, slightly different numerics)\n");
 }
@@ -96,7 +98,17 @@ int main(int argc, char** argv) {
       }
       ro.quantized_activations = p == "int8" ? LLM_ACTIVATIONS_INT8 : LLM_ACTIVATIONS_EXACT;
     }
-    else if (a == "--kv-dtype") {
+    else if (a == "--prefill-weights" || a == "--decode-weights") {
+      const std::string p = need();
+      int32_t w = LLM_WEIGHTS_AS_STORED;
+      if (p == "int4-g32") w = LLM_WEIGHTS_INT4_G32;
+      else if (p == "int4-g128") w = LLM_WEIGHTS_INT4_G128;
+      else if (p != "as-stored") {
+        std::fprintf(stderr, "llm-run: %s must be as-stored, int4-g32 or int4-g128, not %s\n", a.c_str(), p.c_str());
+        return 2;
+      }
+      (a == "--prefill-weights" ? ro.prefill_weights : ro.decode_weights) = w;
+    } else if (a == "--kv-dtype") {
       std::string d = need();
       ro.kv_dtype = d == "f32" ? LLM_KV_DTYPE_F32 : d == "fp8" ? LLM_KV_DTYPE_FP8_E4M3 : LLM_KV_DTYPE_BF16;
     } else if (a == "--help" || a == "-h") {

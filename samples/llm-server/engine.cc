@@ -48,6 +48,9 @@ std::unique_ptr<Engine> Engine::Create(const ServerOptions& options, std::string
   ro.kv_pressure = options.kv_pressure;
   ro.tensor_parallel = options.tensor_parallel;
   ro.expert_parallel = options.expert_parallel;
+  ro.prefill_weights = options.prefill_weights;
+  ro.decode_weights = options.decode_weights;
+  ro.quantized_activations = options.quantized_activations;
   llm_status st = llm_runtime_create(options.model_dir.c_str(), &ro, &e->runtime_);
   if (st != LLM_OK) {
     *error = options.model_dir + ": " + LastError(st);

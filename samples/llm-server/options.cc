@@ -15,7 +15,8 @@ void Usage(FILE* f) {
                "                  [--threads N] [--kv-dtype bf16|f32|fp8|fp8-tiled] [--kv-integrity off|tags]\n"
                "                  [--kv-pressure fail|queue|preempt] [--kv-budget-mib M] [--max-sessions N]\n"
                "                  [--max-tokens-per-step N] [--max-body-bytes N] [--http-threads N]\n"
-               "                  [--shutdown-timeout S] [--tp N [--ep]] [--enable-test-hooks] [--quiet]\n"
+               "                  [--shutdown-timeout S] [--tp N [--ep]] [--prefill-weights W] [--decode-weights W]\n"
+               "                  [--activations exact|int8] [--enable-test-hooks] [--quiet]\n"
                "\n"
                "An OpenAI-compatible HTTP server over llmrt's C ABI: POST /v1/completions,\n"
                "POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.\n"
@@ -23,6 +24,9 @@ void Usage(FILE* f) {
                "  --kv-pressure: what a step does when KV pages run out: fail (503 + Retry-After),\n"
                "    queue (the request waits for pages), preempt (newer requests yield pages).\n"
                "  --max-sessions: concurrent generations (more get 429); default 64.\n"
+               "  --prefill-weights / --decode-weights: the routed experts' storage per phase,\n"
+               "    as-stored, int4-g32 or int4-g128 (quantized at load).\n"
+               "  --activations int8: INT4 matmuls round activations to int8 (W4A8, faster).\n"
                "  --max-body-bytes: larger request bodies get 413; default 1048576.\n"
                "  --tp: in-process tensor-parallel ranks the model is split over (default 1); --ep\n"
                "        partitions the routed experts whole among them instead.\n"
@@ -56,6 +60,10 @@ int ParseArgs(int argc, char** argv, ServerOptions* out, bool* exit_now) {
     }
     if (a == "--quiet") {
       out->quiet = true;
+      continue;
+    }
+    if (a == "--ep") {  // a flag: takes no value
+      out->expert_parallel = 1;
       continue;
     }
     if (i + 1 >= argc) {
@@ -135,8 +143,23 @@ int ParseArgs(int argc, char** argv, ServerOptions* out, bool* exit_now) {
     } else if (a == "--tp") {
       if (!int_arg(1, 1024)) return 2;
       out->tensor_parallel = static_cast<uint32_t>(n);
-    } else if (a == "--ep") {
-      out->expert_parallel = 1;
+    } else if (a == "--prefill-weights" || a == "--decode-weights") {
+      int32_t w;
+      if (v == "as-stored") w = LLM_WEIGHTS_AS_STORED;
+      else if (v == "int4-g32") w = LLM_WEIGHTS_INT4_G32;
+      else if (v == "int4-g128") w = LLM_WEIGHTS_INT4_G128;
+      else {
+        std::fprintf(stderr, "llm-server: %s wants as-stored, int4-g32 or int4-g128, got '%s'\n", a.c_str(), v.c_str());
+        return 2;
+      }
+      (a == "--prefill-weights" ? out->prefill_weights : out->decode_weights) = w;
+    } else if (a == "--activations") {
+      if (v == "exact") out->quantized_activations = LLM_ACTIVATIONS_EXACT;
+      else if (v == "int8") out->quantized_activations = LLM_ACTIVATIONS_INT8;
+      else {
+        std::fprintf(stderr, "llm-server: --activations wants exact or int8, got '%s'\n", v.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "llm-server: unknown argument %s\n", a.c_str());
       Usage(stderr);

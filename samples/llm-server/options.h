@@ -20,6 +20,9 @@ struct ServerOptions {
   int32_t kv_pressure = LLM_KV_PRESSURE_FAIL;
   uint32_t tensor_parallel = 1;
   int32_t expert_parallel = 0;
+  int32_t prefill_weights = LLM_WEIGHTS_AS_STORED;  // LLM_WEIGHTS_*
+  int32_t decode_weights = LLM_WEIGHTS_AS_STORED;
+  int32_t quantized_activations = LLM_ACTIVATIONS_EXACT;  // LLM_ACTIVATIONS_*
   uint64_t kv_budget_bytes = 0;   // 0: the runtime's default
   uint32_t max_sessions = 64;     // concurrent generations; more get 429
   uint32_t max_tokens_per_step = 0;

@@ -205,3 +205,18 @@ def test_fp8_kv_cache_equals_llm_run(start_server):
     assert "In the beginning" + r.choices[0].text + "\n" == want
     # FP8 rounding changes this continuation: the option reached the runtime.
     assert want != llm_run(KIMI, "--prompt", "In the beginning", "--max-tokens", 60)
+
+
+def test_expert_parallel_int4_int8_equals_llm_run(start_server):
+    # --ep is a flag (it takes no value) wherever it stands; the weight and activation policies
+    # reach the runtime: the server decodes what llm-run decodes with the same options.
+    opts = ("--decode-weights", "int4-g32", "--activations", "int8", "--tp", 2, "--ep")
+    s = start_server(*opts)
+    prompt = "And God said"
+    want = llm_run(KIMI, "--prompt", prompt, "--max-tokens", 60, *opts)
+    r = s.client().completions.create(model=s.name, prompt=prompt, max_tokens=60, temperature=0)
+    assert prompt + r.choices[0].text + "\n" == want
+    # This continuation changes with INT4 experts, and again with INT8 activations on them.
+    int4 = llm_run(KIMI, "--prompt", prompt, "--max-tokens", 60, *opts[:2], "--tp", 2, "--ep")
+    assert want != int4
+    assert int4 != llm_run(KIMI, "--prompt", prompt, "--max-tokens", 60, "--tp", 2, "--ep")
