@@ -11,12 +11,14 @@
 namespace llm_bench {
 
 int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::vector<int>& batches, int steps,
-                   int threads, int prompt_len) {
+                   int threads, int prompt_len, bool baselines) {
   const int nthreads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
-  double read_gbs = 0;
-  const double stream_gbs = ReadStreamBandwidth(nthreads);
-  const double copy_gbs = MemcpyBandwidth(nthreads, &read_gbs);
-  const double dot_gbs = Bf16DotStreamBandwidth(nthreads);
+  double read_gbs = 0, stream_gbs = 0, copy_gbs = 0, dot_gbs = 0;
+  if (baselines) {
+    stream_gbs = ReadStreamBandwidth(nthreads);
+    copy_gbs = MemcpyBandwidth(nthreads, &read_gbs);
+    dot_gbs = Bf16DotStreamBandwidth(nthreads);
+  }
 
   llm_runtime_options ro;
   llm_runtime_options_init(&ro);
@@ -41,10 +43,13 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
               info.tensor_parallel, info.rank_weight_bytes / 1e9);
   std::printf("weights read per decode token at batch 1: %.3f GB; KV %llu B/token\n", per_token / 1e9,
               static_cast<unsigned long long>(info.kv_bytes_per_token));
-  std::printf("read-only streaming bandwidth (%d threads, sum over 1 GiB): %.2f GB/s\n", nthreads, stream_gbs);
+  if (baselines) {
+    std::printf("read-only streaming bandwidth (%d threads, sum over 1 GiB): %.2f GB/s\n", nthreads, stream_gbs);
   std::printf("memcpy bandwidth (%d threads, 1 GiB): %.2f GB/s read+write, %.2f GB/s read\n", nthreads,
               copy_gbs, read_gbs);
-  std::printf("BF16 dot-product loop (in llm-bench) over one contiguous 1 GiB matrix: %.2f GB/s\n\n", dot_gbs);
+    std::printf("BF16 dot-product loop (in llm-bench) over one contiguous 1 GiB matrix: %.2f GB/s\n", dot_gbs);
+  }
+  std::printf("\n");
   std::printf("| sessions | decode tok/s | step p50 ms | step p95 ms | tok/s vs 1 session | collectives ms/step |\n");
   std::printf("|---------:|-------------:|------------:|------------:|-------------------:|--------------------:|\n");
   double base_tps = 0, batch1_step = 0;
@@ -90,7 +95,9 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
                 Percentile(times, 0.95) * 1e3, tps / base_tps, coll_ms);
     for (auto* s : ss) llm_session_destroy(s);
   }
-  if (batch1_step > 0) {
+  if (batch1_step > 0 && !baselines) {
+    std::printf("\nbatch 1: %.2f GB/s of weight reads\n", per_token / batch1_step / 1e9);
+  } else if (batch1_step > 0) {
     const double gbs = per_token / batch1_step / 1e9;
     std::printf("\nbatch 1: %.2f GB/s of weight reads = %.0f%% of the read-only streaming bandwidth; "
                 "%.0f%% of memcpy read+write bandwidth (%.0f%% of its read half), %.0f%% of the contiguous "

@@ -4,7 +4,7 @@
 // the same run. Prints tables; times nothing in tests.
 //
 //   llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] [--hidden N]]
-//             [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N]
+//             [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]
 //   llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] [--threads N]
 //   llm-bench --tokens DIR --text TEXT   (the ids of TEXT, comma-separated; TEXT itself, not a file)
 //   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
@@ -55,7 +55,7 @@ int Main(int argc, char** argv) {
   std::string preset = "k2", weights = "bf16";
   int layers = 4, hidden = 4096;
   std::vector<int> prefill_lens;
-  bool dir_given = false;
+  bool dir_given = false, baselines = true;
   int prefill_len = 256;
   std::vector<int> contexts;
   double budget_gib = 64;
@@ -65,6 +65,10 @@ int Main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--integrity") {
       integrity = true;
+      continue;
+    }
+    if (a == "--no-baselines") {
+      baselines = false;
       continue;
     }
     if (i + 1 >= argc) {
@@ -98,7 +102,7 @@ int Main(int argc, char** argv) {
     else {
       std::fprintf(stderr, "usage: llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] "
                            "[--hidden N]]\n"
-                           "                 [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N]\n"
+                           "                 [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]\n"
                            "       llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] "
                            "[--threads N]\n"
                            "       llm-bench --tokens DIR --text TEXT\n"
@@ -150,7 +154,7 @@ int Main(int argc, char** argv) {
     if (!gen.Ensure(dir, preset, weights, &cfg)) return 1;
   }
   if (!prefill_lens.empty()) return RunPrefillBench(dir, cfg, prefill_lens, repeats, threads);
-  return RunDecodeBench(dir, cfg, batches, steps, threads, prompt_len);
+  return RunDecodeBench(dir, cfg, batches, steps, threads, prompt_len, baselines);
 }
 
 }  // namespace

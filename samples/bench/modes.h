@@ -12,9 +12,10 @@
 namespace llm_bench {
 
 // Default mode (decode.cc): decode tok/s per session count on the checkpoint in `dir` (described
-// by `cfg`), and the batch-1 weight-read bandwidth against baselines measured in the same run.
+// by `cfg`), and the batch-1 weight-read bandwidth against baselines measured in the same run
+// (unless !baselines: --no-baselines, for repeated runs).
 int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::vector<int>& batches, int steps,
-                   int threads, int prompt_len);
+                   int threads, int prompt_len, bool baselines);
 
 // --prefill-lens 128,512 (prefill.cc): prefill tok/s of one session's prompt of each length on
 // the checkpoint in `dir`, median and spread of `repeats`, lengths interleaved in every repeat.
