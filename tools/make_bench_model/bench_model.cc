@@ -59,8 +59,11 @@ nlohmann::json ConfigJsonUnquantized(const BenchConfig& c) {
     j["index_head_dim"] = c.index_dim;
     return j;
   }
+  // model_type deepseek_v3 (Kimi K2's own config says kimi_k2, a remote-code type): llama.cpp's
+  // converter loads the tokenizer through transformers' AutoTokenizer, which reads config.json
+  // and knows deepseek_v3 but not kimi_k2. llmrt runs both the same.
   return {{"architectures", {"DeepseekV3ForCausalLM"}},
-          {"model_type", "kimi_k2"},
+          {"model_type", "deepseek_v3"},
           {"vocab_size", c.vocab},
           {"hidden_size", c.hidden},
           {"intermediate_size", c.inter},
