@@ -24,7 +24,8 @@ What it does:
  2. llama.cpp's convert_hf_to_gguf.py turns the BF16 checkpoint into a BF16 GGUF (through
     tools/bench_vs/convert_with_llamacpp.py, which only names the tokenizer's pre-tokenizer);
     llama-quantize makes Q8_0 and Q4_0 from it, keeping token_embd and output in BF16 as llmrt's
-    quantized checkpoints keep embed_tokens and lm_head.
+    quantized checkpoints keep embed_tokens and lm_head, and attn_k_b / attn_v_b (kv_b_proj) in
+    BF16 as llmrt's INT4 checkpoint does (quantized, llama.cpp aborts on them).
  3. Checks: llama-tokenize and llm-bench --tokens give the same ids for a text; llama.cpp
     (tools/bench_vs/llamacpp_greedy.c, built against the llama.cpp given) and llm-run give greedy
     tokens from the same prompt ids on the BF16 model (reported as the length of the common
@@ -181,8 +182,10 @@ def main():
         run([py, HERE / "convert_with_llamacpp.py", "convert", src, rt["bf16"], gg["bf16"], "bf16"])
     for t in ["q8_0", "q4_0"]:
         if not gg[t].exists() or gg[t].stat().st_mtime < gg["bf16"].stat().st_mtime:
+            # attn_k_b / attn_v_b (MLA's kv_b_proj, split) stay BF16: quantized, this llama.cpp
+            # aborts in its CPU scheduler (GGML_ASSERT(*cur_backend_id != -1)) on DeepseekV3 models.
             run([b.lbin / "llama-quantize", "--output-tensor-type", "bf16", "--token-embedding-type", "bf16",
-                 gg["bf16"], gg[t], t.upper()])
+                 "--tensor-type", "attn_k_b=bf16", "--tensor-type", "attn_v_b=bf16", gg["bf16"], gg[t], t.upper()])
     gg_bytes = {t: json.loads(run([py, HERE / "convert_with_llamacpp.py", "bytes-per-token", f]))[
         "weight_bytes_per_token"] for t, f in gg.items()}
 
