@@ -9,6 +9,13 @@ namespace llm_bench {
 // written (the STREAM "copy" convention); *read_only_gbs gets bytes read alone. Best of 4.
 double MemcpyBandwidth(int threads, double* read_only_gbs);
 
+// Read-only streaming bandwidth: `threads` threads each sum their share of one 1 GiB buffer of
+// 64-bit words (compiler-vectorized, AVX-512 / AVX2 / SSE2 picked at load), best of 4, in GB/s
+// of bytes read. Decode at batch 1 only reads its weights, so this is its ceiling on this
+// machine; memcpy's read half is not (its writes compete for the same bandwidth). 0 if the
+// sum comes out wrong.
+double ReadStreamBandwidth(int threads);
+
 // GB/s of BF16 weights a plain dot-product loop streams: one contiguous 1 GiB BF16 matrix (rows
 // of 4096) times a float vector, rows split over `threads`, best of 4. The loop is written in
 // llm-bench (four rows at a time, bf16 widened to f32 by a shift, independent accumulators,

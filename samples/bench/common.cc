@@ -86,4 +86,34 @@ StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, i
   return {sessions * steps / total, Percentile(times, 0.95) * 1e3};
 }
 
+double TimePrefill(llm_runtime* rt, int len, int64_t vocab) {
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = 1;
+  llm_session* s = nullptr;
+  if (llm_session_create(rt, &so, &s) != LLM_OK) {
+    std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+    return -1;
+  }
+  std::vector<int32_t> prompt(len);
+  for (int k = 0; k < len; ++k) prompt[k] = static_cast<int32_t>((k * 29 + 3) % vocab);
+  llm_session_append_tokens(s, prompt.data(), prompt.size());
+  llm_step_result r;
+  size_t n = 0;
+  const auto t0 = Clock::now();
+  bool done = false;
+  llm_status st = LLM_OK;
+  while (!done && (st = llm_decode_step(rt, &r, 1, &n)) == LLM_OK) {
+    if (n == 1 && r.status != LLM_OK) {
+      st = r.status;
+      break;
+    }
+    done = n == 1 && r.token != LLM_TOKEN_NONE;
+  }
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!done) std::fprintf(stderr, "llm-bench: prefill of %d tokens failed: %s: %s\n", len, llm_status_string(st), llm_last_error());
+  llm_session_destroy(s);
+  return done ? len / sec : -1;
+}
+
 }  // namespace llm_bench

@@ -46,6 +46,11 @@ struct StepStats {
 StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, int64_t vocab,
                      double* check_share = nullptr);
 
+// Prefill tokens/s of one session's prompt of `len` tokens below `vocab`, in steps of the
+// runtime's max_tokens_per_step, timed until its first token is sampled; -1 with the error
+// printed when a step fails.
+double TimePrefill(llm_runtime* rt, int len, int64_t vocab);
+
 }  // namespace llm_bench
 
 #endif  // LLMRT_SAMPLES_BENCH_COMMON_H_

@@ -9,30 +9,6 @@
 
 namespace llm_bench {
 
-namespace {
-
-// Prefill tokens/s: one session's prompt of `len` tokens, in steps of up to 512 tokens.
-double TimePrefill(llm_runtime* rt, int len, int64_t vocab) {
-  llm_sampling_options so;
-  llm_sampling_options_init(&so);
-  so.max_new_tokens = 1;
-  llm_session* s = nullptr;
-  llm_session_create(rt, &so, &s);
-  std::vector<int32_t> prompt(len);
-  for (int k = 0; k < len; ++k) prompt[k] = static_cast<int32_t>((k * 29 + 3) % vocab);
-  llm_session_append_tokens(s, prompt.data(), prompt.size());
-  llm_step_result r;
-  size_t n = 0;
-  const auto t0 = Clock::now();
-  bool done = false;
-  while (!done && llm_decode_step(rt, &r, 1, &n) == LLM_OK) done = n == 1 && r.token != LLM_TOKEN_NONE;
-  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-  llm_session_destroy(s);
-  return len / sec;
-}
-
-}  // namespace
-
 int RunFormatBench(const ModelGenerator& gen, const fs::path& base, const std::vector<std::string>& formats,
                    const std::vector<int>& batches, int steps, int threads, int prefill_len) {
   struct Row {

@@ -39,12 +39,23 @@ ModelGenerator ModelGenerator::Find(const std::string& path) {
 bool ModelGenerator::Ensure(const fs::path& dir, const std::string& preset, const std::string& weights,
                             GeneratedModel* out) const {
   return Run("--dir " + ShellQuote(dir.string()) + " --preset " + ShellQuote(preset) + " --weights " +
-                 ShellQuote(weights),
+                 ShellQuote(weights) + SizeArgs(preset),
              out);
 }
 
 bool ModelGenerator::Describe(const std::string& preset, const std::string& weights, GeneratedModel* out) const {
-  return Run("--describe --preset " + ShellQuote(preset) + " --weights " + ShellQuote(weights), out);
+  return Run("--describe --preset " + ShellQuote(preset) + " --weights " + ShellQuote(weights) + SizeArgs(preset),
+             out);
+}
+
+bool ModelGenerator::DescribeDir(const fs::path& dir, GeneratedModel* out) const {
+  return Run("--describe-dir " + ShellQuote(dir.string()), out);
+}
+
+// The context presets have fixed sizes.
+std::string ModelGenerator::SizeArgs(const std::string& preset) const {
+  if (preset.rfind("context-", 0) == 0) return "";
+  return " --layers " + std::to_string(layers_) + " --hidden " + std::to_string(hidden_);
 }
 
 // Runs the generator with `args` (its stderr goes to ours) and parses the JSON line it prints.

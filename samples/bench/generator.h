@@ -25,7 +25,14 @@ class ModelGenerator {
   // this executable, else where the build tree put it, else the name looked up on PATH.
   static ModelGenerator Find(const std::string& path);
 
-  // Writes the checkpoint of `preset` ("k2", "context-k2", "context-glm5", "context-glm45") in
+  // Layers and hidden width of the "k2", "glm45" and "glm5" presets (default 4 and 4096).
+  void SetSize(int layers, int hidden) {
+    layers_ = layers;
+    hidden_ = hidden;
+  }
+
+  // Writes the checkpoint of `preset` ("k2", "glm45", "glm5": Kimi K2, GLM-4.5 and GLM-5 layer
+  // structures at the size SetSize chose; "context-k2", "context-glm5", "context-glm45") in
   // `weights` to `dir` unless it is there already with the same config.json (the generator
   // decides; it prints a line to stderr when it writes), and describes it. False with a message
   // printed when the generator cannot be run or fails.
@@ -35,11 +42,17 @@ class ModelGenerator {
   // Describes the model of `preset` in `weights` without writing anything.
   bool Describe(const std::string& preset, const std::string& weights, GeneratedModel* out) const;
 
+  // Describes any checkpoint directory (--model): vocabulary and the weight bytes one decode step
+  // at batch 1 reads, from its config.json and safetensors headers.
+  bool DescribeDir(const fs::path& dir, GeneratedModel* out) const;
+
  private:
   explicit ModelGenerator(std::string path) : path_(std::move(path)) {}
   bool Run(const std::string& args, GeneratedModel* out) const;
+  std::string SizeArgs(const std::string& preset) const;
 
   std::string path_;
+  int layers_ = 4, hidden_ = 4096;
 };
 
 }  // namespace llm_bench

@@ -1,9 +1,12 @@
-// llm-bench: decode throughput of the CPU backend on a generated DeepSeek-V3-architecture
-// checkpoint large enough that every decode step streams its weights from memory, and the
-// achieved weight-read bandwidth at batch 1 against a memory-copy bandwidth measured in the
-// same run. Prints tables; times nothing in tests.
+// llm-bench: decode throughput of the CPU backend on a generated checkpoint large enough that
+// every decode step streams its weights from memory (or on any checkpoint, --model), and the
+// achieved weight-read bandwidth at batch 1 against a read-only streaming bandwidth measured in
+// the same run. Prints tables; times nothing in tests.
 //
-//   llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N]
+//   llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] [--hidden N]]
+//             [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]
+//   llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] [--threads N]
+//   llm-bench --tokens DIR --text TEXT   (the ids of TEXT, comma-separated; TEXT itself, not a file)
 //   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
 //   llm-bench --tokenize DIR --text FILE [--repeats N]
 //   llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]
@@ -25,7 +28,11 @@
 // built-in tag checker and a host callback tracker (counting events), interleaving the three in
 // every repeat so machine noise hits them alike; it reports ratios to no-op with their spread.
 //
-// The checkpoint (about 2.4 GB BF16) is written once to DIR (default /tmp/llmrt-bench-model)
+// The decode and prefill modes measure --model DIR when given, else a generated checkpoint:
+// --preset k2 (default: Kimi K2's DeepseekV3 structure), glm45 (GLM-4.5: GQA) or glm5 (GLM-5:
+// MLA + DSA), --layers (4) layers of --hidden (4096) width, in --weights bf16 (default), fp8,
+// int4-g32, int4-g128 or int4-g32-all. The default checkpoint (about 2.4 GB BF16) is written once to DIR
+// (default /tmp/llmrt-bench-model; other presets, weights and sizes get DIR-PRESET-WEIGHTS-LxH)
 // and reused while its config matches, by llm-make-bench-model (tools/make_bench_model), which
 // llm-bench runs from beside its own binary or from --generator PATH. llm-bench itself uses only
 // the public header: one file per mode under samples/bench/.
@@ -44,7 +51,11 @@ int Main(int argc, char** argv) {
   std::vector<int> batches = {1, 4, 16, 64};
   int steps = 8, threads = 0, prompt_len = 8, repeats = 5;
   bool integrity = false;
-  std::string model, tokenize_dir, text_file, kv_table, formats, generator;
+  std::string model, tokenize_dir, text_file, kv_table, formats, generator, tokens_dir;
+  std::string preset = "k2", weights = "bf16";
+  int layers = 4, hidden = 4096;
+  std::vector<int> prefill_lens;
+  bool dir_given = false, baselines = true;
   int prefill_len = 256;
   std::vector<int> contexts;
   double budget_gib = 64;
@@ -56,11 +67,21 @@ int Main(int argc, char** argv) {
       integrity = true;
       continue;
     }
+    if (a == "--no-baselines") {
+      baselines = false;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "llm-bench: %s needs a value\n", a.c_str());
       return 2;
     }
-    if (a == "--dir") dir = argv[i + 1];
+    if (a == "--dir") dir = argv[i + 1], dir_given = true;
+    else if (a == "--preset") preset = argv[i + 1];
+    else if (a == "--weights") weights = argv[i + 1];
+    else if (a == "--layers") layers = std::atoi(argv[i + 1]);
+    else if (a == "--hidden") hidden = std::atoi(argv[i + 1]);
+    else if (a == "--prefill-lens") prefill_lens = ParseList(argv[i + 1]);
+    else if (a == "--tokens") tokens_dir = argv[i + 1];
     else if (a == "--model") model = argv[i + 1];
     else if (a == "--tokenize") tokenize_dir = argv[i + 1];
     else if (a == "--text") text_file = argv[i + 1];
@@ -79,7 +100,12 @@ int Main(int argc, char** argv) {
     else if (a == "--prefill") prefill_len = std::atoi(argv[i + 1]);
     else if (a == "--generator") generator = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: llm-bench [--dir DIR] [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N]\n"
+      std::fprintf(stderr, "usage: llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] "
+                           "[--hidden N]]\n"
+                           "                 [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]\n"
+                           "       llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] "
+                           "[--threads N]\n"
+                           "       llm-bench --tokens DIR --text TEXT\n"
                            "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n"
                            "       llm-bench --tokenize DIR --text FILE [--repeats N]\n"
                            "       llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]\n"
@@ -91,12 +117,14 @@ int Main(int argc, char** argv) {
     }
     ++i;
   }
+  if (!tokens_dir.empty()) return RunTokenIds(tokens_dir, text_file);
   if (!tokenize_dir.empty()) return RunTokenizeBench(tokenize_dir, text_file, repeats);
   if (!kv_table.empty() && device_gib > 0) {
     return RunRankSizing(SplitList(kv_table), static_cast<int>(g_tensor_parallel), device_gib, session_tokens);
   }
   if (!kv_table.empty()) return RunKvTable(SplitList(kv_table), budget_gib, session_tokens);
-  const ModelGenerator gen = ModelGenerator::Find(generator);
+  ModelGenerator gen = ModelGenerator::Find(generator);
+  gen.SetSize(layers, hidden);
   if (!formats.empty()) {
     std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 16, 64} : batches;
     return RunFormatBench(gen, dir, SplitList(formats), b, steps, threads, prefill_len);
@@ -114,7 +142,19 @@ int Main(int argc, char** argv) {
     std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 8, 64} : batches;
     return RunIntegrityBench(model, b, steps, repeats, threads);
   }
-  return RunDecodeBench(gen, dir, batches, steps, threads, prompt_len);
+  // The decode and prefill modes: --model, or the generated checkpoint of --preset.
+  GeneratedModel cfg;
+  if (!model.empty()) {
+    dir = model;
+    if (!gen.DescribeDir(dir, &cfg)) return 1;
+  } else {
+    if (!dir_given && (preset != "k2" || weights != "bf16" || layers != 4 || hidden != 4096)) {
+      dir += "-" + preset + "-" + weights + "-" + std::to_string(layers) + "x" + std::to_string(hidden);
+    }
+    if (!gen.Ensure(dir, preset, weights, &cfg)) return 1;
+  }
+  if (!prefill_lens.empty()) return RunPrefillBench(dir, cfg, prefill_lens, repeats, threads);
+  return RunDecodeBench(dir, cfg, batches, steps, threads, prompt_len, baselines);
 }
 
 }  // namespace

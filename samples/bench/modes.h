@@ -11,10 +11,20 @@
 
 namespace llm_bench {
 
-// Default mode (decode.cc): decode tok/s per session count on the generated model in `dir`, and
-// the batch-1 weight-read bandwidth against baselines measured in the same run.
-int RunDecodeBench(const ModelGenerator& gen, const fs::path& dir, const std::vector<int>& batches, int steps,
-                   int threads, int prompt_len);
+// Default mode (decode.cc): decode tok/s per session count on the checkpoint in `dir` (described
+// by `cfg`), and the batch-1 weight-read bandwidth against baselines measured in the same run
+// (unless !baselines: --no-baselines, for repeated runs).
+int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::vector<int>& batches, int steps,
+                   int threads, int prompt_len, bool baselines);
+
+// --prefill-lens 128,512 (prefill.cc): prefill tok/s of one session's prompt of each length on
+// the checkpoint in `dir`, median and spread of `repeats`, lengths interleaved in every repeat.
+int RunPrefillBench(const fs::path& dir, const GeneratedModel& cfg, const std::vector<int>& lens, int repeats,
+                    int threads);
+
+// --tokens DIR --text TEXT (tokenize.cc): the token ids the tokenizer in `dir` gives `text`
+// (no special tokens added), comma-separated on one line.
+int RunTokenIds(const std::string& dir, const std::string& text);
 
 // --integrity (integrity.cc): no-op tracker vs tag checker vs callback tracker on `model`.
 int RunIntegrityBench(const std::string& model, const std::vector<int>& batches, int steps, int repeats,

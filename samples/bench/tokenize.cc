@@ -1,5 +1,6 @@
 // llm-bench --tokenize DIR --text FILE: encoding speed of the tokenizer in DIR over FILE (best of
 // --repeats), in MB/s of input text, and one detokenization of the result.
+// llm-bench --tokens DIR --text TEXT: the ids of TEXT, to feed the same prompt to another engine.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -34,6 +35,26 @@ int RunTokenizeBench(const std::string& dir, const std::string& file, int repeat
   std::printf("| %s | %s | %zu | %zu | %.2f | %.1f |\n", dir.c_str(), file.c_str(), text.size(), n,
               text.size() / best / 1e6, len / dsec / 1e6);
   llm_tokenizer_destroy(tok);
+  return 0;
+}
+
+int RunTokenIds(const std::string& dir, const std::string& text) {
+  llm_tokenizer* tok = nullptr;
+  if (llm_tokenizer_create(dir.c_str(), &tok) != LLM_OK) {
+    std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+    return 1;
+  }
+  // Every id covers at least one byte of text: special tokens are not parsed (parse_special 0).
+  std::vector<int32_t> ids(text.size() + 16);
+  size_t n = 0;
+  const llm_status st = llm_tokenize(tok, text.data(), text.size(), 0, ids.data(), ids.size(), &n);
+  llm_tokenizer_destroy(tok);
+  if (st != LLM_OK) {
+    std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
+    return 1;
+  }
+  for (size_t i = 0; i < n; ++i) std::printf(i ? ",%d" : "%d", ids[i]);
+  std::printf("\n");
   return 0;
 }
 

@@ -1,6 +1,8 @@
 // Config, tensor list and byte accounting of the generated bench models (bench_model.h).
 #include "tools/make_bench_model/bench_model.h"
 
+#include <algorithm>
+
 namespace llmrt::bench {
 
 namespace {
@@ -57,8 +59,11 @@ nlohmann::json ConfigJsonUnquantized(const BenchConfig& c) {
     j["index_head_dim"] = c.index_dim;
     return j;
   }
+  // model_type deepseek_v3 (Kimi K2's own config says kimi_k2, a remote-code type): llama.cpp's
+  // converter loads the tokenizer through transformers' AutoTokenizer, which reads config.json
+  // and knows deepseek_v3 but not kimi_k2. llmrt runs both the same.
   return {{"architectures", {"DeepseekV3ForCausalLM"}},
-          {"model_type", "kimi_k2"},
+          {"model_type", "deepseek_v3"},
           {"vocab_size", c.vocab},
           {"hidden_size", c.hidden},
           {"intermediate_size", c.inter},
@@ -78,6 +83,10 @@ nlohmann::json ConfigJsonUnquantized(const BenchConfig& c) {
           {"topk_group", 1},
           {"first_k_dense_replace", c.dense},
           {"routed_scaling_factor", 2.827},
+          // As in Kimi K2's and DeepSeek-V3's configs; llama.cpp's converter reads scoring_func
+          // for the router's gating function and assumes softmax without it.
+          {"scoring_func", "sigmoid"},
+          {"topk_method", "noaux_tc"},
           {"norm_topk_prob", true},
           {"rms_norm_eps", 1e-6},
           {"max_position_embeddings", 131072},
@@ -111,6 +120,23 @@ BenchConfig ContextConfig(bool dsa, bool gqa) {
   c.index_topk = 512;
   c.gqa = gqa;
   c.heads = gqa ? 8 : c.heads;  // GLM-4.5's 96 query heads over 8 KV heads of 128, scaled down
+  return c;
+}
+
+BenchConfig SizedConfig(const std::string& structure, int64_t layers, int64_t hidden) {
+  BenchConfig c;
+  c.layers = layers;
+  c.hidden = hidden;
+  // Every width follows hidden as in the default (hidden 4096): heads of 128, q LoRA rank and
+  // expert width hidden / 4, dense FFN 2 x hidden.
+  c.heads = std::max<int64_t>(1, hidden / 128);
+  c.q_lora = std::max<int64_t>(128, hidden / 4);
+  c.moe_inter = std::max<int64_t>(128, hidden / 4);
+  c.inter = 2 * hidden;
+  c.dsa = structure == "glm5";
+  c.gqa = structure == "glm45";
+  // GLM-4.5 has 96 query heads over 8 KV heads; keep that ratio where the heads allow.
+  c.kv_heads = std::max<int64_t>(1, c.heads / 8);
   return c;
 }
 

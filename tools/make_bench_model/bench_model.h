@@ -38,6 +38,12 @@ bool IsKnownWeights(const std::string& weights);
 // The smaller models --context compares: attention is a visible share of a step at long context.
 BenchConfig ContextConfig(bool dsa, bool gqa = false);
 
+// The decode-bench model of `structure` ("k2": DeepseekV3ForCausalLM, "glm45":
+// Glm4MoeForCausalLM, "glm5": GlmMoeDsaForCausalLM) with `layers` layers of width `hidden` (a
+// multiple of 128), the other widths scaled from the default's (which is ("k2", 4, 4096)); MoE
+// shape (16 experts, 8 per token, one shared, one dense layer) and vocabulary unchanged.
+BenchConfig SizedConfig(const std::string& structure, int64_t layers, int64_t hidden);
+
 // Columns per INT4 scale under c.weights.
 int64_t Int4Group(const BenchConfig& c);
 
@@ -64,7 +70,21 @@ double WeightBytesPerToken(const BenchConfig& c);
 // Writes config.json and model.safetensors to `dir` unless its config.json already equals the
 // one `c` gives and model.safetensors exists. Sets *wrote to whether it wrote. On failure
 // prints the error to stderr and returns false.
-bool WriteCheckpoint(const BenchConfig& c, const std::filesystem::path& dir, bool* wrote);
+// When `tokenizer_dir` is not empty its tokenizer.json and tokenizer_config.json are copied to
+// `dir` (when missing or different): llama.cpp's converter needs a tokenizer, llmrt does not.
+bool WriteCheckpoint(const BenchConfig& c, const std::filesystem::path& dir, const std::filesystem::path& tokenizer_dir,
+                     bool* wrote);
+
+// Describes an arbitrary checkpoint directory (config.json, model.safetensors or a sharded
+// index): vocabulary, index_topk (0 without an indexer) and the weight bytes one decode step at
+// batch 1 reads, by the rule of WeightBytesPerToken over the tensors as stored (routed experts
+// named `.mlp.experts.` counted at num_experts_per_tok / n_routed_experts, the embedding table
+// at one row, layers past num_hidden_layers skipped). False with a message printed on error.
+struct DirDescription {
+  int64_t vocab = 0, index_topk = 0;
+  double weight_bytes_per_token = 0;
+};
+bool DescribeDir(const std::filesystem::path& dir, DirDescription* out);
 
 }  // namespace llmrt::bench
 

@@ -3,19 +3,27 @@
 // describes them. llm-bench runs it for each checkpoint it needs; it links engine internals
 // (`WriteSafetensors`) so that llm-bench can stay a client of the public header alone.
 //
-//   llm-make-bench-model --dir DIR [--preset P] [--weights W]   write DIR unless it is current
-//   llm-make-bench-model --describe [--preset P] [--weights W]  write nothing
+//   llm-make-bench-model --dir DIR [--preset P] [--weights W] [--layers N] [--hidden N]
+//                        [--tokenizer DIR]                      write DIR unless it is current
+//   llm-make-bench-model --describe [--preset P] [--weights W] [--layers N] [--hidden N]
+//   llm-make-bench-model --describe-dir DIR                     any checkpoint directory
 //
-// Presets: "k2" (default: the 2.4 GB BF16 Kimi-K2-structure model of llm-bench's decode,
-// --integrity and --formats modes), "context-k2", "context-glm5", "context-glm45" (the smaller
-// dense MLA, MLA + DSA and GQA models of --context). Weights: bf16 (default), fp8, int4-g32,
-// int4-g128, int4-g32-all.
+// Presets: "k2" (default: the 2.4 GB BF16 DeepseekV3ForCausalLM model of llm-bench's decode,
+// --integrity and --formats modes), "glm45" (Glm4MoeForCausalLM: GQA) and "glm5"
+// (GlmMoeDsaForCausalLM: MLA + DSA indexer) of the same size, whose layers and hidden width
+// --layers / --hidden change (default 4 and 4096); "context-k2", "context-glm5",
+// "context-glm45" (the smaller dense MLA, MLA + DSA and GQA models of --context). Weights: bf16
+// (default), fp8, int4-g32, int4-g128, int4-g32-all.
 //
-// DIR gets config.json and model.safetensors; it is left alone while its config.json equals the
-// one the preset and weights give and model.safetensors exists. On success stdout gets one JSON
+// DIR gets config.json, model.safetensors and a tokenizer (tokenizer.json and
+// tokenizer_config.json of --tokenizer DIR, by default the GLM-format test tokenizer of the
+// source tree: 3,876 tokens, GLM-4.5's pre-tokenizer and special tokens), which llama.cpp's
+// converter needs; llmrt runs without it. DIR is left alone while its config.json equals the one
+// the preset and weights give and model.safetensors exists. On success stdout gets one JSON
 // line describing the model: {"vocab": N, "weight_bytes_per_token": X, "index_topk": N,
-// "wrote": bool}. Exit status 0, 1 when writing failed, 2 for a bad command line.
+// "wrote": bool}. Exit status 0, 1 when writing or reading failed, 2 for a bad command line.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "tools/make_bench_model/bench_model.h"
@@ -26,25 +34,43 @@ using llmrt::bench::BenchConfig;
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: llm-make-bench-model --dir DIR [--preset k2|context-k2|context-glm5|context-glm45] "
-               "[--weights bf16|fp8|int4-g32|int4-g128|int4-g32-all]\n"
-               "       llm-make-bench-model --describe [--preset P] [--weights W]\n");
+               "usage: llm-make-bench-model --dir DIR [--preset k2|glm45|glm5|context-k2|context-glm5|context-glm45] "
+               "[--weights bf16|fp8|int4-g32|int4-g128|int4-g32-all] [--layers N] [--hidden N] [--tokenizer DIR]\n"
+               "       llm-make-bench-model --describe [--preset P] [--weights W] [--layers N] [--hidden N]\n"
+               "       llm-make-bench-model --describe-dir DIR\n");
   return 2;
 }
 
-bool PresetConfig(const std::string& preset, BenchConfig* c) {
-  if (preset == "k2") *c = BenchConfig{};
-  else if (preset == "context-k2") *c = llmrt::bench::ContextConfig(/*dsa=*/false);
-  else if (preset == "context-glm5") *c = llmrt::bench::ContextConfig(/*dsa=*/true);
-  else if (preset == "context-glm45") *c = llmrt::bench::ContextConfig(/*dsa=*/false, /*gqa=*/true);
-  else return false;
+bool PresetConfig(const std::string& preset, int64_t layers, int64_t hidden, BenchConfig* c) {
+  if (preset == "k2" || preset == "glm45" || preset == "glm5") {
+    if (layers < 1 || layers > 1024 || hidden < 128 || hidden > 65536 || hidden % 128 != 0) {
+      std::fprintf(stderr, "llm-make-bench-model: --layers must be 1..1024 and --hidden a multiple of 128 up to 65536\n");
+      return false;
+    }
+    *c = llmrt::bench::SizedConfig(preset, layers, hidden);
+  } else if (preset == "context-k2") {
+    *c = llmrt::bench::ContextConfig(/*dsa=*/false);
+  } else if (preset == "context-glm5") {
+    *c = llmrt::bench::ContextConfig(/*dsa=*/true);
+  } else if (preset == "context-glm45") {
+    *c = llmrt::bench::ContextConfig(/*dsa=*/false, /*gqa=*/true);
+  } else {
+    std::fprintf(stderr, "llm-make-bench-model: unknown preset \"%s\"\n", preset.c_str());
+    return false;
+  }
   return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir, preset = "k2", weights = "bf16";
+  std::string dir, preset = "k2", weights = "bf16", describe_dir;
+#ifdef LLMRT_BENCH_TOKENIZER_DIR
+  std::string tokenizer = LLMRT_BENCH_TOKENIZER_DIR;
+#else
+  std::string tokenizer;
+#endif
+  int64_t layers = 4, hidden = 4096;
   bool describe = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -56,16 +82,29 @@ int main(int argc, char** argv) {
     if (a == "--dir") dir = argv[i + 1];
     else if (a == "--preset") preset = argv[i + 1];
     else if (a == "--weights") weights = argv[i + 1];
+    else if (a == "--layers") layers = std::atoll(argv[i + 1]);
+    else if (a == "--hidden") hidden = std::atoll(argv[i + 1]);
+    else if (a == "--tokenizer") tokenizer = argv[i + 1];
+    else if (a == "--describe-dir") describe_dir = argv[i + 1];
     else return Usage();
     ++i;
   }
-  BenchConfig c;
-  if (!PresetConfig(preset, &c) || !llmrt::bench::IsKnownWeights(weights) || (dir.empty() && !describe)) {
-    return Usage();
+  if (!describe_dir.empty()) {
+    llmrt::bench::DirDescription d;
+    if (!llmrt::bench::DescribeDir(describe_dir, &d)) return 1;
+    const nlohmann::json out = {{"vocab", d.vocab},
+                                {"weight_bytes_per_token", d.weight_bytes_per_token},
+                                {"index_topk", d.index_topk},
+                                {"wrote", false}};
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
   }
+  BenchConfig c;
+  if (!PresetConfig(preset, layers, hidden, &c)) return 2;
+  if (!llmrt::bench::IsKnownWeights(weights) || (dir.empty() && !describe)) return Usage();
   c.weights = weights;
   bool wrote = false;
-  if (!describe && !llmrt::bench::WriteCheckpoint(c, dir, &wrote)) return 1;
+  if (!describe && !llmrt::bench::WriteCheckpoint(c, dir, tokenizer, &wrote)) return 1;
   const nlohmann::json d = {{"vocab", c.vocab},
                             {"weight_bytes_per_token", llmrt::bench::WeightBytesPerToken(c)},
                             {"index_topk", c.index_topk},

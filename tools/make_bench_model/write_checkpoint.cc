@@ -23,15 +23,44 @@ int64_t Numel(const std::vector<int64_t>& s) {
   return n;
 }
 
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Copies the tokenizer files of `from` into `dir` where they differ.
+bool CopyTokenizer(const fs::path& from, const fs::path& dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::error_code ec;
+    if (!fs::is_regular_file(from / name, ec)) {
+      std::fprintf(stderr, "llm-make-bench-model: no %s in the tokenizer directory %s\n", name, from.c_str());
+      return false;
+    }
+    const std::string text = ReadAll(from / name);
+    if (fs::exists(dir / name, ec) && ReadAll(dir / name) == text) continue;
+    std::ofstream out(dir / name, std::ios::binary);
+    out << text;
+    if (!out.flush()) {
+      std::fprintf(stderr, "llm-make-bench-model: cannot write %s\n", (dir / name).c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-bool WriteCheckpoint(const BenchConfig& c, const fs::path& dir, bool* wrote) {
+bool WriteCheckpoint(const BenchConfig& c, const fs::path& dir, const fs::path& tokenizer_dir, bool* wrote) {
   *wrote = false;
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "llm-make-bench-model: cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
+    return false;
+  }
+  if (!tokenizer_dir.empty() && !CopyTokenizer(tokenizer_dir, dir)) return false;
   const std::string cfg = ConfigJson(c).dump(2);
-  std::ifstream old(dir / "config.json");
-  std::string old_cfg((std::istreambuf_iterator<char>(old)), std::istreambuf_iterator<char>());
-  if (old_cfg == cfg && fs::exists(dir / "model.safetensors")) return true;
+  if (ReadAll(dir / "config.json") == cfg && fs::exists(dir / "model.safetensors", ec)) return true;
   std::fprintf(stderr, "llm-make-bench-model: writing a generated checkpoint to %s ...\n", dir.c_str());
   std::vector<llmrt::TensorToWrite> out;
   uint64_t seed = 1;
