@@ -147,15 +147,16 @@ class Bench:
         return [r["speed_tg"] for r in rows]
 
     # --- llmrt -----------------------------------------------------------------------------
-    def llmrt_decode(self, model, sessions, steps, prompt):
+    def llmrt_decode(self, model, sessions, steps, prompt, activations="exact"):
         out = run([self.rbin / "llm-bench", "--model", model, "--sessions", ",".join(map(str, sessions)),
-                   "--steps", steps, "--prompt", prompt, "--threads", self.t, "--no-baselines"])
+                   "--steps", steps, "--prompt", prompt, "--threads", self.t, "--no-baselines",
+                   "--activations", activations])
         rows = re.findall(r"^\|\s*(\d+) \|\s*([0-9.]+) \|", out, re.M)
         return [float(t) for _, t in rows]
 
-    def llmrt_prefill(self, model, lens):
+    def llmrt_prefill(self, model, lens, activations="exact"):
         out = run([self.rbin / "llm-bench", "--model", model, "--prefill-lens", ",".join(map(str, lens)),
-                   "--repeats", "1", "--threads", self.t])
+                   "--repeats", "1", "--threads", self.t, "--activations", activations])
         return [float(t) for t in re.findall(r"^\| \d+ \| ([0-9.]+) \|", out, re.M)]
 
 
@@ -231,6 +232,12 @@ def main():
          lambda: b.llmrt_decode(rt["int4-g32-all"], [1], steps, "8"), ("q4_0", "int4-g32-all"), ["1"]),
         ("Q4_0 vs INT4 g32 (all linears) prefill 128 (tok/s)", lambda: b.llama_bench(gg["q4_0"], "128", "0"),
          lambda: b.llmrt_prefill(rt["int4-g32-all"], [128]), None, ["128"]),
+        # llama.cpp's Q4_0 dot products round activations to 8 bits per 32 values (Q8_0): llmrt's
+        # INT8 activation policy (W4A8) is the like-for-like comparison.
+        ("Q4_0 vs INT4 g32 (all linears) W4A8 decode, batch 1 (tok/s)", lambda: b.llama_bench(gg["q4_0"], "0", s),
+         lambda: b.llmrt_decode(rt["int4-g32-all"], [1], steps, "8", "int8"), ("q4_0", "int4-g32-all"), ["1"]),
+        ("Q4_0 vs INT4 g32 (all linears) W4A8 prefill 128 (tok/s)", lambda: b.llama_bench(gg["q4_0"], "128", "0"),
+         lambda: b.llmrt_prefill(rt["int4-g32-all"], [128], "int8"), None, ["128"]),
     ]
     res = {i: ([], []) for i in range(len(work))}
     for r in range(a.repeats):
