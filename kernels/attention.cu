@@ -1,5 +1,13 @@
-// The paged KV cache on the device: row writes, exports and imports (flat F32 / BF16 rows), softmax
+// The paged KV cache on the device: row writes, calibration, exports and imports, softmax
 // attention of each (token, head) over its paged context, and the DSA indexer's scores and top-k.
+//
+// Codecs: flat F32 / BF16 rows, flat FP8 e4m3 with the layer's scale, and tiled FP8 rows
+// (segments of BF16 values or FP8 tiles with float32 scales in the row: src/quant/codecs/). Writes
+// encode with the CPU codecs' exact operations (FloatToFp8 is Fp8E4M3::FromFloat bit for bit), so
+// the cached bytes are the CPU's; reads decode each value as the codec's DecodeRow does (code
+// times scale in float32). Under the FP8 phase policy (fresh rows) the positions a pass writes
+// itself are read from its BF16 fresh rows. Tiled rows are decoded value by value through a
+// segment lookup: correct for every layout, not tuned.
 //
 // Attention is computed in chunks of positions with a running maximum (the online softmax of
 // FlashAttention): for each chunk the scores, then the rescaled accumulation of the value rows.
@@ -29,21 +37,155 @@ __device__ __forceinline__ uint8_t* SlotRow(const KvRef& kv, int64_t layer, int3
   return const_cast<uint8_t*>(RowAt(kv, slot / kv.page_size, layer, slot % kv.page_size));
 }
 
-// One block per token: parts side by side from column 0, converted to the cache's element type.
-__global__ void KvWriteKernel(KvRef kv, int64_t layer, KvParts parts, BatchRef batch, int32_t* err) {
-  const int64_t t = blockIdx.x;
-  const int32_t slot = batch.slot_mapping[t];
-  if (!SlotOk(kv, slot)) {
-    RaiseError(err, kErrSlot);
+__device__ __forceinline__ float LayerScale(const KvRef& kv, int64_t layer) {
+  return kv.layer_scales != nullptr ? kv.layer_scales[layer] : 1.0f;
+}
+
+// Value i of a row of layout r, as the codec's DecodeRow gives it (one float32 product of an FP8
+// code and its scale).
+__device__ __forceinline__ float KvValue(const KvRowRef& r, const uint8_t* row, int64_t i, float layer_scale) {
+  if (r.nseg == 0) {
+    if (r.type == kElemFp8E4M3) return Fp8ToFloat(row[i]) * layer_scale;
+    return LoadElem(row, r.type, i);
+  }
+  for (int k = 0; k < r.nseg; ++k) {
+    const KvSegRef& g = r.seg[k];
+    if (i < g.start || i >= g.start + g.count) continue;
+    const int64_t j = i - g.start;
+    if (g.bf16) return Bf16Bits(reinterpret_cast<const uint16_t*>(row + g.byte_offset)[j]);
+    const float scale = reinterpret_cast<const float*>(row + r.scale_offset)[g.first_scale + j / g.tile];
+    return Fp8ToFloat(row[g.byte_offset + j]) * scale;
+  }
+  return 0.0f;  // past the segments (not reached: they cover the width)
+}
+
+// A row attention reads: a cache row, or under the phase policy a BF16 fresh row.
+struct RowPtr {
+  const uint8_t* data;
+  bool fresh;
+};
+
+__device__ __forceinline__ float RowValue(const KvRef& kv, const RowPtr& r, int64_t i, float layer_scale) {
+  if (r.fresh) return Bf16Bits(reinterpret_cast<const uint16_t*>(r.data)[i]);
+  return KvValue(kv.row, r.data, i, layer_scale);
+}
+
+// Where token t reads the positions of its sequence: pages, and (fresh rows) the first position
+// this pass wrote for the sequence and its fresh row.
+struct Context {
+  const int32_t* pages;
+  int64_t ctx;
+  int64_t fresh_from = INT64_MAX;
+  int64_t fresh_row = 0;
+};
+
+__device__ __forceinline__ Context ContextOf(const KvRef& kv, const BatchRef& b, int64_t t) {
+  Context c;
+  const int32_t seq = b.token_seq[t];
+  c.pages = b.page_ids + b.seq_page_start[seq];
+  c.ctx = b.token_ctx[t];
+  if (kv.fresh != nullptr) {
+    const int32_t first = b.seq_first_token[seq];
+    c.fresh_row = first;
+    c.fresh_from = b.token_ctx[first] - 1;
+  }
+  return c;
+}
+
+// Position p of the context, or false when p or its page is out of range.
+__device__ __forceinline__ bool Locate(const KvRef& kv, int64_t layer, const Context& c, int64_t p, RowPtr* r) {
+  if (p < 0 || p >= c.ctx) return false;
+  if (p >= c.fresh_from) {
+    const int64_t fr = c.fresh_row + (p - c.fresh_from);
+    if (fr >= kv.fresh_rows) return false;
+    *r = {reinterpret_cast<const uint8_t*>(kv.fresh + fr * kv.width), true};
+    return true;
+  }
+  const int32_t page = c.pages[p / kv.page_size];
+  if (page < 0 || page >= kv.num_pages) return false;
+  *r = {RowAt(kv, page, layer, p % kv.page_size), false};
+  return true;
+}
+
+// Encodes `vals` (r.width floats in shared memory) into `row` by layout r: flat rows value by
+// value (FP8: e4m3(x * (1 / layer_scale))), tiled rows per segment (BF16 values, or FP8 tiles
+// with scale = largest magnitude / 448, 1 for an all-zero tile, codes e4m3(x * (1 / scale))):
+// the CPU codecs' EncodeRow, operation for operation. The whole block calls it.
+__device__ void EncodeRow(const KvRowRef& r, float layer_scale, const float* vals, uint8_t* row) {
+  if (r.nseg == 0) {
+    if (r.type == kElemFp8E4M3) {
+      const float inv = 1.0f / layer_scale;
+      for (int64_t i = threadIdx.x; i < r.width; i += blockDim.x) row[i] = FloatToFp8(vals[i] * inv);
+    } else {
+      for (int64_t i = threadIdx.x; i < r.width; i += blockDim.x) StoreElem(row, r.type, i, vals[i]);
+    }
     return;
   }
-  uint8_t* row = SlotRow(kv, layer, slot);
-  int64_t start = 0;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  float* scales = reinterpret_cast<float*>(row + r.scale_offset);
+  for (int k = 0; k < r.nseg; ++k) {
+    const KvSegRef& g = r.seg[k];
+    if (g.bf16) {
+      uint16_t* dst = reinterpret_cast<uint16_t*>(row + g.byte_offset);
+      for (int64_t i = threadIdx.x; i < g.count; i += blockDim.x) dst[i] = ToBf16Bits(vals[g.start + i]);
+      continue;
+    }
+    // One warp per tile.
+    const int64_t tiles = (g.count + g.tile - 1) / g.tile;
+    for (int64_t tile = warp; tile < tiles; tile += warps) {
+      const int64_t t0 = tile * g.tile, n = g.count - t0 < g.tile ? g.count - t0 : g.tile;
+      float amax = 0.0f;
+      for (int64_t i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(vals[g.start + t0 + i]));
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      if (lane == 0) scales[g.first_scale + tile] = scale;
+      const float inv = 1.0f / scale;
+      for (int64_t i = lane; i < n; i += 32) row[g.byte_offset + t0 + i] = FloatToFp8(vals[g.start + t0 + i] * inv);
+    }
+  }
+}
+
+// One block per token: the parts side by side from column 0 (zeros after them) in shared memory,
+// the BF16 fresh row when there are fresh rows, then the row encoded by the cache's codec.
+__global__ void KvWriteKernel(KvRef kv, int64_t layer, KvParts parts, BatchRef batch, int32_t* err) {
+  extern __shared__ float vals[];
+  const int64_t t = blockIdx.x;
+  int64_t width = 0;
   for (int p = 0; p < parts.count; ++p) {
     const ConstMat& m = parts.part[p];
-    for (int64_t i = threadIdx.x; i < m.cols; i += blockDim.x) StoreElem(row, kv.type, start + i, m.data[t * m.ld + i]);
-    start += m.cols;
+    for (int64_t i = threadIdx.x; i < m.cols; i += blockDim.x) vals[width + i] = m.data[t * m.ld + i];
+    width += m.cols;
   }
+  for (int64_t i = width + threadIdx.x; i < kv.width; i += blockDim.x) vals[i] = 0.0f;
+  __syncthreads();
+  if (kv.fresh != nullptr && t < kv.fresh_rows) {
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) kv.fresh[t * kv.width + i] = ToBf16Bits(vals[i]);
+  }
+  const int32_t slot = batch.slot_mapping[t];
+  if (!SlotOk(kv, slot)) {
+    if (threadIdx.x == 0) RaiseError(err, kErrSlot);
+    return;
+  }
+  EncodeRow(kv.row, LayerScale(kv, layer), vals, SlotRow(kv, layer, slot));
+}
+
+// One block: the largest magnitude of every part's values, then the layer's calibrated scale.
+__global__ void KvCalibrateKernel(KvRef kv, int64_t layer, KvParts parts) {
+  __shared__ float shared[32];
+  float amax = 0.0f;
+  for (int p = 0; p < parts.count; ++p) {
+    const ConstMat& m = parts.part[p];
+    for (int64_t e = threadIdx.x; e < m.rows * m.cols; e += blockDim.x) {
+      amax = fmaxf(amax, fabsf(m.data[(e / m.cols) * m.ld + e % m.cols]));
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) amax = fmaxf(amax, shared[w]);
+  // Fp8Codec::CalibratedScale: 2x headroom over the largest magnitude.
+  const_cast<float*>(kv.layer_scales)[layer] = amax > 0.0f ? amax * 2.0f / 448.0f : 1.0f;
 }
 
 __global__ void KvExportKernel(KvRef kv, int64_t layer, const int32_t* slots, uint8_t* dst, int32_t* err) {
@@ -57,21 +199,27 @@ __global__ void KvExportKernel(KvRef kv, int64_t layer, const int32_t* slots, ui
   for (int64_t b = threadIdx.x; b < kv.row_bytes; b += blockDim.x) dst[i * kv.row_bytes + b] = row[b];
 }
 
-__global__ void KvImportKernel(KvRef kv, int64_t layer, const int32_t* slots, const uint8_t* src, int32_t src_type,
-                               int64_t src_row_bytes, int32_t* err) {
+// One block per row: the bytes as they are for the cache's own codec at its scale, else decoded
+// by the source layout into shared memory and encoded by the cache's.
+__global__ void KvImportKernel(KvRef kv, int64_t layer, const int32_t* slots, const uint8_t* src, KvRowRef src_row,
+                               float src_scale, bool same_codec, int32_t* err) {
+  extern __shared__ float vals[];
   const int64_t i = blockIdx.x;
   const int32_t slot = slots[i];
   if (!SlotOk(kv, slot)) {
-    RaiseError(err, kErrSlot);
+    if (threadIdx.x == 0) RaiseError(err, kErrSlot);
     return;
   }
   uint8_t* row = SlotRow(kv, layer, slot);
-  const uint8_t* in = src + i * src_row_bytes;
-  if (src_type == kv.type) {  // the same codec keeps the bytes as they were
+  const uint8_t* in = src + i * src_row.row_bytes;
+  const float scale = LayerScale(kv, layer);
+  if (same_codec && (kv.layer_scales == nullptr || scale == src_scale)) {
     for (int64_t b = threadIdx.x; b < kv.row_bytes; b += blockDim.x) row[b] = in[b];
     return;
   }
-  for (int64_t v = threadIdx.x; v < kv.width; v += blockDim.x) StoreElem(row, kv.type, v, LoadElem(in, src_type, v));
+  for (int64_t v = threadIdx.x; v < kv.width; v += blockDim.x) vals[v] = KvValue(src_row, in, v, src_scale);
+  __syncthreads();
+  EncodeRow(kv.row, scale, vals, row);
 }
 
 constexpr int kAttnThreads = 128, kChunk = 32;
@@ -96,8 +244,9 @@ __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
   __syncthreads();
 
   const BatchRef& b = a.batch;
-  const int64_t ctx = b.token_ctx[t];
-  const int32_t* pages = b.page_ids + b.seq_page_start[b.token_seq[t]];
+  const Context cx = ContextOf(a.kv, b, t);
+  const int64_t ctx = cx.ctx;
+  const float layer_scale = LayerScale(a.kv, a.layer);
   const int32_t* sel = a.selected != nullptr ? a.selected + t * a.top_k : nullptr;
   int64_t n = ctx;
   if (sel != nullptr) {
@@ -117,12 +266,12 @@ __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
     for (int i = warp; i < cn; i += warps) {
       const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
       float s = -INFINITY;
-      if (p >= 0 && p < ctx && pages[p / a.kv.page_size] >= 0 && pages[p / a.kv.page_size] < a.kv.num_pages) {
-        const uint8_t* row = RowAt(a.kv, pages[p / a.kv.page_size], a.layer, p % a.kv.page_size);
+      RowPtr row;
+      if (Locate(a.kv, a.layer, cx, p, &row)) {
         float d = 0.0f;
-        for (int64_t i1 = lane; i1 < a.q1_len; i1 += 32) d = fmaf(q[i1], LoadElem(row, a.kv.type, k1 + i1), d);
+        for (int64_t i1 = lane; i1 < a.q1_len; i1 += 32) d = fmaf(q[i1], RowValue(a.kv, row, k1 + i1, layer_scale), d);
         for (int64_t i2 = lane; i2 < a.q2_len; i2 += 32) {
-          d = fmaf(q[a.q1_len + i2], LoadElem(row, a.kv.type, a.k2_off + i2), d);
+          d = fmaf(q[a.q1_len + i2], RowValue(a.kv, row, a.k2_off + i2, layer_scale), d);
         }
         s = WarpSum(d) * a.scale;
       }
@@ -132,7 +281,8 @@ __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
     float cmax = -INFINITY;
     for (int i = 0; i < cn; ++i) {
       const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
-      if (p < 0 || p >= ctx || pages[p / a.kv.page_size] < 0 || pages[p / a.kv.page_size] >= a.kv.num_pages) bad = true;
+      RowPtr row;
+      if (!Locate(a.kv, a.layer, cx, p, &row)) bad = true;
       cmax = fmaxf(cmax, sc[i]);
     }
     const float new_m = fmaxf(m, cmax);
@@ -145,8 +295,9 @@ __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
       for (int i = 0; i < cn; ++i) {
         if (sc[i] == -INFINITY) continue;
         const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
-        const uint8_t* row = RowAt(a.kv, pages[p / a.kv.page_size], a.layer, p % a.kv.page_size);
-        o = fmaf(expf(sc[i] - new_m), LoadElem(row, a.kv.type, v_off + j), o);
+        RowPtr row;
+        Locate(a.kv, a.layer, cx, p, &row);  // valid: its score is finite
+        o = fmaf(expf(sc[i] - new_m), RowValue(a.kv, row, v_off + j, layer_scale), o);
       }
       acc[j] = o;
     }
@@ -204,19 +355,22 @@ __global__ void DsaScoreKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer, 
   const int64_t t = blockIdx.y, p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t ctx = b.token_ctx[t];
   if (ctx <= top_k || p >= ctx || p >= b.max_ctx) return;
-  const int32_t page = b.page_ids[b.seq_page_start[b.token_seq[t]] + p / kv.page_size];
-  if (page < 0 || page >= kv.num_pages) {
+  const Context cx = ContextOf(kv, b, t);
+  RowPtr row;
+  if (!Locate(kv, layer, cx, p, &row)) {
     RaiseError(err, kErrPage);
     scores[t * b.max_ctx + p] = 0.0f;
     return;
   }
-  const uint8_t* row = RowAt(kv, page, layer, p % kv.page_size);
+  const float layer_scale = LayerScale(kv, layer);
   const float* qt = q.data + t * q.ld;
   const float* wt = w.data + t * w.ld;
   float s = 0.0f;
   for (int64_t h = 0; h < heads; ++h) {
     float d = 0.0f;
-    for (int64_t i = 0; i < head_dim; ++i) d = fmaf(qt[h * head_dim + i], LoadElem(row, kv.type, key_offset + i), d);
+    for (int64_t i = 0; i < head_dim; ++i) {
+      d = fmaf(qt[h * head_dim + i], RowValue(kv, row, key_offset + i, layer_scale), d);
+    }
     const float dot = d * key_scale;
     if (dot > 0.0f) s += wt[h] * dot;
   }
@@ -294,9 +448,25 @@ __global__ void DsaTopKKernel(BatchRef b, int64_t top_k, const float* scores, in
 
 }  // namespace
 
+// Dynamic shared memory of a kernel holding one row of `width` floats (above 48 KiB it must be
+// allowed explicitly).
+template <typename Kernel>
+cudaError_t RowSharedMemory(Kernel kernel, int64_t width, size_t* bytes) {
+  *bytes = static_cast<size_t>(width) * sizeof(float);
+  if (*bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(*bytes));
+}
+
 cudaError_t LaunchKvWrite(KvRef kv, int64_t layer, KvParts parts, BatchRef batch, int32_t* err, cudaStream_t s) {
   if (batch.num_tokens == 0) return cudaSuccess;
-  KvWriteKernel<<<static_cast<unsigned>(batch.num_tokens), 128, 0, s>>>(kv, layer, parts, batch, err);
+  size_t smem = 0;
+  if (const cudaError_t e = RowSharedMemory(KvWriteKernel, kv.width, &smem); e != cudaSuccess) return e;
+  KvWriteKernel<<<static_cast<unsigned>(batch.num_tokens), 128, smem, s>>>(kv, layer, parts, batch, err);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchKvCalibrate(KvRef kv, int64_t layer, KvParts parts, cudaStream_t s) {
+  KvCalibrateKernel<<<1, 1024, 0, s>>>(kv, layer, parts);
   return cudaGetLastError();
 }
 
@@ -308,9 +478,12 @@ cudaError_t LaunchKvExportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 }
 
 cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, int64_t n, const uint8_t* src,
-                               Elem src_type, int64_t src_row_bytes, int32_t* err, cudaStream_t s) {
+                               KvRowRef src_row, float src_scale, bool same_codec, int32_t* err, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  KvImportKernel<<<static_cast<unsigned>(n), 128, 0, s>>>(kv, layer, slots, src, src_type, src_row_bytes, err);
+  size_t smem = 0;
+  if (const cudaError_t e = RowSharedMemory(KvImportKernel, kv.width, &smem); e != cudaSuccess) return e;
+  KvImportKernel<<<static_cast<unsigned>(n), 128, smem, s>>>(kv, layer, slots, src, src_row, src_scale, same_codec,
+                                                             err);
   return cudaGetLastError();
 }
 

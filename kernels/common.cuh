@@ -21,8 +21,63 @@ __device__ __forceinline__ uint16_t ToBf16Bits(float f) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
+// The value of an e4m3fn code (OCP: bias 7, subnormals m * 2^-9, S.1111.111 NaN, no
+// infinities): the same floats as llmrt::Fp8E4M3::DecodeTable, built from the bits.
+__device__ __forceinline__ float Fp8ToFloat(uint32_t code) {
+  const uint32_t sign = (code & 0x80u) << 24, e = (code >> 3) & 0xfu, m = code & 7u;
+  float v;
+  if (e == 15u && m == 7u) {
+    v = __uint_as_float(0x7fc00000u);
+  } else if (e == 0u) {
+    v = static_cast<float>(m) * 0x1p-9f;  // exact
+  } else {
+    v = __uint_as_float(((e + 120u) << 23) | (m << 20));
+  }
+  return __uint_as_float(__float_as_uint(v) | sign);
+}
+
+// float to e4m3fn with round to nearest even, saturating to +-448 (infinities too), NaN kept
+// (sign kept): the same bits as llmrt::Fp8E4M3::FromFloat (src/quant/fp8.cc), operation for
+// operation.
+__device__ __forceinline__ uint8_t FloatToFp8(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  if (isnan(x)) return sign | 0x7f;
+  const float a = fabsf(x);
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < 0.015625f) {  // subnormal: m * 2^-9, half to even (rintf under the default rounding mode)
+    const int m = static_cast<int>(rintf(a * 512.0f));
+    return sign | static_cast<uint8_t>(m);
+  }
+  uint32_t mag = bits & 0x7fffffffu;
+  mag += 0x7ffffu + ((mag >> 20) & 1u);
+  const uint32_t code = (mag >> 20) - ((127u - 7u) << 3);
+  return sign | static_cast<uint8_t>(code > 0x7eu ? 0x7eu : code);
+}
+
+// An element of a flat array: F32, BF16 or (unscaled) FP8 codes.
 __device__ __forceinline__ float LoadElem(const void* p, int32_t type, int64_t i) {
-  return type == kElemBf16 ? Bf16Bits(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+  if (type == kElemBf16) return Bf16Bits(static_cast<const uint16_t*>(p)[i]);
+  if (type == kElemFp8E4M3) return Fp8ToFloat(static_cast<const uint8_t*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+// Element (n, k) of a weight of any format, as its scalar reference dequantizes it
+// (DequantizeFp8BlockRow, DequantizeInt4Row: one float32 product of the code and its scale).
+__device__ __forceinline__ float LoadWeight(const void* data, int32_t type, const void* scales, const WeightRef& l,
+                                            int64_t n, int64_t k, int64_t K) {
+  if (type == kElemFp8E4M3) {
+    const int64_t nbc = (K + l.block_cols - 1) / l.block_cols;
+    const float s = static_cast<const float*>(scales)[(n / l.block_rows) * nbc + k / l.block_cols];
+    return Fp8ToFloat(static_cast<const uint8_t*>(data)[n * K + k]) * s;
+  }
+  if (type == kElemInt4) {
+    const uint8_t b = static_cast<const uint8_t*>(data)[n * (K / 2) + k / 2];
+    const int q = static_cast<int>((k & 1) != 0 ? b >> 4 : b & 0xf) - 8;
+    return static_cast<float>(q) * Bf16Bits(static_cast<const uint16_t*>(scales)[n * (K / l.group) + k / l.group]);
+  }
+  return type == kElemBf16 ? Bf16Bits(static_cast<const uint16_t*>(data)[n * K + k])
+                           : static_cast<const float*>(data)[n * K + k];
 }
 
 __device__ __forceinline__ void StoreElem(void* p, int32_t type, int64_t i, float v) {

@@ -16,8 +16,10 @@
 
 namespace llmrt::cuda {
 
-// Element type of a weight, a norm vector or a KV row.
-enum Elem : int32_t { kElemF32 = 0, kElemBf16 = 1 };
+// Element type of a weight, a norm vector or a KV row. kElemFp8E4M3: e4m3 codes (weights with
+// block scales, flat FP8 KV rows with the layer's scale); kElemInt4: packed INT4 weights with
+// group scales (weights only).
+enum Elem : int32_t { kElemF32 = 0, kElemBf16 = 1, kElemFp8E4M3 = 2, kElemInt4 = 3 };
 
 // Device-detected failures (the first one sticks until the host reads and clears it).
 enum ErrorCode : int32_t {
@@ -39,10 +41,19 @@ struct MutMat {  // float32 activations, written
   float* data;
   int64_t rows, cols, ld;
 };
-struct WeightRef {  // a dense weight [rows, cols], or a vector [rows]
+// A weight [rows, cols], or a vector [rows] (F32 / BF16 only). Quantized weights:
+//   kElemFp8E4M3: codes [rows, cols] bytes, float32 scales [ceil(rows / block_rows),
+//                 ceil(cols / block_cols)]; w = fp8(code) * scale.
+//   kElemInt4:    codes [rows, cols / 2] bytes (column 2j in the low nibble of byte j, stored
+//                 q + 8: the checkpoint's pack-quantized words read as bytes), bfloat16 scales
+//                 [rows, cols / group]; w = q * scale.
+struct WeightRef {
   const void* data;
   Elem type;
   int64_t rows, cols;
+  const void* scales = nullptr;
+  int64_t group = 0;
+  int64_t block_rows = 0, block_cols = 0;
 };
 
 // ---- elementwise and norms (elementwise.cu) ----
@@ -64,9 +75,12 @@ cudaError_t LaunchRope(MutMat x, int64_t heads, int64_t head_dim, int64_t offset
 
 // ---- matmul (matmul.cu) ----
 // The routed experts of a grouped GEMM: weight pointers and types per expert (device arrays).
+// The routed experts of one projection of a grouped GEMM: each expert's weight (device array,
+// any format, experts may differ), and whether every expert takes the GEMV kernel in one format
+// (gemv_bits 4: all INT4, 8: all FP8, each QuantGemvApplies; 0: the tiled kernel).
 struct ExpertTable {
-  const void* const* ptrs;  // [E]
-  const int32_t* types;     // [E] Elem
+  const WeightRef* weights;  // [E]
+  int32_t gemv_bits;
 };
 // Tiles of a grouped GEMM over rows permuted by expert (built on the device by LaunchMoePermute):
 // tile i covers rows [row0[i], row1[i]) of expert expert[i]; count[0] tiles are valid.
@@ -78,13 +92,29 @@ struct TileTable {
   int64_t max_tiles;
 };
 inline constexpr int64_t kGemmTileRows = 32;
-// out [M, N] = x [M, K] w^T, float32 accumulation in k order for every output element (so a row's
-// result does not depend on the other rows of the call).
+// out [M, N] = x [M, K] w^T with float32 accumulation; a row's result does not depend on the
+// other rows of the call. F32 / BF16 weights: one sum in k order per element (the tiled
+// kernel). Quantized weights whose rows are 16-byte aligned (INT4: group a multiple of 32; FP8:
+// cols and block_cols multiples of 16): the dequantizing GEMV kernel (quant_matmul.cu); other
+// quantized shapes: the tiled kernel, dequantizing each element as its scalar reference does.
 cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s);
 // Grouped: out row r = x row (x_rows ? x_rows[r] : r) times the weight of its tile's expert
-// ([N, K] each, all experts the same shape).
+// ([N, K] each, all experts the same shape; experts.gemv_bits picks the kernel).
 cudaError_t LaunchGroupedGemm(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                               TileTable tiles, MutMat out, cudaStream_t s);
+// The dequantizing GEMV path of quantized weights (quant_matmul.cu; LaunchGemm and
+// LaunchGroupedGemm dispatch to it): whether it takes `w` (its rows are 16-byte aligned and a
+// 16-byte load of codes shares one scale), and its launches.
+inline bool QuantGemvApplies(const WeightRef& w) {
+  if (w.type == kElemInt4) return w.group > 0 && w.group % 32 == 0 && w.cols % w.group == 0;
+  if (w.type == kElemFp8E4M3) {
+    return w.block_rows > 0 && w.block_cols > 0 && w.cols % 16 == 0 && w.block_cols % 16 == 0;
+  }
+  return false;
+}
+cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s);
+cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
+                                   TileTable tiles, MutMat out, cudaStream_t s);
 // q_lat[t, h] = W_UK(h)^T q_nope[t, h] and out[t, h] = W_UV(h) o_lat[t, h] (backend.h).
 cudaError_t LaunchMlaAbsorbQuery(ConstMat q, WeightRef kv_b, int64_t heads, int64_t nope, int64_t rope, int64_t v,
                                  int64_t kv_lora, MutMat q_lat, cudaStream_t s);
@@ -92,10 +122,30 @@ cudaError_t LaunchMlaProjectValue(ConstMat o_lat, WeightRef kv_b, int64_t heads,
                                   int64_t kv_lora, MutMat out, cudaStream_t s);
 
 // ---- paged KV cache and attention (attention.cu) ----
+// One segment of a tiled FP8 row (src/quant/kv_codec.h KvSegment).
+struct KvSegRef {
+  int64_t start, count, tile, byte_offset, first_scale;
+  int32_t bf16;
+};
+inline constexpr int kMaxKvSegments = 4;
+// A row layout: flat rows of `type` (F32, BF16, FP8 with the layer scale), or, when nseg > 0,
+// mixed rows (the tiled FP8 codec: segments of BF16 values or FP8 tiles, float32 tile scales from
+// scale_offset).
+struct KvRowRef {
+  Elem type;
+  int32_t nseg;
+  KvSegRef seg[kMaxKvSegments];
+  int64_t scale_offset, row_bytes, width;
+};
 struct KvRef {
   uint8_t* pages;  // [num_pages, num_layers, page_size, row_bytes]
-  Elem type;       // flat rows of F32 or BF16
+  Elem type;       // flat rows: F32, BF16 or FP8 (mixed rows: see `row`)
   int64_t num_pages, num_layers, page_size, row_bytes, width;
+  KvRowRef row;
+  const float* layer_scales = nullptr;  // device [num_layers]: flat FP8
+  // The phase policy's BF16 rows of this pass (KvCacheView::fresh): [fresh_rows, width].
+  uint16_t* fresh = nullptr;
+  int64_t fresh_rows = 0;
 };
 struct BatchRef {
   const int32_t* token_seq;
@@ -104,18 +154,25 @@ struct BatchRef {
   const int32_t* page_ids;
   const int32_t* slot_mapping;
   int64_t num_tokens, max_ctx;
+  const int32_t* seq_first_token = nullptr;  // needed with fresh rows
 };
 // Up to three row parts written side by side from column 0.
 struct KvParts {
   ConstMat part[3];
   int32_t count;
 };
+// Encodes each token's parts (zeros after them) into its cache row by the cache's codec, and,
+// with fresh rows, writes their BF16 values to fresh row t.
 cudaError_t LaunchKvWrite(KvRef kv, int64_t layer, KvParts parts, BatchRef batch, int32_t* err, cudaStream_t s);
+// Flat FP8: layer_scales[layer] = (largest magnitude of the parts' values) * 2 / 448 (1 when
+// every value is 0), the CPU codec's CalibratedScale.
+cudaError_t LaunchKvCalibrate(KvRef kv, int64_t layer, KvParts parts, cudaStream_t s);
 cudaError_t LaunchKvExportRows(KvRef kv, int64_t layer, const int32_t* slots, int64_t n, uint8_t* dst, int32_t* err,
                                cudaStream_t s);
-// Rows of `src_type` (row_bytes src_row_bytes) into the cache, converted to its type.
+// Rows of layout `src` (flat FP8 at src_scale) into the cache, converted to its codec; rows of
+// the cache's own codec (flat FP8: at the layer's scale) are copied as they are (same_codec).
 cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, int64_t n, const uint8_t* src,
-                               Elem src_type, int64_t src_row_bytes, int32_t* err, cudaStream_t s);
+                               KvRowRef src_row, float src_scale, bool same_codec, int32_t* err, cudaStream_t s);
 
 // Softmax attention of each (token, head) over its paged context (or its selected positions):
 // score = (q1 . row[k1_off ..] + q2 . row[k2_off ..]) * scale, out = sum prob * row[v_off .. +dv].

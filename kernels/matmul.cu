@@ -1,12 +1,14 @@
-// Matrix products with float32 activations and F32 or BF16 weights, float32 accumulation.
+// Matrix products with float32 activations and weights of every format, float32 accumulation.
 //
-// One tiled kernel serves MatMul and the MoE's grouped GEMM: a block computes a 32-row x 64-column
-// tile of out = x w^T, staging 32-wide slices of K of both operands in shared memory (weights
-// widened to float32 there); every output element is one thread's sum in k order, so a row's
-// result depends neither on the other rows of the call nor on where the row sits in its tile
-// (the MoE's result must not depend on how tokens are grouped). This is the straightforward
-// CUDA-core kernel; tensor-core paths (cuBLASLt over BF16 activations) come with the BF16
-// activation dtype.
+// One tiled kernel serves MatMul and the MoE's grouped GEMM for F32 / BF16 weights, and for the
+// quantized shapes the GEMV kernel does not take: a block computes a 32-row x 64-column tile of
+// out = x w^T, staging 32-wide slices of K of both operands in shared memory (weights dequantized
+// to float32 there, element by element as the format's scalar reference does); every output
+// element is one thread's sum in k order, so a row's result depends neither on the other rows of
+// the call nor on where the row sits in its tile (the MoE's result must not depend on how tokens
+// are grouped). This is the straightforward CUDA-core kernel; tensor-core paths (cuBLASLt over
+// BF16 activations) come with the BF16 activation dtype. Quantized weights with 16-byte aligned
+// rows go to the dequantizing GEMV kernel (quant_matmul.cu).
 #include "kernels/common.cuh"
 
 namespace llmrt::cuda {
@@ -23,8 +25,9 @@ constexpr int kSkinnyBM = 8;
 // Every output element is acc = fmaf(x[m][k], w[n][k], acc) for k = 0 .. K-1 in order, whatever
 // the tile shape.
 template <int kTileM, int kR, int kC>
-__device__ void GemmTile(const ConstMat& x, const int32_t* x_rows, const void* w, int32_t w_type, int64_t N, int64_t K,
-                         int64_t m0, int64_t m1, int64_t n0, const MutMat& out) {
+__device__ void GemmTile(const ConstMat& x, const int32_t* x_rows, const void* w, int32_t w_type, const void* w_scales,
+                         const WeightRef& layout, int64_t N, int64_t K, int64_t m0, int64_t m1, int64_t n0,
+                         const MutMat& out) {
   constexpr int kTX = kBN / kC, kTY = kThreads / kTX;
   static_assert(kTY * kR == kTileM, "the threads cover the tile's rows");
   __shared__ float xs[kTileM][kBK + 1];
@@ -45,7 +48,7 @@ __device__ void GemmTile(const ConstMat& x, const int32_t* x_rows, const void* w
     for (int e = threadIdx.x; e < kBN * kBK; e += kThreads) {
       const int r = e / kBK, c = e % kBK;
       const int64_t n = n0 + r, k = k0 + c;
-      ws[r][c] = (n < N && k < K) ? LoadElem(w, w_type, n * K + k) : 0.0f;
+      ws[r][c] = (n < N && k < K) ? LoadWeight(w, w_type, w_scales, layout, n, k, K) : 0.0f;
     }
     __syncthreads();
     const int kk_end = static_cast<int>(K - k0 < kBK ? K - k0 : kBK);
@@ -75,7 +78,7 @@ template <int kTileM, int kR, int kC>
 __global__ void GemmKernel(ConstMat x, WeightRef w, MutMat out) {
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, n0 = static_cast<int64_t>(blockIdx.x) * kBN;
   const int64_t m1 = m0 + kTileM < x.rows ? m0 + kTileM : x.rows;
-  GemmTile<kTileM, kR, kC>(x, nullptr, w.data, w.type, w.rows, w.cols, m0, m1, n0, out);
+  GemmTile<kTileM, kR, kC>(x, nullptr, w.data, w.type, w.scales, w, w.rows, w.cols, m0, m1, n0, out);
 }
 
 __global__ void GroupedGemmKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
@@ -83,7 +86,8 @@ __global__ void GroupedGemmKernel(ConstMat x, const int32_t* x_rows, ExpertTable
   const int64_t tile = blockIdx.y;
   if (tile >= tiles.count[0]) return;  // the grid covers the most tiles any routing can need
   const int32_t e = tiles.expert[tile];
-  GemmTile<kBM, 2, 4>(x, x_rows, experts.ptrs[e], experts.types[e], N, K, tiles.row0[tile], tiles.row1[tile],
+  const WeightRef& w = experts.weights[e];
+  GemmTile<kBM, 2, 4>(x, x_rows, w.data, w.type, w.scales, w, N, K, tiles.row0[tile], tiles.row1[tile],
                       static_cast<int64_t>(blockIdx.x) * kBN, out);
 }
 
@@ -119,6 +123,7 @@ __global__ void MlaProjectKernel(ConstMat o_lat, WeightRef kv_b, int64_t heads, 
 
 cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s) {
   if (x.rows == 0 || w.rows == 0) return cudaSuccess;
+  if (QuantGemvApplies(w)) return LaunchQuantGemv(x, w, out, s);
   const unsigned col_tiles = static_cast<unsigned>((w.rows + kBN - 1) / kBN);
   if (x.rows <= kSkinnyBM) {
     GemmKernel<kSkinnyBM, 1, 2><<<dim3(col_tiles, 1), kThreads, 0, s>>>(x, w, out);
@@ -131,6 +136,7 @@ cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s) {
 cudaError_t LaunchGroupedGemm(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                               TileTable tiles, MutMat out, cudaStream_t s) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
+  if (experts.gemv_bits != 0) return LaunchGroupedQuantGemv(x, x_rows, experts, N, K, tiles, out, s);
   const dim3 grid(static_cast<unsigned>((N + kBN - 1) / kBN), static_cast<unsigned>(tiles.max_tiles));
   GroupedGemmKernel<<<grid, kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out);
   return cudaGetLastError();

@@ -5,6 +5,9 @@
 //  - MatMul with a Kimi K2 BF16 weight [18432, 7168] (the dense MLP's gate) at T = 1 (weight
 //    bytes per second as a fraction of the copy bandwidth), 16, 64, 256 and 4096 tokens
 //    (TFLOP/s, against ~790 TFLOP/s BF16 peak);
+//  - MatMul with the same weight in INT4 g32 and FP8 128x128 blocks at T = 1 (the quantized
+//    bytes per second as a fraction of the copy bandwidth: the GEMV is meant to be memory-bound),
+//    16 and 256;
 //  - MLA decode attention of one token, 64 heads, kv_lora 512 + rope 64, BF16 KV at 4K, 32K and
 //    128K positions (the cache bytes, read once, per second as a fraction of the copy bandwidth).
 #include <cuda_runtime_api.h>
@@ -105,6 +108,49 @@ int Main() {
     std::printf("%6lld %12.3f %12.1f %14.0f", static_cast<long long>(T), t * 1e3, 2.0 * T * N * K / t / 1e12, wbw / 1e9);
     if (T == 1) std::printf("   (%.0f%% of the copy bandwidth)", 100.0 * wbw / copy_bw);
     std::printf("\n");
+  }
+
+  // The same shape quantized: random codes (FP8 without NaN codes) and scales.
+  auto bytes = [&](int64_t n, uint8_t mask) {
+    std::vector<uint8_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = static_cast<uint8_t>(rng() & mask);
+    Tensor t = Must(be->Allocate(DType::kU8, {n}), "Allocate");
+    MustOk(be->Upload(v.data(), v.size(), t), "Upload");
+    return t;
+  };
+  struct Quant {
+    const char* name;
+    WeightFormatId format;
+    int64_t code_bytes;
+  };
+  for (const Quant& qf : {Quant{"INT4 g32", kWeightInt4Group, N * K / 2}, Quant{"FP8 128x128", kWeightFp8Block, N * K}}) {
+    Weight qw;
+    qw.format = qf.format;
+    qw.quantized = true;
+    qw.rows = N;
+    qw.cols = K;
+    if (qf.format == kWeightInt4Group) {
+      qw.params.group = 32;
+      qw.data = bytes(qf.code_bytes, 0xff);
+      qw.scales = Random(*be, DType::kBF16, {N * K / 32}, rng);
+    } else {
+      qw.params.block_rows = qw.params.block_cols = 128;
+      qw.data = bytes(qf.code_bytes, 0x77);  // exponents below 15: no NaN
+      qw.scales = Random(*be, DType::kF32, {(N / 128) * (K / 128)}, rng);
+    }
+    const double weight_bytes = static_cast<double>(qf.code_bytes + qw.scales.bytes());
+    std::printf("\nMatMul %s [%lld, %lld]\n%6s %12s %12s %14s\n", qf.name, static_cast<long long>(N),
+                static_cast<long long>(K), "T", "ms", "TFLOP/s", "weight GB/s");
+    for (int64_t T : {1, 16, 256}) {
+      Tensor x = Random(*be, DType::kF32, {T, K}, rng);
+      Tensor out = Must(be->Allocate(DType::kF32, {T, N}), "Allocate");
+      const double t = Time(*be, T >= 256 ? 3 : 20, [&] { be->MatMul(x, qw, out); });
+      const double wbw = weight_bytes / t;
+      std::printf("%6lld %12.3f %12.1f %14.0f", static_cast<long long>(T), t * 1e3, 2.0 * T * N * K / t / 1e12,
+                  wbw / 1e9);
+      if (T == 1) std::printf("   (%.0f%% of the copy bandwidth)", 100.0 * wbw / copy_bw);
+      std::printf("\n");
+    }
   }
 
   // MLA decode attention, one token, BF16 KV.

@@ -78,6 +78,58 @@ TEST_P(MatMulOps, EveryFormatMatchesItsDequantizedReference) {
   RecordProperty("matmul_cases", static_cast<int>(checked));
 }
 
+// Quantized weights at the sizes of real layers' slices: K = 2304 spans several k-steps of a
+// device GEMV (INT4 steps of 1024 columns, FP8 of 512) with a partial last one, and T runs over
+// decode (1), a full and a partial block of activation rows (8, 16, 13) and prefill (40). The
+// tolerance is the dot product bound above: every backend multiplies float32 activations by the
+// exactly dequantized weights (an INT4 code times its bfloat16 scale is exact in float32; an
+// FP8 code times its float32 block scale is one rounding, as in the reference), so no activation
+// rounding enters.
+TEST_P(MatMulOps, QuantizedFormatsAtLayerSizes) {
+  std::mt19937 rng(34);
+  const int64_t rows = 37, cols = 2304;
+  int64_t checked = 0;
+  for (const FormatCase& fc : FormatCases(cols)) {
+    if (fc.format == kWeightF32 || fc.format == kWeightBf16) continue;
+    const HostMatrix m = MakeHostMatrix(fc.format, rows, cols, fc.params, rng);
+    Weight w;
+    if (!Prepare(m, &w)) continue;
+    for (int64_t T : {1, 8, 13, 16, 40}) {
+      const std::vector<float> x = RandomNormal(static_cast<size_t>(T * cols), rng);
+      std::vector<double> want, tol;
+      MatMulReference(m.dense, rows, cols, x, T, &want, &tol);
+      Tensor out = NewTensor(DType::kF32, {T, rows});
+      be().MatMul(F32View(x, T, cols, T % 2 == 0 ? 0 : 2, nullptr), w, out);
+      ASSERT_TRUE(AllNear(ReadF32(out), want, tol)) << fc.name << ": " << m.Describe() << " T=" << T;
+      ++checked;
+    }
+  }
+  RecordProperty("matmul_cases", static_cast<int>(checked));
+}
+
+// A row's result does not depend on the other rows of the call, bit for bit: the same token
+// alone (decode) or among 23 others (a prefill chunk, other sequences' tokens) gives the same
+// logits whatever kernel a backend picks for each batch size.
+TEST_P(MatMulOps, RowsDoNotDependOnTheBatch) {
+  std::mt19937 rng(35);
+  const int64_t rows = 19, cols = 1280, T = 24;
+  for (const FormatCase& fc : FormatCases(cols)) {
+    const HostMatrix m = MakeHostMatrix(fc.format, rows, cols, fc.params, rng);
+    Weight w;
+    if (!Prepare(m, &w)) continue;
+    const std::vector<float> x = RandomNormal(static_cast<size_t>(T * cols), rng);
+    Tensor all = NewTensor(DType::kF32, {T, rows});
+    be().MatMul(F32(x, {T, cols}), w, all);
+    const std::vector<float> batched = ReadF32(all);
+    for (int64_t t : {int64_t{0}, int64_t{9}, T - 1}) {
+      Tensor one = NewTensor(DType::kF32, {1, rows});
+      be().MatMul(F32(std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols), {1, cols}), w, one);
+      const std::vector<float> want(batched.begin() + t * rows, batched.begin() + (t + 1) * rows);
+      EXPECT_TRUE(AllBitEqual(ReadF32(one), want)) << fc.name << ": row " << t << " of " << T;
+    }
+  }
+}
+
 struct MlaCase {
   MlaDims d;
   int64_t T;

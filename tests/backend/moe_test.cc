@@ -370,6 +370,48 @@ TEST_P(MoeOps, MoeExperts) {
   }
 }
 
+// Banks whose experts all share one quantized format (how a checkpoint or a per-phase weight
+// choice stores them): the device runs these through its grouped dequantizing GEMV rather than
+// the mixed-format tiled kernel. Hidden 256, intermediate 128, eight experts; T = 1 (decode), 6
+// and 40 (a prefill chunk: more than one 32-row tile for some experts). Tolerance as above.
+TEST_P(MoeOps, MoeExpertsSingleFormatBanks) {
+  std::mt19937 rng(62);
+  const int64_t H = 256, I = 128, K = 4, E = 8;
+  for (const FormatCase& fc : FormatCases(I)) {
+    if (fc.format == kWeightF32 || fc.format == kWeightBf16) continue;
+    std::vector<HostExpert> host;
+    std::vector<ExpertWeights> prepared;
+    bool refused = false;
+    for (int64_t e = 0; e < E && !refused; ++e) {
+      HostExpert he{MakeHostMatrix(fc.format, I, H, fc.params, rng), MakeHostMatrix(fc.format, I, H, fc.params, rng),
+                    MakeHostMatrix(fc.format, H, I, fc.params, rng)};
+      ExpertWeights ew;
+      refused = !Prepare(he.gate, &ew.gate) || !Prepare(he.up, &ew.up) || !Prepare(he.down, &ew.down);
+      host.push_back(std::move(he));
+      prepared.push_back(std::move(ew));
+    }
+    if (refused) continue;
+    const std::unique_ptr<ExpertBank> bank = Must(be().PrepareExperts(std::move(prepared)), "PrepareExperts");
+    for (int64_t T : {1, 6, 40}) {
+      const std::vector<float> x = RandomNormal(static_cast<size_t>(T * H), rng, 0.05f);
+      std::vector<int32_t> idx(static_cast<size_t>(T * K));
+      std::vector<float> w(idx.size());
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t k = 0; k < K; ++k) {
+          idx[t * K + k] = static_cast<int32_t>((t * 3 + k * 2 + t / 5) % E);
+          w[t * K + k] = 0.1f + static_cast<float>(rng() % 100) / 100.0f;
+        }
+      }
+      std::vector<double> want, tol;
+      ExpertsReference(host, x, idx, w, T, K, H, &want, &tol);
+      Tensor out = NewTensor(DType::kF32, {T, H}), ti = NewTensor(DType::kI32, {T, K});
+      MustOk(be().Upload(idx.data(), idx.size() * sizeof(int32_t), ti), "Upload");
+      be().MoeExperts(F32(x, {T, H}), ti, F32(w, {T, K}), *bank, out);
+      EXPECT_TRUE(AllNear(ReadF32(out), want, tol)) << fc.name << " T=" << T;
+    }
+  }
+}
+
 LLMRT_BACKEND_SUITE(MoeOps);
 
 }  // namespace

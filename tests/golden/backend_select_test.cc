@@ -6,7 +6,12 @@
 // backends: the same greedy tokens, and logits within 2e-3 of the CPU's (F32 KV) and 5e-3 (BF16
 // KV: a rounding of the cached rows can land either side of a bfloat16 boundary when the two
 // backends' float32 sums differ in the last bits). Batched and one-session-at-a-time runs on the
-// device give the same tokens.
+// device give the same tokens. The quantized checkpoints (FP8 blocks, INT4 g32 / g128) are held
+// to the same bounds: both backends multiply float32 activations by exactly dequantized weights.
+// FP8 KV (per-layer scale and tiled, on MLA, GQA and DSA models) gets 5e-2: the two backends
+// store the same e4m3 code for a value unless their float32 values straddle a rounding boundary,
+// and then the cached value moves by one e4m3 step (up to 1/8 of its magnitude) instead of one
+// bfloat16 step (1/128), 16 times the BF16 case's effect; the greedy tokens must still agree.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -88,18 +93,91 @@ TEST_P(CudaMatchesCpu, SameTokensAndCloseLogits) {
   }
 }
 
+std::string ModelName(const ::testing::TestParamInfo<Model>& info) {
+  std::string n = info.param.dir;
+  for (char& c : n) {
+    if (c == '-') c = '_';
+  }
+  return n;
+}
+
 INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpu,
                          ::testing::Values(Model{"tiny_kimi_k2_qlora_yarn", "tiny_kimi_k2_qlora_yarn.golden.json"},
                                            Model{"tiny_deepseek_noqlora_f32", "tiny_deepseek_noqlora_f32.golden.json"},
                                            Model{"tiny_glm4_moe", "tiny_glm4_moe.golden.json"},
                                            Model{"tiny_glm_moe_dsa", "tiny_glm_moe_dsa.golden.json"}),
-                         [](const ::testing::TestParamInfo<Model>& info) {
-                           std::string n = info.param.dir;
-                           for (char& c : n) {
-                             if (c == '-') c = '_';
-                           }
-                           return n;
-                         });
+                         ModelName);
+
+// The quantized checkpoints, F32 KV (the quantized weights alone).
+class CudaMatchesCpuQuantized : public ::testing::TestWithParam<Model> {};
+
+TEST_P(CudaMatchesCpuQuantized, SameTokensAndCloseLogits) {
+  const std::string dir = TestData(GetParam().dir);
+  if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+  const std::vector<std::vector<int32_t>> prompts = GoldenPrompts(GetParam().golden);
+  RunConfig cpu_cfg;
+  cpu_cfg.kv_dtype = LLM_KV_DTYPE_F32;
+  cpu_cfg.backend = LLM_BACKEND_CPU;
+  RunConfig cuda_cfg = cpu_cfg;
+  cuda_cfg.backend = LLM_BACKEND_CUDA;
+  const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
+  const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << "prompt " << i;
+    ASSERT_EQ(gpu[i].logits.size(), cpu[i].logits.size());
+    for (size_t j = 0; j < cpu[i].logits.size(); ++j) {
+      EXPECT_LE(MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]), 2e-3f) << "prompt " << i << " step " << j;
+    }
+  }
+  // One session alone, prefill in chunks of 3 tokens: the same tokens as in the batch.
+  RunConfig chunked = cuda_cfg;
+  chunked.max_tokens_per_step = 3;
+  const std::vector<RunOutput> solo = RunBatch(dir, {prompts[0]}, chunked);
+  ASSERT_EQ(solo.size(), 1u);
+  EXPECT_EQ(solo[0].tokens, gpu[0].tokens) << "prompt 0 alone, chunked";
+}
+
+INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpuQuantized,
+                         ::testing::Values(Model{"tiny_kimi_k2_fp8", "tiny_kimi_k2_fp8.golden.json"},
+                                           Model{"tiny_kimi_k2_int4_g32", "tiny_kimi_k2_int4_g32.golden.json"},
+                                           Model{"tiny_kimi_k2_int4_g128", "tiny_kimi_k2_int4_g128.golden.json"},
+                                           Model{"tiny_glm4_moe_fp8", "tiny_glm4_moe_fp8.golden.json"},
+                                           Model{"tiny_glm_moe_dsa_fp8", "tiny_glm_moe_dsa_fp8.golden.json"}),
+                         ModelName);
+
+// FP8 KV codecs (per-layer scale, tiled) on MLA, GQA and DSA models, under the default phase
+// policy (a pass attends over its own rows in BF16).
+class CudaMatchesCpuFp8Kv : public ::testing::TestWithParam<Model> {};
+
+TEST_P(CudaMatchesCpuFp8Kv, SameTokensAndCloseLogits) {
+  const std::string dir = TestData(GetParam().dir);
+  if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+  const std::vector<std::vector<int32_t>> prompts = GoldenPrompts(GetParam().golden);
+  for (int32_t kv : {LLM_KV_DTYPE_FP8_E4M3, LLM_KV_DTYPE_FP8_E4M3_TILED}) {
+    RunConfig cpu_cfg;
+    cpu_cfg.kv_dtype = kv;
+    cpu_cfg.backend = LLM_BACKEND_CPU;
+    RunConfig cuda_cfg = cpu_cfg;
+    cuda_cfg.backend = LLM_BACKEND_CUDA;
+    const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
+    const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
+    ASSERT_EQ(cpu.size(), gpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << "prompt " << i << " kv " << kv;
+      ASSERT_EQ(gpu[i].logits.size(), cpu[i].logits.size());
+      for (size_t j = 0; j < cpu[i].logits.size(); ++j) {
+        EXPECT_LE(MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]), 5e-2f) << "prompt " << i << " step " << j << " kv " << kv;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpuFp8Kv,
+                         ::testing::Values(Model{"tiny_kimi_k2_qlora_yarn", "tiny_kimi_k2_qlora_yarn.golden.json"},
+                                           Model{"tiny_glm4_moe", "tiny_glm4_moe.golden.json"},
+                                           Model{"tiny_glm_moe_dsa", "tiny_glm_moe_dsa.golden.json"}),
+                         ModelName);
 
 }  // namespace
 }  // namespace llmrt::testing

@@ -203,31 +203,88 @@ absl::StatusOr<Tensor> CudaBackend::ImportHost(std::shared_ptr<Storage> keepaliv
 }
 
 bool CudaBackend::SupportsWeightFormat(WeightFormatId format) const {
-  return format == kWeightF32 || format == kWeightBf16;
+  return format == kWeightF32 || format == kWeightBf16 || format == kWeightFp8Block || format == kWeightInt4Group;
 }
 
 bool CudaBackend::SupportsKvCodec(const KvCodec& codec) const {
-  return codec.id() == kKvCodecF32 || codec.id() == kKvCodecBf16;
+  // The built-ins (F32, BF16, FP8 per layer, FP8 tiled); kernels/attention.cu reads and writes them.
+  return codec.id() <= kKvCodecFp8Tiled;
 }
+
+namespace {
+
+// The bytes a stored matrix's codes and scales must have in its format, or an error naming the
+// mismatch (a loader or quantizer that broke the format's invariants).
+absl::Status CheckStoredBytes(const StoredMatrix& m) {
+  const std::string what = absl::StrCat("a [", m.rows, ", ", m.cols, "] ", FindWeightFormat(m.format)->name, " matrix");
+  int64_t code_bytes = 0, scale_bytes = 0;
+  DType code_dtype = DType::kU8, scale_dtype = DType::kU8;
+  switch (m.format) {
+    case kWeightF32:
+    case kWeightBf16:
+      code_dtype = m.format == kWeightBf16 ? DType::kBF16 : DType::kF32;
+      code_bytes = m.rows * m.cols * static_cast<int64_t>(DTypeSize(code_dtype));
+      break;
+    case kWeightFp8Block: {
+      const int64_t br = m.params.block_rows, bc = m.params.block_cols;
+      if (br <= 0 || bc <= 0) return absl::InvalidArgumentError(absl::StrCat(what, " without FP8 block sizes"));
+      code_dtype = DType::kF8E4M3;
+      code_bytes = m.rows * m.cols;
+      scale_dtype = DType::kF32;
+      scale_bytes = (m.rows + br - 1) / br * ((m.cols + bc - 1) / bc) * 4;
+      break;
+    }
+    case kWeightInt4Group: {
+      const int64_t g = m.params.group;
+      if (g <= 0 || g % 2 != 0 || m.cols % g != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": INT4 group ", g, " does not divide the columns"));
+      }
+      code_bytes = m.rows * (m.cols / 2);
+      scale_dtype = DType::kBF16;
+      scale_bytes = m.rows * (m.cols / g) * 2;
+      break;
+    }
+    default:
+      return absl::InternalError(absl::StrCat(what, ": not a format of this backend"));
+  }
+  if (m.codes.dtype != code_dtype || static_cast<int64_t>(m.codes.bytes) != code_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " whose codes (", m.codes.bytes, " bytes) do not match its format (", code_bytes, ")"));
+  }
+  if (scale_bytes > 0 && (m.scales.dtype != scale_dtype || static_cast<int64_t>(m.scales.bytes) != scale_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " whose scales (", m.scales.bytes, " bytes) do not match its format (", scale_bytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<Weight> CudaBackend::PrepareWeight(const StoredMatrix& m) {
   if (!SupportsWeightFormat(m.format)) {
     const WeightFormatTraits* t = FindWeightFormat(m.format);
     return UnsupportedError(absl::StrCat("weight format ", t != nullptr ? t->name : "?", " (id ", int{m.format},
-                                         ") has no CUDA kernel yet; the CUDA backend runs F32 and BF16 weights"));
+                                         ") has no CUDA kernel; the CUDA backend runs F32, BF16, FP8 block-scaled "
+                                         "and INT4 group-scaled weights"));
   }
-  const DType want = m.format == kWeightBf16 ? DType::kBF16 : DType::kF32;
-  if (m.codes.dtype != want || static_cast<int64_t>(m.codes.bytes) != m.rows * m.cols * static_cast<int64_t>(DTypeSize(want))) {
-    return absl::InvalidArgumentError(absl::StrCat("a [", m.rows, ", ", m.cols, "] matrix whose codes do not match its format"));
-  }
+  LLMRT_RETURN_IF_ERROR(CheckStoredBytes(m));
   Weight w;
   w.format = m.format;
-  w.quantized = false;
+  w.quantized = m.format == kWeightFp8Block || m.format == kWeightInt4Group;
   w.rows = m.rows;
   w.cols = m.cols;
   w.params = m.params;
-  LLMRT_ASSIGN_OR_RETURN(w.data, ImportHost(m.codes.keepalive, m.codes.data, m.codes.dtype, m.codes.shape.data(),
-                                            static_cast<int>(m.codes.shape.size())));
+  if (!w.quantized) {
+    LLMRT_ASSIGN_OR_RETURN(w.data, ImportHost(m.codes.keepalive, m.codes.data, m.codes.dtype, m.codes.shape.data(),
+                                              static_cast<int>(m.codes.shape.size())));
+    return w;
+  }
+  // Codes as bytes, in the stored order (the GEMV kernel reads it as it is: kernels/quant_matmul.cu),
+  // and the scales in their dtype.
+  const int64_t code_bytes = static_cast<int64_t>(m.codes.bytes);
+  LLMRT_ASSIGN_OR_RETURN(w.data, ImportHost(m.codes.keepalive, m.codes.data, DType::kU8, &code_bytes, 1));
+  const int64_t scale_count = static_cast<int64_t>(m.scales.bytes / DTypeSize(m.scales.dtype));
+  LLMRT_ASSIGN_OR_RETURN(w.scales, ImportHost(m.scales.keepalive, m.scales.data, m.scales.dtype, &scale_count, 1));
   return w;
 }
 
@@ -279,7 +336,7 @@ void CudaBackend::Embedding(const Weight& table, const Tensor& ids, const Tensor
   Run("Embedding", [&]() -> absl::Status {
     const int64_t T = ids.dim(0);
     LLMRT_CUDA_CHECK(out.dim(0) == T && out.row_size() == table.cols);
-    if (!SupportsWeightFormat(table.format)) return UnsupportedError("an embedding table that is not F32 or BF16");
+    if (!DenseWeight(table)) return UnsupportedError("an embedding table that is not F32 or BF16");
     return Launched(cuda::LaunchEmbedding(WeightOf(table), ids.data_as<int32_t>(), T, Mut(out), error_word_,
                                           Stream(stream_)));
   });
@@ -289,7 +346,7 @@ void CudaBackend::EmbeddingShard(const Weight& table, int64_t first_id, const Te
   Run("EmbeddingShard", [&]() -> absl::Status {
     const int64_t T = ids.dim(0);
     LLMRT_CUDA_CHECK(out.dim(0) == T && out.row_size() == table.cols);
-    if (!SupportsWeightFormat(table.format)) return UnsupportedError("an embedding table that is not F32 or BF16");
+    if (!DenseWeight(table)) return UnsupportedError("an embedding table that is not F32 or BF16");
     return Launched(cuda::LaunchEmbeddingShard(WeightOf(table), first_id, ids.data_as<int32_t>(), T, Mut(out),
                                                Stream(stream_)));
   });
@@ -324,7 +381,7 @@ void CudaBackend::RmsNorm(const Tensor& x, const Weight& w, float eps, const Ten
   Run("RmsNorm", [&]() -> absl::Status {
     const int64_t T = x.dim(0), D = x.row_size();
     LLMRT_CUDA_CHECK(w.rows == D && out.dim(0) == T && out.row_size() == D && D > 0);
-    LLMRT_CUDA_CHECK(SupportsWeightFormat(w.format));
+    if (!DenseWeight(w)) return UnsupportedError("a norm weight that is not F32 or BF16");
     return Launched(cuda::LaunchRmsNorm(Const(x), D, WeightOf(w), eps, Mut(out), Stream(stream_)));
   });
 }
@@ -333,7 +390,7 @@ void CudaBackend::HeadRmsNorm(const Tensor& x, int64_t head_dim, const Weight& w
   Run("HeadRmsNorm", [&]() -> absl::Status {
     const int64_t T = x.dim(0), D = x.row_size();
     LLMRT_CUDA_CHECK(head_dim > 0 && D % head_dim == 0 && w.rows == head_dim && out.dim(0) == T && out.row_size() == D);
-    LLMRT_CUDA_CHECK(SupportsWeightFormat(w.format));
+    if (!DenseWeight(w)) return UnsupportedError("a norm weight that is not F32 or BF16");
     return Launched(cuda::LaunchRmsNorm(Const(x), head_dim, WeightOf(w), eps, Mut(out), Stream(stream_)));
   });
 }
@@ -342,7 +399,7 @@ void CudaBackend::LayerNorm(const Tensor& x, const Weight& w, const Weight& b, f
   Run("LayerNorm", [&]() -> absl::Status {
     const int64_t T = x.dim(0), D = x.row_size();
     LLMRT_CUDA_CHECK(w.rows == D && b.rows == D && out.dim(0) == T && out.row_size() == D);
-    LLMRT_CUDA_CHECK(SupportsWeightFormat(w.format) && SupportsWeightFormat(b.format));
+    if (!DenseWeight(w) || !DenseWeight(b)) return UnsupportedError("a norm weight or bias that is not F32 or BF16");
     return Launched(cuda::LaunchLayerNorm(Const(x), WeightOf(w), WeightOf(b), eps, Mut(out), Stream(stream_)));
   });
 }
@@ -365,7 +422,8 @@ void CudaBackend::SiluMul(const Tensor& gate, const Tensor& up, const Tensor& ou
 
 void CudaBackend::AddBias(const Tensor& x, const Weight& bias) {
   Run("AddBias", [&]() -> absl::Status {
-    LLMRT_CUDA_CHECK(bias.rows == x.row_size() && SupportsWeightFormat(bias.format));
+    LLMRT_CUDA_CHECK(bias.rows == x.row_size());
+    if (!DenseWeight(bias)) return UnsupportedError("a bias that is not F32 or BF16");
     return Launched(cuda::LaunchAddBias(Mut(x), WeightOf(bias), Stream(stream_)));
   });
 }

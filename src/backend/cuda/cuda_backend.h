@@ -9,10 +9,12 @@
 // returns the first failure and clears it; a sticky device error (the context is lost) is
 // returned by every later call.
 //
-// Weights and KV: F32 and BF16 weights and F32 / BF16 KV rows run here; quantized weight formats
-// (FP8 blocks, INT4 groups) and the FP8 KV codecs are refused with UNSUPPORTED naming the format
-// or codec (their kernels are later work). Activations are float32, as on the CPU, so that the
-// two backends agree to the conformance tolerances.
+// Weights and KV: F32, BF16, FP8 block-scaled and INT4 group-scaled weights (MatMul and the MoE;
+// the quantized ones through the dequantizing GEMV of kernels/quant_matmul.cu, or the tiled
+// kernel for shapes it does not take), and the four built-in KV codecs (F32, BF16, FP8 with a
+// per-layer scale, tiled FP8) including the FP8 phase policy's BF16 fresh rows. Formats and
+// codecs registered later are refused with UNSUPPORTED naming them. Activations are float32, as
+// on the CPU, so that the two backends agree to the conformance tolerances.
 //
 // Memory: Allocate is cudaMalloc (an out-of-memory is RESOURCE_EXHAUSTED naming the bytes and the
 // device's free memory); ImportHost and Upload stage host bytes through a pinned double buffer,

@@ -28,7 +28,7 @@ enum ScratchSlot : int {
 };
 
 // Routed experts on the device: the prepared weights (kept alive here) and, per projection, the
-// device arrays of weight pointers and element types the grouped GEMM reads.
+// device array of the experts' weight descriptors the grouped GEMM reads, with the kernel choice.
 class CudaExpertBank final : public ExpertBank {
  public:
   ~CudaExpertBank() override { cudaFree(table_); }
@@ -36,40 +36,91 @@ class CudaExpertBank final : public ExpertBank {
 
   std::vector<ExpertWeights> experts_;
   int64_t inter_ = 0, hidden_ = 0;
-  // Device: [3][E] pointers (gate, up, down), then [3][E] int32 types.
-  void* table_ = nullptr;
-  cuda::ExpertTable Table(int which) const {
-    const int64_t E = num_experts();
-    auto* ptrs = static_cast<const void* const*>(table_);
-    auto* types = reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(table_) + 3 * E * sizeof(void*));
-    return {ptrs + which * E, types + which * E};
-  }
+  // Device: [3][E] descriptors (gate, up, down).
+  cuda::WeightRef* table_ = nullptr;
+  int32_t gemv_bits_[3] = {0, 0, 0};
+  cuda::ExpertTable Table(int which) const { return {table_ + which * num_experts(), gemv_bits_[which]}; }
 };
 
-cuda::Elem KvElem(const KvCodec& c) { return c.id() == kKvCodecBf16 ? cuda::kElemBf16 : cuda::kElemF32; }
+// The built-in codecs have device kernels; a codec registered later does not.
+bool DeviceKvCodec(const KvCodec& c) { return c.id() <= kKvCodecFp8Tiled; }
 
+cuda::Elem KvElem(const KvCodec& c) {
+  switch (c.id()) {
+    case kKvCodecBf16:
+      return cuda::kElemBf16;
+    case kKvCodecFp8:
+    case kKvCodecFp8Tiled:
+      return cuda::kElemFp8E4M3;
+    default:
+      return cuda::kElemF32;
+  }
+}
+
+// A row layout of a built-in codec for the kernels. UNSUPPORTED when it has more segments
+// than the kernels carry (the models' rows have two or three).
+absl::StatusOr<cuda::KvRowRef> RowRefOf(const KvCodec& c, const KvRowLayout& l) {
+  cuda::KvRowRef r{};
+  r.type = KvElem(c);
+  r.row_bytes = l.row_bytes;
+  r.width = l.width;
+  r.scale_offset = l.scale_offset;
+  if (!l.mixed()) return r;
+  if (l.segments.size() > static_cast<size_t>(cuda::kMaxKvSegments)) {
+    return UnsupportedError(absl::StrCat("a ", c.name(), " KV row of ", l.segments.size(), " parts (the CUDA kernels take ",
+                                         cuda::kMaxKvSegments, ")"));
+  }
+  r.nseg = static_cast<int32_t>(l.segments.size());
+  for (size_t i = 0; i < l.segments.size(); ++i) {
+    const KvSegment& s = l.segments[i];
+    r.seg[i] = {s.start, s.count, s.tile, s.byte_offset, s.first_scale, s.bf16 ? 1 : 0};
+  }
+  return r;
+}
+
+// REQUIRES: CheckKvView(cache) passed.
 cuda::KvRef KvOf(const KvCacheView& v) {
-  return {v.pages.data_as<uint8_t>(), KvElem(*v.codec), v.num_pages, v.num_layers, v.page_size, v.row_bytes, v.width};
+  cuda::KvRef r{v.pages.data_as<uint8_t>(), KvElem(*v.codec), v.num_pages, v.num_layers, v.page_size, v.row_bytes, v.width};
+  r.row = *RowRefOf(*v.codec, *v.layout);
+  if (v.codec->scale_kind() == KvScaleKind::kPerLayer) r.layer_scales = v.scales.data_as<const float>();
+  if (v.fresh_rows > 0) {
+    r.fresh = v.fresh.data_as<uint16_t>();
+    r.fresh_rows = v.fresh_rows;
+  }
+  return r;
 }
 
 cuda::BatchRef BatchOf(const AttentionBatch& b) {
-  return {b.token_seq.data_as<int32_t>(),      b.token_ctx.data_as<int32_t>(), b.seq_page_start.data_as<int32_t>(),
-          b.page_ids.data_as<int32_t>(),       b.slot_mapping.data_as<int32_t>(), b.num_tokens, b.max_ctx};
+  cuda::BatchRef r{b.token_seq.data_as<int32_t>(),      b.token_ctx.data_as<int32_t>(),
+                   b.seq_page_start.data_as<int32_t>(), b.page_ids.data_as<int32_t>(),
+                   b.slot_mapping.data_as<int32_t>(),   b.num_tokens,
+                   b.max_ctx};
+  r.seq_first_token = b.seq_first_token.data_as<int32_t>();
+  return r;
 }
 
-bool FlatKv(const KvCodec& c) { return c.id() == kKvCodecF32 || c.id() == kKvCodecBf16; }
-
-absl::Status CheckKvView(const KvCacheView& cache, int64_t layer) {
-  if (cache.codec == nullptr || !FlatKv(*cache.codec)) {
+// The cache view's codec and layer can run here; a per-layer codec's layer must have its scale
+// (`needs_scale`: the op reads or writes FP8 values).
+absl::Status CheckKvView(const KvCacheView& cache, int64_t layer, bool needs_scale = true) {
+  if (cache.codec == nullptr || cache.layout == nullptr || !DeviceKvCodec(*cache.codec)) {
     return UnsupportedError(absl::StrCat("the KV codec ", cache.codec != nullptr ? cache.codec->name() : "(none)",
-                                         " has no CUDA kernels yet; the CUDA backend runs F32 and BF16 KV"));
+                                         " has no CUDA kernels; the CUDA backend runs the F32, BF16, FP8 and tiled FP8 "
+                                         "codecs"));
   }
+  LLMRT_RETURN_IF_ERROR(RowRefOf(*cache.codec, *cache.layout).status());
   if (layer < 0 || layer >= cache.num_layers) return absl::InternalError(absl::StrCat("no KV layer ", layer));
-  if (cache.fresh_rows > 0) return absl::InternalError("the phase policy's BF16 rows with a lossless codec");
+  if (cache.fresh_rows > 0 && !cache.codec->lossy()) {
+    return absl::InternalError("the phase policy's BF16 rows with a lossless codec");
+  }
+  if (needs_scale && cache.codec->scale_kind() == KvScaleKind::kPerLayer &&
+      (cache.scale_set == nullptr || cache.scale_set[layer] == 0)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV layer ", layer, " has no FP8 scale yet (KvCalibrate or a checkpoint scale comes first)"));
+  }
   return absl::OkStatus();
 }
 
-bool FlatWeight(const Weight& w) { return w.format == kWeightF32 || w.format == kWeightBf16; }
+bool FlatWeight(const Weight& w) { return DenseWeight(w); }
 
 }  // namespace
 
@@ -90,41 +141,74 @@ absl::StatusOr<std::unique_ptr<ExpertBank>> CudaBackend::PrepareExperts(std::vec
   const int64_t E = static_cast<int64_t>(experts.size());
   if (E == 0) return absl::InvalidArgumentError("an expert bank without experts");
   const int64_t I = experts[0].gate.rows, H = experts[0].gate.cols;
-  std::vector<const void*> ptrs(static_cast<size_t>(3 * E));
-  std::vector<int32_t> types(static_cast<size_t>(3 * E));
+  static constexpr const char* kNames[3] = {"gate", "up", "down"};
+  std::vector<cuda::WeightRef> refs(static_cast<size_t>(3 * E));
   for (int64_t e = 0; e < E; ++e) {
     const ExpertWeights& x = experts[e];
-    const Weight* w[3] = {&x.gate, &x.up, &x.down};
-    for (int j = 0; j < 3; ++j) {
-      if (!FlatWeight(*w[j])) {
-        return UnsupportedError(absl::StrCat("expert ", e, ": a weight format without a CUDA kernel"));
-      }
-      ptrs[j * E + e] = w[j]->data.data();
-      types[j * E + e] = w[j]->format == kWeightBf16 ? cuda::kElemBf16 : cuda::kElemF32;
-    }
     if (x.gate.rows != I || x.gate.cols != H || x.up.rows != I || x.up.cols != H || x.down.rows != H ||
         x.down.cols != I) {
       return absl::InvalidArgumentError(absl::StrCat("expert ", e, " has shapes other than expert 0's (gate [", I, ", ",
                                                      H, "]): the grouped GEMM needs one shape"));
     }
+    const Weight* w[3] = {&x.gate, &x.up, &x.down};
+    for (int j = 0; j < 3; ++j) {
+      if (!w[j]->defined() || !SupportsWeightFormat(w[j]->format)) {
+        return UnsupportedError(absl::StrCat("expert ", e, " ", kNames[j], ": ",
+                                             w[j]->defined() ? "a weight format without a CUDA kernel"
+                                                             : "no weights (experts held by other ranks)"));
+      }
+      refs[j * E + e] = WeightOf(*w[j]);
+    }
   }
-  const size_t bytes = ptrs.size() * sizeof(void*) + types.size() * sizeof(int32_t);
-  LLMRT_ASSIGN_OR_RETURN(bank->table_, DeviceMalloc(bytes, "the expert pointer table"));
-  std::vector<uint8_t> host(bytes);
-  std::copy_n(reinterpret_cast<const uint8_t*>(ptrs.data()), ptrs.size() * sizeof(void*), host.data());
-  std::copy_n(reinterpret_cast<const uint8_t*>(types.data()), types.size() * sizeof(int32_t),
-              host.data() + ptrs.size() * sizeof(void*));
-  LLMRT_RETURN_IF_ERROR(CopyToDevice(bank->table_, host.data(), bytes));
+  // The GEMV kernel serves a projection when every expert's weight takes it in one format; any
+  // other mix runs the tiled kernel, which dequantizes each expert's format element by element.
+  for (int j = 0; j < 3; ++j) {
+    const cuda::Elem type = refs[j * E].type;
+    bool gemv = type == cuda::kElemInt4 || type == cuda::kElemFp8E4M3;
+    for (int64_t e = 0; e < E && gemv; ++e) {
+      gemv = refs[j * E + e].type == type && cuda::QuantGemvApplies(refs[j * E + e]);
+    }
+    bank->gemv_bits_[j] = !gemv ? 0 : type == cuda::kElemInt4 ? 4 : 8;
+  }
+  const size_t bytes = refs.size() * sizeof(cuda::WeightRef);
+  LLMRT_ASSIGN_OR_RETURN(void* table, DeviceMalloc(bytes, "the expert weight table"));
+  bank->table_ = static_cast<cuda::WeightRef*>(table);
+  LLMRT_RETURN_IF_ERROR(CopyToDevice(bank->table_, refs.data(), bytes));
   bank->inter_ = I;
   bank->hidden_ = H;
   bank->experts_ = std::move(experts);
   return std::unique_ptr<ExpertBank>(std::move(bank));
 }
 
+namespace {
+
+// The parts of a KvWrite / KvCalibrate (float32 [T, n] each, at most three).
+absl::StatusOr<cuda::KvParts> PartsOf(std::initializer_list<Tensor> parts, int64_t rows, int64_t max_width) {
+  if (parts.size() < 1 || parts.size() > 3) return absl::InternalError(absl::StrCat(parts.size(), " KV row parts"));
+  cuda::KvParts kp{};
+  int64_t width = 0;
+  for (const Tensor& p : parts) {
+    if (p.dim(0) != rows || p.dtype() != DType::kF32) {
+      return absl::InternalError(absl::StrCat("a KV row part of ", p.dim(0), " rows for ", rows, " tokens"));
+    }
+    kp.part[kp.count++] = Const(p);
+    width += p.row_size();
+  }
+  if (width > max_width) {
+    return absl::InternalError(absl::StrCat("KV row parts of ", width, " values for rows of ", max_width));
+  }
+  return kp;
+}
+
+}  // namespace
+
 void CudaBackend::KvCalibrate(const KvCacheView& cache, int64_t layer, std::initializer_list<Tensor> parts) {
   Run("KvCalibrate", [&]() -> absl::Status {
-    return UnsupportedError(absl::StrCat("the KV codec ", cache.codec != nullptr ? cache.codec->name() : "(none)",
-                                         " has no CUDA kernels yet (per-layer scales come with FP8 KV)"));
+    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer, /*needs_scale=*/false));
+    LLMRT_CUDA_CHECK(cache.codec->scale_kind() == KvScaleKind::kPerLayer);
+    if (parts.size() == 0) return absl::InternalError("KvCalibrate without parts");
+    LLMRT_ASSIGN_OR_RETURN(const cuda::KvParts kp, PartsOf(parts, parts.begin()->dim(0), cache.width));
+    return Launched(cuda::LaunchKvCalibrate(KvOf(cache), layer, kp, Stream(stream_)));
   });
 }
 
@@ -132,22 +216,15 @@ void CudaBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initiali
                           const AttentionBatch& batch) {
   Run("KvWrite", [&]() -> absl::Status {
     LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
-    LLMRT_CUDA_CHECK(parts.size() >= 1 && parts.size() <= 3);
-    cuda::KvParts kp{};
-    int64_t width = 0;
-    for (const Tensor& p : parts) {
-      LLMRT_CUDA_CHECK(p.dim(0) == batch.num_tokens && p.dtype() == DType::kF32);
-      kp.part[kp.count++] = Const(p);
-      width += p.row_size();
-    }
-    LLMRT_CUDA_CHECK(width <= cache.width);
+    LLMRT_ASSIGN_OR_RETURN(const cuda::KvParts kp, PartsOf(parts, batch.num_tokens, cache.width));
+    LLMRT_CUDA_CHECK(cache.fresh_rows == 0 || batch.num_tokens <= cache.fresh_rows);
     return Launched(cuda::LaunchKvWrite(KvOf(cache), layer, kp, BatchOf(batch), error_word_, Stream(stream_)));
   });
 }
 
 void CudaBackend::KvExportRows(const KvCacheView& cache, int64_t layer, const Tensor& slots, const Tensor& dst) {
   Run("KvExportRows", [&]() -> absl::Status {
-    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
+    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer, /*needs_scale=*/false));
     const int64_t n = slots.numel();
     LLMRT_CUDA_CHECK(dst.bytes() >= static_cast<size_t>(n * cache.row_bytes) && dst.contiguous());
     return Launched(cuda::LaunchKvExportRows(KvOf(cache), layer, slots.data_as<int32_t>(), n, dst.data_as<uint8_t>(),
@@ -159,13 +236,16 @@ void CudaBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const Te
                                const KvCodec& src_codec, const KvRowLayout& src_layout, float src_scale) {
   Run("KvImportRows", [&]() -> absl::Status {
     LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
-    if (!FlatKv(src_codec)) {
-      return UnsupportedError(absl::StrCat("rows of the KV codec ", src_codec.name(), " cannot be decoded on CUDA yet"));
+    if (!DeviceKvCodec(src_codec)) {
+      return UnsupportedError(absl::StrCat("rows of the KV codec ", src_codec.name(), " cannot be decoded on CUDA"));
     }
+    LLMRT_ASSIGN_OR_RETURN(const cuda::KvRowRef src_row, RowRefOf(src_codec, src_layout));
     const int64_t n = slots.numel();
     LLMRT_CUDA_CHECK(src_layout.width == cache.width && src.bytes() >= static_cast<size_t>(n * src_layout.row_bytes));
+    const bool same = src_codec.id() == cache.codec->id();
+    LLMRT_CUDA_CHECK(!same || src_layout.row_bytes == cache.row_bytes);
     return Launched(cuda::LaunchKvImportRows(KvOf(cache), layer, slots.data_as<int32_t>(), n, src.data_as<uint8_t>(),
-                                             KvElem(src_codec), src_layout.row_bytes, error_word_, Stream(stream_)));
+                                             src_row, src_scale, same, error_word_, Stream(stream_)));
   });
 }
 

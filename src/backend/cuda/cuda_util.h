@@ -35,9 +35,31 @@ inline cuda::ConstMat Const(const Tensor& t) {
   return {t.data_as<const float>(), t.rank() == 0 ? 0 : t.dim(0), t.row_size(), t.row_stride()};
 }
 inline cuda::MutMat Mut(const Tensor& t) { return {t.data_as<float>(), t.rank() == 0 ? 0 : t.dim(0), t.row_size(), t.row_stride()}; }
-// REQUIRES: an F32 or BF16 weight (the backend refuses the others at PrepareWeight).
+// The kernels' element type of a weight format the backend prepares (PrepareWeight refuses the
+// others).
+inline cuda::Elem WeightElem(WeightFormatId format) {
+  switch (format) {
+    case kWeightBf16:
+      return cuda::kElemBf16;
+    case kWeightFp8Block:
+      return cuda::kElemFp8E4M3;
+    case kWeightInt4Group:
+      return cuda::kElemInt4;
+    default:
+      return cuda::kElemF32;
+  }
+}
+// F32 and BF16: what the ops other than MatMul and the MoE read (vectors, tables, kv_b, router).
+inline bool DenseWeight(const Weight& w) { return w.format == kWeightF32 || w.format == kWeightBf16; }
 inline cuda::WeightRef WeightOf(const Weight& w) {
-  return {w.data.data(), w.format == kWeightBf16 ? cuda::kElemBf16 : cuda::kElemF32, w.rows, w.cols};
+  cuda::WeightRef r{w.data.data(), WeightElem(w.format), w.rows, w.cols};
+  if (w.quantized) {
+    r.scales = w.scales.data();
+    r.group = w.params.group;
+    r.block_rows = w.params.block_rows;
+    r.block_cols = w.params.block_cols;
+  }
+  return r;
 }
 
 // An internal check inside an op body (a lambda returning absl::Status).
