@@ -77,6 +77,23 @@ inline void DotQuad(const uint8_t* w, const int8_t* xe, const int8_t* xo, __m256
 }
 #endif
 
+// The weight scales of blocks b0 .. b0 + 7 as float32 (bf16 widened: exact). g32: eight scales;
+// g128 (and b0 a multiple of 8): two, each over four blocks; other groups gathered one by one.
+inline __m256 WeightScales8(const uint16_t* ws, int64_t b0, int64_t gpb) {
+  __m128i raw;
+  if (gpb == 1) {
+    raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ws + b0));
+  } else if (gpb == 4) {
+    raw = _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<int16_t>(ws[b0 / 4])),
+                             _mm_set1_epi16(static_cast<int16_t>(ws[b0 / 4 + 1])));
+  } else {
+    alignas(16) uint16_t g[8];
+    for (int64_t i = 0; i < 8; ++i) g[i] = ws[(b0 + i) / gpb];
+    raw = _mm_load_si128(reinterpret_cast<const __m128i*>(g));
+  }
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
 void Int4Rows(const Weight& w, const Int8Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const int64_t K = w.cols, nb = K / 32, ng = K / w.params.group, gpb = w.params.group / 32;
   const uint8_t* codes = w.data.data_as<uint8_t>();
@@ -113,15 +130,26 @@ void Int4Rows(const Weight& w, const Int8Activations& x, float* out, int64_t ldo
         // Lane sums: [b0, b2, b4, b6 | b1, b3, b5, b7], then block order.
         const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
         __m256i s = _mm256_permutevar8x32_epi32(h, natural);
-        alignas(32) int32_t sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        alignas(32) float d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t i = 0; i < m; ++i) {
-          sums[i] = xsum[b0 + i];
-          d[i] = xs[b0 + i] * Bf16ToF32(ws[(b0 + i) / gpb]);
+        // The blocks' code sums and their scale products x_scale * w_scale (one float product
+        // each, the same whether formed in lanes or one by one).
+        __m256i sums;
+        __m256 d;
+        if (m == 8) {
+          sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum + b0));
+          d = _mm256_mul_ps(_mm256_loadu_ps(xs + b0), WeightScales8(ws, b0, gpb));
+        } else {
+          alignas(32) int32_t si[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          alignas(32) float di[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          for (int64_t i = 0; i < m; ++i) {
+            si[i] = xsum[b0 + i];
+            di[i] = xs[b0 + i] * Bf16ToF32(ws[(b0 + i) / gpb]);
+          }
+          sums = _mm256_load_si256(reinterpret_cast<const __m256i*>(si));
+          d = _mm256_load_ps(di);
         }
         // sum (u - 8) x = sum u x - 8 sum x, exact in int32.
-        s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(sums)), 3));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_load_ps(d), acc);
+        s = _mm256_sub_epi32(s, _mm256_slli_epi32(sums, 3));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
       }
       alignas(32) float lanes[8];
       _mm256_store_ps(lanes, acc);
