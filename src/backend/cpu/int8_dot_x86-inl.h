@@ -60,22 +60,6 @@ inline __m256i DotOne(const uint8_t* w, const int8_t* xe, const int8_t* xo) {
   return _mm256_zextsi128_si256(Dp128(Dp128(_mm_setzero_si128(), lo, e), hi, o));
 }
 
-#if LLMRT_INT8_PATH == 2
-// A whole chunk (blocks b .. b + 3) in one 512-bit pass: blocks b, b + 1 into *p01, b + 2, b + 3
-// into *p23.
-inline void DotQuad(const uint8_t* w, const int8_t* xe, const int8_t* xo, __m256i* p01, __m256i* p23) {
-  const __m512i b = _mm512_loadu_si512(w);
-  const __m512i mask = _mm512_set1_epi8(0x0F);
-  const __m512i lo = _mm512_and_si512(b, mask);
-  const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
-  const __m512i acc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xe)), hi,
-                                          _mm512_loadu_si512(xo));
-  // The zero-masked extracts: GCC 12's plain cast / extract read an "undefined" register that
-  // -Wmaybe-uninitialized reports.
-  *p01 = _mm512_maskz_extracti64x4_epi64(0xFF, acc, 0);
-  *p23 = _mm512_maskz_extracti64x4_epi64(0xFF, acc, 1);
-}
-#endif
 
 // The weight scales of blocks b0 .. b0 + 7 as float32 (bf16 widened: exact). g32: eight scales;
 // g128 (and b0 a multiple of 8): two, each over four blocks; other groups gathered one by one.
@@ -94,6 +78,12 @@ inline __m256 WeightScales8(const uint16_t* ws, int64_t b0, int64_t gpb) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
 
+// Up to kTokens activation rows per pass over a weight row: each chunk's codes are loaded and
+// split into nibbles once for all of them (prefill, batched decode). Every (row, activation row)
+// still forms its block sums and folds them into its own accumulator in block order, exactly as
+// with one activation row, so results do not depend on the batch.
+constexpr int64_t kTokens = 4;
+
 void Int4Rows(const Weight& w, const Int8Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const int64_t K = w.cols, nb = K / 32, ng = K / w.params.group, gpb = w.params.group / 32;
   const uint8_t* codes = w.data.data_as<uint8_t>();
@@ -102,58 +92,89 @@ void Int4Rows(const Weight& w, const Int8Activations& x, float* out, int64_t ldo
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* wrow = codes + n * (K / 2);
     const uint16_t* ws = wscales + n * ng;
-    for (int64_t t = 0; t < x.rows; ++t) {
-      const int8_t* xc = x.codes.data() + t * K;
-      const float* xs = x.scales.data() + t * nb;
-      const int32_t* xsum = x.sums.data() + t * nb;
-      __m256 acc = _mm256_setzero_ps();
+    for (int64_t t0 = 0; t0 < x.rows; t0 += kTokens) {
+      const int64_t nt = std::min(kTokens, x.rows - t0);
+      const int8_t* xc[kTokens];
+      const float* xs[kTokens];
+      const int32_t* xsum[kTokens];
+      __m256 acc[kTokens];
+      for (int64_t j = 0; j < nt; ++j) {
+        xc[j] = x.codes.data() + (t0 + j) * K;
+        xs[j] = x.scales.data() + (t0 + j) * nb;
+        xsum[j] = x.sums.data() + (t0 + j) * nb;
+        acc[j] = _mm256_setzero_ps();
+      }
       for (int64_t b0 = 0; b0 < nb; b0 += 8) {
         const int64_t m = std::min<int64_t>(8, nb - b0);
-        // p[j]: blocks b0 + 2j (lanes 0-3) and b0 + 2j + 1 (lanes 4-7); zero past the end.
-        __m256i p[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                        _mm256_setzero_si256()};
+        // p[j][i]: blocks b0 + 2i (lanes 0-3) and b0 + 2i + 1 (lanes 4-7) of activation row j;
+        // zero past the end.
+        __m256i p[kTokens][4];
+        for (int64_t j = 0; j < nt; ++j) {
+          for (int i = 0; i < 4; ++i) p[j][i] = _mm256_setzero_si256();
+        }
         for (int64_t c = 0; c < m; c += 4) {
           const int64_t cb = b0 + c, cm = std::min<int64_t>(4, nb - cb);
-          const int8_t* xe = xc + cb * 32;
-          const int8_t* xo = xe + cm * 16;
           const uint8_t* wc = wrow + cb * 16;
 #if LLMRT_INT8_PATH == 2
           if (cm == 4) {
-            DotQuad(wc, xe, xo, &p[c / 2], &p[c / 2 + 1]);
+            const __m512i b = _mm512_loadu_si512(wc);
+            const __m512i mask = _mm512_set1_epi8(0x0F);
+            const __m512i lo = _mm512_and_si512(b, mask);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
+            for (int64_t j = 0; j < nt; ++j) {
+              const int8_t* xe = xc[j] + cb * 32;
+              const __m512i a = _mm512_dpbusd_epi32(
+                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xe)), hi,
+                  _mm512_loadu_si512(xe + 64));
+              // The zero-masked extracts: GCC 12's plain cast / extract read an "undefined"
+              // register that -Wmaybe-uninitialized reports.
+              p[j][c / 2] = _mm512_maskz_extracti64x4_epi64(0xFF, a, 0);
+              p[j][c / 2 + 1] = _mm512_maskz_extracti64x4_epi64(0xFF, a, 1);
+            }
             continue;
           }
 #endif
-          int64_t i = 0;
-          for (; i + 2 <= cm; i += 2) p[(c + i) / 2] = DotPair(wc + i * 16, xe + i * 16, xo + i * 16);
-          if (i < cm) p[(c + i) / 2] = DotOne(wc + i * 16, xe + i * 16, xo + i * 16);
-        }
-        // Lane sums: [b0, b2, b4, b6 | b1, b3, b5, b7], then block order.
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-        __m256i s = _mm256_permutevar8x32_epi32(h, natural);
-        // The blocks' code sums and their scale products x_scale * w_scale (one float product
-        // each, the same whether formed in lanes or one by one).
-        __m256i sums;
-        __m256 d;
-        if (m == 8) {
-          sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum + b0));
-          d = _mm256_mul_ps(_mm256_loadu_ps(xs + b0), WeightScales8(ws, b0, gpb));
-        } else {
-          alignas(32) int32_t si[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          alignas(32) float di[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          for (int64_t i = 0; i < m; ++i) {
-            si[i] = xsum[b0 + i];
-            di[i] = xs[b0 + i] * Bf16ToF32(ws[(b0 + i) / gpb]);
+          for (int64_t j = 0; j < nt; ++j) {
+            const int8_t* xe = xc[j] + cb * 32;
+            const int8_t* xo = xe + cm * 16;
+            int64_t i = 0;
+            for (; i + 2 <= cm; i += 2) p[j][(c + i) / 2] = DotPair(wc + i * 16, xe + i * 16, xo + i * 16);
+            if (i < cm) p[j][(c + i) / 2] = DotOne(wc + i * 16, xe + i * 16, xo + i * 16);
           }
-          sums = _mm256_load_si256(reinterpret_cast<const __m256i*>(si));
-          d = _mm256_load_ps(di);
         }
-        // sum (u - 8) x = sum u x - 8 sum x, exact in int32.
-        s = _mm256_sub_epi32(s, _mm256_slli_epi32(sums, 3));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
+        const __m256 wsc = m == 8 ? WeightScales8(ws, b0, gpb) : _mm256_setzero_ps();
+        for (int64_t j = 0; j < nt; ++j) {
+          // Lane sums: [b0, b2, b4, b6 | b1, b3, b5, b7], then block order.
+          const __m256i h =
+              _mm256_hadd_epi32(_mm256_hadd_epi32(p[j][0], p[j][1]), _mm256_hadd_epi32(p[j][2], p[j][3]));
+          __m256i s = _mm256_permutevar8x32_epi32(h, natural);
+          // The blocks' code sums and their scale products x_scale * w_scale (one float product
+          // each, the same whether formed in lanes or one by one).
+          __m256i sums;
+          __m256 d;
+          if (m == 8) {
+            sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum[j] + b0));
+            d = _mm256_mul_ps(_mm256_loadu_ps(xs[j] + b0), wsc);
+          } else {
+            alignas(32) int32_t si[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            alignas(32) float di[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int64_t i = 0; i < m; ++i) {
+              si[i] = xsum[j][b0 + i];
+              di[i] = xs[j][b0 + i] * Bf16ToF32(ws[(b0 + i) / gpb]);
+            }
+            sums = _mm256_load_si256(reinterpret_cast<const __m256i*>(si));
+            d = _mm256_load_ps(di);
+          }
+          // sum (u - 8) x = sum u x - 8 sum x, exact in int32.
+          s = _mm256_sub_epi32(s, _mm256_slli_epi32(sums, 3));
+          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[j]);
+        }
       }
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, acc);
-      out[t * ldo + n] = CombineLanes(lanes);
+      for (int64_t j = 0; j < nt; ++j) {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, acc[j]);
+        out[(t0 + j) * ldo + n] = CombineLanes(lanes);
+      }
     }
   }
 }
