@@ -111,7 +111,7 @@ check_origins() {
 
 export root deps build jobs nvcc cuda_root rt
 export -f configure check_origins
-targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench)
+targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench llmrt_nccl_tests)
 step configure 60 configure || { echo "configure failed" | tee -a "$summary"; exit 1; }
 if [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
   # The dry run builds what exercises every gathered package, and little more (a development
@@ -133,7 +133,8 @@ fi
 step build 240 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { cat "$summary"; exit 1; }
 step origins 60 check_origins
 step device 30 nvidia-smi
-# The conformance suite's device instances (ctest label gpu), one line per test.
+# The conformance suite's device instances (ctest label gpu), one line per test: with the NCCL
+# communicator and the CUDA backend's collectives over it (llmrt_nccl_tests).
 step gpu_tests 90 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
 # The golden tests on the CUDA backend: AUTO picks the device. The quantized checkpoints and the
 # FP8 KV codecs are compared with the CPU engine (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv);

@@ -266,6 +266,9 @@ class Backend {
   Communicator* communicator() const { return comm_; }
   int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
   int world_size() const { return comm_ != nullptr ? comm_->size() : 1; }
+  // The device stream this backend enqueues its ops on (a cudaStream_t for CUDA), for a
+  // communicator whose collectives must run in order with them; nullptr for host backends.
+  virtual void* device_stream() const { return nullptr; }
   // Nanoseconds this backend has spent inside collectives (moving data and waiting for the other
   // ranks), since creation.
   uint64_t collective_ns() const { return collective_ns_.load(std::memory_order_relaxed); }

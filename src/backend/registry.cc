@@ -70,4 +70,18 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, const B
   return UnsupportedError(absl::StrCat("the ", BackendKindName(kind), " backend cannot run here (no device)"));
 }
 
+int BackendDeviceCount(BackendKind kind) {
+  Registry& r = Get();
+  std::vector<BackendEntry> entries;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    entries = r.entries;
+  }
+  for (const BackendEntry& e : entries) {
+    if (e.kind == BackendKind::kCpu || (kind != BackendKind::kAuto && e.kind != kind) || !e.available()) continue;
+    return e.device_count != nullptr ? e.device_count() : 1;
+  }
+  return 0;
+}
+
 }  // namespace llmrt

@@ -26,6 +26,8 @@ struct BackendEntry {
   // Whether the backend can run here (for example a device is present).
   bool (*available)() = nullptr;
   absl::StatusOr<std::unique_ptr<Backend>> (*create)(const BackendOptions& options) = nullptr;
+  // How many devices it can run on (BackendOptions.device in [0, count)); null for the CPU.
+  int (*device_count)() = nullptr;
 };
 
 // Adds a backend (the built-in ones are registered on first use). Thread-safe.
@@ -34,6 +36,10 @@ void RegisterBackend(const BackendEntry& entry);
 // A backend of `kind`. kAuto picks the first available device backend, else the CPU.
 // UNSUPPORTED when `kind` is not part of this build or cannot run here.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, const BackendOptions& options);
+
+// The devices CreateBackend(kind) could use: 0 when `kind` resolves to the CPU (kAuto on a host
+// without a device) or is not part of this build or has no device here.
+int BackendDeviceCount(BackendKind kind);
 
 }  // namespace llmrt
 

@@ -3,14 +3,82 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <dlfcn.h>
+
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "src/util/errors.h"
 
 namespace llmrt {
+namespace {
+
+// NCCL is loaded at run time (libnccl.so.2) rather than linked: libllmrt then loads, and runs
+// CPU ranks, on hosts without NCCL; nccl.h supplies only the types and constants.
+struct NcclApi {
+  ncclResult_t (*GetUniqueId)(ncclUniqueId*) = nullptr;
+  ncclResult_t (*CommInitRankConfig)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*) = nullptr;
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t*) = nullptr;
+  ncclResult_t (*CommAbort)(ncclComm_t) = nullptr;
+  ncclResult_t (*CommDestroy)(ncclComm_t) = nullptr;
+  const char* (*GetErrorString)(ncclResult_t) = nullptr;
+  const char* (*GetLastError)(ncclComm_t) = nullptr;
+  ncclResult_t (*AllReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                            cudaStream_t) = nullptr;
+  ncclResult_t (*AllGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*ReduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                cudaStream_t) = nullptr;
+  ncclResult_t (*Broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
+};
+
+// The loaded library's entry points, or why there are none. Loaded once; never unloaded (NCCL
+// keeps threads and bootstrap state alive for the process).
+absl::StatusOr<const NcclApi*> Nccl() {
+  static absl::StatusOr<const NcclApi*>* api = [] {
+    auto* out = new absl::StatusOr<const NcclApi*>(nullptr);
+    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      *out = UnsupportedError(absl::StrCat("CUDA ranks need NCCL, which could not be loaded (",
+                                           why != nullptr ? why : "libnccl.so.2 not found", ")"));
+      return out;
+    }
+    auto* a = new NcclApi();
+    const char* missing = nullptr;
+    auto bind = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (fn == nullptr && missing == nullptr) missing = name;
+    };
+    bind(a->GetUniqueId, "ncclGetUniqueId");
+    bind(a->CommInitRankConfig, "ncclCommInitRankConfig");
+    bind(a->CommGetAsyncError, "ncclCommGetAsyncError");
+    bind(a->CommAbort, "ncclCommAbort");
+    bind(a->CommDestroy, "ncclCommDestroy");
+    bind(a->GetErrorString, "ncclGetErrorString");
+    bind(a->GetLastError, "ncclGetLastError");
+    bind(a->AllReduce, "ncclAllReduce");
+    bind(a->AllGather, "ncclAllGather");
+    bind(a->ReduceScatter, "ncclReduceScatter");
+    bind(a->Broadcast, "ncclBroadcast");
+    if (missing != nullptr) {
+      *out = UnsupportedError(
+          absl::StrCat("the NCCL library loaded has no ", missing, " (NCCL 2.14 or later is needed)"));
+      delete a;
+      return out;
+    }
+    *out = a;
+    return out;
+  }();
+  return *api;
+}
+
+}  // namespace
 
 struct NcclCommunicator::Impl {
+  const NcclApi* nccl = nullptr;
   ncclComm_t comm = nullptr;
   int device = 0;
   std::chrono::milliseconds timeout{0};
@@ -25,7 +93,8 @@ absl::Status CudaError(cudaError_t e, const char* what) {
 
 // Waits until the communicator's pending work has been enqueued (non-blocking mode returns
 // ncclInProgress until then), or fails after `timeout`.
-absl::Status Settle(ncclComm_t comm, ncclResult_t r, const char* what, std::chrono::milliseconds timeout) {
+absl::Status Settle(const NcclApi& nccl, ncclComm_t comm, ncclResult_t r, const char* what,
+                    std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (r == ncclInProgress) {
     if (std::chrono::steady_clock::now() > deadline) {
@@ -33,11 +102,11 @@ absl::Status Settle(ncclComm_t comm, ncclResult_t r, const char* what, std::chro
                                                       " ms; the communicator was aborted"));
     }
     std::this_thread::yield();
-    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
+    if (nccl.CommGetAsyncError(comm, &r) != ncclSuccess) break;
   }
   if (r != ncclSuccess) {
-    return absl::InternalError(absl::StrCat("NCCL ", what, ": ", ncclGetErrorString(r), " (",
-                                            comm != nullptr ? ncclGetLastError(comm) : "", ")"));
+    return absl::InternalError(absl::StrCat("NCCL ", what, ": ", nccl.GetErrorString(r), " (",
+                                            comm != nullptr ? nccl.GetLastError(comm) : "", ")"));
   }
   return absl::OkStatus();
 }
@@ -58,9 +127,11 @@ absl::StatusOr<ncclDataType_t> NcclType(DType t) {
 }  // namespace
 
 absl::StatusOr<NcclId> NcclUniqueId() {
+  absl::StatusOr<const NcclApi*> nccl = Nccl();
+  if (!nccl.ok()) return nccl.status();
   ncclUniqueId id;
-  const ncclResult_t r = ncclGetUniqueId(&id);
-  if (r != ncclSuccess) return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
+  const ncclResult_t r = (*nccl)->GetUniqueId(&id);
+  if (r != ncclSuccess) return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", (*nccl)->GetErrorString(r)));
   static_assert(sizeof(id) == kNcclIdBytes, "ncclUniqueId is 128 bytes");
   NcclId out;
   std::memcpy(out.data(), &id, sizeof(id));
@@ -73,9 +144,13 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("NCCL rank ", rank, " is outside a world of ", size));
   }
+  absl::StatusOr<const NcclApi*> api = Nccl();
+  if (!api.ok()) return api.status();
+  const NcclApi& nccl = **api;
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return CudaError(e, "cudaSetDevice");
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
   c->impl_ = std::make_unique<Impl>();
+  c->impl_->nccl = &nccl;
   c->impl_->device = device;
   c->impl_->timeout = timeout;
   c->rank_ = rank;
@@ -84,10 +159,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const
   std::memcpy(&uid, id.data(), sizeof(uid));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that a missing rank is a timeout, not a hang
-  ncclResult_t r = ncclCommInitRankConfig(&c->impl_->comm, size, uid, rank, &config);
-  absl::Status st = Settle(c->impl_->comm, r, "ncclCommInitRankConfig", timeout);
+  ncclResult_t r = nccl.CommInitRankConfig(&c->impl_->comm, size, uid, rank, &config);
+  absl::Status st = Settle(nccl, c->impl_->comm, r, "ncclCommInitRankConfig", timeout);
   if (!st.ok()) {
-    if (c->impl_->comm != nullptr) ncclCommAbort(c->impl_->comm);
+    if (c->impl_->comm != nullptr) nccl.CommAbort(c->impl_->comm);
     c->impl_->comm = nullptr;
     return st;
   }
@@ -97,9 +172,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const
 NcclCommunicator::~NcclCommunicator() {
   if (impl_ && impl_->comm != nullptr) {
     if (impl_->broken.ok()) {
-      ncclCommDestroy(impl_->comm);
+      impl_->nccl->CommDestroy(impl_->comm);
     } else {
-      ncclCommAbort(impl_->comm);
+      impl_->nccl->CommAbort(impl_->comm);
     }
   }
 }
@@ -107,7 +182,7 @@ NcclCommunicator::~NcclCommunicator() {
 #define LLMRT_NCCL_CALL(what, call)                                                            \
   do {                                                                                         \
     if (!impl_->broken.ok()) return impl_->broken;                                             \
-    absl::Status _st = Settle(impl_->comm, (call), what, impl_->timeout);                      \
+    absl::Status _st = Settle(*impl_->nccl, impl_->comm, (call), what, impl_->timeout);       \
     if (!_st.ok()) {                                                                           \
       impl_->broken = _st;                                                                     \
       return _st;                                                                              \
@@ -117,19 +192,20 @@ NcclCommunicator::~NcclCommunicator() {
 
 absl::Status NcclCommunicator::AllReduceSum(void* buf, size_t count, DType dtype, bool) {
   if (dtype != DType::kF32) return absl::InvalidArgumentError("NCCL AllReduceSum sums F32 values only");
-  LLMRT_NCCL_CALL("ncclAllReduce", ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, impl_->comm,
+  LLMRT_NCCL_CALL("ncclAllReduce", impl_->nccl->AllReduce(buf, buf, count, ncclFloat32, ncclSum, impl_->comm,
                                                  static_cast<cudaStream_t>(stream_)));
 }
 
 absl::Status NcclCommunicator::AllGather(const void* in, void* out, size_t count, DType dtype, bool) {
   absl::StatusOr<ncclDataType_t> t = NcclType(dtype);
   if (!t.ok()) return t.status();
-  LLMRT_NCCL_CALL("ncclAllGather", ncclAllGather(in, out, count, *t, impl_->comm, static_cast<cudaStream_t>(stream_)));
+  LLMRT_NCCL_CALL("ncclAllGather",
+                  impl_->nccl->AllGather(in, out, count, *t, impl_->comm, static_cast<cudaStream_t>(stream_)));
 }
 
 absl::Status NcclCommunicator::ReduceScatterSum(const void* in, void* out, size_t count, DType dtype, bool) {
   if (dtype != DType::kF32) return absl::InvalidArgumentError("NCCL ReduceScatterSum sums F32 values only");
-  LLMRT_NCCL_CALL("ncclReduceScatter", ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, impl_->comm,
+  LLMRT_NCCL_CALL("ncclReduceScatter", impl_->nccl->ReduceScatter(in, out, count, ncclFloat32, ncclSum, impl_->comm,
                                                          static_cast<cudaStream_t>(stream_)));
 }
 
@@ -138,7 +214,7 @@ absl::Status NcclCommunicator::Broadcast(void* buf, size_t count, DType dtype, i
   absl::StatusOr<ncclDataType_t> t = NcclType(dtype);
   if (!t.ok()) return t.status();
   LLMRT_NCCL_CALL("ncclBroadcast",
-                  ncclBroadcast(buf, buf, count, *t, root, impl_->comm, static_cast<cudaStream_t>(stream_)));
+                  impl_->nccl->Broadcast(buf, buf, count, *t, root, impl_->comm, static_cast<cudaStream_t>(stream_)));
 }
 
 absl::Status NcclCommunicator::Barrier() {
@@ -146,8 +222,8 @@ absl::Status NcclCommunicator::Barrier() {
   if (!impl_->broken.ok()) return impl_->broken;
   float* one = nullptr;
   if (cudaError_t e = cudaMalloc(&one, sizeof(float)); e != cudaSuccess) return CudaError(e, "cudaMalloc");
-  absl::Status st = Settle(impl_->comm,
-                           ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, impl_->comm,
+  absl::Status st = Settle(*impl_->nccl, impl_->comm,
+                           impl_->nccl->AllReduce(one, one, 1, ncclFloat32, ncclSum, impl_->comm,
                                          static_cast<cudaStream_t>(stream_)),
                            "ncclAllReduce (barrier)", impl_->timeout);
   if (st.ok()) {

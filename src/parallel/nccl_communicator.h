@@ -2,7 +2,9 @@
 // or many. The host makes a unique id on one rank (NcclUniqueId) and hands the same bytes to
 // every rank (the C ABI's communicator id); each rank then joins with its rank number.
 //
-// Built when the CUDA toolkit with NCCL is found (LLMRT_HAVE_NCCL). Collectives are enqueued on
+// Built when the CUDA toolkit with NCCL is found (LLMRT_HAVE_NCCL); libnccl.so.2 itself is loaded
+// at run time, so that libllmrt loads where NCCL is absent (Create and NcclUniqueId are then
+// UNIMPLEMENTED naming the library). Collectives are enqueued on
 // the stream set_stream names (the rank's compute stream) and complete asynchronously, in
 // stream order with the backend's ops. NCCL sums in its own (ring or tree) order, which is the
 // same on every rank. The communicator is non-blocking: initialization and every collective

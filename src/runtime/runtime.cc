@@ -17,6 +17,9 @@
 #if LLMRT_HAVE_MPI
 #include "src/parallel/mpi_communicator.h"
 #endif
+#if LLMRT_HAVE_NCCL
+#include "src/parallel/nccl_communicator.h"
+#endif
 
 namespace llmrt {
 
@@ -74,31 +77,6 @@ absl::Status Runtime::Init(const std::string& model_dir) {
   // The ranks: in-process ones share this process's threads; a multi-process rank is one of them.
   const bool multi_process = o.world_size > 1;
   const int local = multi_process ? 1 : o.tensor_parallel;
-  const std::chrono::milliseconds timeout(o.collective_timeout_ms);
-  if (multi_process && o.comm_id.has_value()) {
-    if (o.comm_id->kind == CommIdKind::kNccl) {
-      return UnsupportedError("comm_id was made for CUDA ranks (an NCCL id), but multi-process ranks run on the CPU "
-                              "through MPI in this version: make it with llm_comm_id_create(LLM_BACKEND_CPU)");
-    }
-    LLMRT_RETURN_IF_ERROR(CheckMpiCommId(o.comm_id->bytes));
-  }
-  if (multi_process) {
-#if LLMRT_HAVE_MPI
-    LLMRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi,
-                           MpiCommunicator::Create(o.world_size, timeout,
-                                                   o.comm_id.has_value() ? &o.comm_id->bytes : nullptr));
-    if (mpi->rank() != o.rank) {
-      return absl::InvalidArgumentError(absl::StrCat("rank is ", o.rank, " but this process is MPI rank ", mpi->rank(),
-                                                     " of ", mpi->size()));
-    }
-    process_comm_ = std::move(mpi);
-#else
-    return UnsupportedError(absl::StrCat("world_size ", o.world_size, " needs the MPI communicator, which this build ",
-                                         "of llmrt does not have (configure with LLMRT_MPI and libopenmpi-dev)"));
-#endif
-  } else if (local > 1) {
-    LLMRT_ASSIGN_OR_RETURN(group_, InProcessGroup::Create(local, timeout));
-  }
   // num_threads is the process's budget: each in-process rank gets its share.
   int threads = o.num_threads;
   if (local > 1) {
@@ -106,12 +84,14 @@ absl::Status Runtime::Init(const std::string& model_dir) {
     threads = std::max(1, total / local);
   }
   ranks_.resize(static_cast<size_t>(local));
+  LLMRT_RETURN_IF_ERROR(CreateBackends(threads));
+  LLMRT_RETURN_IF_ERROR(ConnectRanks());
   for (int r = 0; r < local; ++r) {
     ShardPlan plan;
     plan.rank = multi_process ? o.rank : r;
     plan.size = multi_process ? o.world_size : local;
     plan.expert_parallel = o.expert_parallel;
-    LLMRT_RETURN_IF_ERROR(InitRank(r, plan, threads));
+    LLMRT_RETURN_IF_ERROR(InitRank(r, plan));
   }
   rank_threads_ = std::make_unique<RankThreads>(local);
   backend_ = ranks_[0].backend.get();
@@ -155,6 +135,10 @@ absl::Status Runtime::Init(const std::string& model_dir) {
     k.logits = *logits;
   }
   host_logits_.reserve(static_cast<size_t>(step_rows * c.vocab_size));
+  if (process_comm_) {
+    // The pass's status, summed over the processes after every pass (Forward).
+    LLMRT_ASSIGN_OR_RETURN(pass_flag_, backend_->Allocate(DType::kF32, {1}));
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<KvTracker> tracker = o.tracker ? o.tracker : std::shared_ptr<KvTracker>(MakeNoopTracker());
@@ -163,26 +147,131 @@ absl::Status Runtime::Init(const std::string& model_dir) {
   return absl::OkStatus();
 }
 
-absl::Status Runtime::InitRank(int index, const ShardPlan& plan, int threads) {
+absl::Status Runtime::CreateBackends(int threads) {
+  const RuntimeOptions& o = options_;
+  const bool multi_process = o.world_size > 1;
+  const int local = static_cast<int>(ranks_.size());
+  BackendKind kind = o.backend;
+  // AUTO across processes: a CUDA (NCCL) id asks for device ranks; another id, or none, for CPU
+  // ranks through MPI.
+  const bool nccl_id = o.comm_id.has_value() && o.comm_id->kind == CommIdKind::kNccl;
+  if (multi_process && kind == BackendKind::kAuto && !nccl_id) kind = BackendKind::kCpu;
+  const int devices = BackendDeviceCount(kind);
+  for (int r = 0; r < local; ++r) {
+    BackendOptions bo;
+    bo.num_threads = threads;
+    bo.activations = o.activations;
+    // In-process rank r runs on device r; process rank p on device p mod the host's count (one
+    // process per device, ranks numbered host by host).
+    if (devices > 0) bo.device = multi_process ? o.rank % devices : r;
+    LLMRT_ASSIGN_OR_RETURN(ranks_[r].backend, CreateBackend(kind, bo));
+    if (r > 0) continue;
+    created_kind_ = ranks_[0].backend->kind();
+    if (created_kind_ != BackendKind::kCpu && local > devices) {
+      // Unimplemented: AUTO then falls back to CPU ranks (Create); an explicit choice fails here.
+      return UnsupportedError(absl::StrCat("tensor_parallel ", local, " runs one rank per ",
+                                           ranks_[0].backend->name(), " device, and this host has ", devices,
+                                           devices == 1 ? " device" : " devices"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::ConnectRanks() {
+  const RuntimeOptions& o = options_;
+  const bool multi_process = o.world_size > 1;
+  const int local = static_cast<int>(ranks_.size());
+  const std::chrono::milliseconds timeout(o.collective_timeout_ms);
+  const bool device = created_kind_ != BackendKind::kCpu;
+  const bool nccl_id = o.comm_id.has_value() && o.comm_id->kind == CommIdKind::kNccl;
+  if (multi_process && !device) {
+    if (nccl_id) {
+      return UnsupportedError("comm_id was made for CUDA ranks (an NCCL id), but this runtime's ranks run on the CPU "
+                              "backend (through MPI): make the id with llm_comm_id_create(LLM_BACKEND_CPU), or run "
+                              "the ranks on LLM_BACKEND_CUDA");
+    }
+    if (o.comm_id.has_value()) LLMRT_RETURN_IF_ERROR(CheckMpiCommId(o.comm_id->bytes));
+#if LLMRT_HAVE_MPI
+    LLMRT_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> mpi,
+                           MpiCommunicator::Create(o.world_size, timeout,
+                                                   o.comm_id.has_value() ? &o.comm_id->bytes : nullptr));
+    if (mpi->rank() != o.rank) {
+      return absl::InvalidArgumentError(absl::StrCat("rank is ", o.rank, " but this process is MPI rank ", mpi->rank(),
+                                                     " of ", mpi->size()));
+    }
+    process_comm_ = std::move(mpi);
+#else
+    return UnsupportedError(absl::StrCat("world_size ", o.world_size, " needs the MPI communicator, which this build ",
+                                         "of llmrt does not have (configure with LLMRT_MPI and libopenmpi-dev)"));
+#endif
+  } else if (multi_process) {
+    if (!nccl_id) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "world_size ", o.world_size, " on the ", ranks_[0].backend->name(), " backend: the processes join through ",
+          "NCCL and need comm_id, made on one process with llm_comm_id_create(LLM_BACKEND_CUDA) and passed to every "
+          "rank"));
+    }
+#if LLMRT_HAVE_NCCL
+    NcclId id;
+    std::memcpy(id.data(), o.comm_id->bytes.data(), id.size());
+    const int devices = BackendDeviceCount(created_kind_);
+    LLMRT_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> nccl,
+                           NcclCommunicator::Create(id, o.rank, o.world_size, o.rank % std::max(devices, 1), timeout));
+    nccl->set_stream(ranks_[0].backend->device_stream());
+    process_comm_ = std::move(nccl);
+#else
+    return UnsupportedError("multi-process CUDA ranks need the NCCL communicator, which this build of llmrt does not "
+                            "have (the CUDA toolkit it was built with has no nccl.h)");
+#endif
+  } else if (local > 1 && !device) {
+    LLMRT_ASSIGN_OR_RETURN(group_, InProcessGroup::Create(local, timeout));
+  } else if (local > 1) {
+#if LLMRT_HAVE_NCCL
+    // One NCCL group over this process's devices. Each rank's initialization waits for all of
+    // them, so they join at once, each from a thread of its own.
+    LLMRT_ASSIGN_OR_RETURN(NcclId id, NcclUniqueId());
+    std::vector<absl::StatusOr<std::unique_ptr<NcclCommunicator>>> comms(static_cast<size_t>(local));
+    {
+      std::vector<std::thread> joining;
+      joining.reserve(static_cast<size_t>(local));
+      for (int r = 0; r < local; ++r) {
+        joining.emplace_back([&comms, &id, r, local, timeout] {
+          comms[r] = NcclCommunicator::Create(id, r, local, /*device=*/r, timeout);
+        });
+      }
+      for (std::thread& t : joining) t.join();
+    }
+    for (int r = 0; r < local; ++r) {
+      if (!comms[r].ok()) {
+        return absl::Status(comms[r].status().code(), absl::StrCat("NCCL rank ", r, " of ", local, ": ",
+                                                                   comms[r].status().message()));
+      }
+      (*comms[r])->set_stream(ranks_[r].backend->device_stream());
+      ranks_[r].comm = std::move(*comms[r]);
+    }
+#else
+    return UnsupportedError(absl::StrCat("tensor_parallel ", local, " on the ", ranks_[0].backend->name(),
+                                         " backend needs the NCCL communicator, which this build of llmrt does not "
+                                         "have (the CUDA toolkit it was built with has no nccl.h)"));
+#endif
+  }
+  for (int r = 0; r < local; ++r) {
+    Replica& k = ranks_[r];
+    if (group_) {
+      LLMRT_ASSIGN_OR_RETURN(k.comm, group_->Join(r));
+    }
+    if (k.comm) {
+      k.backend->set_communicator(k.comm.get());
+    } else if (process_comm_) {
+      k.backend->set_communicator(process_comm_.get());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::InitRank(int index, const ShardPlan& plan) {
   const RuntimeOptions& o = options_;
   Replica& k = ranks_[index];
-  BackendOptions bo;
-  bo.num_threads = threads;
-  bo.activations = o.activations;
-  LLMRT_ASSIGN_OR_RETURN(k.backend, CreateBackend(o.backend, bo));
-  created_kind_ = k.backend->kind();
-  if (created_kind_ != BackendKind::kCpu && plan.size > 1) {
-    // The device backends' collectives (NCCL on the backend's stream) are not wired to the
-    // runtime yet: ranks run on CPU backends only.
-    return UnsupportedError(absl::StrCat("tensor or expert parallelism over ", plan.size, " ranks on the ",
-                                         k.backend->name(), " backend"));
-  }
-  if (group_) {
-    LLMRT_ASSIGN_OR_RETURN(k.comm, group_->Join(index));
-    k.backend->set_communicator(k.comm.get());
-  } else if (process_comm_) {
-    k.backend->set_communicator(process_comm_.get());
-  }
   LoadOptions lo;
   lo.prefill_experts = o.policy.prefill_experts;
   lo.decode_experts = o.policy.decode_experts;
@@ -223,6 +312,15 @@ Runtime::~Runtime() {
     for (auto& [id, s] : sessions_) ReleasePages(s.get());
   }
   sessions_.clear();
+  if (created_kind_ != BackendKind::kCpu && ranks_.size() > 1) {
+    // NCCL may wait for every rank of a group while tearing one down: this process's ranks let
+    // go of their communicators together, each on a thread of its own.
+    std::vector<std::thread> leaving;
+    for (Replica& k : ranks_) {
+      if (k.comm) leaving.emplace_back([&k] { k.comm.reset(); });
+    }
+    for (std::thread& t : leaving) t.join();
+  }
 }
 
 int64_t Runtime::LiveSessions() const {

@@ -205,7 +205,11 @@ class Runtime {
     Tensor score_logits;  // F32 [max_tokens_per_step, vocab], made by the first Score that needs it
   };
   Runtime() = default;
-  absl::Status InitRank(int index, const ShardPlan& plan, int threads);
+  // Init's parts: every local rank's backend (device r for in-process rank r), their
+  // communicators (in-process group, NCCL, MPI), then each rank's weights, KV store, workspace.
+  absl::Status CreateBackends(int threads);
+  absl::Status ConnectRanks();
+  absl::Status InitRank(int index, const ShardPlan& plan);
   // KV rows move between runtimes only where rank 0 caches all of them and every local rank the
   // same ones: one rank, or MLA's replicated latent over in-process ranks.
   absl::Status CheckKvTransferable() const;
@@ -254,6 +258,7 @@ class Runtime {
   Workspace* workspace_ = nullptr;
   StepBatch batch_;
   std::vector<float> host_logits_;
+  Tensor pass_flag_;  // multi-process: F32 [1] in rank 0's backend memory, the pass's failure summed over processes
   uint64_t integrity_violations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t integrity_check_ns_ ABSL_GUARDED_BY(mu_) = 0;

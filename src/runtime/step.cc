@@ -261,8 +261,12 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score) {
   }
   if (process_comm_) {
     // Multi-process: every process must commit or drop this pass alike.
+    // The flag is summed where the communicator reads: host memory for MPI, device memory (on
+    // the backend's stream, which Download waits for) for NCCL.
     float flag = failed.ok() ? 0.0f : 1.0f;
-    LLMRT_RETURN_IF_ERROR(process_comm_->AllReduceSum(&flag, 1, DType::kF32));
+    LLMRT_RETURN_IF_ERROR(backend_->Upload(&flag, sizeof(flag), pass_flag_));
+    LLMRT_RETURN_IF_ERROR(process_comm_->AllReduceSum(pass_flag_.data(), 1, DType::kF32));
+    LLMRT_RETURN_IF_ERROR(backend_->Download(pass_flag_, &flag, sizeof(flag)));
     if (failed.ok() && flag > 0.0f) {
       failed = absl::InternalError(absl::StrCat("the pass failed on ", static_cast<int>(flag), " other rank(s)"));
     }

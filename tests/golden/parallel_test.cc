@@ -260,7 +260,8 @@ TEST(ParallelRuntime, CommIdsAreMadeAndCheckedBeforeJoining) {
   ro.rank = 0;
   ro.collective_timeout_ms = 2000;
   llm_runtime* rt = nullptr;
-  ro.comm_id = &nccl;  // multi-process ranks run on the CPU in this version
+  ro.backend = LLM_BACKEND_CPU;
+  ro.comm_id = &nccl;  // CPU ranks join through MPI, never with an NCCL id
   EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_ERR_UNSUPPORTED);
   EXPECT_NE(std::string(llm_last_error()).find("comm_id was made for CUDA ranks"), std::string::npos)
       << llm_last_error();
@@ -279,6 +280,63 @@ TEST(ParallelRuntime, CommIdsAreMadeAndCheckedBeforeJoining) {
   ro.comm_id = &forged;
   ASSERT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
   llm_runtime_destroy(rt);
+}
+
+// Device ranks where the devices are missing: refused at creation with a status naming what is
+// missing, before any rank is waited for. (On a host with one device, tests/parallel/
+// cuda_collectives_test.cc checks the device count in the message.)
+TEST(ParallelRuntime, DeviceRanksAreRefusedClearlyWhereDevicesAreMissing) {
+  const std::string dir = Repo("tests/data/tiny_kimi_k2_qlora_yarn");
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.backend = LLM_BACKEND_CUDA;
+  ro.tensor_parallel = 2;
+  ro.collective_timeout_ms = 2000;
+  llm_runtime* rt = nullptr;
+  llm_status st = llm_runtime_create(dir.c_str(), &ro, &rt);
+  if (st == LLM_OK) {
+    llm_runtime_destroy(rt);
+    GTEST_SKIP() << "two CUDA devices here: tensor_parallel 2 runs on them";
+  }
+  std::string msg = llm_last_error();
+  EXPECT_EQ(st, LLM_ERR_UNSUPPORTED) << msg;
+  // No device, or a build without the CUDA backend.
+  const bool no_device =
+      msg.find("cannot run here") != std::string::npos || msg.find("not part of this build") != std::string::npos;
+  EXPECT_TRUE(no_device || msg.find("runs one rank per cuda device, and this host has 1 device") != std::string::npos)
+      << msg;
+  EXPECT_EQ(rt, nullptr);
+  // AUTO runs the same request on CPU ranks.
+  ro.backend = LLM_BACKEND_AUTO;
+  ASSERT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+  llm_runtime_info info;
+  info.struct_size = sizeof(info);
+  ASSERT_EQ(llm_runtime_get_info(rt, &info), LLM_OK);
+  EXPECT_EQ(info.backend, LLM_BACKEND_CPU);
+  llm_runtime_destroy(rt);
+  rt = nullptr;
+  // Across processes, CUDA ranks join through NCCL: without a CUDA id they are refused (where a
+  // device exists; elsewhere the backend itself is UNSUPPORTED).
+  ro.backend = LLM_BACKEND_CUDA;
+  ro.tensor_parallel = 1;
+  ro.world_size = 2;
+  ro.rank = 1;
+  st = llm_runtime_create(dir.c_str(), &ro, &rt);
+  msg = llm_last_error();
+  if (no_device) {
+    EXPECT_EQ(st, LLM_ERR_UNSUPPORTED) << msg;
+    EXPECT_NE(msg.find("the cuda backend"), std::string::npos) << msg;
+  } else {
+    EXPECT_EQ(st, LLM_ERR_INVALID_ARGUMENT) << msg;
+    EXPECT_NE(msg.find("llm_comm_id_create(LLM_BACKEND_CUDA)"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(rt, nullptr);
+  llm_comm_id cpu_id;
+  ASSERT_EQ(llm_comm_id_create(LLM_BACKEND_CPU, &cpu_id), LLM_OK);
+  ro.comm_id = &cpu_id;  // an MPI id does not make CUDA ranks join
+  st = llm_runtime_create(dir.c_str(), &ro, &rt);
+  EXPECT_EQ(st, no_device ? LLM_ERR_UNSUPPORTED : LLM_ERR_INVALID_ARGUMENT) << llm_last_error();
+  EXPECT_EQ(rt, nullptr);
 }
 
 // Batched sessions with shared prompt prefixes under KV pressure (preempt policy), split over two

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -35,10 +36,12 @@ class DeviceStorage final : public Storage {
   void* ptr_;
 };
 
-bool DeviceAvailable() {
+int DeviceCount() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
+
+bool DeviceAvailable() { return DeviceCount() > 0; }
 
 }  // namespace
 
@@ -47,6 +50,7 @@ BackendEntry CudaBackendEntry() {
   e.kind = BackendKind::kCuda;
   e.available = DeviceAvailable;
   e.create = CudaBackend::Create;
+  e.device_count = DeviceCount;
   return e;
 }
 
@@ -352,26 +356,65 @@ void CudaBackend::EmbeddingShard(const Weight& table, int64_t first_id, const Te
   });
 }
 
+// A collective's host part. Unlike Run, it goes on after a failure (unless the device itself is
+// lost): every rank enqueues every collective of a pass, so that NCCL's kernels on the other
+// ranks find their peer; this rank's buffers then hold whatever the skipped ops left, and the
+// runtime fails the pass on every rank when it collects the ranks' statuses.
+template <typename Fn>
+void CudaBackend::Collective(const char* op, Fn&& body) {
+  if (!sticky_.ok()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  cudaSetDevice(device_);
+  const absl::Status s = body();
+  if (!s.ok() && !failed_) Fail(absl::Status(s.code(), absl::StrCat(op, ": ", s.message())));
+  // The time to enqueue (and, when NCCL is busy, to wait for room on the stream).
+  collective_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                     std::chrono::steady_clock::now() - t0)
+                                                     .count()),
+                           std::memory_order_relaxed);
+}
+
 void CudaBackend::AllReduceSum(const Tensor& x) {
-  if (world_size() == 1) return;
-  Run("AllReduceSum", [&]() -> absl::Status {
-    return UnsupportedError(absl::StrCat("collectives over ", world_size(), " ranks on the cuda backend"));
+  if (comm_ == nullptr) return;
+  Collective("AllReduceSum", [&]() -> absl::Status {
+    // The same checks fail on every rank (they run the same plan), so no rank is left waiting.
+    LLMRT_CUDA_CHECK(x.dtype() == DType::kF32 && x.contiguous());
+    return comm_->AllReduceSum(x.data(), static_cast<size_t>(x.numel()), DType::kF32, failed_);
   });
 }
 
 void CudaBackend::AllGatherColumns(const Tensor& local, const Tensor& scratch, const Tensor& out) {
-  Run("AllGatherColumns", [&]() -> absl::Status {
-    if (world_size() != 1) {
-      return UnsupportedError(absl::StrCat("collectives over ", world_size(), " ranks on the cuda backend"));
-    }
-    const int64_t S = local.dim(0), n = local.row_size();
-    LLMRT_CUDA_CHECK(out.dim(0) == S && out.row_size() == n && local.dtype() == DType::kF32 &&
-                     out.dtype() == DType::kF32);
+  const int64_t S = local.dim(0), n = local.row_size();
+  if (comm_ == nullptr) {
+    Run("AllGatherColumns", [&]() -> absl::Status {
+      LLMRT_CUDA_CHECK(out.dim(0) == S && out.row_size() == n && local.dtype() == DType::kF32 &&
+                       out.dtype() == DType::kF32);
+      if (S == 0 || n == 0) return absl::OkStatus();
+      return CudaStatus(cudaMemcpy2DAsync(out.data(), out.row_stride() * sizeof(float), local.data(),
+                                          local.row_stride() * sizeof(float), n * sizeof(float), S,
+                                          cudaMemcpyDeviceToDevice, Stream(stream_)),
+                        "cudaMemcpy2DAsync");
+    });
+    return;
+  }
+  const int64_t ranks = comm_->size();
+  Collective("AllGatherColumns", [&]() -> absl::Status {
+    LLMRT_CUDA_CHECK(local.dtype() == DType::kF32 && scratch.dtype() == DType::kF32 && out.dtype() == DType::kF32);
+    LLMRT_CUDA_CHECK(local.contiguous() && scratch.contiguous() && scratch.numel() >= ranks * S * n);
+    LLMRT_CUDA_CHECK(out.dim(0) == S && out.row_size() == ranks * n);
+    // scratch [ranks, S, n] = every rank's local, then out [S, ranks * n]: rank r's block of
+    // columns [r * n, (r + 1) * n) of each row, as the CPU backend lays them out.
+    LLMRT_RETURN_IF_ERROR(comm_->AllGather(local.data(), scratch.data(), static_cast<size_t>(S * n), DType::kF32,
+                                           failed_));
     if (S == 0 || n == 0) return absl::OkStatus();
-    return CudaStatus(cudaMemcpy2DAsync(out.data(), out.row_stride() * sizeof(float), local.data(),
-                                        local.row_stride() * sizeof(float), n * sizeof(float), S,
-                                        cudaMemcpyDeviceToDevice, Stream(stream_)),
-                      "cudaMemcpy2DAsync");
+    for (int64_t r = 0; r < ranks; ++r) {
+      LLMRT_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpy2DAsync(out.data_as<float>() + r * n, out.row_stride() * sizeof(float),
+                            scratch.data_as<float>() + r * S * n, n * sizeof(float), n * sizeof(float), S,
+                            cudaMemcpyDeviceToDevice, Stream(stream_)),
+          "cudaMemcpy2DAsync"));
+    }
+    return absl::OkStatus();
   });
 }
 

@@ -63,8 +63,11 @@ class CudaBackend final : public Backend {
 
   void Fill(const Tensor& t, float value) override;
   void Embedding(const Weight& table, const Tensor& ids, const Tensor& out) override;
-  // Collectives: this backend runs as the only rank (the runtime refuses device backends for
-  // more than one rank until NCCL is wired to the backend's stream), so they are identities.
+  void* device_stream() const override { return stream_; }
+  // Collectives go through the communicator (an NcclCommunicator whose stream is this backend's
+  // stream: enqueued in order with the ops, no host wait); without one they are identities.
+  // After a failure they still run, moving whatever the buffers hold, so that the other ranks
+  // are not left waiting; the runtime fails the pass on every rank afterwards.
   void AllReduceSum(const Tensor& x) override;
   void AllGatherColumns(const Tensor& local, const Tensor& scratch, const Tensor& out) override;
   void EmbeddingShard(const Weight& table, int64_t first_id, const Tensor& ids, const Tensor& out) override;
@@ -113,6 +116,9 @@ class CudaBackend final : public Backend {
   // pending later ops are skipped (the contract of a device stream).
   template <typename Fn>
   void Run(const char* op, Fn&& body);
+  // A collective's host part: as Run, but it still runs after a failure (see the collectives).
+  template <typename Fn>
+  void Collective(const char* op, Fn&& body);
   void Fail(absl::Status status);
   // Host bytes to device memory through the pinned double buffer, in stream order.
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
