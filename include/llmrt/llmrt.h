@@ -217,8 +217,10 @@ typedef struct llm_comm_id {
  * joined through MPI; the id is a random tag each rank checks when it joins. LLM_BACKEND_CUDA:
  * NCCL's unique id (ncclGetUniqueId, through the libnccl.so.2 found at run time; it names a
  * bootstrap address on this host, so make it on the host of rank 0): LLM_ERR_UNSUPPORTED when
- * NCCL cannot be loaded. AUTO or another value: LLM_ERR_INVALID_ARGUMENT. This version runs
- * multi-process ranks on the CPU only; a runtime given a CUDA id fails with LLM_ERR_UNSUPPORTED. */
+ * NCCL cannot be loaded. AUTO or another value: LLM_ERR_INVALID_ARGUMENT. A CUDA id makes the
+ * processes CUDA ranks joined through NCCL (one device each: rank % device count); a runtime whose
+ * ranks run on the CPU refuses it with LLM_ERR_UNSUPPORTED, and multi-process CUDA ranks without
+ * a CUDA id are LLM_ERR_INVALID_ARGUMENT. */
 LLM_API llm_status llm_comm_id_create(int32_t backend, llm_comm_id* out_id);
 
 typedef struct llm_runtime_options {
@@ -247,15 +249,18 @@ typedef struct llm_runtime_options {
   /* Tensor parallelism: the model is split over tensor_parallel ranks (attention by head, MLPs by
    * intermediate column, embedding and lm_head by vocabulary row; every rank keeps its own KV
    * store of kv_budget_bytes), all-reduced after each block. 0 or 1: one rank. In one process each
-   * rank is a thread with its own CPU backend, sharing num_threads. The degree must divide the
+   * rank is a thread with its own backend: CPU ranks share num_threads; CUDA ranks take one device
+   * each (rank r on device r, collectives through NCCL; fewer devices than ranks: AUTO runs CPU
+   * ranks, CUDA is LLM_ERR_UNSUPPORTED naming the device count). The degree must divide the
    * attention heads, the vocabulary and the MLP widths (or the routed experts, with
    * expert_parallel), and quantized blocks and groups must not straddle two ranks' slices: else
    * LLM_ERR_INVALID_ARGUMENT naming the dimension or tensor and the sizes. */
   uint32_t tensor_parallel;
   int32_t expert_parallel;      /* nonzero: routed experts are partitioned whole among the ranks */
   /* Multi-process ranks: world_size > 1 makes this process rank `rank` of world_size (one rank per
-   * process, tensor_parallel 0, 1 or world_size); ranks join through MPI (builds with the MPI
-   * communicator; LLM_ERR_UNSUPPORTED otherwise). Every process must make the same calls in the
+   * process, tensor_parallel 0, 1 or world_size); CPU ranks join through MPI (builds with the MPI
+   * communicator; LLM_ERR_UNSUPPORTED otherwise), CUDA ranks through NCCL with a CUDA comm_id
+   * (below). Every process must make the same calls in the
    * same order: create the same sessions, append the same tokens, step together. */
   uint32_t world_size;
   uint32_t rank;

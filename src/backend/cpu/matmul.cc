@@ -15,6 +15,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/backend/cpu/matmul.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 #include <algorithm>
@@ -422,6 +423,8 @@ struct QuantView {
   }
 };
 
+constexpr int64_t kQuantPrefetchBytes = 2048;
+
 // Rows [n0, n1) for any number of activation rows, one (row, activation row) at a time with the
 // codes decoded in registers: the reference order every quantized path keeps (decode's path).
 void QuantRowsDirect(const QuantView& v, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, int64_t n0,
@@ -442,6 +445,9 @@ void QuantRowsDirect(const QuantView& v, const float* x, int64_t ldx, int64_t T,
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t width = std::min(bw, K - b * bw);
         const uint8_t* q = v.codes(n, b);
+        // A row is one stream of codes, and the hardware prefetchers stop at every 4 KiB page:
+        // read ahead in software, across pages (a hint: never faults).
+        hwy::Prefetch(q + kQuantPrefetchBytes);
         const float* xt = x + t * ldx + b * bw;
         auto a0 = hn::Zero(df), a1 = hn::Zero(df);
         float st = 0.0f;
