@@ -25,6 +25,7 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   ro.num_threads = threads;
   ro.kv_budget_bytes = 512ull << 20;
   ro.tensor_parallel = g_tensor_parallel;
+  ro.quantized_activations = g_quantized_activations;
   llm_runtime* rt = nullptr;
   auto t_load = Clock::now();
   llm_status st = llm_runtime_create(dir.c_str(), &ro, &rt);
