@@ -271,16 +271,19 @@ typedef struct llm_runtime_options {
    * processes given different ids fail with LLM_ERR_INVALID_ARGUMENT on every rank. NULL: no
    * check (the MPI launcher alone says who belongs to the group). Read only when world_size > 1. */
   const struct llm_comm_id* comm_id;
-  /* How matmuls with quantized weights (INT4, FP8) treat their activations (LLM_ACTIVATIONS_*;
-   * default EXACT). INT8 rounds each 32 activations to int8 codes with one float scale (W4A8 /
-   * W8A8) and multiplies with integer dot products: faster on CPUs, slightly different numerics
-   * (see docs). Unquantized (F32/BF16) weights are unaffected. */
+  /* How matmuls treat their activations (LLM_ACTIVATIONS_*; default EXACT: float32, the
+   * reference numerics). INT8 rounds each 32 activations to int8 codes with one float scale and
+   * multiplies INT4 weights with integer dot products (W4A8): faster on CPUs, slightly different
+   * numerics (see docs); other weights are unaffected. BF16 rounds the activations of matmuls
+   * with BF16 weights to bfloat16 and multiplies with bf16 dot products (AVX512_BF16 on CPUs,
+   * tensor cores on GPUs), as BF16 GEMMs elsewhere do; other weights are unaffected. */
   int32_t quantized_activations;
   uint32_t reserved_activations;
 } llm_runtime_options;
 
 #define LLM_ACTIVATIONS_EXACT 0 /* float32 activations: the reference numerics */
 #define LLM_ACTIVATIONS_INT8 1  /* int8 activations per 32 values, integer dot products */
+#define LLM_ACTIVATIONS_BF16 2  /* bfloat16 activations for BF16 weights, bf16 dot products */
 
 #define LLM_WEIGHTS_AS_STORED 0
 #define LLM_WEIGHTS_INT4_G32 1  /* INT4, one bf16 scale per 32 columns */

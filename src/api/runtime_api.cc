@@ -224,6 +224,7 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
   switch (o.quantized_activations) {
     case LLM_ACTIVATIONS_EXACT: ro.activations = llmrt::QuantizedActivations::kExact; break;
     case LLM_ACTIVATIONS_INT8: ro.activations = llmrt::QuantizedActivations::kInt8; break;
+    case LLM_ACTIVATIONS_BF16: ro.activations = llmrt::QuantizedActivations::kBf16; break;
     default:
       return Fail(LLM_ERR_INVALID_ARGUMENT, "options->quantized_activations is not an LLM_ACTIVATIONS_* value");
   }

@@ -10,10 +10,11 @@
 
 namespace llmrt {
 
-// How matmuls with quantized weights treat their activations: kExact multiplies float32
-// activations (the reference numerics); kInt8 rounds them to int8 per 32 values and multiplies
-// with integer dot products (CPU: INT4 weights; see src/backend/cpu/int8_dot.h).
-enum class QuantizedActivations { kExact, kInt8 };
+// How matmuls treat their activations: kExact multiplies float32 activations (the reference
+// numerics); kInt8 rounds them to int8 per 32 values and multiplies INT4 weights with integer
+// dot products (CPU; see src/backend/cpu/int8_dot.h); kBf16 rounds the activations of matmuls
+// with BF16 weights to bfloat16 and multiplies with bf16 dot products.
+enum class QuantizedActivations { kExact, kInt8, kBf16 };
 
 struct BackendOptions {
   int num_threads = 0;  // CPU worker threads; 0 = one per core

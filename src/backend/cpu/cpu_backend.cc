@@ -50,6 +50,9 @@ BackendEntry CpuBackendEntry() {
   e.kind = BackendKind::kCpu;
   e.available = [] { return true; };
   e.create = [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    if (o.activations == QuantizedActivations::kBf16) {
+      return absl::UnimplementedError("the cpu backend has no bf16-activation matmuls yet (quantized_activations BF16)");
+    }
     return std::unique_ptr<Backend>(new CpuBackend(o));
   };
   return e;
