@@ -43,17 +43,29 @@ HWY_INLINE hn::Vec<DF> LoadW(DF df, const uint16_t* p) {
   const hn::Rebind<uint16_t, DF> du16;
   return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, p))));
 }
-// float8 e4m3fn bytes -> float32: the 7 magnitude bits placed at the top of a float32's
-// exponent/mantissa give 2^(e - 127) * 1.m (or the subnormal m * 2^-129); times 2^120 that is the
-// e4m3 value 2^(e - 7) * 1.m (or m * 2^-9), exactly. (0x7F, NaN in e4m3fn, does not occur in
-// checkpoints and reads as 480.)
+// float8 e4m3fn bytes -> float32 / 256, exactly. The byte's sign and 7 magnitude bits placed as
+// a float16's sign, exponent and top mantissa bits make the float16 2^(e - 15) * 1.m (or the
+// subnormal m * 2^-17): the e4m3 value 2^(e - 7) * 1.m (or m * 2^-9) over 2^8, and the
+// float16 -> float32 conversion (vcvtph2ps) is exact. Sign-extending the byte to 16 bits and
+// shifting by 7 leaves its sign in bits 14 and 15; one mask clears bit 14. That is three integer
+// instructions and the conversion per 16 codes, where placing the bits into a float32 directly
+// needs a multiply by 2^120 whose subnormal inputs (the codes with a zero exponent, which real
+// checkpoints hold) take a slow microcode path on x86. The matmuls fold the 2^8 into the scales
+// (kFp8Fold): multiplying by a power of two is exact, so the products and sums are those of the
+// true values scaled by 2^-8, and the results are the same floats. (0x7F, NaN in e4m3fn, does
+// not occur in checkpoints and reads as 480.)
+constexpr float kFp8Fold = 256.0f;
+HWY_INLINE hn::Vec<DF> Fp8ToF32Folded(DF df, const uint8_t* p) {
+  const hn::Rebind<int8_t, DF> di8;
+  const hn::Rebind<int16_t, DF> di16;
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  const auto b = hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const int8_t*>(p)));
+  const auto bits = hn::And(hn::ShiftLeft<7>(b), hn::Set(di16, static_cast<int16_t>(0xBFFF)));
+  return hn::PromoteTo(df, hn::BitCast(df16, bits));
+}
+// The true values (FP8 KV rows), for the paths that do not fold.
 HWY_INLINE hn::Vec<DF> Fp8ToF32(DF df, const uint8_t* p) {
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::Rebind<uint8_t, DF> du8;
-  const auto b = hn::PromoteTo(du32, hn::LoadU(du8, p));
-  const auto mag = hn::ShiftLeft<20>(hn::And(b, hn::Set(du32, 0x7Fu)));
-  const auto sign = hn::ShiftLeft<24>(hn::And(b, hn::Set(du32, 0x80u)));
-  return hn::Mul(hn::BitCast(df, hn::Or(mag, sign)), hn::Set(df, 0x1p120f));
+  return hn::Mul(Fp8ToF32Folded(df, p), hn::Set(df, kFp8Fold));
 }
 
 HWY_INLINE hn::Vec<DF> LoadW(DF df, const uint8_t* p) { return Fp8ToF32(df, p); }
@@ -318,15 +330,16 @@ void AxpyFp8(float alpha, const void* x, float* y, int64_t n) {
 
 // ---- quantized weights ----
 
-// Raw codes of one block as float32 (no scale): FP8 in natural order; INT4 as q - 8, each
+// Raw codes of one block as float32 (no scale): FP8 in natural order, over kFp8Fold (the
+// QuantView's FP8 scales carry it); INT4 as q - 8, each
 // 32-column chunk as its 16 even columns then its 16 odd ones.
 void RawFp8(const uint8_t* q, int64_t width, float* dst) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const float* table = Fp8E4M3::DecodeTable();
   int64_t k = 0;
-  for (; k + N <= width; k += N) hn::StoreU(Fp8ToF32(df, q + k), df, dst + k);
-  for (; k < width; ++k) dst[k] = table[q[k]];
+  for (; k + N <= width; k += N) hn::StoreU(Fp8ToF32Folded(df, q + k), df, dst + k);
+  for (; k < width; ++k) dst[k] = table[q[k]] * (1.0f / kFp8Fold);
 }
 
 void RawInt4(const uint8_t* q, int64_t width, float* dst) {
@@ -414,9 +427,20 @@ struct QuantView {
         bw(int4 ? wt.params.group : wt.params.block_cols),
         nb((K + bw - 1) / bw),
         nbc((K + wt.params.block_cols - 1) / std::max<int64_t>(wt.params.block_cols, 1)) {}
-  float scale(int64_t row, int64_t b) const {
-    return int4 ? Bf16ToF32(w.scales.data_as<uint16_t>()[row * (K / w.params.group) + b])
-                : w.scales.data_as<float>()[(row / w.params.block_rows) * nbc + b];
+  float scale(int64_t row, int64_t b) const { return scales_of(row).at(b); }
+  // A row's scales, found once per row: the FP8 block row is a division, which costs as much
+  // as decoding a block when it is done per block.
+  // FP8 scales come times kFp8Fold: the raw FP8 codes every quantized path multiplies are the
+  // values over kFp8Fold (Fp8ToF32Folded, RawFp8).
+  struct RowScales {
+    const uint16_t* bf16;  // INT4
+    const float* f32;      // FP8
+    float fold;
+    float at(int64_t b) const { return bf16 != nullptr ? Bf16ToF32(bf16[b]) : f32[b] * fold; }
+  };
+  RowScales scales_of(int64_t row) const {
+    if (int4) return {w.scales.data_as<uint16_t>() + row * (K / w.params.group), nullptr, 1.0f};
+    return {nullptr, w.scales.data_as<float>() + (row / w.params.block_rows) * nbc, kFp8Fold};
   }
   const uint8_t* codes(int64_t row, int64_t b) const {
     return int4 ? w.data.data_as<uint8_t>() + row * (K / 2) + b * bw / 2 : w.data.data_as<uint8_t>() + row * K + b * bw;
@@ -439,6 +463,7 @@ void QuantRowsDirect(const QuantView& v, const float* x, int64_t ldx, int64_t T,
   const auto mask = hn::Set(du32, 0xFu);
   const float* table = Fp8E4M3::DecodeTable();
   for (int64_t n = n0; n < n1; ++n) {
+    const QuantView::RowScales row_scales = v.scales_of(n);
     for (int64_t t = 0; t < T; ++t) {
       auto acc = hn::Zero(df);
       float tail = 0.0f;
@@ -448,6 +473,7 @@ void QuantRowsDirect(const QuantView& v, const float* x, int64_t ldx, int64_t T,
         // A row is one stream of codes, and the hardware prefetchers stop at every 4 KiB page:
         // read ahead in software, across pages (a hint: never faults).
         hwy::Prefetch(q + kQuantPrefetchBytes);
+        if (!int4) hwy::Prefetch(q + kQuantPrefetchBytes + 64);  // an FP8 block is two lines
         const float* xt = x + t * ldx + b * bw;
         auto a0 = hn::Zero(df), a1 = hn::Zero(df);
         float st = 0.0f;
@@ -464,13 +490,13 @@ void QuantRowsDirect(const QuantView& v, const float* x, int64_t ldx, int64_t T,
         } else {
           int64_t k = 0;
           for (; k + 2 * N <= width; k += 2 * N) {
-            a0 = hn::MulAdd(Fp8ToF32(df, q + k), hn::LoadU(df, xt + k), a0);
-            a1 = hn::MulAdd(Fp8ToF32(df, q + k + N), hn::LoadU(df, xt + k + N), a1);
+            a0 = hn::MulAdd(Fp8ToF32Folded(df, q + k), hn::LoadU(df, xt + k), a0);
+            a1 = hn::MulAdd(Fp8ToF32Folded(df, q + k + N), hn::LoadU(df, xt + k + N), a1);
           }
-          for (; k + N <= width; k += N) a0 = hn::MulAdd(Fp8ToF32(df, q + k), hn::LoadU(df, xt + k), a0);
-          for (; k < width; ++k) st += table[q[k]] * xt[k];
+          for (; k + N <= width; k += N) a0 = hn::MulAdd(Fp8ToF32Folded(df, q + k), hn::LoadU(df, xt + k), a0);
+          for (; k < width; ++k) st += table[q[k]] * (1.0f / kFp8Fold) * xt[k];
         }
-        const float s = v.scale(n, b);
+        const float s = row_scales.at(b);
         acc = hn::MulAdd(hn::Add(a0, a1), hn::Set(df, s), acc);
         tail += st * s;
       }
