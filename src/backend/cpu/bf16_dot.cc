@@ -1,0 +1,264 @@
+// bf16 dot-product matmuls: activation rounding, the scalar emulation of `vdpbf16ps`, the
+// AVX512_BF16 loops (decode GEMV, blocked GEMM) and the choice among them. See bf16_dot.h for
+// the arithmetic every path shares.
+#include "src/backend/cpu/bf16_dot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "src/util/bf16.h"
+#include "src/util/status.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LLMRT_BF16_X86 1
+#include <immintrin.h>
+#else
+#define LLMRT_BF16_X86 0
+#endif
+
+namespace llmrt::cpu {
+namespace {
+
+constexpr int64_t kBlock = Bf16Activations::kBlock;
+
+// A denormal read as (or flushed to) a zero of its sign: the instruction's DAZ and FTZ.
+inline float FlushDenormal(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
+
+// One step of a `vdpbf16ps` lane: a float32 fused multiply-add, denormals in and out flushed.
+// (std::fma rounds once, to nearest even: the default rounding mode, which llmrt never changes.)
+inline float DpStep(float acc, uint16_t a, uint16_t b) {
+  return FlushDenormal(std::fma(FlushDenormal(Bf16ToF32(a)), FlushDenormal(Bf16ToF32(b)), FlushDenormal(acc)));
+}
+
+// The 16 lanes of an output, added in the fixed tree of bf16_dot.h.
+inline float ReduceLanes(const float* l) {
+  float r8[8], r4[4];
+  for (int i = 0; i < 8; ++i) r8[i] = l[i] + l[i + 8];
+  for (int i = 0; i < 4; ++i) r4[i] = r8[i] + r8[i + 4];
+  return (r4[0] + r4[2]) + (r4[1] + r4[3]);
+}
+
+// The scalar path: one output at a time, block by block, lane by lane, in the instruction's
+// order. Weight columns past k read as +0, as the masked loads of the x86 path give.
+void RowsScalar(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
+                int64_t n1) {
+  const int64_t nb = x.padded / kBlock;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* wr = w + n * k;
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const uint16_t* xr = x.values.data() + t * x.padded;
+      float lanes[16] = {};
+      for (int64_t c = 0; c < nb; ++c) {
+        for (int64_t i = 0; i < 16; ++i) {
+          const int64_t k0 = c * kBlock + 2 * i, k1 = k0 + 1;
+          lanes[i] = DpStep(lanes[i], xr[k1], k1 < k ? wr[k1] : uint16_t{0});
+          lanes[i] = DpStep(lanes[i], xr[k0], k0 < k ? wr[k0] : uint16_t{0});
+        }
+      }
+      out[t * ldo + n] = ReduceLanes(lanes);
+    }
+  }
+}
+
+void DotLanesScalar(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
+  for (int i = 0; i < 16; ++i) acc[i] = DpStep(DpStep(acc[i], a[2 * i + 1], b[2 * i + 1]), a[2 * i], b[2 * i]);
+}
+
+}  // namespace
+
+#if LLMRT_BF16_X86
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+namespace bf16_avx512 {
+
+// Register tile: R weight rows x TT activation rows, one 16-lane accumulator each, over blocks
+// [0, nfull) of 32 columns and, when `masked`, one more block whose weight columns past the
+// row's end are masked to +0. acc[(t * ld_acc + r) * 16] holds the lanes in and out, so that a
+// column-blocked caller continues exactly where the previous block stopped.
+template <int R, int TT>
+inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx, int64_t nfull, bool masked,
+                 __mmask32 tail, float* acc, int64_t ld_acc) {
+  __m512 a[TT][R];
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) a[t][r] = _mm512_loadu_ps(acc + (t * ld_acc + r) * 16);
+  }
+  auto step = [&](int64_t col, bool mask) __attribute__((always_inline)) {
+    __m512i wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      wv[r] = mask ? _mm512_maskz_loadu_epi16(tail, w + r * ldw + col) : _mm512_loadu_si512(w + r * ldw + col);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const __m512i xv = _mm512_loadu_si512(x + t * ldx + col);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) a[t][r] = _mm512_dpbf16_ps(a[t][r], (__m512bh)xv, (__m512bh)wv[r]);
+    }
+  };
+  for (int64_t c = 0; c < nfull; ++c) step(c * kBlock, false);
+  if (masked) step(nfull * kBlock, true);
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc + (t * ld_acc + r) * 16, a[t][r]);
+  }
+}
+
+using TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, bool, __mmask32, float*, int64_t);
+constexpr int kMaxTileRows = 4;
+constexpr int kMaxTileTokens = 4;  // 16 accumulators + 4 weight vectors + 1 activation of 32 registers
+
+// kTiles[R - 1][TT - 1].
+constexpr TileFn kTiles[kMaxTileRows][kMaxTileTokens] = {
+    {Tile<1, 1>, Tile<1, 2>, Tile<1, 3>, Tile<1, 4>},
+    {Tile<2, 1>, Tile<2, 2>, Tile<2, 3>, Tile<2, 4>},
+    {Tile<3, 1>, Tile<3, 2>, Tile<3, 3>, Tile<3, 4>},
+    {Tile<4, 1>, Tile<4, 2>, Tile<4, 3>, Tile<4, 4>},
+};
+
+// Decode: four weight rows at a time stream over the whole row once per group of up to four
+// activation rows; the accumulators stay in registers for the whole row.
+void Gemv(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  const int64_t nfull = k / kBlock;
+  const bool masked = k % kBlock != 0;
+  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
+  alignas(64) float acc[kMaxTileRows * kMaxTileTokens * 16];
+  for (int64_t n = n0; n < n1; n += kMaxTileRows) {
+    const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, n1 - n));
+    for (int64_t t = 0; t < x.rows; t += kMaxTileTokens) {
+      const int nt = static_cast<int>(std::min<int64_t>(kMaxTileTokens, x.rows - t));
+      std::memset(acc, 0, sizeof(acc));
+      kTiles[nr - 1][nt - 1](w + n * k, k, x.values.data() + t * x.padded, x.padded, nfull, masked, tail, acc, nr);
+      for (int i = 0; i < nt; ++i) {
+        for (int r = 0; r < nr; ++r) out[(t + i) * ldo + n + r] = ReduceLanes(acc + (i * nr + r) * 16);
+      }
+    }
+  }
+}
+
+// Prefill and batched decode: blocks of kGemmTokens activation rows x kGemmRows weight rows x
+// kGemmBlocks column blocks. The weight block (16 KiB) stays in L1 while every token tile of
+// the block passes over it; the activation block (64 KiB) stays in L2. The lanes of each
+// (weight row, activation row) pair live in memory between column blocks and continue in the
+// same order, so each output is the GEMV's bit for bit.
+constexpr int64_t kGemmTokens = 64;
+constexpr int64_t kGemmRows = 16;   // a multiple of kMaxTileRows
+constexpr int64_t kGemmBlocks = 16;  // 512 columns
+
+void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  const int64_t nb = x.padded / kBlock;
+  const bool masked = k % kBlock != 0;
+  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
+  thread_local std::vector<float> accs;
+  accs.resize(static_cast<size_t>(kGemmTokens * kGemmRows * 16));
+  float* acc = accs.data();
+  for (int64_t t0 = 0; t0 < x.rows; t0 += kGemmTokens) {
+    const int64_t tb = std::min(kGemmTokens, x.rows - t0);
+    for (int64_t r0 = n0; r0 < n1; r0 += kGemmRows) {
+      const int64_t rb = std::min(kGemmRows, n1 - r0);
+      std::fill(acc, acc + tb * rb * 16, 0.0f);
+      for (int64_t c0 = 0; c0 < nb; c0 += kGemmBlocks) {
+        const int64_t cb = std::min(kGemmBlocks, nb - c0);
+        const bool last_masked = masked && c0 + cb == nb;
+        const int64_t nfull = last_masked ? cb - 1 : cb;
+        for (int64_t t = 0; t < tb; t += kMaxTileTokens) {
+          const int nt = static_cast<int>(std::min<int64_t>(kMaxTileTokens, tb - t));
+          const uint16_t* xs = x.values.data() + (t0 + t) * x.padded + c0 * kBlock;
+          for (int64_t r = 0; r < rb; r += kMaxTileRows) {
+            const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, rb - r));
+            kTiles[nr - 1][nt - 1](w + (r0 + r) * k + c0 * kBlock, k, xs, x.padded, nfull, last_masked, tail,
+                                   acc + (t * rb + r) * 16, rb);
+          }
+        }
+      }
+      for (int64_t t = 0; t < tb; ++t) {
+        for (int64_t r = 0; r < rb; ++r) out[(t0 + t) * ldo + r0 + r] = ReduceLanes(acc + (t * rb + r) * 16);
+      }
+    }
+  }
+}
+
+void DotLanes(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
+  const __m512 s = _mm512_loadu_ps(acc);
+  const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
+  _mm512_storeu_ps(acc, _mm512_dpbf16_ps(s, (__m512bh)va, (__m512bh)vb));
+}
+
+}  // namespace bf16_avx512
+#pragma GCC pop_options
+#endif  // LLMRT_BF16_X86
+
+void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out) {
+  LLMRT_CHECK(t >= 0 && k >= 0);
+  out->rows = t;
+  out->cols = k;
+  out->padded = (k + kBlock - 1) / kBlock * kBlock;
+  out->values.resize(static_cast<size_t>(t * out->padded));
+  for (int64_t r = 0; r < t; ++r) {
+    uint16_t* d = out->values.data() + r * out->padded;
+    F32ToBf16Array(x + r * ldx, d, static_cast<size_t>(k));
+    std::fill(d + k, d + out->padded, uint16_t{0});
+  }
+}
+
+const char* Bf16IsaName(Bf16Isa isa) {
+  switch (isa) {
+    case Bf16Isa::kScalar: return "scalar";
+    case Bf16Isa::kAvx512Bf16: return "avx512-bf16";
+  }
+  return "unknown";
+}
+
+bool Bf16IsaAvailable(Bf16Isa isa) {
+  switch (isa) {
+    case Bf16Isa::kScalar: return true;
+#if LLMRT_BF16_X86
+    case Bf16Isa::kAvx512Bf16:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#else
+    default: return false;
+#endif
+  }
+  return false;
+}
+
+Bf16Isa BestBf16Isa() {
+  static const Bf16Isa best = Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16 : Bf16Isa::kScalar;
+  return best;
+}
+
+void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, const Bf16Activations& x, float* out,
+                    int64_t ldo, int64_t n0, int64_t n1) {
+  LLMRT_CHECK(x.cols == k && Bf16IsaAvailable(isa) && n0 <= n1);
+  if (x.rows == 0 || n0 == n1) return;
+  switch (isa) {
+#if LLMRT_BF16_X86
+    case Bf16Isa::kAvx512Bf16: {
+      const bool gemm = loop == Bf16Loop::kGemm || (loop == Bf16Loop::kAuto && x.rows >= kBf16GemmMinTokens);
+      return gemm ? bf16_avx512::Gemm(w, k, x, out, ldo, n0, n1) : bf16_avx512::Gemv(w, k, x, out, ldo, n0, n1);
+    }
+#endif
+    default: return RowsScalar(w, k, x, out, ldo, n0, n1);
+  }
+}
+
+void Bf16MatMulRowsBest(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
+                        int64_t n1) {
+  Bf16MatMulRows(BestBf16Isa(), Bf16Loop::kAuto, w, k, x, out, ldo, n0, n1);
+}
+
+void Bf16DotLanes(Bf16Isa isa, float acc[16], const uint16_t a[32], const uint16_t b[32]) {
+  LLMRT_CHECK(Bf16IsaAvailable(isa));
+  switch (isa) {
+#if LLMRT_BF16_X86
+    case Bf16Isa::kAvx512Bf16: return bf16_avx512::DotLanes(acc, a, b);
+#endif
+    default: return DotLanesScalar(acc, a, b);
+  }
+}
+
+}  // namespace llmrt::cpu
