@@ -139,6 +139,64 @@ void Gemv(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
   }
 }
 
+// The GEMM's tile: the same lanes and steps as Tile, formed with float32 FMAs instead of
+// `vdpbf16ps`. A block of 32 bf16 weights is split into its odd-column values (the high half of
+// each 32-bit lane: an AND) and its even-column ones (a 16-bit shift), exactly as float32; the
+// activations come pre-split the same way (Bf16Activations::split). Then lane i takes
+// fma(x_odd, w_odd) and then fma(x_even, w_even): the instruction's two steps in its order. With
+// MXCSR's DAZ and FTZ set around the loop (Gemm does) each FMA reads denormals as zero and
+// flushes a denormal result, as `vdpbf16ps` does, so the bits are the instruction's. Why: on the
+// cores this runs on, `vdpbf16ps` issues once per two cycles (32 products) while two FMA ports
+// take 2 x 16 products per cycle; the split costs two integer ops per weight vector, shared by
+// the tile's activation rows.
+template <int R, int TT>
+inline void TileFma(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t nfull, bool masked,
+                    __mmask32 tail, float* acc, int64_t ld_acc) {
+  __m512 a[TT][R];
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) a[t][r] = _mm512_loadu_ps(acc + (t * ld_acc + r) * 16);
+  }
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  auto step = [&](int64_t col, bool mask) __attribute__((always_inline)) {
+    __m512 wo[R], we[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512i v =
+          mask ? _mm512_maskz_loadu_epi16(tail, w + r * ldw + col) : _mm512_loadu_si512(w + r * ldw + col);
+      wo[r] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+      // (The zero-masked form: GCC 12's plain one merges into an undefined vector and warns.)
+      we[r] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF), v, 16));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const __m512 xo = _mm512_loadu_ps(x + t * ldx + col);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) a[t][r] = _mm512_fmadd_ps(xo, wo[r], a[t][r]);
+      const __m512 xe = _mm512_loadu_ps(x + t * ldx + col + 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) a[t][r] = _mm512_fmadd_ps(xe, we[r], a[t][r]);
+    }
+  };
+  for (int64_t c = 0; c < nfull; ++c) step(c * kBlock, false);
+  if (masked) step(nfull * kBlock, true);
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc + (t * ld_acc + r) * 16, a[t][r]);
+  }
+}
+
+using TileFmaFn = void (*)(const uint16_t*, int64_t, const float*, int64_t, int64_t, bool, __mmask32, float*,
+                           int64_t);
+constexpr TileFmaFn kFmaTiles[kMaxTileRows][kMaxTileTokens] = {
+    {TileFma<1, 1>, TileFma<1, 2>, TileFma<1, 3>, TileFma<1, 4>},
+    {TileFma<2, 1>, TileFma<2, 2>, TileFma<2, 3>, TileFma<2, 4>},
+    {TileFma<3, 1>, TileFma<3, 2>, TileFma<3, 3>, TileFma<3, 4>},
+    {TileFma<4, 1>, TileFma<4, 2>, TileFma<4, 3>, TileFma<4, 4>},
+};
+
 // Prefill and batched decode: blocks of kGemmTokens activation rows x kGemmRows weight rows x
 // kGemmBlocks column blocks. The weight block (16 KiB) stays in L1 while every token tile of
 // the block passes over it; the activation block (64 KiB) stays in L2. The lanes of each
@@ -149,6 +207,7 @@ constexpr int64_t kGemmRows = 16;   // a multiple of kMaxTileRows
 constexpr int64_t kGemmBlocks = 16;  // 512 columns
 
 void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  LLMRT_CHECK(x.split.size() == x.values.size());
   const int64_t nb = x.padded / kBlock;
   const bool masked = k % kBlock != 0;
   const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
@@ -160,20 +219,24 @@ void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
     for (int64_t r0 = n0; r0 < n1; r0 += kGemmRows) {
       const int64_t rb = std::min(kGemmRows, n1 - r0);
       std::fill(acc, acc + tb * rb * 16, 0.0f);
+      // DAZ (bit 6) and FTZ (bit 15): the FMAs flush denormals as `vdpbf16ps` does.
+      const unsigned csr = _mm_getcsr();
+      _mm_setcsr(csr | 0x8040u);
       for (int64_t c0 = 0; c0 < nb; c0 += kGemmBlocks) {
         const int64_t cb = std::min(kGemmBlocks, nb - c0);
         const bool last_masked = masked && c0 + cb == nb;
         const int64_t nfull = last_masked ? cb - 1 : cb;
         for (int64_t t = 0; t < tb; t += kMaxTileTokens) {
           const int nt = static_cast<int>(std::min<int64_t>(kMaxTileTokens, tb - t));
-          const uint16_t* xs = x.values.data() + (t0 + t) * x.padded + c0 * kBlock;
+          const float* xs = x.split.data() + (t0 + t) * x.padded + c0 * kBlock;
           for (int64_t r = 0; r < rb; r += kMaxTileRows) {
             const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, rb - r));
-            kTiles[nr - 1][nt - 1](w + (r0 + r) * k + c0 * kBlock, k, xs, x.padded, nfull, last_masked, tail,
-                                   acc + (t * rb + r) * 16, rb);
+            kFmaTiles[nr - 1][nt - 1](w + (r0 + r) * k + c0 * kBlock, k, xs, x.padded, nfull, last_masked, tail,
+                                      acc + (t * rb + r) * 16, rb);
           }
         }
       }
+      _mm_setcsr(csr);  // the lane sums below are ordinary float32 adds
       for (int64_t t = 0; t < tb; ++t) {
         for (int64_t r = 0; r < rb; ++r) out[(t0 + t) * ldo + r0 + r] = ReduceLanes(acc + (t * rb + r) * 16);
       }
@@ -201,6 +264,22 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
     uint16_t* d = out->values.data() + r * out->padded;
     F32ToBf16Array(x + r * ldx, d, static_cast<size_t>(k));
     std::fill(d + k, d + out->padded, uint16_t{0});
+  }
+  // The GEMM's float32 layout, only where the GEMM may run.
+  if (t < kBf16GemmMinTokens) {
+    out->split.clear();
+    return;
+  }
+  out->split.resize(out->values.size());
+  for (int64_t r = 0; r < t; ++r) {
+    const uint16_t* v = out->values.data() + r * out->padded;
+    float* d = out->split.data() + r * out->padded;
+    for (int64_t c = 0; c < out->padded; c += kBlock) {
+      for (int64_t i = 0; i < 16; ++i) {
+        d[c + i] = Bf16ToF32(v[c + 2 * i + 1]);
+        d[c + 16 + i] = Bf16ToF32(v[c + 2 * i]);
+      }
+    }
   }
 }
 

@@ -34,6 +34,8 @@
 
 namespace llmrt::cpu {
 
+constexpr int64_t kBf16GemmMinTokens = 8;
+
 // Activation rows rounded to bfloat16: [rows, padded], each row zero-filled past `cols`.
 struct Bf16Activations {
   static constexpr int64_t kBlock = 32;  // columns per dot-product block (one 512-bit vector)
@@ -41,6 +43,10 @@ struct Bf16Activations {
   int64_t cols = 0;
   int64_t padded = 0;             // cols rounded up to a multiple of kBlock
   std::vector<uint16_t> values;  // [rows, padded]
+  // The same values as float32 (exactly), for the GEMM's FMA tiles, when rows >=
+  // kBf16GemmMinTokens (else empty): per block of 32 columns, the 16 odd-column values, then
+  // the 16 even-column ones. [rows, padded]
+  std::vector<float> split;
 };
 
 // Rounds rows [0, t) of x (row stride ldx, k columns) into *out (round to nearest even, NaN
@@ -58,10 +64,12 @@ Bf16Isa BestBf16Isa();
 
 // The loop shapes. kGemv streams each weight row once per group of up to four activation rows
 // (decode: bound by the weight bytes); kGemm blocks tokens, weight rows and columns for cache
-// reuse (prefill, batched decode); kAuto takes kGemm from kBf16GemmMinTokens rows on. They give
-// bit-identical results (the same per-lane order).
+// reuse (prefill, batched decode; REQUIRES x.rows >= kBf16GemmMinTokens, where the activations
+// carry `split`); kAuto takes kGemm from kBf16GemmMinTokens rows on. They give bit-identical
+// results (the same per-lane order): the GEMV with `vdpbf16ps`, the GEMM with float32 FMAs over
+// the split halves of each block under DAZ / FTZ (the instruction's steps, at twice its rate on
+// cores with two FMA ports).
 enum class Bf16Loop { kAuto, kGemv, kGemm };
-constexpr int64_t kBf16GemmMinTokens = 8;
 
 // For n in [n0, n1), t in [0, x.rows): out[t * ldo + n] = the dot of weight row n (bf16,
 // row-major [*, k], row stride k) with activation row t, computed as above.
