@@ -285,6 +285,36 @@ TEST(Bf16Dot, ActivationRoundingIsTorchsCastWithZeroPadding) {
   for (int64_t k = K; k < 32; ++k) EXPECT_EQ(xb.values[k], 0) << k;
 }
 
+// Every float32 bit pattern class rounds as F32ToBf16 (torch's cast) on the path this CPU takes,
+// with the GEMM's split layout holding exactly those values; rows of every length up to three
+// blocks (the masked tails).
+TEST(Bf16Dot, ActivationRoundingMatchesTheScalarCastOnRandomBits) {
+  std::mt19937 rng(57);
+  for (int64_t K = 1; K <= 96; ++K) {
+    const int64_t T = K % 2 == 0 ? 9 : 2;  // with and without the GEMM's layout
+    std::vector<float> x(static_cast<size_t>(T * K));
+    for (auto& v : x) {
+      const uint32_t b = rng();
+      std::memcpy(&v, &b, sizeof(v));
+    }
+    x[0] = std::numeric_limits<float>::quiet_NaN();
+    Bf16Activations xb;
+    RoundActivationsBf16(x.data(), K, T, K, &xb);
+    ASSERT_EQ(xb.split.empty(), T < kBf16GemmMinTokens);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < xb.padded; ++k) {
+        const uint16_t want = k < K ? F32ToBf16(x[t * K + k]) : uint16_t{0};
+        ASSERT_EQ(xb.values[t * xb.padded + k], want) << "K=" << K << " t=" << t << " k=" << k;
+        if (!xb.split.empty()) {
+          const int64_t c = k / 32 * 32, i = (k % 32) / 2;
+          const float s = xb.split[t * xb.padded + c + (k % 2 == 1 ? i : 16 + i)];
+          ASSERT_EQ(Bits(s), Bits(Bf16ToF32(want))) << "split, K=" << K << " k=" << k;
+        }
+      }
+    }
+  }
+}
+
 // Through the backend: under BF16, a BF16 weight's MatMul is the kernel's result on the rounded
 // activations (whatever the batch, parallel or serial); an F32 weight and the MoE router are
 // computed exactly as without the policy.

@@ -244,6 +244,38 @@ void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
   }
 }
 
+// One row of RoundActivationsBf16, 32 columns at a time: F32ToBf16's integer rounding (add
+// 0x7FFF plus the kept lowest bit, NaN quieted instead) on 16 lanes, the columns past k loaded
+// as +0; `split` (when not null) gets the GEMM's layout. (The zero-masked forms of the shifts
+// and the narrowing: GCC 12's plain ones merge into an undefined vector and warn.)
+void RoundRow(const float* x, int64_t k, int64_t padded, uint16_t* d, float* split) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF), quiet = _mm512_set1_epi32(0x40);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  auto round16 = [&](__m512 v) __attribute__((always_inline)) {
+    const __m512i b = _mm512_castps_si512(v);
+    const __m512i top = _mm512_maskz_srli_epi32(kAll, b, 16);
+    const __m512i r = _mm512_maskz_srli_epi32(
+        kAll, _mm512_add_epi32(_mm512_add_epi32(b, bias), _mm512_and_si512(top, one)), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, abs_mask), inf);
+    return _mm512_maskz_cvtepi32_epi16(kAll, _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, quiet)));
+  };
+  for (int64_t c = 0; c < padded; c += kBlock) {
+    const int64_t n = std::clamp<int64_t>(k - c, 0, kBlock);
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << n) - 1);
+    const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), x + c);
+    const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), x + c + 16);
+    const __m512i bv =
+        _mm512_maskz_inserti64x4(static_cast<__mmask8>(0xFF), _mm512_castsi256_si512(round16(lo)), round16(hi), 1);
+    _mm512_storeu_si512(d + c, bv);
+    if (split != nullptr) {
+      _mm512_storeu_ps(split + c, _mm512_castsi512_ps(_mm512_and_si512(bv, high)));
+      _mm512_storeu_ps(split + c + 16, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, bv, 16)));
+    }
+  }
+}
+
 void DotLanes(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
   const __m512 s = _mm512_loadu_ps(acc);
   const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
@@ -260,17 +292,28 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
   out->cols = k;
   out->padded = (k + kBlock - 1) / kBlock * kBlock;
   out->values.resize(static_cast<size_t>(t * out->padded));
+  const bool gemm = t >= kBf16GemmMinTokens;
+  if (gemm) {
+    out->split.resize(out->values.size());
+  } else {
+    out->split.clear();
+  }
+#if LLMRT_BF16_X86
+  if (BestBf16Isa() == Bf16Isa::kAvx512Bf16) {
+    for (int64_t r = 0; r < t; ++r) {
+      bf16_avx512::RoundRow(x + r * ldx, k, out->padded, out->values.data() + r * out->padded,
+                            gemm ? out->split.data() + r * out->padded : nullptr);
+    }
+    return;
+  }
+#endif
   for (int64_t r = 0; r < t; ++r) {
     uint16_t* d = out->values.data() + r * out->padded;
     F32ToBf16Array(x + r * ldx, d, static_cast<size_t>(k));
     std::fill(d + k, d + out->padded, uint16_t{0});
   }
   // The GEMM's float32 layout, only where the GEMM may run.
-  if (t < kBf16GemmMinTokens) {
-    out->split.clear();
-    return;
-  }
-  out->split.resize(out->values.size());
+  if (!gemm) return;
   for (int64_t r = 0; r < t; ++r) {
     const uint16_t* v = out->values.data() + r * out->padded;
     float* d = out->split.data() + r * out->padded;
