@@ -1,5 +1,6 @@
 // bf16 dot-product matmuls: activation rounding, the scalar emulation of `vdpbf16ps`, the
-// AVX512_BF16 loops (decode GEMV, blocked GEMM) and the choice among them. See bf16_dot.h for
+// AVX-512 loops (decode GEMV on `vdpbf16ps`, blocked GEMM on float32 FMAs forming the same
+// steps) and the choice among them. See bf16_dot.h for
 // the arithmetic every path shares.
 #include "src/backend/cpu/bf16_dot.h"
 

@@ -6,7 +6,9 @@
 // float -> bfloat16 cast), and pairs of bf16 activations meet pairs of bf16 weights in one
 // `vdpbf16ps` (AVX512_BF16): 32 products per instruction, summed into float32, with the weights
 // read in place (no widening). This is what BF16 GEMMs elsewhere compute (llama.cpp's BF16 CPU
-// path, cuBLAS with bf16 inputs and float32 accumulation), up to the summation order.
+// path, cuBLAS with bf16 inputs and float32 accumulation), up to the summation order. (Where the
+// instruction issues only once per two cycles, as on the Sapphire Rapids cores this was measured
+// on, the GEMM forms its exact steps with float32 FMAs instead: see Bf16Loop.)
 //
 // Which matmuls: every matmul whose weight is BF16 (dense linears, lm_head, the MoE's BF16
 // experts). Not the MoE router (its logits pick the experts: they stay float32 however the
