@@ -357,6 +357,7 @@ Bf16Isa BestBf16Isa() {
 void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, const Bf16Activations& x, float* out,
                     int64_t ldo, int64_t n0, int64_t n1) {
   LLMRT_CHECK(x.cols == k && Bf16IsaAvailable(isa) && n0 <= n1);
+  LLMRT_CHECK(loop != Bf16Loop::kGemm || x.split.size() == x.values.size());
   if (x.rows == 0 || n0 == n1) return;
   switch (isa) {
 #if LLMRT_BF16_X86
