@@ -45,3 +45,46 @@ func TestQuantizedActivationsOption(t *testing.T) {
 		t.Fatalf("%d tokens, want %d", n, len(goldenTokens))
 	}
 }
+
+// The BF16 activation policy reaches the library: the BF16 model's logits after the golden
+// prompt differ from EXACT's, by little, and the greedy token is the golden one.
+func TestBF16ActivationsOption(t *testing.T) {
+	logits := func(a Activations) []float32 {
+		r := openRuntime(t, tinyModel, &RuntimeOptions{KVDType: KVDTypeF32, QuantizedActivations: a})
+		defer r.Close()
+		s, err := r.NewSession(&SamplingOptions{MaxNewTokens: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Append(goldenPrompt); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := res.Err(); err != nil || res.Token != goldenTokens[0] {
+			t.Fatalf("activations %d: token %d (%v), want %d", a, res.Token, err, goldenTokens[0])
+		}
+		l, err := s.Logits()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	exact, bf16 := logits(ActivationsExact), logits(ActivationsBF16)
+	worst := float32(0)
+	for i := range exact {
+		d := exact[i] - bf16[i]
+		if d < 0 {
+			d = -d
+		}
+		if d > worst {
+			worst = d
+		}
+	}
+	if !(worst > 0 && worst < 0.5) {
+		t.Fatalf("max |logit difference| %g, want in (0, 0.5)", worst)
+	}
+}

@@ -79,6 +79,9 @@ const (
 	// ActivationsINT8 rounds activations to int8 per 32 values and multiplies INT4 codes with
 	// integer dot products (W4A8): faster on CPUs, slightly different numerics.
 	ActivationsINT8 Activations = 1
+	// ActivationsBF16 rounds the activations of matmuls with BF16 weights to bfloat16 and
+	// multiplies with bf16 dot products (the MoE router stays float32).
+	ActivationsBF16 Activations = 2
 )
 
 // KVScaleSource says where an FP8 KV cache takes its scales from (LLM_KV_SCALE_*).

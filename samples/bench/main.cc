@@ -5,7 +5,7 @@
 //
 //   llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] [--hidden N]]
 //             [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]
-//             [--activations exact|int8]   (llm_runtime_options.quantized_activations; every mode)
+//             [--activations exact|int8|bf16]   (llm_runtime_options.quantized_activations; every mode)
 //   llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] [--threads N]
 //   llm-bench --tokens DIR --text TEXT   (the ids of TEXT, comma-separated; TEXT itself, not a file)
 //   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
@@ -93,11 +93,13 @@ int Main(int argc, char** argv) {
     else if (a == "--tp") g_tensor_parallel = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     else if (a == "--activations") {
       const std::string v = argv[i + 1];
-      if (v != "exact" && v != "int8") {
-        std::fprintf(stderr, "llm-bench: --activations wants exact or int8, got '%s'\n", v.c_str());
+      if (v != "exact" && v != "int8" && v != "bf16") {
+        std::fprintf(stderr, "llm-bench: --activations wants exact, int8 or bf16, got '%s'\n", v.c_str());
         return 2;
       }
-      g_quantized_activations = v == "int8" ? LLM_ACTIVATIONS_INT8 : LLM_ACTIVATIONS_EXACT;
+      g_quantized_activations = v == "int8"   ? LLM_ACTIVATIONS_INT8
+                                : v == "bf16" ? LLM_ACTIVATIONS_BF16
+                                              : LLM_ACTIVATIONS_EXACT;
     }
     else if (a == "--prompt") prompt_len = std::atoi(argv[i + 1]);
     else if (a == "--kv-table") kv_table = argv[i + 1];

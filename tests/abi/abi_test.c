@@ -219,6 +219,53 @@ static void TestBadOptions(void) {
   llm_runtime_destroy(rt);
 }
 
+/* The activation policies through the C ABI: EXACT, INT8 and BF16 are accepted on the CPU backend
+ * (BF16 runs this BF16 model's matmuls on bf16 dot products and still generates), anything else is
+ * INVALID_ARGUMENT naming the field. */
+static void TestActivationPolicies(void) {
+  const int32_t good[3] = {LLM_ACTIVATIONS_EXACT, LLM_ACTIVATIONS_INT8, LLM_ACTIVATIONS_BF16};
+  const int32_t bad[3] = {-1, 3, 1000};
+  llm_runtime_options o;
+  llm_runtime* rt = NULL;
+  int i;
+  for (i = 0; i < 3; ++i) {
+    llm_sampling_options so;
+    llm_session* s = NULL;
+    llm_step_result r[1];
+    size_t got = 0;
+    int steps = 0, tokens = 0, finished = 0;
+    llm_runtime_options_init(&o);
+    o.backend = LLM_BACKEND_CPU;
+    o.quantized_activations = good[i];
+    rt = NULL;
+    CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_OK);
+    if (rt == NULL) continue;
+    llm_sampling_options_init(&so);
+    so.max_new_tokens = 4;
+    CHECK_STATUS(llm_session_create(rt, &so, &s), LLM_OK);
+    CHECK_STATUS(llm_session_append_tokens(s, kPrompt0, 7), LLM_OK);
+    for (steps = 0; steps < 20 && !finished; ++steps) {
+      CHECK_STATUS(llm_decode_step(rt, r, 1, &got), LLM_OK);
+      if (got == 1) {
+        CHECK(r[0].status == LLM_OK);
+        if (r[0].token != LLM_TOKEN_NONE) ++tokens;
+        finished = r[0].finish_reason != LLM_FINISH_NONE;
+      }
+    }
+    CHECK(finished && tokens == 4);
+    llm_session_destroy(s);
+    llm_runtime_destroy(rt);
+  }
+  for (i = 0; i < 3; ++i) {
+    llm_runtime_options_init(&o);
+    o.quantized_activations = bad[i];
+    rt = NULL;
+    CHECK_STATUS(llm_runtime_create(g_model, &o, &rt), LLM_ERR_INVALID_ARGUMENT);
+    CHECK(rt == NULL);
+    CHECK(strstr(llm_last_error(), "quantized_activations") != NULL);
+  }
+}
+
 /* Steps until every listed session finished; records generated tokens per session. */
 static void RunToEnd(llm_runtime* rt, llm_session** sessions, int n, int32_t out[][16], int* counts) {
   llm_step_result results[8];
@@ -659,6 +706,7 @@ int main(int argc, char** argv) {
   TestNullArguments();
   TestBadCheckpoints();
   TestBadOptions();
+  TestActivationPolicies();
   TestGenerationLifecycle();
   TestStopTokensAndCancel();
   TestKvExhaustionIsolatesTheSession();

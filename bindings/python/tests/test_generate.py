@@ -150,3 +150,16 @@ def test_int8_activations_change_int4_products_only_slightly():
         llmrt.Runtime(TINY, quantized_activations="int4")
     with pytest.raises(llmrt.InvalidArgumentError, match="quantized_activations"):
         llmrt.Runtime(TINY, quantized_activations=7)
+
+
+def test_bf16_activations_round_bf16_products_slightly():
+    from conftest import TINY
+    ids = list(GOLDEN_PROMPT) + list(GOLDEN_IDS)
+    with llmrt.Runtime(TINY, kv_dtype="f32") as exact, \
+            llmrt.Runtime(TINY, kv_dtype="f32", quantized_activations="bf16") as bf16:
+        a, _ = exact.score(ids)
+        b, _ = bf16.score(ids)
+    diff = max(abs(x - y) for x, y in zip(a, b))
+    # The policy reaches the engine (the BF16 model's products differ); bf16 rounding (2^-9 of
+    # each activation) moves log-probabilities little.
+    assert 0.0 < diff < 0.5, diff

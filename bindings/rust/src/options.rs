@@ -59,7 +59,7 @@ pub enum Weights {
     Int4G128,
 }
 
-/// How matmuls with quantized (INT4, FP8) weights treat their activations.
+/// How matmuls treat their activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Activations {
     /// Float32 activations: the reference numerics.
@@ -68,6 +68,9 @@ pub enum Activations {
     /// Activations rounded to int8 per 32 values, integer dot products with INT4 codes (W4A8):
     /// faster on CPUs, slightly different numerics. Other weights are unaffected.
     Int8,
+    /// Activations of matmuls with BF16 weights rounded to bfloat16, bf16 dot products (the MoE
+    /// router stays float32). Other weights are unaffected.
+    Bf16,
 }
 
 /// Options of `Runtime::new`. Zero means "the library's default" for every number.
@@ -184,6 +187,7 @@ impl RuntimeOptions {
         o.quantized_activations = match self.quantized_activations {
             Activations::Exact => sys::LLM_ACTIVATIONS_EXACT,
             Activations::Int8 => sys::LLM_ACTIVATIONS_INT8,
+            Activations::Bf16 => sys::LLM_ACTIVATIONS_BF16,
         };
         o.comm_id = self.comm_id.as_ref().map_or(std::ptr::null(), |id| id.raw() as *const sys::llm_comm_id);
         o

@@ -75,3 +75,19 @@ fn int8_activations_change_int4_products_only_slightly() {
     // 1/254 of its block's largest value: log-probabilities move by well under 0.5.
     assert!(diff > 0.0 && diff < 0.5, "max |logprob difference| {diff}");
 }
+
+#[test]
+fn bf16_activations_change_bf16_products_only_slightly() {
+    use llmrt::{Activations, Runtime, RuntimeOptions};
+    let exact = Runtime::new(tiny_model(), &f32_kv()).unwrap();
+    let bf16 =
+        Runtime::new(tiny_model(), &RuntimeOptions { quantized_activations: Activations::Bf16, ..f32_kv() }).unwrap();
+    let mut seq = TINY_PROMPT.to_vec();
+    seq.extend_from_slice(&TINY_GOLDEN);
+    let (a, _) = exact.score(&seq).unwrap();
+    let (b, _) = bf16.score(&seq).unwrap();
+    let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    // The policy reaches the engine (the BF16 model's products differ); bf16 rounds each
+    // activation by at most 2^-9 of itself: log-probabilities move by well under 0.5.
+    assert!(diff > 0.0 && diff < 0.5, "max |logprob difference| {diff}");
+}

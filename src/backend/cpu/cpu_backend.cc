@@ -8,6 +8,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "src/backend/cpu/bf16_dot.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/util/bf16.h"
 #include "src/util/status.h"
@@ -50,9 +51,6 @@ BackendEntry CpuBackendEntry() {
   e.kind = BackendKind::kCpu;
   e.available = [] { return true; };
   e.create = [](const BackendOptions& o) -> absl::StatusOr<std::unique_ptr<Backend>> {
-    if (o.activations == QuantizedActivations::kBf16) {
-      return absl::UnimplementedError("the cpu backend has no bf16-activation matmuls yet (quantized_activations BF16)");
-    }
     return std::unique_ptr<Backend>(new CpuBackend(o));
   };
   return e;
@@ -272,7 +270,26 @@ const cpu::MatMulKernel* CpuBackend::Int8KernelFor(const Weight& w) const {
   return activations_ == QuantizedActivations::kInt8 && w.quantized ? cpu::FindInt8MatMulKernel(w) : nullptr;
 }
 
+bool CpuBackend::UsesBf16Dot(const Weight& w) const {
+  return activations_ == QuantizedActivations::kBf16 && w.format == kWeightBf16;
+}
+
 void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
+  if (UsesBf16Dot(w)) {
+    // Rounded once per call, read by every worker (as the INT8 policy's codes below).
+    thread_local cpu::Bf16Activations rounded;
+    cpu::Bf16Activations& xb = rounded;
+    cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);
+    const uint16_t* wp = w.data.data_as<uint16_t>();
+    pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
+      cpu::Bf16MatMulRowsBest(wp, w.cols, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+    });
+    return;
+  }
+  MatMulRawExact(x, ldx, t, w, out, ldo);
+}
+
+void CpuBackend::MatMulRawExact(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
   if (const cpu::MatMulKernel* k = Int8KernelFor(w)) {
     // Rounded once per call, read by every worker (each token row's codes depend on that row only).
     // (A lambda names a thread_local, it does not capture it: the workers get this reference.)
@@ -294,6 +311,12 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
 }
 
 void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
+  if (UsesBf16Dot(w)) {
+    thread_local cpu::Bf16Activations xb;
+    cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);
+    cpu::Bf16MatMulRowsBest(w.data.data_as<uint16_t>(), w.cols, xb, out, ldo, 0, w.rows);
+    return;
+  }
   if (const cpu::MatMulKernel* k = Int8KernelFor(w)) {
     thread_local cpu::Int8Activations xq;
     cpu::QuantizeActivationsInt8(x, ldx, t, w.cols, &xq);

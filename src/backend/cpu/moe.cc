@@ -20,7 +20,8 @@ void CpuBackend::MoeRoute(const Tensor& x, const Weight& gate, const Weight& bia
     LLMRT_CHECK(gate.rows == E && idx.dim(0) == T && idx.row_size() == K && K >= 1 && K <= E);
     LLMRT_CHECK(p.n_group >= 1 && E % p.n_group == 0 && p.topk_group <= p.n_group);
     std::vector<float> logits(static_cast<size_t>(T * E));
-    MatMulRaw(x.data_as<float>(), x.row_stride(), T, gate, logits.data(), E);
+    // Exact float32 under every activation policy: a rounded logit could pick another expert.
+    MatMulRawExact(x.data_as<float>(), x.row_stride(), T, gate, logits.data(), E);
     const int64_t per_group = E / p.n_group;
     std::vector<float> s(E), choice(E), group_score(p.n_group);
     std::vector<int> order(E), gorder(p.n_group);

@@ -46,7 +46,8 @@ _KV_DTYPES = {"auto": _abi.LLM_KV_DTYPE_AUTO, "bf16": _abi.LLM_KV_DTYPE_BF16, "f
               "fp8_tiled": _abi.LLM_KV_DTYPE_FP8_E4M3_TILED, "fp8_e4m3_tiled": _abi.LLM_KV_DTYPE_FP8_E4M3_TILED}
 _KV_PRESSURE = {"fail": _abi.LLM_KV_PRESSURE_FAIL, "queue": _abi.LLM_KV_PRESSURE_QUEUE,
                 "preempt": _abi.LLM_KV_PRESSURE_PREEMPT}
-_ACTIVATIONS = {"exact": _abi.LLM_ACTIVATIONS_EXACT, "int8": _abi.LLM_ACTIVATIONS_INT8}
+_ACTIVATIONS = {"exact": _abi.LLM_ACTIVATIONS_EXACT, "int8": _abi.LLM_ACTIVATIONS_INT8,
+                "bf16": _abi.LLM_ACTIVATIONS_BF16}
 _WEIGHTS = {"as_stored": _abi.LLM_WEIGHTS_AS_STORED, "int4_g32": _abi.LLM_WEIGHTS_INT4_G32,
             "int4_g128": _abi.LLM_WEIGHTS_INT4_G128}
 
@@ -147,9 +148,10 @@ class Runtime:
     checks against rank 0's when it joins. It is read only when world_size > 1, and copied at
     creation.
 
-    quantized_activations: "exact" (float32 activations, the reference) or "int8" (activations
+    quantized_activations: "exact" (float32 activations, the reference), "int8" (activations
     rounded to int8 per 32 values, integer dot products with INT4 weights: faster on CPUs,
-    slightly different numerics)."""
+    slightly different numerics) or "bf16" (activations of BF16-weight matmuls rounded to
+    bfloat16, bf16 dot products; the MoE router stays float32)."""
 
     def __init__(self, model_dir, *, backend="auto", num_threads=0, kv_dtype="auto", kv_budget_bytes=0,
                  page_size_tokens=0, max_sessions=0, max_tokens_per_step=0, kv_integrity=False,

@@ -1,0 +1,388 @@
+// bf16 dot-product matmuls: activation rounding, the scalar emulation of `vdpbf16ps`, the
+// AVX-512 loops (decode GEMV on `vdpbf16ps`, blocked GEMM on float32 FMAs forming the same
+// steps) and the choice among them. See bf16_dot.h for
+// the arithmetic every path shares.
+#include "src/backend/cpu/bf16_dot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "src/util/bf16.h"
+#include "src/util/status.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LLMRT_BF16_X86 1
+#include <immintrin.h>
+#else
+#define LLMRT_BF16_X86 0
+#endif
+
+namespace llmrt::cpu {
+namespace {
+
+constexpr int64_t kBlock = Bf16Activations::kBlock;
+
+// A denormal read as (or flushed to) a zero of its sign: the instruction's DAZ and FTZ.
+inline float FlushDenormal(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
+
+// One step of a `vdpbf16ps` lane: a float32 fused multiply-add, denormals in and out flushed.
+// (std::fma rounds once, to nearest even: the default rounding mode, which llmrt never changes.)
+inline float DpStep(float acc, uint16_t a, uint16_t b) {
+  return FlushDenormal(std::fma(FlushDenormal(Bf16ToF32(a)), FlushDenormal(Bf16ToF32(b)), FlushDenormal(acc)));
+}
+
+// The 16 lanes of an output, added in the fixed tree of bf16_dot.h.
+inline float ReduceLanes(const float* l) {
+  float r8[8], r4[4];
+  for (int i = 0; i < 8; ++i) r8[i] = l[i] + l[i + 8];
+  for (int i = 0; i < 4; ++i) r4[i] = r8[i] + r8[i + 4];
+  return (r4[0] + r4[2]) + (r4[1] + r4[3]);
+}
+
+// The scalar path: one output at a time, block by block, lane by lane, in the instruction's
+// order. Weight columns past k read as +0, as the masked loads of the x86 path give.
+void RowsScalar(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
+                int64_t n1) {
+  const int64_t nb = x.padded / kBlock;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* wr = w + n * k;
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const uint16_t* xr = x.values.data() + t * x.padded;
+      float lanes[16] = {};
+      for (int64_t c = 0; c < nb; ++c) {
+        for (int64_t i = 0; i < 16; ++i) {
+          const int64_t k0 = c * kBlock + 2 * i, k1 = k0 + 1;
+          lanes[i] = DpStep(lanes[i], xr[k1], k1 < k ? wr[k1] : uint16_t{0});
+          lanes[i] = DpStep(lanes[i], xr[k0], k0 < k ? wr[k0] : uint16_t{0});
+        }
+      }
+      out[t * ldo + n] = ReduceLanes(lanes);
+    }
+  }
+}
+
+void DotLanesScalar(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
+  for (int i = 0; i < 16; ++i) acc[i] = DpStep(DpStep(acc[i], a[2 * i + 1], b[2 * i + 1]), a[2 * i], b[2 * i]);
+}
+
+}  // namespace
+
+#if LLMRT_BF16_X86
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+namespace bf16_avx512 {
+
+// Register tile: R weight rows x TT activation rows, one 16-lane accumulator each, over blocks
+// [0, nfull) of 32 columns and, when `masked`, one more block whose weight columns past the
+// row's end are masked to +0. acc[(t * ld_acc + r) * 16] holds the lanes in and out, so that a
+// column-blocked caller continues exactly where the previous block stopped.
+template <int R, int TT>
+inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx, int64_t nfull, bool masked,
+                 __mmask32 tail, float* acc, int64_t ld_acc) {
+  __m512 a[TT][R];
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) a[t][r] = _mm512_loadu_ps(acc + (t * ld_acc + r) * 16);
+  }
+  auto step = [&](int64_t col, bool mask) __attribute__((always_inline)) {
+    __m512i wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      wv[r] = mask ? _mm512_maskz_loadu_epi16(tail, w + r * ldw + col) : _mm512_loadu_si512(w + r * ldw + col);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const __m512i xv = _mm512_loadu_si512(x + t * ldx + col);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) a[t][r] = _mm512_dpbf16_ps(a[t][r], (__m512bh)xv, (__m512bh)wv[r]);
+    }
+  };
+  for (int64_t c = 0; c < nfull; ++c) step(c * kBlock, false);
+  if (masked) step(nfull * kBlock, true);
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc + (t * ld_acc + r) * 16, a[t][r]);
+  }
+}
+
+using TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, bool, __mmask32, float*, int64_t);
+constexpr int kMaxTileRows = 4;
+constexpr int kMaxTileTokens = 4;  // 16 accumulators + 4 weight vectors + 1 activation of 32 registers
+
+// kTiles[R - 1][TT - 1].
+constexpr TileFn kTiles[kMaxTileRows][kMaxTileTokens] = {
+    {Tile<1, 1>, Tile<1, 2>, Tile<1, 3>, Tile<1, 4>},
+    {Tile<2, 1>, Tile<2, 2>, Tile<2, 3>, Tile<2, 4>},
+    {Tile<3, 1>, Tile<3, 2>, Tile<3, 3>, Tile<3, 4>},
+    {Tile<4, 1>, Tile<4, 2>, Tile<4, 3>, Tile<4, 4>},
+};
+
+// Decode: four weight rows at a time stream over the whole row once per group of up to four
+// activation rows; the accumulators stay in registers for the whole row.
+void Gemv(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  const int64_t nfull = k / kBlock;
+  const bool masked = k % kBlock != 0;
+  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
+  alignas(64) float acc[kMaxTileRows * kMaxTileTokens * 16];
+  for (int64_t n = n0; n < n1; n += kMaxTileRows) {
+    const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, n1 - n));
+    for (int64_t t = 0; t < x.rows; t += kMaxTileTokens) {
+      const int nt = static_cast<int>(std::min<int64_t>(kMaxTileTokens, x.rows - t));
+      std::memset(acc, 0, sizeof(acc));
+      kTiles[nr - 1][nt - 1](w + n * k, k, x.values.data() + t * x.padded, x.padded, nfull, masked, tail, acc, nr);
+      for (int i = 0; i < nt; ++i) {
+        for (int r = 0; r < nr; ++r) out[(t + i) * ldo + n + r] = ReduceLanes(acc + (i * nr + r) * 16);
+      }
+    }
+  }
+}
+
+// The GEMM's tile: the same lanes and steps as Tile, formed with float32 FMAs instead of
+// `vdpbf16ps`. A block of 32 bf16 weights is split into its odd-column values (the high half of
+// each 32-bit lane: an AND) and its even-column ones (a 16-bit shift), exactly as float32; the
+// activations come pre-split the same way (Bf16Activations::split). Then lane i takes
+// fma(x_odd, w_odd) and then fma(x_even, w_even): the instruction's two steps in its order. With
+// MXCSR's DAZ and FTZ set around the loop (Gemm does) each FMA reads denormals as zero and
+// flushes a denormal result, as `vdpbf16ps` does, so the bits are the instruction's. Why: on the
+// cores this runs on, `vdpbf16ps` issues once per two cycles (32 products) while two FMA ports
+// take 2 x 16 products per cycle; the split costs two integer ops per weight vector, shared by
+// the tile's activation rows.
+template <int R, int TT>
+inline void TileFma(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t nfull, bool masked,
+                    __mmask32 tail, float* acc, int64_t ld_acc) {
+  __m512 a[TT][R];
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) a[t][r] = _mm512_loadu_ps(acc + (t * ld_acc + r) * 16);
+  }
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  auto step = [&](int64_t col, bool mask) __attribute__((always_inline)) {
+    __m512 wo[R], we[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512i v =
+          mask ? _mm512_maskz_loadu_epi16(tail, w + r * ldw + col) : _mm512_loadu_si512(w + r * ldw + col);
+      wo[r] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+      // (The zero-masked form: GCC 12's plain one merges into an undefined vector and warns.)
+      we[r] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF), v, 16));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const __m512 xo = _mm512_loadu_ps(x + t * ldx + col);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) a[t][r] = _mm512_fmadd_ps(xo, wo[r], a[t][r]);
+      const __m512 xe = _mm512_loadu_ps(x + t * ldx + col + 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) a[t][r] = _mm512_fmadd_ps(xe, we[r], a[t][r]);
+    }
+  };
+  for (int64_t c = 0; c < nfull; ++c) step(c * kBlock, false);
+  if (masked) step(nfull * kBlock, true);
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc + (t * ld_acc + r) * 16, a[t][r]);
+  }
+}
+
+using TileFmaFn = void (*)(const uint16_t*, int64_t, const float*, int64_t, int64_t, bool, __mmask32, float*,
+                           int64_t);
+constexpr TileFmaFn kFmaTiles[kMaxTileRows][kMaxTileTokens] = {
+    {TileFma<1, 1>, TileFma<1, 2>, TileFma<1, 3>, TileFma<1, 4>},
+    {TileFma<2, 1>, TileFma<2, 2>, TileFma<2, 3>, TileFma<2, 4>},
+    {TileFma<3, 1>, TileFma<3, 2>, TileFma<3, 3>, TileFma<3, 4>},
+    {TileFma<4, 1>, TileFma<4, 2>, TileFma<4, 3>, TileFma<4, 4>},
+};
+
+// Prefill and batched decode: blocks of kGemmTokens activation rows x kGemmRows weight rows x
+// kGemmBlocks column blocks. The weight block (16 KiB) stays in L1 while every token tile of
+// the block passes over it; the activation block (64 KiB) stays in L2. The lanes of each
+// (weight row, activation row) pair live in memory between column blocks and continue in the
+// same order, so each output is the GEMV's bit for bit.
+constexpr int64_t kGemmTokens = 64;
+constexpr int64_t kGemmRows = 16;   // a multiple of kMaxTileRows
+constexpr int64_t kGemmBlocks = 16;  // 512 columns
+
+void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  LLMRT_CHECK(x.split.size() == x.values.size());
+  const int64_t nb = x.padded / kBlock;
+  const bool masked = k % kBlock != 0;
+  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
+  thread_local std::vector<float> accs;
+  accs.resize(static_cast<size_t>(kGemmTokens * kGemmRows * 16));
+  float* acc = accs.data();
+  for (int64_t t0 = 0; t0 < x.rows; t0 += kGemmTokens) {
+    const int64_t tb = std::min(kGemmTokens, x.rows - t0);
+    for (int64_t r0 = n0; r0 < n1; r0 += kGemmRows) {
+      const int64_t rb = std::min(kGemmRows, n1 - r0);
+      std::fill(acc, acc + tb * rb * 16, 0.0f);
+      // DAZ (bit 6) and FTZ (bit 15): the FMAs flush denormals as `vdpbf16ps` does.
+      const unsigned csr = _mm_getcsr();
+      _mm_setcsr(csr | 0x8040u);
+      for (int64_t c0 = 0; c0 < nb; c0 += kGemmBlocks) {
+        const int64_t cb = std::min(kGemmBlocks, nb - c0);
+        const bool last_masked = masked && c0 + cb == nb;
+        const int64_t nfull = last_masked ? cb - 1 : cb;
+        for (int64_t t = 0; t < tb; t += kMaxTileTokens) {
+          const int nt = static_cast<int>(std::min<int64_t>(kMaxTileTokens, tb - t));
+          const float* xs = x.split.data() + (t0 + t) * x.padded + c0 * kBlock;
+          for (int64_t r = 0; r < rb; r += kMaxTileRows) {
+            const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, rb - r));
+            kFmaTiles[nr - 1][nt - 1](w + (r0 + r) * k + c0 * kBlock, k, xs, x.padded, nfull, last_masked, tail,
+                                      acc + (t * rb + r) * 16, rb);
+          }
+        }
+      }
+      _mm_setcsr(csr);  // the lane sums below are ordinary float32 adds
+      for (int64_t t = 0; t < tb; ++t) {
+        for (int64_t r = 0; r < rb; ++r) out[(t0 + t) * ldo + r0 + r] = ReduceLanes(acc + (t * rb + r) * 16);
+      }
+    }
+  }
+}
+
+// One row of RoundActivationsBf16, 32 columns at a time: F32ToBf16's integer rounding (add
+// 0x7FFF plus the kept lowest bit, NaN quieted instead) on 16 lanes, the columns past k loaded
+// as +0; `split` (when not null) gets the GEMM's layout. (The zero-masked forms of the shifts
+// and the narrowing: GCC 12's plain ones merge into an undefined vector and warn.)
+void RoundRow(const float* x, int64_t k, int64_t padded, uint16_t* d, float* split) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF), quiet = _mm512_set1_epi32(0x40);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  auto round16 = [&](__m512 v) __attribute__((always_inline)) {
+    const __m512i b = _mm512_castps_si512(v);
+    const __m512i top = _mm512_maskz_srli_epi32(kAll, b, 16);
+    const __m512i r = _mm512_maskz_srli_epi32(
+        kAll, _mm512_add_epi32(_mm512_add_epi32(b, bias), _mm512_and_si512(top, one)), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, abs_mask), inf);
+    return _mm512_maskz_cvtepi32_epi16(kAll, _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, quiet)));
+  };
+  for (int64_t c = 0; c < padded; c += kBlock) {
+    const int64_t n = std::clamp<int64_t>(k - c, 0, kBlock);
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << n) - 1);
+    const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), x + c);
+    const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), x + c + 16);
+    const __m512i bv =
+        _mm512_maskz_inserti64x4(static_cast<__mmask8>(0xFF), _mm512_castsi256_si512(round16(lo)), round16(hi), 1);
+    _mm512_storeu_si512(d + c, bv);
+    if (split != nullptr) {
+      _mm512_storeu_ps(split + c, _mm512_castsi512_ps(_mm512_and_si512(bv, high)));
+      _mm512_storeu_ps(split + c + 16, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, bv, 16)));
+    }
+  }
+}
+
+void DotLanes(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
+  const __m512 s = _mm512_loadu_ps(acc);
+  const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
+  _mm512_storeu_ps(acc, _mm512_dpbf16_ps(s, (__m512bh)va, (__m512bh)vb));
+}
+
+}  // namespace bf16_avx512
+#pragma GCC pop_options
+#endif  // LLMRT_BF16_X86
+
+void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out) {
+  LLMRT_CHECK(t >= 0 && k >= 0);
+  out->rows = t;
+  out->cols = k;
+  out->padded = (k + kBlock - 1) / kBlock * kBlock;
+  out->values.resize(static_cast<size_t>(t * out->padded));
+  const bool gemm = t >= kBf16GemmMinTokens;
+  if (gemm) {
+    out->split.resize(out->values.size());
+  } else {
+    out->split.clear();
+  }
+#if LLMRT_BF16_X86
+  if (BestBf16Isa() == Bf16Isa::kAvx512Bf16) {
+    for (int64_t r = 0; r < t; ++r) {
+      bf16_avx512::RoundRow(x + r * ldx, k, out->padded, out->values.data() + r * out->padded,
+                            gemm ? out->split.data() + r * out->padded : nullptr);
+    }
+    return;
+  }
+#endif
+  for (int64_t r = 0; r < t; ++r) {
+    uint16_t* d = out->values.data() + r * out->padded;
+    F32ToBf16Array(x + r * ldx, d, static_cast<size_t>(k));
+    std::fill(d + k, d + out->padded, uint16_t{0});
+  }
+  // The GEMM's float32 layout, only where the GEMM may run.
+  if (!gemm) return;
+  for (int64_t r = 0; r < t; ++r) {
+    const uint16_t* v = out->values.data() + r * out->padded;
+    float* d = out->split.data() + r * out->padded;
+    for (int64_t c = 0; c < out->padded; c += kBlock) {
+      for (int64_t i = 0; i < 16; ++i) {
+        d[c + i] = Bf16ToF32(v[c + 2 * i + 1]);
+        d[c + 16 + i] = Bf16ToF32(v[c + 2 * i]);
+      }
+    }
+  }
+}
+
+const char* Bf16IsaName(Bf16Isa isa) {
+  switch (isa) {
+    case Bf16Isa::kScalar: return "scalar";
+    case Bf16Isa::kAvx512Bf16: return "avx512-bf16";
+  }
+  return "unknown";
+}
+
+bool Bf16IsaAvailable(Bf16Isa isa) {
+  switch (isa) {
+    case Bf16Isa::kScalar: return true;
+#if LLMRT_BF16_X86
+    case Bf16Isa::kAvx512Bf16:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#else
+    default: return false;
+#endif
+  }
+  return false;
+}
+
+Bf16Isa BestBf16Isa() {
+  static const Bf16Isa best = Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16 : Bf16Isa::kScalar;
+  return best;
+}
+
+void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, const Bf16Activations& x, float* out,
+                    int64_t ldo, int64_t n0, int64_t n1) {
+  LLMRT_CHECK(x.cols == k && Bf16IsaAvailable(isa) && n0 <= n1);
+  LLMRT_CHECK(loop != Bf16Loop::kGemm || x.split.size() == x.values.size());
+  if (x.rows == 0 || n0 == n1) return;
+  switch (isa) {
+#if LLMRT_BF16_X86
+    case Bf16Isa::kAvx512Bf16: {
+      const bool gemm = loop == Bf16Loop::kGemm || (loop == Bf16Loop::kAuto && x.rows >= kBf16GemmMinTokens);
+      return gemm ? bf16_avx512::Gemm(w, k, x, out, ldo, n0, n1) : bf16_avx512::Gemv(w, k, x, out, ldo, n0, n1);
+    }
+#endif
+    default: return RowsScalar(w, k, x, out, ldo, n0, n1);
+  }
+}
+
+void Bf16MatMulRowsBest(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
+                        int64_t n1) {
+  Bf16MatMulRows(BestBf16Isa(), Bf16Loop::kAuto, w, k, x, out, ldo, n0, n1);
+}
+
+void Bf16DotLanes(Bf16Isa isa, float acc[16], const uint16_t a[32], const uint16_t b[32]) {
+  LLMRT_CHECK(Bf16IsaAvailable(isa));
+  switch (isa) {
+#if LLMRT_BF16_X86
+    case Bf16Isa::kAvx512Bf16: return bf16_avx512::DotLanes(acc, a, b);
+#endif
+    default: return DotLanesScalar(acc, a, b);
+  }
+}
+
+}  // namespace llmrt::cpu

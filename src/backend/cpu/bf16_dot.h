@@ -1,0 +1,92 @@
+// bf16 dot-product matmuls for BF16 weights (the BF16 activation policy).
+//
+// The exact path widens every bf16 weight to float32 and multiplies float32 activations with
+// float32 FMAs: 16 products per instruction on AVX-512. Under the BF16 policy each activation
+// row is rounded once per matmul to bfloat16 (round to nearest even, NaN kept, as torch's
+// float -> bfloat16 cast), and pairs of bf16 activations meet pairs of bf16 weights in one
+// `vdpbf16ps` (AVX512_BF16): 32 products per instruction, summed into float32, with the weights
+// read in place (no widening). This is what BF16 GEMMs elsewhere compute (llama.cpp's BF16 CPU
+// path, cuBLAS with bf16 inputs and float32 accumulation), up to the summation order. (Where the
+// instruction issues only once per two cycles, as on the Sapphire Rapids cores this was measured
+// on, the GEMM forms its exact steps with float32 FMAs instead: see Bf16Loop.)
+//
+// Which matmuls: every matmul whose weight is BF16 (dense linears, lm_head, the MoE's BF16
+// experts). Not the MoE router (its logits pick the experts: they stay float32 however the
+// policy is set), not F32 weights, not FP8 / INT4 weights (those keep their own paths).
+//
+// The arithmetic, identical on every path (the instruction, the portable scalar emulation, the
+// decode GEMV and the prefill GEMM), so that results are bit-identical everywhere and a row's
+// result never depends on the other rows of the call or on the thread split:
+//   - the columns are taken in blocks of 32 (the row zero-padded to a multiple of 32: weights
+//     past the row's end read as +0, activations are stored with zeros there);
+//   - one output (weight row n, activation row t) owns 16 float32 lanes, starting at +0; block
+//     c adds into lane i, as `vdpbf16ps` does (Intel SDM, VDPBF16PS pseudo-code):
+//       lane[i] = fma(x[32c + 2i + 1], w[32c + 2i + 1], lane[i])   then
+//       lane[i] = fma(x[32c + 2i],     w[32c + 2i],     lane[i])
+//     each a float32 fused multiply-add rounded to nearest even, with denormal inputs (the bf16
+//     values and the lane) read as zero and a denormal result flushed to zero, whatever MXCSR
+//     says;
+//   - the 16 lanes are added in a fixed tree: l[i] + l[i + 8], then + [i + 4], + [i + 2],
+//     + [i + 1] (ordinary float32 adds).
+#ifndef LLMRT_BACKEND_CPU_BF16_DOT_H_
+#define LLMRT_BACKEND_CPU_BF16_DOT_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace llmrt::cpu {
+
+constexpr int64_t kBf16GemmMinTokens = 8;
+
+// Activation rows rounded to bfloat16: [rows, padded], each row zero-filled past `cols`.
+struct Bf16Activations {
+  static constexpr int64_t kBlock = 32;  // columns per dot-product block (one 512-bit vector)
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t padded = 0;             // cols rounded up to a multiple of kBlock
+  std::vector<uint16_t> values;  // [rows, padded]
+  // The same values as float32 (exactly), for the GEMM's FMA tiles, when rows >=
+  // kBf16GemmMinTokens (else empty): per block of 32 columns, the 16 odd-column values, then
+  // the 16 even-column ones. [rows, padded]
+  std::vector<float> split;
+};
+
+// Rounds rows [0, t) of x (row stride ldx, k columns) into *out (round to nearest even, NaN
+// kept quiet; denormals stay bf16 denormals, which the dot product then reads as zero).
+void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out);
+
+// The code paths. kAvx512Bf16 is compiled with its own target attributes and used only where
+// the CPU reports AVX512_BF16 (and F, BW, VL); kScalar emulates the instruction exactly.
+enum class Bf16Isa { kScalar, kAvx512Bf16 };
+const char* Bf16IsaName(Bf16Isa isa);
+// Whether this build has the path and this CPU can run it (kScalar: always).
+bool Bf16IsaAvailable(Bf16Isa isa);
+// The fastest available path (chosen once per process).
+Bf16Isa BestBf16Isa();
+
+// The loop shapes. kGemv streams each weight row once per group of up to four activation rows
+// (decode: bound by the weight bytes); kGemm blocks tokens, weight rows and columns for cache
+// reuse (prefill, batched decode; REQUIRES x.rows >= kBf16GemmMinTokens, where the activations
+// carry `split`); kAuto takes kGemm from kBf16GemmMinTokens rows on. They give bit-identical
+// results (the same per-lane order): the GEMV with `vdpbf16ps`, the GEMM with float32 FMAs over
+// the split halves of each block under DAZ / FTZ (the instruction's steps, at twice its rate on
+// cores with two FMA ports).
+enum class Bf16Loop { kAuto, kGemv, kGemm };
+
+// For n in [n0, n1), t in [0, x.rows): out[t * ldo + n] = the dot of weight row n (bf16,
+// row-major [*, k], row stride k) with activation row t, computed as above.
+// REQUIRES: x.cols == k, isa available.
+void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, const Bf16Activations& x, float* out,
+                    int64_t ldo, int64_t n0, int64_t n1);
+// The same on BestBf16Isa(), kAuto.
+void Bf16MatMulRowsBest(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
+                        int64_t n1);
+
+// One `vdpbf16ps` on 16 lanes: acc[i] += a[2i + 1] b[2i + 1], then += a[2i] b[2i], on the given
+// path (the instruction itself, or its emulation). For the tests that pin the emulation to the
+// hardware at the edges (denormals, infinities, NaN). REQUIRES: isa available.
+void Bf16DotLanes(Bf16Isa isa, float acc[16], const uint16_t a[32], const uint16_t b[32]);
+
+}  // namespace llmrt::cpu
+
+#endif  // LLMRT_BACKEND_CPU_BF16_DOT_H_
