@@ -232,7 +232,9 @@ TEST_P(CudaBf16MatchesCpu, SameTokensAndCloseLogits) {
   const float tol = cpu_bf16 ? 2e-3f : 0.25f;
   float worst = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
-    if (cpu_bf16) EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << "prompt " << i;
+    if (cpu_bf16) {
+      EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << "prompt " << i;
+    }
     ASSERT_EQ(gpu[i].logits.size(), cpu[i].logits.size());
     for (size_t j = 0; j < cpu[i].logits.size(); ++j) {
       const float d = MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]);
