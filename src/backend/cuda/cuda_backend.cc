@@ -495,7 +495,7 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
     LLMRT_CUDA_CHECK(x.rank() == 2 && out.rank() == 2);
     LLMRT_CUDA_CHECK(x.dim(1) == w.cols && out.dim(1) == w.rows && out.dim(0) == x.dim(0));
     if (!SupportsWeightFormat(w.format)) return UnsupportedError("MatMul: a weight format without a CUDA kernel");
-    if (activations_ == QuantizedActivations::kBf16 && w.format == kWeightBf16) return Bf16MatMul(x, w, out);
+    if (activations_ == QuantizedActivations::kBf16 && w.format == kWeightBf16) return Bf16MatMul(Const(x), w, Mut(out));
     return Launched(cuda::LaunchGemm(Const(x), WeightOf(w), Mut(out), Stream(stream_)));
   });
 }
@@ -505,25 +505,25 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
 // for shapes and alignments cuBLASLt does not take, the tiled kernel on the rounded values kept
 // as float32 (exact products, summed in k order). Either way a weight shape takes one path for
 // every T, apart from a T its algorithm refuses (logged).
-absl::Status CudaBackend::Bf16MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
-  const int64_t T = x.dim(0), N = w.rows, K = w.cols;
+absl::Status CudaBackend::Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out) {
+  const int64_t T = x.rows, N = w.rows, K = w.cols;
   if (T == 0 || N == 0) return absl::OkStatus();
   cudaStream_t s = Stream(stream_);
   const CublasLtGemm::Call* call = nullptr;
-  if (K > 0 && CublasLtGemm::Aligned(w.data.data()) && CublasLtGemm::Aligned(out.data())) {
-    LLMRT_ASSIGN_OR_RETURN(call, cublaslt_->Prepare(N, K, T, out.row_stride()));
+  if (K > 0 && CublasLtGemm::Aligned(w.data.data()) && CublasLtGemm::Aligned(out.data)) {
+    LLMRT_ASSIGN_OR_RETURN(call, cublaslt_->Prepare(N, K, T, out.ld));
   }
   if (call != nullptr) {
     LLMRT_ASSIGN_OR_RETURN(void* xb, Scratch(kScratchMatMulBf16, static_cast<size_t>(T * K) * sizeof(uint16_t),
                                              "MatMul bf16 activations"));
-    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16(Const(x), static_cast<uint16_t*>(xb), s)));
-    return cublaslt_->Run(*call, w.data.data(), xb, out.data_as<float>(), stream_);
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16(x, static_cast<uint16_t*>(xb), s)));
+    return cublaslt_->Run(*call, w.data.data(), xb, out.data, stream_);
   }
   LLMRT_ASSIGN_OR_RETURN(void* xr, Scratch(kScratchMatMulBf16, static_cast<size_t>(T * K) * sizeof(float),
                                            "MatMul bf16 activations"));
   const cuda::MutMat r{static_cast<float*>(xr), T, K, K};
-  LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(Const(x), r, s)));
-  return Launched(cuda::LaunchGemm(cuda::ConstMat{r.data, T, K, K}, WeightOf(w), Mut(out), s));
+  LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(x, r, s)));
+  return Launched(cuda::LaunchGemm(cuda::ConstMat{r.data, T, K, K}, WeightOf(w), out, s));
 }
 
 void CudaBackend::Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset, const RopeTable& rope,

@@ -18,8 +18,9 @@
 //
 // Activation policies: EXACT (the default), and BF16: MatMul with a BF16 weight rounds its
 // activations to bfloat16 and multiplies on tensor cores through cuBLASLt (cublaslt.h; shapes it
-// does not take run the tiled kernel on the rounded activations), and the MoE's BF16 expert
-// projections run the grouped tiled kernel on rounded activations. INT8 is refused.
+// does not take run the tiled kernel on the rounded activations), as does a BF16 router gate;
+// the MoE's BF16 expert projections run the grouped tiled kernel on rounded activations. INT8 is
+// refused.
 //
 // Memory: Allocate is cudaMalloc (an out-of-memory is RESOURCE_EXHAUSTED naming the bytes and the
 // device's free memory); ImportHost and Upload stage host bytes through a pinned double buffer,
@@ -42,6 +43,8 @@
 
 namespace llmrt::cuda {
 struct AttentionArgs;
+struct ConstMat;
+struct MutMat;
 }  // namespace llmrt::cuda
 
 namespace llmrt {
@@ -117,8 +120,8 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend(int device, QuantizedActivations activations) : device_(device), activations_(activations) {}
   absl::Status Init();
-  // MatMul of a BF16 weight under the BF16 activation policy.
-  absl::Status Bf16MatMul(const Tensor& x, const Weight& w, const Tensor& out);
+  // out = x w^T for a BF16 weight under the BF16 activation policy (MatMul, the router).
+  absl::Status Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
 
   // Runs an op's host part (checks and launches); a failure is recorded, and once one is
   // pending later ops are skipped (the contract of a device stream).
