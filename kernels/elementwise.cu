@@ -141,6 +141,28 @@ __global__ void RopeKernel(MutMat x, int64_t heads, int64_t head_dim, int64_t of
   }
 }
 
+// The BF16 activation policy's rounding (round to nearest even, ToBf16Bits): bf16 codes into a
+// contiguous [rows, cols] buffer, the operand of the cuBLASLt GEMM.
+__global__ void RoundToBf16Kernel(ConstMat x, uint16_t* out) {
+  const int64_t n = x.rows * x.cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / x.cols, c = i % x.cols;
+    out[i] = ToBf16Bits(x.data[r * x.ld + c]);
+  }
+}
+
+// The same rounding kept as float32 values (exactly representable in bfloat16), for the kernels
+// that read float32 activations. `out` may be `x` itself.
+__global__ void RoundToBf16ValuesKernel(ConstMat x, MutMat out) {
+  const int64_t n = x.rows * x.cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / x.cols, c = i % x.cols;
+    out.data[r * out.ld + c] = Bf16Bits(ToBf16Bits(x.data[r * x.ld + c]));
+  }
+}
+
 unsigned GridFor(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks));
@@ -204,6 +226,20 @@ cudaError_t LaunchAddBias(MutMat x, WeightRef bias, cudaStream_t s) {
 cudaError_t LaunchGatherRows(ConstMat x, const int32_t* rows, int64_t n, MutMat out, int32_t* err, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   GatherRowsKernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(x, rows, out, err);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRoundToBf16(ConstMat x, uint16_t* out, cudaStream_t s) {
+  const int64_t n = x.rows * x.cols;
+  if (n == 0) return cudaSuccess;
+  RoundToBf16Kernel<<<GridFor(n), kThreads, 0, s>>>(x, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRoundToBf16Values(ConstMat x, MutMat out, cudaStream_t s) {
+  const int64_t n = x.rows * x.cols;
+  if (n == 0) return cudaSuccess;
+  RoundToBf16ValuesKernel<<<GridFor(n), kThreads, 0, s>>>(x, out);
   return cudaGetLastError();
 }
 

@@ -70,6 +70,10 @@ cudaError_t LaunchAdd(ConstMat a, ConstMat b, MutMat out, cudaStream_t s);
 cudaError_t LaunchSiluMul(ConstMat gate, ConstMat up, MutMat out, cudaStream_t s);
 cudaError_t LaunchAddBias(MutMat x, WeightRef bias, cudaStream_t s);
 cudaError_t LaunchGatherRows(ConstMat x, const int32_t* rows, int64_t n, MutMat out, int32_t* err, cudaStream_t s);
+// The BF16 activation policy: x rounded to bfloat16 (nearest even, as llmrt::F32ToBf16), as
+// codes into a contiguous [x.rows, x.cols] buffer, or as float32 values into `out` (may be x).
+cudaError_t LaunchRoundToBf16(ConstMat x, uint16_t* out, cudaStream_t s);
+cudaError_t LaunchRoundToBf16Values(ConstMat x, MutMat out, cudaStream_t s);
 cudaError_t LaunchRope(MutMat x, int64_t heads, int64_t head_dim, int64_t offset, const float* inv_freq, int64_t half,
                        float attention_factor, bool interleaved, const int32_t* positions, cudaStream_t s);
 

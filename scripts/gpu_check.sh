@@ -133,14 +133,16 @@ fi
 step build 240 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { cat "$summary"; exit 1; }
 step origins 60 check_origins
 step device 30 nvidia-smi
-# The conformance suite's device instances (ctest label gpu), one line per test: with the NCCL
+# The conformance suite's device instances (ctest label gpu), one line per test, the BF16
+# activation policy's MatMul (Bf16MatMul.*/cuda: cuBLASLt), and the NCCL
 # communicator and the CUDA backend's collectives over it (llmrt_nccl_tests).
 step gpu_tests 90 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
-# The golden tests on the CUDA backend: AUTO picks the device. The quantized checkpoints and the
-# FP8 KV codecs are compared with the CPU engine (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv);
+# The golden tests on the CUDA backend: AUTO picks the device. The quantized checkpoints, the
+# FP8 KV codecs and the BF16 activation policy are compared with the CPU engine
+# (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv, CudaBf16MatchesCpu);
 # the transformers goldens of those checkpoints run on the CPU suite only, to keep this step short.
 step golden 100 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
-  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
+  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
 step sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
   "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
 step bench 45 "$build/tests/llmrt_cuda_microbench"

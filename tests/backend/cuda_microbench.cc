@@ -5,6 +5,8 @@
 //  - MatMul with a Kimi K2 BF16 weight [18432, 7168] (the dense MLP's gate) at T = 1 (weight
 //    bytes per second as a fraction of the copy bandwidth), 16, 64, 256 and 4096 tokens
 //    (TFLOP/s, against ~790 TFLOP/s BF16 peak);
+//  - the same MatMul under the BF16 activation policy (cuBLASLt) at T = 1, 64, 512 and 4096
+//    (TFLOP/s as a fraction of the ~790 TFLOP/s dense BF16 peak);
 //  - MatMul with the same weight in INT4 g32 and FP8 128x128 blocks at T = 1 (the quantized
 //    bytes per second as a fraction of the copy bandwidth: the GEMV is meant to be memory-bound),
 //    16 and 256;
@@ -108,6 +110,27 @@ int Main() {
     std::printf("%6lld %12.3f %12.1f %14.0f", static_cast<long long>(T), t * 1e3, 2.0 * T * N * K / t / 1e12, wbw / 1e9);
     if (T == 1) std::printf("   (%.0f%% of the copy bandwidth)", 100.0 * wbw / copy_bw);
     std::printf("\n");
+  }
+
+  // The BF16 activation policy: the same weight through cuBLASLt (activations rounded to bf16 by
+  // a kernel, then the tensor-core GEMM with the algorithm fixed per weight shape).
+  {
+    BackendOptions bo;
+    bo.activations = QuantizedActivations::kBf16;
+    std::unique_ptr<Backend> bf = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend (BF16 activations)");
+    Weight bw = w;
+    bw.data = Random(*bf, DType::kBF16, {N, K}, rng);
+    constexpr double kPeak = 790e12;  // H200 dense BF16 tensor-core peak, FLOP/s
+    std::printf("\nMatMul BF16 [%lld, %lld], BF16 activations (cuBLASLt)\n%6s %12s %12s %14s\n",
+                static_cast<long long>(N), static_cast<long long>(K), "T", "ms", "TFLOP/s", "of 790 peak");
+    for (int64_t T : {1, 64, 512, 4096}) {
+      Tensor x = Random(*bf, DType::kF32, {T, K}, rng);
+      Tensor out = Must(bf->Allocate(DType::kF32, {T, N}), "Allocate");
+      const double t = Time(*bf, T >= 1024 ? 10 : 20, [&] { bf->MatMul(x, bw, out); });
+      const double flops = 2.0 * T * N * K / t;
+      std::printf("%6lld %12.3f %12.1f %13.0f%%\n", static_cast<long long>(T), t * 1e3, flops / 1e12,
+                  100.0 * flops / kPeak);
+    }
   }
 
   // The same shape quantized: random codes (FP8 without NaN codes) and scales.

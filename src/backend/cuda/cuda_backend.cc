@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
+#include "src/backend/cuda/cublaslt.h"
 #include "src/backend/cuda/cuda_util.h"
 #include "src/util/errors.h"
 #include "src/util/log.h"
@@ -61,16 +62,16 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
     return UnsupportedError(absl::StrCat("the cuda backend cannot run here: ",
                                          e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device"));
   }
-  if (options.activations != QuantizedActivations::kExact) {
-    // The device matmuls dequantize weights to bf16 tiles for tensor cores; an int8-activation
-    // path (IMMA / dp4a) is not written yet. Refused rather than silently run exact.
+  if (options.activations == QuantizedActivations::kInt8) {
+    // An int8-activation path (IMMA / dp4a) is not written yet. Refused rather than silently
+    // run exact.
     return absl::UnimplementedError("the cuda backend has no int8-activation matmuls (quantized_activations INT8); "
-                                    "use LLM_ACTIVATIONS_EXACT or the CPU backend");
+                                    "use LLM_ACTIVATIONS_EXACT, LLM_ACTIVATIONS_BF16 or the CPU backend");
   }
   if (options.device < 0 || options.device >= n) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (", n, " devices)"));
   }
-  std::unique_ptr<CudaBackend> be(new CudaBackend(options.device));
+  std::unique_ptr<CudaBackend> be(new CudaBackend(options.device, options.activations));
   LLMRT_RETURN_IF_ERROR(be->Init());
   return std::unique_ptr<Backend>(std::move(be));
 }
@@ -96,7 +97,15 @@ absl::Status CudaBackend::Init() {
     LLMRT_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
     ev = e;
   }
-  scratch_.resize(8);
+  scratch_.resize(kScratchSlots);
+  if (activations_ == QuantizedActivations::kBf16) {
+    LLMRT_ASSIGN_OR_RETURN(cublaslt_workspace_, DeviceMalloc(CublasLtGemm::kWorkspaceBytes, "the cuBLASLt workspace"));
+    absl::StatusOr<std::unique_ptr<CublasLtGemm>> gemm = CublasLtGemm::Create(cublaslt_workspace_);
+    if (!gemm.ok()) {
+      return absl::Status(gemm.status().code(), absl::StrCat("the cuda backend: ", gemm.status().message()));
+    }
+    cublaslt_ = *std::move(gemm);
+  }
   if (cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_) != cudaSuccess || sm_count_ < 1) {
     sm_count_ = 1;
   }
@@ -110,6 +119,8 @@ absl::Status CudaBackend::Init() {
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cublaslt_.reset();
+  if (cublaslt_workspace_ != nullptr) cudaFree(cublaslt_workspace_);
   for (ScratchBuffer& b : scratch_) cudaFree(b.ptr);
   for (void* ev : staging_done_) {
     if (ev != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
@@ -484,8 +495,35 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
     LLMRT_CUDA_CHECK(x.rank() == 2 && out.rank() == 2);
     LLMRT_CUDA_CHECK(x.dim(1) == w.cols && out.dim(1) == w.rows && out.dim(0) == x.dim(0));
     if (!SupportsWeightFormat(w.format)) return UnsupportedError("MatMul: a weight format without a CUDA kernel");
+    if (activations_ == QuantizedActivations::kBf16 && w.format == kWeightBf16) return Bf16MatMul(Const(x), w, Mut(out));
     return Launched(cuda::LaunchGemm(Const(x), WeightOf(w), Mut(out), Stream(stream_)));
   });
+}
+
+// The BF16 policy: x rounded to bfloat16 (nearest even) into the op's scratch, then cuBLASLt
+// (bf16 codes; the algorithm fixed per weight shape, so rows do not depend on the batch), or,
+// for shapes and alignments cuBLASLt does not take, the tiled kernel on the rounded values kept
+// as float32 (exact products, summed in k order). Either way a weight shape takes one path for
+// every T, apart from a T its algorithm refuses (logged).
+absl::Status CudaBackend::Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out) {
+  const int64_t T = x.rows, N = w.rows, K = w.cols;
+  if (T == 0 || N == 0) return absl::OkStatus();
+  cudaStream_t s = Stream(stream_);
+  const CublasLtGemm::Call* call = nullptr;
+  if (K > 0 && CublasLtGemm::Aligned(w.data.data()) && CublasLtGemm::Aligned(out.data)) {
+    LLMRT_ASSIGN_OR_RETURN(call, cublaslt_->Prepare(N, K, T, out.ld));
+  }
+  if (call != nullptr) {
+    LLMRT_ASSIGN_OR_RETURN(void* xb, Scratch(kScratchMatMulBf16, static_cast<size_t>(T * K) * sizeof(uint16_t),
+                                             "MatMul bf16 activations"));
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16(x, static_cast<uint16_t*>(xb), s)));
+    return cublaslt_->Run(*call, w.data.data(), xb, out.data, stream_);
+  }
+  LLMRT_ASSIGN_OR_RETURN(void* xr, Scratch(kScratchMatMulBf16, static_cast<size_t>(T * K) * sizeof(float),
+                                           "MatMul bf16 activations"));
+  const cuda::MutMat r{static_cast<float*>(xr), T, K, K};
+  LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(x, r, s)));
+  return Launched(cuda::LaunchGemm(cuda::ConstMat{r.data, T, K, K}, WeightOf(w), out, s));
 }
 
 void CudaBackend::Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset, const RopeTable& rope,

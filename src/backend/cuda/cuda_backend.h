@@ -16,6 +16,12 @@
 // codecs registered later are refused with UNSUPPORTED naming them. Activations are float32, as
 // on the CPU, so that the two backends agree to the conformance tolerances.
 //
+// Activation policies: EXACT (the default), and BF16: MatMul with a BF16 weight rounds its
+// activations to bfloat16 and multiplies on tensor cores through cuBLASLt (cublaslt.h; shapes it
+// does not take run the tiled kernel on the rounded activations), as does a BF16 router gate;
+// the MoE's BF16 expert projections run the grouped tiled kernel on rounded activations. INT8 is
+// refused.
+//
 // Memory: Allocate is cudaMalloc (an out-of-memory is RESOURCE_EXHAUSTED naming the bytes and the
 // device's free memory); ImportHost and Upload stage host bytes through a pinned double buffer,
 // asynchronously in stream order. The MoE, the router and the DSA indexer keep per-op scratch
@@ -32,10 +38,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "src/backend/backend.h"
+#include "src/backend/cuda/cublaslt.h"
 #include "src/backend/registry.h"
 
 namespace llmrt::cuda {
 struct AttentionArgs;
+struct ConstMat;
+struct MutMat;
 }  // namespace llmrt::cuda
 
 namespace llmrt {
@@ -109,8 +118,10 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> DoAllocate(DType dtype, const int64_t* shape, int rank) override;
 
  private:
-  explicit CudaBackend(int device) : device_(device) {}
+  CudaBackend(int device, QuantizedActivations activations) : device_(device), activations_(activations) {}
   absl::Status Init();
+  // out = x w^T for a BF16 weight under the BF16 activation policy (MatMul, the router).
+  absl::Status Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
 
   // Runs an op's host part (checks and launches); a failure is recorded, and once one is
   // pending later ops are skipped (the contract of a device stream).
@@ -131,6 +142,11 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> DeviceMalloc(size_t bytes, const std::string& what);
 
   int device_ = 0;
+  QuantizedActivations activations_ = QuantizedActivations::kExact;
+  // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,
+  // CublasLtGemm::kWorkspaceBytes, allocated at Init).
+  std::unique_ptr<CublasLtGemm> cublaslt_;
+  void* cublaslt_workspace_ = nullptr;
   int sm_count_ = 1;
   void* stream_ = nullptr;       // cudaStream_t
   int32_t* error_word_ = nullptr;  // device: the first kernel-detected failure (kernels/kernels.h ErrorCode)

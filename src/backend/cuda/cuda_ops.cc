@@ -15,18 +15,6 @@
 namespace llmrt {
 namespace {
 
-// Scratch slots (CudaBackend::Scratch).
-enum ScratchSlot : int {
-  kScratchRouterLogits = 0,
-  kScratchRouterChoice = 1,
-  kScratchMoeIndex = 2,
-  kScratchMoeGate = 3,
-  kScratchMoeUp = 4,
-  kScratchMoeDown = 5,
-  kScratchDsaScores = 6,
-  kScratchAttention = 7,
-};
-
 // Routed experts on the device: the prepared weights (kept alive here) and, per projection, the
 // device array of the experts' weight descriptors the grouped GEMM reads, with the kernel choice.
 class CudaExpertBank final : public ExpertBank {
@@ -39,6 +27,8 @@ class CudaExpertBank final : public ExpertBank {
   // Device: [3][E] descriptors (gate, up, down).
   cuda::WeightRef* table_ = nullptr;
   int32_t gemv_bits_[3] = {0, 0, 0};
+  // Whether every expert's weight of the projection is BF16 (the BF16 policy rounds its input).
+  bool bf16_[3] = {false, false, false};
   cuda::ExpertTable Table(int which) const { return {table_ + which * num_experts(), gemv_bits_[which]}; }
 };
 
@@ -169,6 +159,9 @@ absl::StatusOr<std::unique_ptr<ExpertBank>> CudaBackend::PrepareExperts(std::vec
       gemv = refs[j * E + e].type == type && cuda::QuantGemvApplies(refs[j * E + e]);
     }
     bank->gemv_bits_[j] = !gemv ? 0 : type == cuda::kElemInt4 ? 4 : 8;
+    bool bf16 = true;
+    for (int64_t e = 0; e < E && bf16; ++e) bf16 = refs[j * E + e].type == cuda::kElemBf16;
+    bank->bf16_[j] = bf16;
   }
   const size_t bytes = refs.size() * sizeof(cuda::WeightRef);
   LLMRT_ASSIGN_OR_RETURN(void* table, DeviceMalloc(bytes, "the expert weight table"));
@@ -382,7 +375,12 @@ void CudaBackend::MoeRoute(const Tensor& x, const Weight& gate, const Weight& bi
     LLMRT_ASSIGN_OR_RETURN(void* logits, Scratch(kScratchRouterLogits, bytes, "router logits"));
     LLMRT_ASSIGN_OR_RETURN(void* choice, Scratch(kScratchRouterChoice, bytes, "router choices"));
     cuda::MutMat lm{static_cast<float*>(logits), T, E, E};
-    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGemm(Const(x), WeightOf(gate), lm, Stream(stream_))));
+    if (activations_ == QuantizedActivations::kBf16 && gate.format == kWeightBf16) {
+      // A matmul with a BF16 weight like any other under the policy.
+      LLMRT_RETURN_IF_ERROR(Bf16MatMul(Const(x), gate, lm));
+    } else {
+      LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGemm(Const(x), WeightOf(gate), lm, Stream(stream_))));
+    }
     cuda::RouteArgs a{};
     a.logits = static_cast<const float*>(logits);
     a.T = T;
@@ -441,11 +439,28 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     const cuda::TileTable tiles{pa.tile_expert, pa.tile_row0, pa.tile_row1, pa.tile_count, max_tiles};
     cuda::MutMat g{static_cast<float*>(gp), P, I, I}, u{static_cast<float*>(up), P, I, I};
     cuda::MutMat y{static_cast<float*>(dp), P, H, H};
+    // The BF16 policy: the projections whose experts are all BF16 read bf16-rounded inputs (the
+    // tiled kernel's float32 sums of exact products, the policy's numerics). cuBLASLt does not
+    // take them: a grouped GEMM over the device-side routing would need the per-expert row
+    // counts on the host (a synchronization per layer) or one GEMM per expert and tile.
+    const bool bf16 = activations_ == QuantizedActivations::kBf16;
+    const cuda::ConstMat xe = Const(x);
+    cuda::ConstMat xr = xe;
+    if (bf16 && (bank.bf16_[0] || bank.bf16_[1])) {
+      LLMRT_ASSIGN_OR_RETURN(void* rp, Scratch(kScratchMoeBf16, static_cast<size_t>(T * H) * sizeof(float),
+                                               "MoE bf16 activations"));
+      const cuda::MutMat r{static_cast<float*>(rp), T, H, H};
+      LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(xe, r, s)));
+      xr = {r.data, T, H, H};
+    }
     // [P, I] = x[perm_token] gate_e^T and up_e^T; silu(g) * u; [P, H] = h down_e^T.
-    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGroupedGemm(Const(x), pa.perm_token, bank.Table(0), I, H, tiles, g, s)));
-    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGroupedGemm(Const(x), pa.perm_token, bank.Table(1), I, H, tiles, u, s)));
+    LLMRT_RETURN_IF_ERROR(Launched(
+        cuda::LaunchGroupedGemm(bf16 && bank.bf16_[0] ? xr : xe, pa.perm_token, bank.Table(0), I, H, tiles, g, s)));
+    LLMRT_RETURN_IF_ERROR(Launched(
+        cuda::LaunchGroupedGemm(bf16 && bank.bf16_[1] ? xr : xe, pa.perm_token, bank.Table(1), I, H, tiles, u, s)));
     const cuda::ConstMat gc{g.data, P, I, I}, uc{u.data, P, I, I};
     LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchSiluMul(gc, uc, g, s)));
+    if (bf16 && bank.bf16_[2]) LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(gc, g, s)));
     LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGroupedGemm(gc, nullptr, bank.Table(2), H, I, tiles, y, s)));
     const cuda::ConstMat yc{y.data, P, H, H};
     return Launched(cuda::LaunchMoeCombine(idx.data_as<const int32_t>(), idx.row_stride(), Const(weights), pa.perm_pos,

@@ -18,6 +18,21 @@
 
 namespace llmrt {
 
+// Scratch slots (CudaBackend::Scratch).
+enum ScratchSlot : int {
+  kScratchRouterLogits = 0,
+  kScratchRouterChoice = 1,
+  kScratchMoeIndex = 2,
+  kScratchMoeGate = 3,
+  kScratchMoeUp = 4,
+  kScratchMoeDown = 5,
+  kScratchDsaScores = 6,
+  kScratchAttention = 7,
+  kScratchMatMulBf16 = 8,  // MatMul's rounded activations (BF16 policy)
+  kScratchMoeBf16 = 9,     // the MoE input's rounded copy (BF16 policy)
+  kScratchSlots = 10,
+};
+
 inline absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
   if (e == cudaSuccess) return absl::OkStatus();
   if (e == cudaErrorMemoryAllocation) {

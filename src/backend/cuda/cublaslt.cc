@@ -1,0 +1,357 @@
+#include "src/backend/cuda/cublaslt.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/util/errors.h"
+#include "src/util/log.h"
+#include "src/util/status.h"
+
+namespace llmrt {
+namespace {
+
+// Exactly the cuBLASLt functions used, typed from the header (cublasLt.h supplies only types).
+struct CublasLtApi {
+  decltype(&cublasLtCreate) Create = nullptr;
+  decltype(&cublasLtDestroy) Destroy = nullptr;
+  decltype(&cublasLtGetStatusName) GetStatusName = nullptr;
+  decltype(&cublasLtGetVersion) GetVersion = nullptr;
+  decltype(&cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
+  decltype(&cublasLtMatmulAlgoCheck) MatmulAlgoCheck = nullptr;
+  decltype(&cublasLtMatmulAlgoConfigGetAttribute) MatmulAlgoConfigGetAttribute = nullptr;
+  decltype(&cublasLtMatmul) Matmul = nullptr;
+};
+
+#ifndef LLMRT_CUDA_LIBRARY_DIR
+#define LLMRT_CUDA_LIBRARY_DIR ""
+#endif
+
+// Loads `path` and resolves every entry point; the handle is kept open (never unloaded) on
+// success and closed on failure.
+absl::StatusOr<CublasLtApi> Load(const std::string& path, std::vector<std::string> fallbacks) {
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::string why;
+  if (lib == nullptr) {
+    const char* e = dlerror();
+    why = e != nullptr ? e : "not found";
+  }
+  for (const std::string& f : fallbacks) {
+    if (lib != nullptr) break;
+    lib = dlopen(f.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+  if (lib == nullptr) {
+    return UnsupportedError(absl::StrCat("the BF16 activation policy on CUDA needs cuBLASLt, and ", path,
+                                         " could not be loaded (", why, ")"));
+  }
+  CublasLtApi a;
+  const char* missing = nullptr;
+  auto bind = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+    if (fn == nullptr && missing == nullptr) missing = name;
+  };
+  bind(a.Create, "cublasLtCreate");
+  bind(a.Destroy, "cublasLtDestroy");
+  bind(a.GetStatusName, "cublasLtGetStatusName");
+  bind(a.GetVersion, "cublasLtGetVersion");
+  bind(a.MatmulDescCreate, "cublasLtMatmulDescCreate");
+  bind(a.MatmulDescDestroy, "cublasLtMatmulDescDestroy");
+  bind(a.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
+  bind(a.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
+  bind(a.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
+  bind(a.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate");
+  bind(a.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
+  bind(a.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
+  bind(a.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
+  bind(a.MatmulAlgoCheck, "cublasLtMatmulAlgoCheck");
+  bind(a.MatmulAlgoConfigGetAttribute, "cublasLtMatmulAlgoConfigGetAttribute");
+  bind(a.Matmul, "cublasLtMatmul");
+  if (missing != nullptr) {
+    dlclose(lib);
+    return UnsupportedError(absl::StrCat("the cuBLASLt library ", path, " has no ", missing, " (cuBLASLt ",
+                                         CUBLAS_VER_MAJOR, ".x is needed)"));
+  }
+  return a;
+}
+
+// The process's library, loaded on first use.
+absl::StatusOr<const CublasLtApi*> Api() {
+  static absl::StatusOr<const CublasLtApi*>* api = [] {
+    std::vector<std::string> fallbacks;
+    const std::string dir = LLMRT_CUDA_LIBRARY_DIR;
+    if (!dir.empty()) fallbacks.push_back(absl::StrCat(dir, "/", CublasLtLibraryName()));
+    absl::StatusOr<CublasLtApi> a = Load(CublasLtLibraryName(), std::move(fallbacks));
+    if (!a.ok()) return new absl::StatusOr<const CublasLtApi*>(a.status());
+    return new absl::StatusOr<const CublasLtApi*>(new CublasLtApi(*a));
+  }();
+  return *api;
+}
+
+}  // namespace
+
+std::string CublasLtLibraryName() { return absl::StrCat("libcublasLt.so.", CUBLAS_VER_MAJOR); }
+
+absl::Status CheckCublasLtLibrary(const std::string& path) { return Load(path, {}).status(); }
+
+struct CublasLtGemm::Call {
+  cublasLtMatmulDesc_t desc = nullptr;  // the (N, K)'s
+  cublasLtMatrixLayout_t a = nullptr;   // the (N, K)'s
+  const cublasLtMatmulAlgo_t* algo = nullptr;
+  cublasLtMatrixLayout_t b = nullptr, d = nullptr;
+  int64_t n = 0, k = 0, t = 0;
+};
+
+struct CublasLtGemm::Impl {
+  const CublasLtApi* api = nullptr;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::mutex mu;
+  // Per (N, K): the descriptor, A's layout, and the algorithm (taken == false: none without
+  // split-K; every T of the shape runs the caller's kernel).
+  struct Shape {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool taken = false;
+  };
+  std::map<std::pair<int64_t, int64_t>, Shape> shapes;
+  // Per (N, K, T, ldo): B's and D's layouts; null b: the algorithm refuses this T.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Call> calls;
+
+  std::string Name(cublasStatus_t s) const {
+    const char* n = api->GetStatusName != nullptr ? api->GetStatusName(s) : nullptr;
+    return n != nullptr ? std::string(n) : absl::StrCat("cublasStatus ", static_cast<int>(s));
+  }
+  absl::Status Check(cublasStatus_t s, const char* what) const {
+    if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+    if (s == CUBLAS_STATUS_ALLOC_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrCat(what, ": ", Name(s)));
+    }
+    return absl::InternalError(absl::StrCat(what, ": ", Name(s)));
+  }
+  void DestroyCall(Call& c) {
+    if (c.b != nullptr) api->MatrixLayoutDestroy(c.b);
+    if (c.d != nullptr) api->MatrixLayoutDestroy(c.d);
+    c.b = c.d = nullptr;
+  }
+  absl::Status MakeShape(int64_t N, int64_t K, Shape* s);
+  // B and D layouts for T rows (ldo: D's column stride).
+  absl::Status MakeLayouts(int64_t K, int64_t N, int64_t T, int64_t ldo, cublasLtMatrixLayout_t* b,
+                           cublasLtMatrixLayout_t* d) {
+    LLMRT_RETURN_IF_ERROR(Check(api->MatrixLayoutCreate(b, CUDA_R_16BF, static_cast<uint64_t>(K),
+                                                        static_cast<uint64_t>(T), K),
+                                "cublasLtMatrixLayoutCreate (activations)"));
+    const absl::Status s = Check(api->MatrixLayoutCreate(d, CUDA_R_32F, static_cast<uint64_t>(N),
+                                                         static_cast<uint64_t>(T), ldo),
+                                 "cublasLtMatrixLayoutCreate (output)");
+    if (!s.ok()) {
+      api->MatrixLayoutDestroy(*b);
+      *b = nullptr;
+    }
+    return s;
+  }
+  // Whether `algo` runs (N, K) at T rows with D's stride ldo.
+  absl::StatusOr<bool> Runs(const Shape& s, const cublasLtMatmulAlgo_t& algo, int64_t N, int64_t K, int64_t T,
+                            int64_t ldo) {
+    cublasLtMatrixLayout_t b = nullptr, d = nullptr;
+    LLMRT_RETURN_IF_ERROR(MakeLayouts(K, N, T, ldo, &b, &d));
+    cublasLtMatmulHeuristicResult_t r{};
+    const cublasStatus_t st = api->MatmulAlgoCheck(handle, s.desc, s.a, b, d, d, &algo, &r);
+    api->MatrixLayoutDestroy(b);
+    api->MatrixLayoutDestroy(d);
+    return st == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= kWorkspaceBytes;
+  }
+};
+
+absl::Status CublasLtGemm::Impl::MakeShape(int64_t N, int64_t K, Shape* s) {
+  LLMRT_RETURN_IF_ERROR(
+      Check(api->MatmulDescCreate(&s->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+  LLMRT_RETURN_IF_ERROR(Check(api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)),
+                              "cublasLtMatmulDescSetAttribute (TRANSA)"));
+  LLMRT_RETURN_IF_ERROR(Check(api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)),
+                              "cublasLtMatmulDescSetAttribute (TRANSB)"));
+  // The weight [N, K] row-major is the column-major K x N matrix with ld K.
+  LLMRT_RETURN_IF_ERROR(Check(api->MatrixLayoutCreate(&s->a, CUDA_R_16BF, static_cast<uint64_t>(K),
+                                                      static_cast<uint64_t>(N), K),
+                              "cublasLtMatrixLayoutCreate (weight)"));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  LLMRT_RETURN_IF_ERROR(Check(api->MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
+  const uint64_t ws = kWorkspaceBytes;
+  const uint32_t align = 16;
+  absl::Status st = Check(api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+                          "cublasLtMatmulPreferenceSetAttribute (workspace)");
+  for (cublasLtMatmulPreferenceAttributes_t attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (st.ok()) {
+      st = Check(api->MatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)),
+                 "cublasLtMatmulPreferenceSetAttribute (alignment)");
+    }
+  }
+  // The heuristic at the canonical T, with D's stride the contiguous N rounded up to the 4
+  // floats that keep rows 16-byte aligned (the stride does not enter the algorithm's choice
+  // beyond alignment).
+  constexpr int kCandidates = 16;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+  int count = 0;
+  cublasLtMatrixLayout_t b = nullptr, d = nullptr;
+  const int64_t ldo = (N + 3) / 4 * 4;
+  if (st.ok()) st = MakeLayouts(K, N, kCanonicalRows, ldo, &b, &d);
+  if (st.ok()) {
+    const cublasStatus_t h =
+        api->MatmulAlgoGetHeuristic(handle, s->desc, s->a, b, d, d, pref, kCandidates, results, &count);
+    // NOT_SUPPORTED: no algorithm for this configuration; the shape runs the caller's kernel.
+    if (h == CUBLAS_STATUS_NOT_SUPPORTED) {
+      count = 0;
+    } else {
+      st = Check(h, "cublasLtMatmulAlgoGetHeuristic");
+    }
+  }
+  if (b != nullptr) api->MatrixLayoutDestroy(b);
+  if (d != nullptr) api->MatrixLayoutDestroy(d);
+  api->MatmulPreferenceDestroy(pref);
+  LLMRT_RETURN_IF_ERROR(st);
+
+  // The first algorithm (the heuristic's order: fastest first) without split-K, one needing no
+  // workspace first, that also runs at T = 1.
+  for (int pass = 0; pass < 2 && !s->taken; ++pass) {
+    for (int i = 0; i < count && !s->taken; ++i) {
+      const cublasLtMatmulHeuristicResult_t& r = results[i];
+      if (r.state != CUBLAS_STATUS_SUCCESS) continue;
+      if (pass == 0 && r.workspaceSize != 0) continue;
+      int32_t splits = 1;
+      uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+      size_t written = 0;
+      if (api->MatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
+                                            &written) != CUBLAS_STATUS_SUCCESS ||
+          api->MatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                            &written) != CUBLAS_STATUS_SUCCESS) {
+        continue;
+      }
+      if (splits > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE) continue;
+      LLMRT_ASSIGN_OR_RETURN(const bool runs_one, Runs(*s, r.algo, N, K, 1, ldo));
+      if (!runs_one) continue;
+      s->algo = r.algo;
+      s->taken = true;
+    }
+  }
+  if (!s->taken) {
+    Log(LogLevel::kInfo, absl::StrCat("cuBLASLt: no algorithm without split-K for a BF16 weight [", N, ", ", K, "] (",
+                                      count, " candidates); it runs the tiled kernel on bf16-rounded activations"));
+  }
+  return absl::OkStatus();
+}
+
+CublasLtGemm::CublasLtGemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(void* workspace) {
+  LLMRT_ASSIGN_OR_RETURN(const CublasLtApi* api, Api());
+  auto impl = std::make_unique<Impl>();
+  impl->api = api;
+  impl->workspace = workspace;
+  LLMRT_RETURN_IF_ERROR(impl->Check(api->Create(&impl->handle), "cublasLtCreate"));
+  Log(LogLevel::kInfo, absl::StrCat("cuda backend: BF16 activations through ", CublasLtLibraryName(), " (version ",
+                                    api->GetVersion(), ")"));
+  return std::unique_ptr<CublasLtGemm>(new CublasLtGemm(std::move(impl)));
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  Impl& m = *impl_;
+  for (auto& [key, c] : m.calls) m.DestroyCall(c);
+  for (auto& [key, s] : m.shapes) {
+    if (s.a != nullptr) m.api->MatrixLayoutDestroy(s.a);
+    if (s.desc != nullptr) m.api->MatmulDescDestroy(s.desc);
+  }
+  if (m.handle != nullptr) m.api->Destroy(m.handle);
+}
+
+absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(int64_t N, int64_t K, int64_t T, int64_t ldo) {
+  if (K % 8 != 0 || ldo % 4 != 0) return static_cast<const Call*>(nullptr);  // rows of B or D not 16-byte aligned
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto [it, added] = m.shapes.try_emplace({N, K});
+  Impl::Shape& s = it->second;
+  if (added) {
+    const absl::Status st = m.MakeShape(N, K, &s);
+    if (!st.ok()) {
+      if (s.a != nullptr) m.api->MatrixLayoutDestroy(s.a);
+      if (s.desc != nullptr) m.api->MatmulDescDestroy(s.desc);
+      m.shapes.erase(it);
+      return absl::Status(st.code(), absl::StrCat("cuBLASLt plan for a BF16 weight [", N, ", ", K, "]: ", st.message()));
+    }
+  }
+  if (!s.taken) return static_cast<const Call*>(nullptr);
+  // The layouts of a few hundred T per shape (a step's rows are at most max_tokens_per_step);
+  // the map is emptied if it ever grows past that, bounding the host memory it holds.
+  constexpr size_t kMaxCalls = 4096;
+  const auto key = std::make_tuple(N, K, T, ldo);
+  auto found = m.calls.find(key);
+  if (found == m.calls.end()) {
+    if (m.calls.size() >= kMaxCalls) {
+      for (auto& [k, c] : m.calls) m.DestroyCall(c);
+      m.calls.clear();
+    }
+    Call c;
+    c.desc = s.desc;
+    c.a = s.a;
+    c.algo = &s.algo;
+    c.n = N;
+    c.k = K;
+    c.t = T;
+    LLMRT_RETURN_IF_ERROR(m.MakeLayouts(K, N, T, ldo, &c.b, &c.d));
+    cublasLtMatmulHeuristicResult_t r{};
+    const cublasStatus_t check = m.api->MatmulAlgoCheck(m.handle, s.desc, s.a, c.b, c.d, c.d, &s.algo, &r);
+    if (check != CUBLAS_STATUS_SUCCESS || r.workspaceSize > kWorkspaceBytes) {
+      // Kept with null layouts: the caller's kernel serves this T (logged once per T).
+      Log(LogLevel::kWarning, absl::StrCat("cuBLASLt: the algorithm of the BF16 weight [", N, ", ", K,
+                                           "] does not run at T = ", T, " (", m.Name(check),
+                                           "); these rows run the tiled kernel"));
+      m.DestroyCall(c);
+    }
+    found = m.calls.emplace(key, c).first;
+  }
+  return found->second.b != nullptr ? &found->second : static_cast<const Call*>(nullptr);
+}
+
+absl::Status CublasLtGemm::Run(const Call& c, const void* w, const void* x, float* out, void* stream) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t s = m.api->Matmul(m.handle, c.desc, &alpha, w, c.a, x, c.b, &beta, out, c.d, out, c.d, c.algo,
+                                         m.workspace, kWorkspaceBytes, static_cast<cudaStream_t>(stream));
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("cublasLtMatmul (BF16 weight [", c.n, ", ", c.k, "], ", c.t,
+                                          " rows): ", m.Name(s)));
+}
+
+int64_t CublasLtGemm::shapes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return static_cast<int64_t>(impl_->shapes.size());
+}
+
+int64_t CublasLtGemm::shapes_taken() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  int64_t n = 0;
+  for (const auto& [key, s] : impl_->shapes) n += s.taken ? 1 : 0;
+  return n;
+}
+
+}  // namespace llmrt
