@@ -68,7 +68,9 @@ TEST(Bf16Activations, Bf16ModelsFollowTheExactPath) {
         worst = std::max(worst, d);
         ++compared;
         within += d <= kBf16LogitTolerance;
-        if (!m.discrete_attention) EXPECT_LE(d, kBf16LogitTolerance) << m.dir << " prompt " << i << " step " << s;
+        if (!m.discrete_attention) {
+          EXPECT_LE(d, kBf16LogitTolerance) << m.dir << " prompt " << i << " step " << s;
+        }
         if (Margin(exact[i].logits[s]) > 2 * kBf16LogitTolerance) {
           ++margin_steps;
           EXPECT_EQ(exact[i].tokens[s], bf16[i].tokens[s]) << m.dir << " prompt " << i << " step " << s;

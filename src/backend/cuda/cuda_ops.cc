@@ -375,12 +375,9 @@ void CudaBackend::MoeRoute(const Tensor& x, const Weight& gate, const Weight& bi
     LLMRT_ASSIGN_OR_RETURN(void* logits, Scratch(kScratchRouterLogits, bytes, "router logits"));
     LLMRT_ASSIGN_OR_RETURN(void* choice, Scratch(kScratchRouterChoice, bytes, "router choices"));
     cuda::MutMat lm{static_cast<float*>(logits), T, E, E};
-    if (activations_ == QuantizedActivations::kBf16 && gate.format == kWeightBf16) {
-      // A matmul with a BF16 weight like any other under the policy.
-      LLMRT_RETURN_IF_ERROR(Bf16MatMul(Const(x), gate, lm));
-    } else {
-      LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGemm(Const(x), WeightOf(gate), lm, Stream(stream_))));
-    }
+    // Float32 activations under every policy, as on the CPU: the router's logits choose the
+    // experts, a discrete decision that a rounded activation can flip.
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGemm(Const(x), WeightOf(gate), lm, Stream(stream_))));
     cuda::RouteArgs a{};
     a.logits = static_cast<const float*>(logits);
     a.T = T;
