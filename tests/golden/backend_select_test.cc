@@ -200,8 +200,9 @@ bool Bf16Runs(const std::string& dir, int32_t backend, std::string* why) {
 // The BF16 activation policy on the device (cuBLASLt for MatMul with BF16 weights) against the
 // CPU engine under the same policy: both round the same float32 activations to bfloat16 and sum
 // exact products in float32, so they differ by float32 summation order, plus a bfloat16 step
-// where a value's two float32 renderings straddle a rounding boundary (as with BF16 KV): the same
-// greedy tokens, logits within 5e-3 (F32 KV). Batched and one session alone with chunked prefill
+// where a value's two float32 renderings straddle a rounding boundary (as with BF16 KV): logits
+// within 5e-3 (F32 KV) at 90% of the steps and the same greedy tokens while the margin is
+// decisive and nothing flipped (see below). Batched and one session alone with chunked prefill
 // give the same tokens (rows do not depend on the batch).
 //
 // Where the CPU backend has no BF16 policy (it refuses it), the device is compared with the CPU's
@@ -232,10 +233,14 @@ TEST_P(CudaBf16MatchesCpu, SameTokensAndCloseLogits) {
   const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
   const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
   ASSERT_EQ(cpu.size(), gpu.size());
-  // Every step within tol (the same policy, or F32 weights the policy leaves alone); against
-  // EXACT, 90% of the steps within tol.
-  const bool strict = cpu_bf16 || std::string(GetParam().dir) == "tiny_deepseek_noqlora_f32";
-  const float tol = cpu_bf16 ? 5e-3f : strict ? 2e-3f : 0.25f;
+  // F32 weights (the policy leaves them alone): every step within 2e-3, the same tokens. Others:
+  // 90% of the steps within tol, where tol is 5e-3 against the CPU's BF16 (a value whose two
+  // float32 renderings straddle a bf16 rounding boundary is rounded one bf16 step apart) and 0.25
+  // against its EXACT. Not every step: the two backends' float32 sums differ in order, so a
+  // router or DSA indexer near-tie (margins of 0.008 occur in these models) can flip on one and
+  // not the other, after which that step's logits move by units.
+  const bool strict = std::string(GetParam().dir) == "tiny_deepseek_noqlora_f32";
+  const float tol = strict ? 2e-3f : cpu_bf16 ? 5e-3f : 0.25f;
   float worst = 0;
   int steps = 0, within = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
