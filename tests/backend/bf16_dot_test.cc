@@ -203,7 +203,9 @@ TEST(Bf16Dot, LoopsFlushDenormalsAsTheInstructionDoes) {
 }
 
 // A row's result does not depend on the rows beside it: every row of a 65-row call (GEMM) equals
-// the same row computed alone (GEMV) and in a batch of 3, bit for bit.
+// the same row computed alone (GEMV) and in a batch of 3, bit for bit, on the best path (AMX
+// tiles where the CPU has them: 16-row groups of weights and activations, partial groups, a row
+// length that is not whole blocks).
 TEST(Bf16Dot, RowsAloneEqualRowsInABatch) {
   std::mt19937 rng(53);
   const int64_t K = 7 * 64 + 5, rows = 37, T = 65;
@@ -233,6 +235,16 @@ TEST(Bf16Dot, RowsAloneEqualRowsInABatch) {
 // roundings and the tree adds 4 more levels, so |result - exact| <= (K / 16 + 4) * 2^-24 *
 // sum |x_k w_k| to first order (products of bf16 values are exact in float32; inputs are normal
 // here, so no flushing).
+// Where the CPU has AMX-BF16 and the OS grants tile state, the tiles are the best path, so the
+// tests above that run the best path exercise them (else they run the AVX-512 or scalar path).
+TEST(Bf16Dot, AmxTilesAreTheBestPathWhereAvailable) {
+  std::printf("bf16 paths here: best %s; amx %s\n", Bf16IsaName(BestBf16Isa()),
+              Bf16IsaAvailable(Bf16Isa::kAmx) ? "available" : "not available");
+  if (Bf16IsaAvailable(Bf16Isa::kAmx)) {
+    EXPECT_EQ(BestBf16Isa(), Bf16Isa::kAmx);
+  }
+}
+
 TEST(Bf16Dot, ResultIsTheProductOfTheRoundedInputsWithinFloat32Summation) {
   std::mt19937 rng(54);
   for (int64_t K : {33, 256, 1000, 7168}) {
@@ -332,8 +344,10 @@ TEST(Bf16Dot, BackendAppliesThePolicyToBf16WeightsOnly) {
   bf.MatMulRaw(x.data(), cols, T, wb, batch.data(), rows);
   Bf16Activations xb;
   RoundActivationsBf16(x.data(), cols, T, cols, &xb);
-  Bf16MatMulRows(Bf16Isa::kScalar, Bf16Loop::kAuto, reinterpret_cast<const uint16_t*>(host.stored.codes.data), cols, xb, ref.data(), rows, 0,
-                 rows);
+  // The backend runs the best path (AMX tiles where present, whose sums are not the scalar
+  // emulation's bits; the emulation's elsewhere).
+  Bf16MatMulRows(BestBf16Isa(), Bf16Loop::kAuto, reinterpret_cast<const uint16_t*>(host.stored.codes.data), cols, xb,
+                 ref.data(), rows, 0, rows);
   EXPECT_EQ(std::memcmp(batch.data(), ref.data(), ref.size() * sizeof(float)), 0);
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> one(static_cast<size_t>(rows));

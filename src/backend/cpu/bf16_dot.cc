@@ -13,7 +13,12 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define LLMRT_BF16_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #else
 #define LLMRT_BF16_X86 0
 #endif
@@ -285,7 +290,149 @@ void DotLanes(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
 
 }  // namespace bf16_avx512
 #pragma GCC pop_options
+
+// ---- AMX tiles ----
+namespace bf16_amx {
+
+// Whether the CPU has AMX-TILE and AMX-BF16 and Linux grants this process the tile data state
+// (asked once; the kernel refuses where the state is not enabled).
+bool Available() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    if ((d & (1u << 22)) == 0 || (d & (1u << 24)) == 0) return false;  // AMX-BF16, AMX-TILE
+#if defined(__linux__)
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
+// The 64-byte tile configuration (palette 1): tiles 0-3 accumulate 16 weight rows x 16 activation
+// rows of float32, 4-5 hold 16 weight rows x 32 bf16 columns, 6-7 16 column pairs x 16 rows.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+constexpr int64_t kGroup = 16;         // rows of a tile
+constexpr int64_t kBlockPairs = 16;    // column pairs of a tile (32 columns)
+constexpr int64_t kKBlocks = 16;       // column blocks per pass over the activations (512 columns)
+
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")
+
+// Weight rows [n, n + 32) (those below n1) x every activation row. The accumulators live in
+// `acc` ([2][groups][16][16] float32) between passes over blocks of columns, so the blocks are
+// added in column order for every output, whatever the row range or the batch.
+void RowPair(const uint16_t* w, int64_t k, const Bf16Activations& x, int64_t n, int64_t n1, float* acc,
+             uint16_t* wtail, float* out, int64_t ldo) {
+  const int64_t kp = x.padded, blocks = kp / kBlock, groups = (x.rows + kGroup - 1) / kGroup;
+  const int64_t rows0 = std::min<int64_t>(kGroup, n1 - n), rows1 = std::max<int64_t>(0, std::min<int64_t>(kGroup, n1 - n - kGroup));
+  // Weight rows read in place, or, for a short row group or a row length that is not whole
+  // blocks, copied zero-padded (a tile load reads whole 64-byte rows of 16 rows).
+  const bool direct = rows0 == kGroup && (rows1 == kGroup || rows1 == 0) && k % kBlock == 0;
+  const uint16_t* wa = w + n * k;
+  int64_t lda = k;
+  if (!direct) {
+    std::fill(wtail, wtail + 2 * kGroup * kp, uint16_t{0});
+    for (int64_t r = 0; r < rows0 + rows1; ++r) std::memcpy(wtail + r * kp, w + (n + r) * k, k * sizeof(uint16_t));
+    wa = wtail;
+    lda = kp;
+  }
+  const bool two = rows1 > 0;
+  const size_t ctile = kGroup * kGroup;
+  for (int64_t b0 = 0; b0 < blocks; b0 += kKBlocks) {
+    const int64_t b1 = std::min(blocks, b0 + kKBlocks);
+    for (int64_t g = 0; g < groups; g += 2) {
+      const bool g2 = g + 1 < groups;
+      float* c00 = acc + (0 * groups + g) * ctile;
+      float* c10 = acc + (1 * groups + g) * ctile;
+      if (b0 == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        _tile_loadd(0, c00, 64);
+        _tile_loadd(1, c10, 64);
+        if (g2) {
+          _tile_loadd(2, c00 + ctile, 64);
+          _tile_loadd(3, c10 + ctile, 64);
+        }
+      }
+      const uint16_t* p0 = x.pairs.data() + g * (kp / 2) * 2 * kGroup;
+      const uint16_t* p1 = p0 + (kp / 2) * 2 * kGroup;
+      for (int64_t b = b0; b < b1; ++b) {
+        _tile_loadd(4, wa + b * kBlock, lda * 2);
+        if (two) _tile_loadd(5, wa + kGroup * lda + b * kBlock, lda * 2);
+        _tile_loadd(6, p0 + b * kBlockPairs * 2 * kGroup, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two) _tile_dpbf16ps(1, 5, 6);
+        if (g2) {
+          _tile_loadd(7, p1 + b * kBlockPairs * 2 * kGroup, 64);
+          _tile_dpbf16ps(2, 4, 7);
+          if (two) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, c00, 64);
+      _tile_stored(1, c10, 64);
+      if (g2) {
+        _tile_stored(2, c00 + ctile, 64);
+        _tile_stored(3, c10 + ctile, 64);
+      }
+    }
+  }
+  // acc[h][g][r][t]: weight row n + 16h + r, activation row 16g + t.
+  for (int64_t h = 0; h < (two ? 2 : 1); ++h) {
+    const int64_t rows = h == 0 ? rows0 : rows1;
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const float* c = acc + ((h * groups + t / kGroup) * kGroup) * kGroup + t % kGroup;
+      for (int64_t r = 0; r < rows; ++r) out[t * ldo + n + h * kGroup + r] = c[r * kGroup];
+    }
+  }
+}
+
+void Rows(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  const int64_t groups = (x.rows + kGroup - 1) / kGroup;
+  thread_local std::vector<float> acc;
+  thread_local std::vector<uint16_t> wtail;
+  acc.resize(static_cast<size_t>(2 * groups * kGroup * kGroup));
+  wtail.resize(static_cast<size_t>(2 * kGroup * x.padded));
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.rows[i] = kGroup;
+    cfg.colsb[i] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  for (int64_t n = n0; n < n1; n += 2 * kGroup) RowPair(w, k, x, n, n1, acc.data(), wtail.data(), out, ldo);
+  _tile_release();
+}
+
+#pragma GCC pop_options
+
+}  // namespace bf16_amx
 #endif  // LLMRT_BF16_X86
+
+// The tiles' activation layout (Bf16Activations::pairs).
+void PackPairs(Bf16Activations* x) {
+  const int64_t groups = (x->rows + 15) / 16, half = x->padded / 2;
+  x->pairs.assign(static_cast<size_t>(groups * half * 32), uint16_t{0});
+  for (int64_t t = 0; t < x->rows; ++t) {
+    const uint16_t* v = x->values.data() + t * x->padded;
+    uint16_t* d = x->pairs.data() + (t / 16) * half * 32 + (t % 16) * 2;
+    for (int64_t j = 0; j < half; ++j) {
+      d[j * 32] = v[2 * j];
+      d[j * 32 + 1] = v[2 * j + 1];
+    }
+  }
+}
 
 void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out) {
   LLMRT_CHECK(t >= 0 && k >= 0);
@@ -293,18 +440,23 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
   out->cols = k;
   out->padded = (k + kBlock - 1) / kBlock * kBlock;
   out->values.resize(static_cast<size_t>(t * out->padded));
+  // The tiles' layout wherever the AMX path can run (it is then the best path); the FMA GEMM's
+  // split layout wherever that loop may run.
+  const bool amx = Bf16IsaAvailable(Bf16Isa::kAmx);
   const bool gemm = t >= kBf16GemmMinTokens;
+  if (!amx) out->pairs.clear();
   if (gemm) {
     out->split.resize(out->values.size());
   } else {
     out->split.clear();
   }
 #if LLMRT_BF16_X86
-  if (BestBf16Isa() == Bf16Isa::kAvx512Bf16) {
+  if (BestBf16Isa() != Bf16Isa::kScalar) {
     for (int64_t r = 0; r < t; ++r) {
       bf16_avx512::RoundRow(x + r * ldx, k, out->padded, out->values.data() + r * out->padded,
                             gemm ? out->split.data() + r * out->padded : nullptr);
     }
+    if (amx) PackPairs(out);
     return;
   }
 #endif
@@ -331,6 +483,7 @@ const char* Bf16IsaName(Bf16Isa isa) {
   switch (isa) {
     case Bf16Isa::kScalar: return "scalar";
     case Bf16Isa::kAvx512Bf16: return "avx512-bf16";
+    case Bf16Isa::kAmx: return "amx-bf16";
   }
   return "unknown";
 }
@@ -342,6 +495,8 @@ bool Bf16IsaAvailable(Bf16Isa isa) {
     case Bf16Isa::kAvx512Bf16:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    case Bf16Isa::kAmx:
+      return Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) && bf16_amx::Available();
 #else
     default: return false;
 #endif
@@ -350,7 +505,9 @@ bool Bf16IsaAvailable(Bf16Isa isa) {
 }
 
 Bf16Isa BestBf16Isa() {
-  static const Bf16Isa best = Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16 : Bf16Isa::kScalar;
+  static const Bf16Isa best = Bf16IsaAvailable(Bf16Isa::kAmx)          ? Bf16Isa::kAmx
+                              : Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16
+                                                                       : Bf16Isa::kScalar;
   return best;
 }
 
@@ -361,6 +518,9 @@ void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, co
   if (x.rows == 0 || n0 == n1) return;
   switch (isa) {
 #if LLMRT_BF16_X86
+    case Bf16Isa::kAmx:
+      LLMRT_CHECK(x.pairs.size() == static_cast<size_t>((x.rows + 15) / 16 * x.padded * 16));
+      return bf16_amx::Rows(w, k, x, out, ldo, n0, n1);
     case Bf16Isa::kAvx512Bf16: {
       const bool gemm = loop == Bf16Loop::kGemm || (loop == Bf16Loop::kAuto && x.rows >= kBf16GemmMinTokens);
       return gemm ? bf16_avx512::Gemm(w, k, x, out, ldo, n0, n1) : bf16_avx512::Gemv(w, k, x, out, ldo, n0, n1);

@@ -49,6 +49,10 @@ struct Bf16Activations {
   // kBf16GemmMinTokens (else empty): per block of 32 columns, the 16 odd-column values, then
   // the 16 even-column ones. [rows, padded]
   std::vector<float> split;
+  // For the AMX path (where it is the best path), the same values as tiles read them: per group
+  // of 16 rows, per pair of columns (2j, 2j + 1), the 16 rows' pairs (rows past `rows` zero):
+  // [ceil(rows / 16), padded / 2, 16, 2]. Else empty.
+  std::vector<uint16_t> pairs;
 };
 
 // Rounds rows [0, t) of x (row stride ldx, k columns) into *out (round to nearest even, NaN
@@ -57,7 +61,16 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
 
 // The code paths. kAvx512Bf16 is compiled with its own target attributes and used only where
 // the CPU reports AVX512_BF16 (and F, BW, VL); kScalar emulates the instruction exactly.
-enum class Bf16Isa { kScalar, kAvx512Bf16 };
+//
+// kAmx (AMX-BF16 tiles, `tdpbf16ps`, where the CPU has them and the OS grants tile state) takes
+// every matmul, whatever its number of rows, so that its results never depend on the batch
+// either: per output, the tile instruction adds 32 products of each block of 32 columns at a
+// time, blocks in column order, in its own internal order and rounding, which the instruction set
+// reference does not pin down and which none of the float32 step sequences reproduces (measured).
+// Its results are therefore not the other paths' bits: they are bf16 products summed in float32
+// within the float32 dot-product bound, identical for a row whatever the other rows of the call,
+// the thread split or the batch. kAmx is the best path where available.
+enum class Bf16Isa { kScalar, kAvx512Bf16, kAmx };
 const char* Bf16IsaName(Bf16Isa isa);
 // Whether this build has the path and this CPU can run it (kScalar: always).
 bool Bf16IsaAvailable(Bf16Isa isa);
