@@ -8,14 +8,17 @@
 // read in place (no widening). This is what BF16 GEMMs elsewhere compute (llama.cpp's BF16 CPU
 // path, cuBLAS with bf16 inputs and float32 accumulation), up to the summation order. (Where the
 // instruction issues only once per two cycles, as on the Sapphire Rapids cores this was measured
-// on, the GEMM forms its exact steps with float32 FMAs instead: see Bf16Loop.)
+// on, the GEMM forms its exact steps with float32 FMAs instead: see Bf16Loop.) Where the CPU has
+// AMX-BF16 tiles, they take every BF16 matmul instead, with their own summation (Bf16Isa::kAmx).
+//
+// What follows is the arithmetic of the vdpbf16ps paths.
 //
 // Which matmuls: every matmul whose weight is BF16 (dense linears, lm_head, the MoE's BF16
 // experts). Not the MoE router (its logits pick the experts: they stay float32 however the
 // policy is set), not F32 weights, not FP8 / INT4 weights (those keep their own paths).
 //
-// The arithmetic, identical on every path (the instruction, the portable scalar emulation, the
-// decode GEMV and the prefill GEMM), so that results are bit-identical everywhere and a row's
+// The arithmetic, identical on each of these paths (the instruction, the portable scalar emulation,
+// the decode GEMV and the prefill GEMM), so that results are bit-identical everywhere and a row's
 // result never depends on the other rows of the call or on the thread split:
 //   - the columns are taken in blocks of 32 (the row zero-padded to a multiple of 32: weights
 //     past the row's end read as +0, activations are stored with zeros there);
