@@ -10,6 +10,7 @@
 #ifndef LLMRT_KERNELS_KERNELS_H_
 #define LLMRT_KERNELS_KERNELS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -76,6 +77,23 @@ cudaError_t LaunchRoundToBf16(ConstMat x, uint16_t* out, cudaStream_t s);
 cudaError_t LaunchRoundToBf16Values(ConstMat x, MutMat out, cudaStream_t s);
 cudaError_t LaunchRope(MutMat x, int64_t heads, int64_t head_dim, int64_t offset, const float* inv_freq, int64_t half,
                        float attention_factor, bool interleaved, const int32_t* positions, cudaStream_t s);
+
+// ---- sampling (sampling.cu) ----
+// The parameter words of one row (src/backend/sampling.h kSamplingWords): temperature, top_k,
+// top_p, min_p as their bits, then the draw (a double) as two words, low first.
+constexpr int64_t kSamplingParamWords = 6;
+// Rows that draw are sorted this many at a time (the scratch holds them).
+constexpr int64_t kSampleRowsPerPass = 16;
+struct SampleArgs {
+  ConstMat logits;             // [R, V]
+  const int32_t* params;       // [R * kSamplingParamWords]
+  const int32_t* random_rows;  // [num_random], the rows whose parameters draw
+  int64_t num_random;
+  int32_t* ids;                // [R]
+};
+// Device scratch LaunchSampleTokens needs for `random_rows` drawing rows of `vocab` logits.
+size_t SamplingScratchBytes(int64_t random_rows, int64_t vocab);
+cudaError_t LaunchSampleTokens(const SampleArgs& a, void* scratch, cudaStream_t s);
 
 // ---- matmul (matmul.cu) ----
 // The routed experts of a grouped GEMM: weight pointers and types per expert (device arrays).

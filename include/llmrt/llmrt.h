@@ -454,8 +454,16 @@ typedef struct llm_sampling_options {
   uint64_t seed;               /* per-session random stream; equal seeds give equal samples */
   const int32_t* stop_tokens;  /* copied at creation; may be NULL when num_stop_tokens is 0 */
   uint32_t num_stop_tokens;
-  uint32_t reserved0;
+  uint32_t flags;              /* LLM_SAMPLING_* bits; 0 = none (other bits: LLM_ERR_INVALID_ARGUMENT) */
 } llm_sampling_options;
+
+/* Sampling runs where the logits are computed (on the device with the CUDA backend), and a step
+ * brings back only the sampled ids, plus the logits of the sessions that keep them for
+ * llm_session_get_logits (the default). With this flag a session does not keep them: its
+ * llm_session_get_logits is LLM_ERR_INVALID_STATE, and a step of such sessions alone copies no
+ * logits at all (on CUDA: vocab_size floats per session and step less over the bus). Tokens are
+ * the same either way. */
+#define LLM_SAMPLING_NO_LOGITS 0x1u
 
 LLM_API void llm_sampling_options_init(llm_sampling_options* options);
 
@@ -503,7 +511,8 @@ LLM_API llm_status llm_session_last_error(const llm_session* session, llm_error*
 
 /* Copies the logits of the session's most recent sampled position (float32, vocab_size values)
  * into out. *out_count receives vocab_size. LLM_ERR_BUFFER_TOO_SMALL when capacity is too small
- * (out untouched), LLM_ERR_INVALID_STATE before the first sampled position. */
+ * (out untouched), LLM_ERR_INVALID_STATE before the first sampled position and for a session
+ * created with LLM_SAMPLING_NO_LOGITS. */
 LLM_API llm_status llm_session_get_logits(const llm_session* session, float* out, size_t capacity,
                                           size_t* out_count);
 

@@ -41,6 +41,10 @@ llm_status ToSessionOptions(const llm_sampling_options* options, llmrt::SessionO
   so->max_new_tokens = o.max_new_tokens;
   so->seed = o.seed;
   so->stop_tokens.assign(o.stop_tokens, o.stop_tokens + o.num_stop_tokens);
+  if ((o.flags & ~static_cast<uint32_t>(LLM_SAMPLING_NO_LOGITS)) != 0) {
+    return Fail(LLM_ERR_INVALID_ARGUMENT, "options->flags has bits other than LLM_SAMPLING_NO_LOGITS");
+  }
+  so->keep_logits = (o.flags & LLM_SAMPLING_NO_LOGITS) == 0;
   return LLM_OK;
 }
 

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -258,6 +259,31 @@ class Backend {
   // contribute nothing.
   virtual void MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& weights, const ExpertBank& experts,
                           const Tensor& out) = 0;
+
+  // ---- sampling ----
+  // ids[r] (I32 [R]) = the token row r of logits [R, V] samples with its parameters: params is
+  // I32 [R * kSamplingWords], row r's words at r * kSamplingWords (src/backend/sampling.h:
+  // PackSamplingRow; the arithmetic is SampleRow's). random_rows (I32 [n]) lists, ascending, the
+  // rows whose parameters draw (SamplingDraws); every other row is greedy. A device backend
+  // samples where the logits are, so that only the ids need to come back to the host.
+  virtual void SampleTokens(const Tensor& logits, const Tensor& params, const Tensor& random_rows,
+                            const Tensor& ids) = 0;
+
+  // ---- captured passes ----
+  // Whether this backend replays captured forward passes (CUDA graphs). Its passes then read
+  // their attention bound (AttentionBatch::max_ctx) as a bucket: the runtime rounds it up (to a
+  // power of two) so that passes of one shape enqueue the same launches.
+  virtual bool captures_passes() const { return false; }
+  // Runs `pass`, which enqueues the ops of one forward pass. A capturing backend records the ops a
+  // pass with a nonzero `key` enqueues (the first time after a pass with that key ran directly, so
+  // every buffer it grows has grown) and replays the recording for later passes with that key:
+  // the caller guarantees that passes with equal keys enqueue the same ops on the same buffers
+  // with the same arguments (only the buffers' contents differ). Key 0, or a backend that does
+  // not capture: the pass runs directly.
+  virtual absl::Status RunPass(uint64_t key, const std::function<absl::Status()>& pass) {
+    (void)key;
+    return pass();
+  }
 
   // ---- tensor and expert parallelism ----
   // The rank group this backend's collectives run in; none (the default) or a group of one

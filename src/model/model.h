@@ -42,6 +42,10 @@ struct ForwardBatch {
   Tensor positions;   // I32 [T]
   AttentionBatch attn;
   Tensor logit_rows;  // I32 [S]: rows of the batch whose logits are wanted
+  // How each logit row samples (Backend::SampleTokens): I32 [S * kSamplingWords], and the rows
+  // that draw, I32 [n]. Read by the runtime after the pass, not by the model.
+  Tensor sampling;
+  Tensor random_rows;
   int64_t num_tokens = 0;
   int64_t num_logit_rows = 0;
   bool decode_phase = false;  // every sequence advances by one generated token

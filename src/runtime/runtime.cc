@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -71,6 +72,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const std::string& mode
 }
 
 absl::Status Runtime::Init(const std::string& model_dir) {
+  if (const char* graphs = std::getenv("LLMRT_CUDA_GRAPHS"); graphs != nullptr && std::string(graphs) == "0") {
+    options_.capture_decode = false;
+  }
   const RuntimeOptions& o = options_;
   LLMRT_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(model_dir));
   checkpoint_ = std::make_unique<Checkpoint>(std::move(ck));
@@ -134,6 +138,10 @@ absl::Status Runtime::Init(const std::string& model_dir) {
     }
     k.logits = *logits;
   }
+  absl::StatusOr<Tensor> ids = backend_->Allocate(DType::kI32, {step_rows});
+  if (!ids.ok()) return absl::ResourceExhaustedError(absl::StrCat("the sampled ids: ", ids.status().message()));
+  sampled_ids_ = *ids;
+  host_ids_.reserve(static_cast<size_t>(step_rows));
   host_logits_.reserve(static_cast<size_t>(step_rows * c.vocab_size));
   if (process_comm_) {
     // The pass's status, summed over the processes after every pass (Forward).
@@ -477,6 +485,9 @@ absl::Status Runtime::CopyLogits(const Session* s, float* out, size_t capacity, 
   std::lock_guard<std::mutex> lock(mu_);
   const size_t n = static_cast<size_t>(model_->config().vocab_size);
   *count = n;
+  if (!s->options_.keep_logits) {
+    return absl::FailedPreconditionError("the session was created with LLM_SAMPLING_NO_LOGITS: its logits stay where they are computed");
+  }
   if (s->logits_.empty()) return absl::FailedPreconditionError("the session has not sampled a position yet");
   if (capacity < n) {
     return absl::ResourceExhaustedError(absl::StrCat("logits need ", n, " floats, buffer holds ", capacity));

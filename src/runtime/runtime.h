@@ -52,6 +52,10 @@ struct RuntimeOptions {
   // Pads every decode pass to a power of two tokens (what a device backend does to replay one
   // captured graph per bucket); a backend may ask for its own buckets. For tests of padding.
   bool pad_decode_to_power_of_two = false;
+  // Decode passes on a backend that captures them (CUDA graphs) replay one recording per shape
+  // (tokens, logit rows, attention bound bucket); false runs every pass directly (the same
+  // launches, so the same tokens). LLMRT_CUDA_GRAPHS=0 in the environment sets it false.
+  bool capture_decode = true;
   // Tensor parallelism over in-process ranks (one thread, backend, model replica, KV store and
   // workspace each; num_threads is shared among them), and whether routed experts split by
   // expert (expert parallelism) rather than by intermediate column.
@@ -224,6 +228,11 @@ class Runtime {
   // `score`, else to its logits. A failure on any rank fails the pass (the status of the rank
   // where it began). REQUIRES: step_mu_ held.
   absl::Status Forward(StepBatch& batch, bool score = false);
+  // The key under which `backend` may capture the pass (0: run it directly), for a backend that
+  // captures passes: also rounds the pass's attention bound up to its bucket.
+  uint64_t PassKey(const Backend& backend, const KvCacheView& view, bool score, ForwardBatch* fb) const;
+  // The smallest attention bound bucket of a captured pass.
+  static constexpr int64_t kMinCaptureContext = 256;
   void ReleasePages(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Preempt(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Abort(Session* s, std::vector<int32_t> failed_entries, std::vector<StepResult>* results)
@@ -258,6 +267,11 @@ class Runtime {
   Workspace* workspace_ = nullptr;
   StepBatch batch_;
   std::vector<float> host_logits_;
+  // Rank 0's sampled ids (I32 [logit rows]) and their host copy; whether the step's logits come
+  // back too (some session keeps its logits).
+  Tensor sampled_ids_;
+  std::vector<int32_t> host_ids_;
+  bool step_keeps_logits_ = true;
   Tensor pass_flag_;  // multi-process: F32 [1] in rank 0's backend memory, the pass's failure summed over processes
   uint64_t integrity_violations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;

@@ -20,6 +20,9 @@ struct SessionOptions {
   uint32_t max_new_tokens = 0;  // 0: unlimited
   uint64_t seed = 0;
   std::vector<int32_t> stop_tokens;
+  // Whether the logits of the sampled position are copied back for llm_session_get_logits
+  // (LLM_SAMPLING_NO_LOGITS clears it: only the sampled ids leave the device).
+  bool keep_logits = true;
 };
 
 enum class SessionState { kIdle, kPrefill, kDecoding, kFinished, kCancelled, kFailed };

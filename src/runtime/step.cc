@@ -1,6 +1,7 @@
 // One scheduler iteration (llm_decode_step): plan and admit under the lock, run the forward pass
 // without it, commit under it again.
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,10 @@ struct Runtime::Work {
   bool wants_logits = false;
   int64_t logit_row = -1;
   bool prefill = false;
+  // The session's random stream before this step drew for it (restored when the step samples
+  // nothing for it after all).
+  std::array<uint64_t, 4> rng_before{};
+  bool drew = false;
 };
 
 namespace {
@@ -200,16 +205,27 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
   batch_.Clear();
   bool decode_phase = true;
   std::vector<int32_t> toks;
+  step_keeps_logits_ = false;
   for (Work& wk : work) {
     decode_phase = decode_phase && !wk.prefill;
     toks.assign(wk.s->pending_.begin(), wk.s->pending_.begin() + wk.n);
     wk.logit_row = batch_.Add(wk.s->pages_, options_.page_size, wk.base, toks.data(), wk.n, wk.wants_logits, false);
+    if (wk.logit_row < 0) continue;
+    // The backend samples; the draw comes from the session's stream here, as the host sampler
+    // would take it, so that every backend samples the same tokens from the same seeds.
+    const SamplingParams& sp = wk.s->options_.sampling;
+    wk.drew = SamplingDraws(sp, c.vocab_size);
+    wk.rng_before = wk.s->rng_.state();
+    batch_.SetSampling(wk.logit_row, sp, wk.drew ? wk.s->rng_.Uniform() : 0.0, wk.drew);
+    step_keeps_logits_ = step_keeps_logits_ || wk.s->options_.keep_logits;
   }
   batch_.set_decode_phase(decode_phase);
-  if (decode_phase && options_.pad_decode_to_power_of_two) {
+  if (decode_phase && (options_.pad_decode_to_power_of_two || backend_->captures_passes())) {
+    // A capturing backend replays one recording per bucket: padding rows are logit rows too, so
+    // that a bucket's passes have one shape.
     const int64_t real = batch_.num_tokens();
     batch_.PadTo(std::min<int64_t>(PowerOfTwoAtLeast(real), options_.max_tokens_per_step), store_->spare_page(),
-                 options_.page_size);
+                 options_.page_size, backend_->captures_passes(), ranks_[0].logits.dim(0));
     padded_tokens_ += static_cast<uint64_t>(batch_.num_tokens() - real);
   }
   for (Work& wk : work) wk.s->in_flight_ = true;
@@ -233,7 +249,15 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score) {
       absl::StatusOr<ForwardBatch> fb = batch.UploadTo(*k.backend, r == 0 ? batch.device() : k.batch);
       if (fb.ok()) {
         if (r == fail_rank) k.backend->RecordFailure(absl::InternalError(absl::StrCat("fault injected on rank ", r)));
-        forward = k.model->Forward(*fb, k.store->view(), *k.workspace, score ? k.score_logits : k.logits);
+        const KvCacheView view = k.store->view();
+        const uint64_t key = PassKey(*k.backend, view, score, &*fb);
+        forward = k.backend->RunPass(key, [&]() -> absl::Status {
+          return k.model->Forward(*fb, view, *k.workspace, score ? k.score_logits : k.logits);
+        });
+        // Rank 0 samples every logit row where the logits are (the device, on CUDA).
+        if (forward.ok() && r == 0 && !score && rows > 0) {
+          k.backend->SampleTokens(k.logits.Rows(0, rows), fb->sampling, fb->random_rows, sampled_ids_.Rows(0, rows));
+        }
       } else {
         forward = fb.status();
       }
@@ -272,12 +296,42 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score) {
     }
   }
   LLMRT_RETURN_IF_ERROR(failed);
-  host_logits_.resize(static_cast<size_t>(rows * vocab));
-  if (rows > 0) {
+  // Only the sampled ids come back, and the logits when some session keeps them (or to score).
+  host_ids_.resize(static_cast<size_t>(rows));
+  if (rows > 0 && !score) {
+    LLMRT_RETURN_IF_ERROR(backend_->Download(sampled_ids_.Rows(0, rows), host_ids_.data(), host_ids_.size() * sizeof(int32_t)));
+  }
+  const bool logits_back = score || step_keeps_logits_;
+  host_logits_.resize(static_cast<size_t>(logits_back ? rows * vocab : 0));
+  if (rows > 0 && logits_back) {
     const Tensor& logits = score ? ranks_[0].score_logits : ranks_[0].logits;
     LLMRT_RETURN_IF_ERROR(backend_->Download(logits.Rows(0, rows), host_logits_.data(), host_logits_.size() * sizeof(float)));
   }
   return absl::OkStatus();
+}
+
+uint64_t Runtime::PassKey(const Backend& backend, const KvCacheView& view, bool score, ForwardBatch* fb) const {
+  if (!backend.captures_passes() || score || !fb->decode_phase) return 0;
+  // The attention bound as a bucket: a recording's launches are sized by it, and every pass of a
+  // bucket enqueues the same ones (the kernels read each token's own context length). The
+  // direct passes use the same bound, so a replay computes what the direct pass would.
+  const int64_t bound = std::max<int64_t>(PowerOfTwoAtLeast(fb->attn.max_ctx), kMinCaptureContext);
+  fb->attn.max_ctx = std::min<int64_t>(bound, model_->config().max_position_embeddings);
+  if (!options_.capture_decode || ranks_.size() > 1 || process_comm_ || fb->num_tokens >= (1 << 20) ||
+      fb->num_logit_rows >= (1 << 20)) {
+    return 0;
+  }
+  // A pass that would set a KV layer's scale (a per-layer FP8 cache without one yet) changes host
+  // state as it is enqueued: it runs directly.
+  if (view.codec->scale_kind() == KvScaleKind::kPerLayer) {
+    for (int64_t l = 0; l < view.num_layers; ++l) {
+      if (view.scale_set == nullptr || view.scale_set[l] == 0) return 0;
+    }
+  }
+  int log2 = 0;
+  while ((int64_t{1} << log2) < fb->attn.max_ctx) ++log2;
+  return (uint64_t{1} << 63) | (static_cast<uint64_t>(log2) << 40) | (static_cast<uint64_t>(fb->num_logit_rows) << 20) |
+         static_cast<uint64_t>(fb->num_tokens);
 }
 
 void Runtime::Commit(const std::vector<Work>& work, const absl::Status& forward, std::vector<StepResult>* results) {
@@ -296,6 +350,9 @@ void Runtime::Commit(const std::vector<Work>& work, const absl::Status& forward,
     StepResult r;
     r.session = s;
     r.session_id = s->id_;
+    // A draw taken for a token this step does not sample goes back to the stream.
+    const bool samples = forward.ok() && wk.wants_logits && wk.n == static_cast<int64_t>(s->pending_.size());
+    if (wk.drew && !samples) s->rng_.set_state(wk.rng_before);
     if (!forward.ok()) {
       // Nothing of this step is kept: its pages go back, the context is unchanged.
       kv_->Truncate(s->id_, s->pages_, static_cast<int64_t>(s->context_.size()));
@@ -310,10 +367,12 @@ void Runtime::Commit(const std::vector<Work>& work, const absl::Status& forward,
     }
     if (wk.prefill && s->share_prefix_) kv_->RegisterPrefix(s->id_, s->pages_, s->context_);
     // Tokens appended while the step ran mean this was not the last position after all.
-    if (wk.wants_logits && s->pending_.empty()) {
-      const float* row = host_logits_.data() + wk.logit_row * c.vocab_size;
-      s->logits_.assign(row, row + c.vocab_size);
-      const int32_t tok = SampleToken(row, c.vocab_size, s->options_.sampling, s->rng_);
+    if (samples) {
+      if (s->options_.keep_logits) {
+        const float* row = host_logits_.data() + wk.logit_row * c.vocab_size;
+        s->logits_.assign(row, row + c.vocab_size);
+      }
+      const int32_t tok = host_ids_[static_cast<size_t>(wk.logit_row)];
       ++s->num_generated_;
       s->recomputing_ = false;
       r.token = tok;

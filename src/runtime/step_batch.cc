@@ -10,9 +10,10 @@ namespace llmrt {
 absl::StatusOr<StepBatch> StepBatch::Create(Backend& backend, const Limits& l) {
   StepBatch b;
   b.limits_ = l;
-  // ids, pos, tseq, tctx, slots [T]; seq_page_start [S + 1]; seq_first_token [S]; logit rows;
-  // page ids.
-  const int64_t words = 5 * l.max_tokens + 2 * l.max_seqs + 1 + l.max_logit_rows + l.max_page_entries;
+  // ids, pos, tseq, tctx, slots [T]; seq_page_start [S + 1]; seq_first_token [S]; logit rows,
+  // their sampling parameters and the rows that draw; page ids.
+  const int64_t words =
+      5 * l.max_tokens + 2 * l.max_seqs + 1 + (2 + kSamplingWords) * l.max_logit_rows + l.max_page_entries;
   absl::StatusOr<Tensor> t = backend.Allocate(DType::kI32, {words});
   if (!t.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat("the step metadata buffer (", words, " words) does not fit: ",
@@ -24,6 +25,8 @@ absl::StatusOr<StepBatch> StepBatch::Create(Backend& backend, const Limits& l) {
   b.pstart_.reserve(static_cast<size_t>(l.max_seqs + 1));
   b.first_.reserve(static_cast<size_t>(l.max_seqs));
   b.lrows_.reserve(static_cast<size_t>(l.max_logit_rows));
+  b.samp_.reserve(static_cast<size_t>(kSamplingWords * l.max_logit_rows));
+  b.rand_.reserve(static_cast<size_t>(l.max_logit_rows));
   b.pids_.reserve(static_cast<size_t>(l.max_page_entries));
   b.Clear();
   return b;
@@ -34,7 +37,9 @@ int64_t StepBatch::MaxPagesPerSeq(int64_t max_positions, int64_t page_size, int6
 }
 
 void StepBatch::Clear() {
-  for (auto* v : {&ids_, &pos_, &tseq_, &tctx_, &pstart_, &pids_, &slots_, &lrows_, &first_}) v->clear();
+  for (auto* v : {&ids_, &pos_, &tseq_, &tctx_, &pstart_, &pids_, &slots_, &lrows_, &first_, &samp_, &rand_}) {
+    v->clear();
+  }
   pstart_.push_back(0);
   decode_phase_ = true;
 }
@@ -54,12 +59,24 @@ int64_t StepBatch::Add(const PageTable& table, int64_t page_size, int64_t base, 
     tctx_.push_back(static_cast<int32_t>(p + 1));
     slots_.push_back(table.entries()[p / page_size].page * static_cast<int32_t>(page_size) +
                      static_cast<int32_t>(p % page_size));
-    if (all_logits || (want_last && i == n - 1)) lrows_.push_back(static_cast<int32_t>(ids_.size() - 1));
+    if (all_logits || (want_last && i == n - 1)) {
+      lrows_.push_back(static_cast<int32_t>(ids_.size() - 1));
+      samp_.resize(samp_.size() + kSamplingWords, 0);  // greedy until SetSampling
+    }
   }
   return static_cast<int64_t>(lrows_.size()) > first_row ? first_row : -1;
 }
 
-void StepBatch::PadTo(int64_t rows, int32_t spare_page, int64_t page_size) {
+void StepBatch::SetSampling(int64_t row, const SamplingParams& params, double draw, bool draws) {
+  LLMRT_CHECK(row >= 0 && row < num_logit_rows());
+  PackSamplingRow(params, draw, samp_.data() + row * kSamplingWords);
+  if (draws) {
+    LLMRT_CHECK(rand_.empty() || rand_.back() < row);
+    rand_.push_back(static_cast<int32_t>(row));
+  }
+}
+
+void StepBatch::PadTo(int64_t rows, int32_t spare_page, int64_t page_size, bool logits, int64_t max_logit_rows) {
   const int64_t pad = rows - num_tokens();
   if (pad <= 0) return;
   const int32_t seq = static_cast<int32_t>(pstart_.size() - 1);
@@ -72,6 +89,10 @@ void StepBatch::PadTo(int64_t rows, int32_t spare_page, int64_t page_size) {
     tseq_.push_back(seq);
     tctx_.push_back(1);
     slots_.push_back(spare_page * static_cast<int32_t>(page_size));
+    if (logits && num_logit_rows() < max_logit_rows) {
+      lrows_.push_back(static_cast<int32_t>(ids_.size() - 1));
+      samp_.resize(samp_.size() + kSamplingWords, 0);
+    }
   }
 }
 
@@ -110,6 +131,8 @@ void StepBatch::Pack() {
   o_pstart_ = put(pstart_);
   o_first_ = put(first_);
   o_lrows_ = put(lrows_);
+  o_samp_ = put(samp_);
+  o_rand_ = put(rand_);
   o_pids_ = put(pids_);
 }
 
@@ -130,6 +153,8 @@ absl::StatusOr<ForwardBatch> StepBatch::UploadTo(Backend& backend, const Tensor&
   fb.attn.seq_page_start = view(o_pstart_, S + 1);
   fb.attn.seq_first_token = view(o_first_, S);
   fb.logit_rows = view(o_lrows_, R);
+  fb.sampling = view(o_samp_, R * kSamplingWords);
+  fb.random_rows = view(o_rand_, static_cast<int64_t>(rand_.size()));
   fb.attn.page_ids = view(o_pids_, P);
   fb.attn.num_tokens = T;
   fb.attn.num_seqs = S;

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "src/backend/backend.h"
+#include "src/backend/sampling.h"
 #include "src/kv/page_table.h"
 #include "src/model/model.h"
 
@@ -38,8 +39,13 @@ class StepBatch {
   // of the sequence's first wanted row, or -1.
   int64_t Add(const PageTable& table, int64_t page_size, int64_t base, const int32_t* tokens, int64_t n,
               bool want_last, bool all_logits);
-  // Pads the batch to `rows` rows with rows of a padding sequence on `spare_page`.
-  void PadTo(int64_t rows, int32_t spare_page, int64_t page_size);
+  // Sets how logit row `row` (from Add) samples: its parameters and the draw taken for it from
+  // the session's stream (`draws`: SamplingDraws; rows without a call are greedy).
+  void SetSampling(int64_t row, const SamplingParams& params, double draw, bool draws);
+  // Pads the batch to `rows` rows with rows of a padding sequence on `spare_page`; with
+  // `logits`, each padding row is also a (greedy) logit row, as long as the rows fit
+  // `max_logit_rows` (so that a bucket's passes have as many logit rows as tokens).
+  void PadTo(int64_t rows, int32_t spare_page, int64_t page_size, bool logits = false, int64_t max_logit_rows = 0);
   void set_decode_phase(bool d) { decode_phase_ = d; }
   bool decode_phase() const { return decode_phase_; }
   int64_t num_tokens() const { return static_cast<int64_t>(ids_.size()); }
@@ -60,9 +66,11 @@ class StepBatch {
   Tensor device_;               // I32: the packed arrays
   std::vector<int32_t> staging_;
   std::vector<int32_t> ids_, pos_, tseq_, tctx_, pstart_, pids_, slots_, lrows_, first_;
+  std::vector<int32_t> samp_;  // kSamplingWords per logit row
+  std::vector<int32_t> rand_;  // the logit rows that draw, ascending
   // Offsets of the arrays in the packed buffer (Pack).
   int64_t o_ids_ = 0, o_pos_ = 0, o_tseq_ = 0, o_tctx_ = 0, o_slots_ = 0, o_pstart_ = 0, o_first_ = 0, o_lrows_ = 0,
-          o_pids_ = 0;
+          o_pids_ = 0, o_samp_ = 0, o_rand_ = 0;
   bool decode_phase_ = true;
 };
 

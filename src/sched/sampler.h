@@ -6,14 +6,9 @@
 #include <array>
 #include <cstdint>
 
-namespace llmrt {
+#include "src/backend/sampling.h"
 
-struct SamplingParams {
-  float temperature = 0.0f;  // <= 0: greedy
-  int32_t top_k = 0;         // <= 0: off
-  float top_p = 1.0f;        // >= 1: off
-  float min_p = 0.0f;        // <= 0: off
-};
+namespace llmrt {
 
 // xoshiro256** seeded through splitmix64.
 class Rng {
@@ -32,10 +27,8 @@ class Rng {
   uint64_t s_[4];
 };
 
-// Index of the largest logit (the lowest index among equals).
-int32_t Argmax(const float* logits, int64_t n);
-
-// Samples a token id from logits [n].
+// Samples a token id from logits [n] (SampleRow, src/backend/sampling.h), taking one draw from
+// rng when the parameters sample (SamplingDraws).
 int32_t SampleToken(const float* logits, int64_t n, const SamplingParams& p, Rng& rng);
 
 }  // namespace llmrt

@@ -66,6 +66,7 @@ int main(void) {
   C(LLM_KV_SCALE_PER_TILE);
   C(LLM_CONVERT_INT4);
   C(LLM_CONVERT_FP8_BLOCK);
+  C(LLM_SAMPLING_NO_LOGITS);
   C(LLM_SESSION_IDLE);
   C(LLM_SESSION_PREFILL);
   C(LLM_SESSION_DECODING);
@@ -192,7 +193,7 @@ int main(void) {
   F(llm_sampling_options, seed);
   F(llm_sampling_options, stop_tokens);
   F(llm_sampling_options, num_stop_tokens);
-  F(llm_sampling_options, reserved0);
+  F(llm_sampling_options, flags);
   S(llm_session_info);
   F(llm_session_info, struct_size);
   F(llm_session_info, state);

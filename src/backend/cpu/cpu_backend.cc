@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/bf16_dot.h"
 #include "src/backend/cpu/kernels.h"
+#include "src/backend/sampling.h"
 #include "src/util/bf16.h"
 #include "src/util/status.h"
 
@@ -262,6 +263,22 @@ void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& o
       LLMRT_CHECK(r[s] >= 0 && r[s] < x.dim(0));
       std::memcpy(out.data_as<float>() + s * out.row_stride(), x.data_as<float>() + r[s] * x.row_stride(),
                   D * sizeof(float));
+    }
+  });
+}
+
+void CpuBackend::SampleTokens(const Tensor& logits, const Tensor& params, const Tensor& random_rows,
+                              const Tensor& ids) {
+  Run("SampleTokens", [&] {
+    const int64_t R = logits.dim(0), V = logits.row_size();
+    LLMRT_CHECK(ids.numel() == R && params.numel() == R * kSamplingWords && random_rows.numel() <= R);
+    const int32_t* words = params.data_as<int32_t>();
+    int32_t* out = ids.data_as<int32_t>();
+    for (int64_t r = 0; r < R; ++r) {
+      SamplingParams p;
+      double draw = 0.0;
+      UnpackSamplingRow(words + r * kSamplingWords, &p, &draw);
+      out[r] = SampleRow(logits.data_as<float>() + r * logits.row_stride(), V, p, draw);
     }
   });
 }

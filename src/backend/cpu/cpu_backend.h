@@ -59,6 +59,8 @@ class CpuBackend final : public Backend {
   void SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void AddBias(const Tensor& x, const Weight& bias) override;
   void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  void SampleTokens(const Tensor& logits, const Tensor& params, const Tensor& random_rows,
+                    const Tensor& ids) override;
   void MatMul(const Tensor& x, const Weight& w, const Tensor& out) override;
   void Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset, const RopeTable& rope, bool interleaved,
             const Tensor& positions) override;

@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "src/backend/cuda/cublaslt.h"
 #include "src/backend/cuda/cuda_util.h"
+#include "src/backend/sampling.h"
 #include "src/util/errors.h"
 #include "src/util/log.h"
 #include "src/util/status.h"
@@ -119,6 +120,7 @@ absl::Status CudaBackend::Init() {
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  DropGraphs();
   cublaslt_.reset();
   if (cublaslt_workspace_ != nullptr) cudaFree(cublaslt_workspace_);
   for (ScratchBuffer& b : scratch_) cudaFree(b.ptr);
@@ -327,6 +329,12 @@ absl::Status CudaBackend::Download(const Tensor& src, void* dst, size_t bytes) {
 absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes, const char* what) {
   ScratchBuffer& b = scratch_[static_cast<size_t>(slot)];
   if (b.bytes >= bytes && b.ptr != nullptr) return b.ptr;
+  if (capturing_) {
+    // Growing synchronizes and frees: not while a graph is being recorded (RunPass then runs the
+    // pass directly).
+    return absl::FailedPreconditionError(absl::StrCat("the scratch of ", what, " would grow during a graph capture"));
+  }
+  DropGraphs();  // they name the old buffer
   // Kernels enqueued earlier may still read the old buffer.
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize"));
   cudaFree(b.ptr);
@@ -336,6 +344,70 @@ absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes, const char* w
   LLMRT_ASSIGN_OR_RETURN(b.ptr, DeviceMalloc(grown, absl::StrCat("the scratch of ", what)));
   b.bytes = grown;
   return b.ptr;
+}
+
+void CudaBackend::DropGraphs() {
+  for (auto& [key, g] : graphs_) {
+    if (g.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g.exec));
+  }
+  graphs_.clear();
+}
+
+absl::Status CudaBackend::RunPass(uint64_t key, const std::function<absl::Status()>& pass) {
+  if (key == 0 || failed_ || !sticky_.ok()) return pass();
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    if (graphs_.size() >= kMaxGraphs) return pass();
+    it = graphs_.emplace(key, PassGraph{}).first;
+  }
+  PassGraph& g = it->second;
+  cudaSetDevice(device_);
+  cudaStream_t s = Stream(stream_);
+  if (g.exec != nullptr) {
+    const cudaError_t e = cudaGraphLaunch(static_cast<cudaGraphExec_t>(g.exec), s);
+    if (e != cudaSuccess) Fail(CudaStatus(e, "cudaGraphLaunch (a decode pass)"));
+    ++graph_replays_;
+    return absl::OkStatus();
+  }
+  // The first pass of a key runs directly: it grows the scratch buffers the pass needs, so that
+  // the capture below allocates nothing.
+  if (g.refused || g.runs++ == 0) return pass();
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    g.refused = true;
+    return pass();
+  }
+  capturing_ = true;
+  const absl::Status recorded = pass();
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t inst = cudaErrorUnknown;
+  if (recorded.ok() && !failed_ && end == cudaSuccess && graph != nullptr) {
+    inst = cudaGraphInstantiate(&exec, graph, 0);
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) {
+    // Nothing was run, only recorded: forget what the recording reported and run the pass
+    // directly (a genuine failure reports itself again there).
+    cudaGetLastError();
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    Log(LogLevel::kWarning, absl::StrCat("cuda backend: a decode pass could not be captured (",
+                                         !recorded.ok() ? recorded.message()
+                                         : failed_      ? error_.message()
+                                                        : cudaGetErrorString(end != cudaSuccess ? end : inst),
+                                         "); it runs without a graph"));
+    failed_ = false;
+    error_ = absl::OkStatus();
+    g.refused = true;
+    return pass();
+  }
+  g.exec = exec;
+  ++graph_captures_;
+  const cudaError_t e = cudaGraphLaunch(exec, s);
+  if (e != cudaSuccess) Fail(CudaStatus(e, "cudaGraphLaunch (a decode pass)"));
+  return absl::OkStatus();
 }
 
 // ---- ops ----
@@ -487,6 +559,22 @@ void CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, const Tensor& 
     const int64_t S = rows.dim(0), D = x.row_size();
     LLMRT_CUDA_CHECK(out.dim(0) == S && out.row_size() == D);
     return Launched(cuda::LaunchGatherRows(Const(x), rows.data_as<int32_t>(), S, Mut(out), error_word_, Stream(stream_)));
+  });
+}
+
+void CudaBackend::SampleTokens(const Tensor& logits, const Tensor& params, const Tensor& random_rows,
+                               const Tensor& ids) {
+  Run("SampleTokens", [&]() -> absl::Status {
+    const int64_t R = logits.dim(0), V = logits.row_size(), n = random_rows.numel();
+    LLMRT_CUDA_CHECK(ids.numel() == R && params.numel() == R * kSamplingWords && n <= R && V >= 1);
+    static_assert(kSamplingWords == cuda::kSamplingParamWords, "the parameter words of a row");
+    void* scratch = nullptr;
+    if (n > 0) {
+      LLMRT_ASSIGN_OR_RETURN(scratch, Scratch(kScratchSampling, cuda::SamplingScratchBytes(n, V), "sampling"));
+    }
+    const cuda::SampleArgs a{Const(logits), params.data_as<const int32_t>(), random_rows.data_as<const int32_t>(), n,
+                             ids.data_as<int32_t>()};
+    return Launched(cuda::LaunchSampleTokens(a, scratch, Stream(stream_)));
   });
 }
 

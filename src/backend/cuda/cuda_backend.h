@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -73,6 +74,15 @@ class CudaBackend final : public Backend {
   void Fill(const Tensor& t, float value) override;
   void Embedding(const Weight& table, const Tensor& ids, const Tensor& out) override;
   void* device_stream() const override { return stream_; }
+  // Decode passes as CUDA graphs: the second pass of a key is captured (the first ran directly,
+  // growing every scratch buffer it needs), later ones replay the graph. A scratch buffer that
+  // grows afterwards drops every graph (they name its old address); a pass that cannot be
+  // captured (an op refused during capture) runs directly from then on.
+  bool captures_passes() const override { return true; }
+  absl::Status RunPass(uint64_t key, const std::function<absl::Status()>& pass) override;
+  // Passes replayed from a graph, and graphs captured, since creation.
+  uint64_t graph_replays() const { return graph_replays_; }
+  uint64_t graph_captures() const { return graph_captures_; }
   // Collectives go through the communicator (an NcclCommunicator whose stream is this backend's
   // stream: enqueued in order with the ops, no host wait); without one they are identities.
   // After a failure they still run, moving whatever the buffers hold, so that the other ranks
@@ -88,6 +98,8 @@ class CudaBackend final : public Backend {
   void SiluMul(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void AddBias(const Tensor& x, const Weight& bias) override;
   void GatherRows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  void SampleTokens(const Tensor& logits, const Tensor& params, const Tensor& random_rows,
+                    const Tensor& ids) override;
   void MatMul(const Tensor& x, const Weight& w, const Tensor& out) override;
   void Rope(const Tensor& x, int64_t heads, int64_t head_dim, int64_t offset, const RopeTable& rope, bool interleaved,
             const Tensor& positions) override;
@@ -163,6 +175,18 @@ class CudaBackend final : public Backend {
     size_t bytes = 0;
   };
   std::vector<ScratchBuffer> scratch_;
+  // Captured passes by key (RunPass).
+  struct PassGraph {
+    void* exec = nullptr;  // cudaGraphExec_t
+    int runs = 0;          // direct runs so far
+    bool refused = false;  // capture failed once: always direct
+  };
+  static constexpr size_t kMaxGraphs = 256;
+  std::unordered_map<uint64_t, PassGraph> graphs_;
+  bool capturing_ = false;
+  uint64_t graph_replays_ = 0;
+  uint64_t graph_captures_ = 0;
+  void DropGraphs();
 };
 
 }  // namespace llmrt

@@ -30,7 +30,8 @@ enum ScratchSlot : int {
   kScratchAttention = 7,
   kScratchMatMulBf16 = 8,  // MatMul's rounded activations (BF16 policy)
   kScratchMoeBf16 = 9,     // the MoE input's rounded copy (BF16 policy)
-  kScratchSlots = 10,
+  kScratchSampling = 10,   // SampleTokens' sort buffers
+  kScratchSlots = 11,
 };
 
 inline absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
