@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   llm_runtime_options_init(&ro);
   llm_sampling_options so;
   llm_sampling_options_init(&so);
+  so.flags = LLM_SAMPLING_NO_LOGITS;  // only the sampled ids come back
   so.max_new_tokens = 32;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

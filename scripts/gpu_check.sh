@@ -139,10 +139,11 @@ step device 30 nvidia-smi
 step gpu_tests 90 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
 # The golden tests on the CUDA backend: AUTO picks the device. The quantized checkpoints, the
 # FP8 KV codecs and the BF16 activation policy are compared with the CPU engine
-# (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv, CudaBf16MatchesCpu);
+# (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv, CudaBf16MatchesCpu), and decode passes replayed
+# from CUDA graphs against direct ones (CudaGraphs);
 # the transformers goldens of those checkpoints run on the CPU suite only, to keep this step short.
-step golden 100 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
-  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
+step golden 120 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
+  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaGraphs.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
 step sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
   "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
 step bench 45 "$build/tests/llmrt_cuda_microbench"

@@ -56,6 +56,7 @@ llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budg
 StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, int64_t vocab, double* check_share) {
   llm_sampling_options so;
   llm_sampling_options_init(&so);
+  so.flags = LLM_SAMPLING_NO_LOGITS;  // only the sampled ids come back
   so.max_new_tokens = static_cast<uint32_t>(steps + 4);
   std::vector<llm_session*> ss(sessions);
   for (int i = 0; i < sessions; ++i) {
@@ -89,6 +90,7 @@ StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, i
 double TimePrefill(llm_runtime* rt, int len, int64_t vocab) {
   llm_sampling_options so;
   llm_sampling_options_init(&so);
+  so.flags = LLM_SAMPLING_NO_LOGITS;  // only the sampled ids come back
   so.max_new_tokens = 1;
   llm_session* s = nullptr;
   if (llm_session_create(rt, &so, &s) != LLM_OK) {

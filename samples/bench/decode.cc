@@ -57,6 +57,7 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   for (int b : batches) {
     llm_sampling_options so;
     llm_sampling_options_init(&so);
+    so.flags = LLM_SAMPLING_NO_LOGITS;  // only the sampled ids come back
     so.max_new_tokens = static_cast<uint32_t>(steps + 2);
     std::vector<llm_session*> ss(b);
     for (int i = 0; i < b; ++i) {

@@ -393,6 +393,7 @@ void HttpServer::HandleGeneration(const httplib::Request& req, httplib::Response
 
   llm_sampling_options so;
   llm_sampling_options_init(&so);
+  so.flags = LLM_SAMPLING_NO_LOGITS;  // only the sampled ids come back
   so.temperature = g.temperature;
   so.top_p = g.top_p;
   so.top_k = g.top_k;

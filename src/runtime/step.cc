@@ -221,11 +221,11 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
   }
   batch_.set_decode_phase(decode_phase);
   if (decode_phase && (options_.pad_decode_to_power_of_two || backend_->captures_passes())) {
-    // A capturing backend replays one recording per bucket: padding rows are logit rows too, so
-    // that a bucket's passes have one shape.
+    // A capturing backend replays one recording per bucket: padding rows are (greedy) logit rows
+    // too, so that a bucket's passes have one shape.
     const int64_t real = batch_.num_tokens();
     batch_.PadTo(std::min<int64_t>(PowerOfTwoAtLeast(real), options_.max_tokens_per_step), store_->spare_page(),
-                 options_.page_size, backend_->captures_passes(), ranks_[0].logits.dim(0));
+                 options_.page_size, /*logits=*/true, ranks_[0].logits.dim(0));
     padded_tokens_ += static_cast<uint64_t>(batch_.num_tokens() - real);
   }
   for (Work& wk : work) wk.s->in_flight_ = true;

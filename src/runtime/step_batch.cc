@@ -10,10 +10,8 @@ namespace llmrt {
 absl::StatusOr<StepBatch> StepBatch::Create(Backend& backend, const Limits& l) {
   StepBatch b;
   b.limits_ = l;
-  // ids, pos, tseq, tctx, slots [T]; seq_page_start [S + 1]; seq_first_token [S]; logit rows,
-  // their sampling parameters and the rows that draw; page ids.
-  const int64_t words =
-      5 * l.max_tokens + 2 * l.max_seqs + 1 + (2 + kSamplingWords) * l.max_logit_rows + l.max_page_entries;
+  // Pack's layout at its largest (T = max_tokens, R = max_logit_rows).
+  const int64_t words = 7 * l.max_tokens + 3 + (2 + kSamplingWords) * l.max_logit_rows + l.max_page_entries;
   absl::StatusOr<Tensor> t = backend.Allocate(DType::kI32, {words});
   if (!t.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat("the step metadata buffer (", words, " words) does not fit: ",
@@ -113,27 +111,35 @@ absl::StatusOr<Tensor> StepBatch::AllocateFor(Backend& backend) const {
 void StepBatch::Pack() {
   const int64_t T = num_tokens(), S = static_cast<int64_t>(first_.size()), R = num_logit_rows();
   const int64_t P = static_cast<int64_t>(pids_.size());
-  LLMRT_CHECK(T >= 1 && T <= limits_.max_tokens && S <= limits_.max_seqs && R <= limits_.max_logit_rows &&
+  LLMRT_CHECK(T >= 1 && T <= limits_.max_tokens && S <= limits_.max_seqs && S <= T && R <= limits_.max_logit_rows &&
               P <= limits_.max_page_entries);
-  staging_.clear();
-  int64_t at = 0;
-  auto put = [&](const std::vector<int32_t>& v) {
-    const int64_t start = at;
-    staging_.insert(staging_.end(), v.begin(), v.end());
-    at += static_cast<int64_t>(v.size());
-    return start;
-  };
-  o_ids_ = put(ids_);
-  o_pos_ = put(pos_);
-  o_tseq_ = put(tseq_);
-  o_tctx_ = put(tctx_);
-  o_slots_ = put(slots_);
-  o_pstart_ = put(pstart_);
-  o_first_ = put(first_);
-  o_lrows_ = put(lrows_);
-  o_samp_ = put(samp_);
-  o_rand_ = put(rand_);
-  o_pids_ = put(pids_);
+  // Every array starts at an offset that depends only on T and R (a sequence has at least one
+  // token, so S <= T), so passes of one shape see their arrays at the same device addresses: what
+  // a replayed recording of a pass needs. The page ids, whose number varies, come last.
+  o_ids_ = 0;
+  o_pos_ = T;
+  o_tseq_ = 2 * T;
+  o_tctx_ = 3 * T;
+  o_slots_ = 4 * T;
+  o_pstart_ = 5 * T;     // S + 1 <= T + 1 words, T + 2 reserved
+  o_first_ = 6 * T + 2;  // S <= T words, T + 1 reserved
+  o_lrows_ = 7 * T + 3;
+  o_samp_ = o_lrows_ + R;
+  o_rand_ = o_samp_ + kSamplingWords * R;
+  o_pids_ = o_rand_ + R;
+  staging_.assign(static_cast<size_t>(o_pids_ + P), 0);
+  auto put = [&](const std::vector<int32_t>& v, int64_t at) { std::copy(v.begin(), v.end(), staging_.begin() + at); };
+  put(ids_, o_ids_);
+  put(pos_, o_pos_);
+  put(tseq_, o_tseq_);
+  put(tctx_, o_tctx_);
+  put(slots_, o_slots_);
+  put(pstart_, o_pstart_);
+  put(first_, o_first_);
+  put(lrows_, o_lrows_);
+  put(samp_, o_samp_);
+  put(rand_, o_rand_);
+  put(pids_, o_pids_);
 }
 
 absl::StatusOr<ForwardBatch> StepBatch::UploadTo(Backend& backend, const Tensor& device) const {

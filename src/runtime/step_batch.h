@@ -4,8 +4,11 @@
 // capacity between steps, so a warm step allocates nothing.
 //
 // Decode batches may be padded to a bucket size (what a device backend replays a captured graph
-// for): padding rows belong to a sequence of their own on the store's spare page, attend to one
-// position and produce no logits, so real rows are untouched.
+// for): padding rows belong to a sequence of their own on the store's spare page and attend to
+// one position, so real rows are untouched; they may be greedy logit rows, whose ids nobody
+// reads, so that every pass of a bucket has as many logit rows as tokens. The packed arrays sit
+// at offsets that depend only on the pass's token and logit-row counts (Pack), so passes of one
+// shape read their metadata at the same device addresses.
 #ifndef LLMRT_RUNTIME_STEP_BATCH_H_
 #define LLMRT_RUNTIME_STEP_BATCH_H_
 

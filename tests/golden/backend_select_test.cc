@@ -288,5 +288,69 @@ INSTANTIATE_TEST_SUITE_P(, CudaBf16MatchesCpu,
                                            Model{"tiny_glm_moe_dsa", "tiny_glm_moe_dsa.golden.json"}),
                          ModelName);
 
+// CUDA graphs: decode passes replayed from a recording compute what direct passes compute (the
+// same launches on the same buffers), so tokens and logits are bit for bit those of a run with
+// LLMRT_CUDA_GRAPHS=0, greedy and drawn, and the device's samples are the same; the backend's
+// closing log line says how many passes were replayed (none without graphs).
+struct LogLines {
+  std::vector<std::string> lines;
+};
+void CollectLog(void* user, llm_log_level, const char* message) {
+  static_cast<LogLines*>(user)->lines.emplace_back(message);
+}
+// The passes the closing line reports as replayed, summed over the run's log (-1: no such line).
+int64_t Replayed(const LogLines& log) {
+  int64_t total = -1;
+  for (const std::string& l : log.lines) {
+    const size_t at = l.find(" decode passes replayed from ");
+    if (at == std::string::npos) continue;
+    const size_t start = l.rfind(' ', at - 1) + 1;
+    total = std::max<int64_t>(total, 0) + std::stoll(l.substr(start, at - start));
+  }
+  return total;
+}
+
+class CudaGraphs : public ::testing::TestWithParam<Model> {};
+
+TEST_P(CudaGraphs, ReplaysComputeWhatDirectPassesCompute) {
+  const std::string dir = TestData(GetParam().dir);
+  if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+  const std::vector<std::vector<int32_t>> prompts = GoldenPrompts(GetParam().golden);
+  for (float temperature : {0.0f, 0.9f}) {
+    RunConfig cfg;
+    cfg.backend = LLM_BACKEND_CUDA;
+    cfg.kv_dtype = LLM_KV_DTYPE_BF16;
+    cfg.max_new_tokens = 24;  // decode passes of the same bucket repeat: captured, then replayed
+    cfg.temperature = temperature;
+    cfg.top_p = 0.9f;
+    cfg.seed = 5;
+    LogLines with, without;
+    ASSERT_EQ(llm_set_log_callback(CollectLog, &with, LLM_LOG_INFO), LLM_OK);
+    unsetenv("LLMRT_CUDA_GRAPHS");
+    const std::vector<RunOutput> graphs = RunBatch(dir, prompts, cfg);
+    ASSERT_EQ(llm_set_log_callback(CollectLog, &without, LLM_LOG_INFO), LLM_OK);
+    setenv("LLMRT_CUDA_GRAPHS", "0", 1);
+    const std::vector<RunOutput> direct = RunBatch(dir, prompts, cfg);
+    unsetenv("LLMRT_CUDA_GRAPHS");
+    ASSERT_EQ(llm_set_log_callback(nullptr, nullptr, LLM_LOG_INFO), LLM_OK);
+    EXPECT_GT(Replayed(with), 0) << "no decode pass was replayed from a CUDA graph";
+    EXPECT_LE(Replayed(without), 0) << "LLMRT_CUDA_GRAPHS=0 still replayed graphs";
+    ASSERT_EQ(graphs.size(), direct.size());
+    for (size_t i = 0; i < graphs.size(); ++i) {
+      EXPECT_EQ(graphs[i].tokens, direct[i].tokens) << "prompt " << i << " temperature " << temperature;
+      ASSERT_EQ(graphs[i].logits.size(), direct[i].logits.size());
+      for (size_t j = 0; j < graphs[i].logits.size(); ++j) {
+        EXPECT_EQ(MaxAbsDiff(graphs[i].logits[j], direct[i].logits[j]), 0.0f) << "prompt " << i << " step " << j;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, CudaGraphs,
+                         ::testing::Values(Model{"tiny_kimi_k2_qlora_yarn", "tiny_kimi_k2_qlora_yarn.golden.json"},
+                                           Model{"tiny_glm4_moe", "tiny_glm4_moe.golden.json"},
+                                           Model{"tiny_glm_moe_dsa", "tiny_glm_moe_dsa.golden.json"}),
+                         ModelName);
+
 }  // namespace
 }  // namespace llmrt::testing

@@ -70,9 +70,14 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
   llm_sampling_options so;
   llm_sampling_options_init(&so);
   so.max_new_tokens = cfg.max_new_tokens;
+  so.temperature = cfg.temperature;
+  so.top_k = cfg.top_k;
+  so.top_p = cfg.top_p;
+  so.flags = cfg.sampling_flags;
   std::map<llm_session*, size_t> index;
   std::vector<llm_session*> sessions;
   for (size_t i = 0; i < prompts.size(); ++i) {
+    so.seed = cfg.seed + i;
     llm_session* s = nullptr;
     EXPECT_EQ(llm_session_create(rt, &so, &s), LLM_OK) << llm_last_error();
     EXPECT_EQ(llm_session_append_tokens(s, prompts[i].data(), prompts[i].size()), LLM_OK) << llm_last_error();
@@ -97,8 +102,12 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
       if (res.token != LLM_TOKEN_NONE) {
         out[i].tokens.push_back(res.token);
         size_t count = 0;
-        EXPECT_EQ(llm_session_get_logits(res.session, logits.data(), logits.size(), &count), LLM_OK);
-        out[i].logits.emplace_back(logits.begin(), logits.begin() + count);
+        if ((cfg.sampling_flags & LLM_SAMPLING_NO_LOGITS) != 0) {
+          EXPECT_EQ(llm_session_get_logits(res.session, logits.data(), logits.size(), &count), LLM_ERR_INVALID_STATE);
+        } else {
+          EXPECT_EQ(llm_session_get_logits(res.session, logits.data(), logits.size(), &count), LLM_OK);
+          out[i].logits.emplace_back(logits.begin(), logits.begin() + count);
+        }
       }
       if (res.finish_reason != LLM_FINISH_NONE) ++done;
     }

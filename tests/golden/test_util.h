@@ -36,6 +36,14 @@ struct RunConfig {
   int32_t kv_pressure = LLM_KV_PRESSURE_FAIL;
   int32_t quantized_activations = LLM_ACTIVATIONS_EXACT;
   llm_runtime_info* info_out = nullptr;  // filled (struct_size set here) before the runtime is destroyed
+  // Sampling of every session: greedy by default; session i is seeded seed + i.
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  // llm_sampling_options.flags; with LLM_SAMPLING_NO_LOGITS, RunOutput::logits stays empty and
+  // llm_session_get_logits must fail with LLM_ERR_INVALID_STATE.
+  uint32_t sampling_flags = 0;
 };
 
 struct RunOutput {

@@ -120,6 +120,10 @@ absl::Status CudaBackend::Init() {
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  if (graph_captures_ > 0) {
+    Log(LogLevel::kInfo, absl::StrCat("cuda backend: ", graph_replays_, " decode passes replayed from ", graph_captures_,
+                                      " CUDA graphs"));
+  }
   DropGraphs();
   cublaslt_.reset();
   if (cublaslt_workspace_ != nullptr) cudaFree(cublaslt_workspace_);
@@ -334,7 +338,7 @@ absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes, const char* w
     // pass directly).
     return absl::FailedPreconditionError(absl::StrCat("the scratch of ", what, " would grow during a graph capture"));
   }
-  DropGraphs();  // they name the old buffer
+  if (slot != kScratchSampling) DropGraphs();  // they name the old buffer (sampling runs outside them)
   // Kernels enqueued earlier may still read the old buffer.
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize"));
   cudaFree(b.ptr);
