@@ -48,6 +48,7 @@ func abiConstants() map[string]int64 {
 		"LLM_KV_SCALE_CHECKPOINT":     int64(KVScaleCheckpoint),
 		"LLM_KV_SCALE_CALIBRATED":     int64(KVScaleCalibrated),
 		"LLM_KV_SCALE_PER_TILE":       int64(KVScalePerTile),
+		"LLM_SAMPLING_NO_LOGITS":      samplingNoLogits,
 		"LLM_SESSION_IDLE":            int64(SessionIdle),
 		"LLM_SESSION_PREFILL":         int64(SessionPrefill),
 		"LLM_SESSION_DECODING":        int64(SessionDecoding),
@@ -192,7 +193,7 @@ func abiStructs() []abiStruct {
 			field("seed", unsafe.Offsetof(so.seed), unsafe.Sizeof(so.seed)),
 			field("stop_tokens", unsafe.Offsetof(so.stop_tokens), unsafe.Sizeof(so.stop_tokens)),
 			field("num_stop_tokens", unsafe.Offsetof(so.num_stop_tokens), unsafe.Sizeof(so.num_stop_tokens)),
-			field("reserved0", unsafe.Offsetof(so.reserved0), unsafe.Sizeof(so.reserved0)),
+			field("flags", unsafe.Offsetof(so.flags), unsafe.Sizeof(so.flags)),
 		}},
 		{"llm_session_info", unsafe.Sizeof(si), unsafe.Alignof(si), []abiField{
 			field("struct_size", unsafe.Offsetof(si.struct_size), unsafe.Sizeof(si.struct_size)),

@@ -2,6 +2,8 @@ package llmrt
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 )
 
@@ -87,6 +89,48 @@ func TestGoldenContinuationThroughStep(t *testing.T) {
 		if !equalIDs(got[s], goldenTokens) {
 			t.Errorf("session %d: tokens %v, want %v", i, got[s], goldenTokens)
 		}
+	}
+}
+
+func TestNoLogitsSessionDecodesTheSameTokens(t *testing.T) {
+	// Two sessions with the same prompt stepped together, one of them without logits
+	// (LLM_SAMPLING_NO_LOGITS): both decode the golden ids, and only the other keeps logits.
+	r := openRuntime(t, tinyModel, &RuntimeOptions{KVDType: KVDTypeF32})
+	keep, err := r.NewSession(&SamplingOptions{MaxNewTokens: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	lean, err := r.NewSession(&SamplingOptions{MaxNewTokens: 9, NoLogits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lean.Close()
+	for _, s := range []*Session{keep, lean} {
+		if err := s.Append(goldenPrompt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []*Session{keep, lean} {
+		ids, finish := streamIDs(t, s)
+		if !equalIDs(ids, goldenTokens) || finish != FinishLength {
+			t.Errorf("session %d: tokens %v (%v), want %v (length)", s.ID(), ids, finish, goldenTokens)
+		}
+	}
+	info, err := r.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logits, err := keep.Logits(); err != nil || len(logits) != int(info.VocabSize) {
+		t.Errorf("logits of the session that keeps them: %d values, %v; want %d", len(logits), err, info.VocabSize)
+	}
+	logits, err := lean.Logits()
+	var e *Error
+	if !errors.As(err, &e) || e.Status != StatusInvalidState || !errors.Is(err, ErrInvalidState) || logits != nil {
+		t.Fatalf("logits of the NoLogits session: %d values, %v; want an invalid-state *Error", len(logits), err)
+	}
+	if !strings.Contains(e.Message, "LLM_SAMPLING_NO_LOGITS") {
+		t.Errorf("message %q does not name LLM_SAMPLING_NO_LOGITS", e.Message)
 	}
 }
 

@@ -20,7 +20,16 @@ type SamplingOptions struct {
 	MaxNewTokens uint32  // per generation; 0 = until a stop token or the context ends
 	Seed         uint64  // equal seeds give equal samples
 	StopTokens   []int32 // copied at creation
+
+	// NoLogits makes a session that does not keep its logits (LLM_SAMPLING_NO_LOGITS): a step
+	// brings back only its sampled ids (on the CUDA backend, vocab_size floats less per session
+	// and step over the bus) and its tokens are the same, but Session.Logits fails with an
+	// ErrInvalidState error.
+	NoLogits bool
 }
+
+// samplingNoLogits is LLM_SAMPLING_NO_LOGITS, the llm_sampling_options.flags bit of NoLogits.
+const samplingNoLogits = 0x1
 
 // Session is one conversation in a runtime (llm_session). It cannot outlive its runtime: the
 // runtime's Close closes it. All methods may be called from any goroutine.
@@ -54,6 +63,9 @@ func (r *Runtime) NewSession(opts *SamplingOptions) (*Session, error) {
 		so.min_p = C.float(opts.MinP)
 		so.max_new_tokens = C.uint32_t(opts.MaxNewTokens)
 		so.seed = C.uint64_t(opts.Seed)
+		if opts.NoLogits {
+			so.flags |= samplingNoLogits
+		}
 		if len(opts.StopTokens) > math.MaxUint32 {
 			return nil, &Error{Op: "Runtime.NewSession", Status: StatusInvalidArgument, Message: "too many stop tokens"}
 		}
@@ -209,6 +221,8 @@ func (s *Session) infoLocked() (SessionInfo, error) {
 }
 
 // Logits returns the logits of the session's most recent sampled position (vocab_size values).
+// It returns an ErrInvalidState error before the first sampled position, and always for a
+// session created with SamplingOptions.NoLogits.
 func (s *Session) Logits() ([]float32, error) {
 	if err := s.enter("Session.Logits"); err != nil {
 		return nil, err

@@ -136,6 +136,24 @@ def test_logits(tiny):
         assert max(range(len(logits)), key=logits.__getitem__) == GOLDEN_IDS[0]
 
 
+def test_session_without_logits_decodes_the_same_ids(tiny):
+    # Both streams open at once, so each step advances both sessions: the one that keeps its
+    # logits and the one that does not (LLM_SAMPLING_NO_LOGITS) get the golden ids alike.
+    with tiny.session(max_tokens=len(GOLDEN_IDS)) as keep, \
+            tiny.session(max_tokens=len(GOLDEN_IDS), keep_logits=False) as lean:
+        with keep.stream(GOLDEN_PROMPT, text=False) as a, lean.stream(GOLDEN_PROMPT, text=False) as b:
+            assert [t.id for t in a] == GOLDEN_IDS
+            assert [t.id for t in b] == GOLDEN_IDS
+            assert a.finish_reason == b.finish_reason == "length"
+        assert len(keep.logits()) == tiny.info().vocab_size
+        with pytest.raises(llmrt.InvalidStateError) as e:
+            lean.logits()
+        assert e.value.status == llmrt.Status.INVALID_STATE
+        assert "LLM_SAMPLING_NO_LOGITS" in e.value.message
+    with pytest.raises(llmrt.InvalidArgumentError):
+        tiny.session(keep_logits=0)  # a bool, as the other options are checked
+
+
 def test_int8_activations_change_int4_products_only_slightly():
     from conftest import TINY
     ids = list(GOLDEN_PROMPT) + list(GOLDEN_IDS)

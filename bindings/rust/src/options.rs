@@ -228,6 +228,11 @@ pub struct Sampling {
     /// Per-session random stream; equal seeds give equal samples.
     pub seed: u64,
     pub stop_tokens: Vec<i32>,
+    /// Whether the session keeps the logits of its sampled position for `Session::logits`
+    /// (true, the default). False sets `LLM_SAMPLING_NO_LOGITS`: a step brings back only the
+    /// sampled ids (on the CUDA backend, `vocab_size` floats less per session and step over the
+    /// bus), the tokens are the same, and `Session::logits` fails with `Status::InvalidState`.
+    pub keep_logits: bool,
 }
 
 impl Default for Sampling {
@@ -240,6 +245,7 @@ impl Default for Sampling {
             max_new_tokens: 0,
             seed: 0,
             stop_tokens: Vec::new(),
+            keep_logits: true,
         }
     }
 }
@@ -265,6 +271,13 @@ impl Sampling {
         self
     }
 
+    /// A session that does not keep its logits (`keep_logits: false`, `LLM_SAMPLING_NO_LOGITS`):
+    /// the same tokens with less copied per step, and `Session::logits` is `Status::InvalidState`.
+    pub fn without_logits(mut self) -> Sampling {
+        self.keep_logits = false;
+        self
+    }
+
     /// The C struct; it points into self.stop_tokens, which the library copies at creation.
     pub(crate) fn to_raw(&self) -> sys::llm_sampling_options {
         let mut o = std::mem::MaybeUninit::<sys::llm_sampling_options>::zeroed();
@@ -281,6 +294,7 @@ impl Sampling {
         o.seed = self.seed;
         o.stop_tokens = if self.stop_tokens.is_empty() { std::ptr::null() } else { self.stop_tokens.as_ptr() };
         o.num_stop_tokens = self.stop_tokens.len().min(u32::MAX as usize) as u32;
+        o.flags = if self.keep_logits { 0 } else { sys::LLM_SAMPLING_NO_LOGITS };
         o
     }
 }

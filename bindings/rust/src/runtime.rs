@@ -510,7 +510,9 @@ impl<'rt> Session<'rt> {
         })
     }
 
-    /// The logits of the most recent sampled position (vocab_size values).
+    /// The logits of the most recent sampled position (vocab_size values). `Status::InvalidState`
+    /// before the first sampled position, and always for a session created with
+    /// `Sampling::without_logits()` (`keep_logits: false`).
     pub fn logits(&self) -> Result<Vec<f32>> {
         let mut n = 0usize;
         // SAFETY: a size query: capacity 0 with a NULL buffer.

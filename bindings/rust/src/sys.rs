@@ -116,6 +116,7 @@ abi_consts! {
     LLM_KV_SCALE_PER_TILE: i32 = 3;
     LLM_CONVERT_INT4: i32 = 0;
     LLM_CONVERT_FP8_BLOCK: i32 = 1;
+    LLM_SAMPLING_NO_LOGITS: u32 = 0x1;
     LLM_SESSION_IDLE: i32 = 0;
     LLM_SESSION_PREFILL: i32 = 1;
     LLM_SESSION_DECODING: i32 = 2;
@@ -307,7 +308,7 @@ abi_structs! {
         pub seed: u64,
         pub stop_tokens: *const i32,
         pub num_stop_tokens: u32,
-        pub reserved0: u32,
+        pub flags: u32,
     }
 
     pub struct llm_session_info {

@@ -33,6 +33,38 @@ fn logits_of_the_last_sampled_position() {
 }
 
 #[test]
+fn a_session_without_logits_decodes_the_same_tokens() {
+    // Both sessions in one runtime, so they share every step: the one that keeps its logits and
+    // the one that does not (LLM_SAMPLING_NO_LOGITS) get the golden ids alike.
+    let rt = tiny_runtime();
+    let keep = rt.create_session(&Sampling::greedy().with_max_new_tokens(9)).unwrap();
+    let lean = rt.create_session(&Sampling::greedy().with_max_new_tokens(9).without_logits()).unwrap();
+    assert!(!Sampling::greedy().without_logits().keep_logits && Sampling::default().keep_logits);
+    keep.append_tokens(&TINY_PROMPT).unwrap();
+    lean.append_tokens(&TINY_PROMPT).unwrap();
+    assert_eq!(pull_tokens(&keep), TINY_GOLDEN);
+    assert_eq!(pull_tokens(&lean), TINY_GOLDEN);
+    assert_eq!(keep.logits().unwrap().len(), rt.info().unwrap().vocab_size as usize);
+    let err = lean.logits().unwrap_err();
+    assert_eq!(err.status, Status::InvalidState, "{err}");
+    assert!(err.message.contains("LLM_SAMPLING_NO_LOGITS"), "{err}");
+    // Flag bits the header does not define are refused at creation, and create nothing.
+    let mut session = std::ptr::null_mut();
+    let mut raw = std::mem::MaybeUninit::<llmrt::sys::llm_sampling_options>::zeroed();
+    // SAFETY: init fills every field; then a live runtime, options without stop tokens and a
+    // valid out pointer.
+    let code = unsafe {
+        llmrt::sys::llm_sampling_options_init(raw.as_mut_ptr());
+        let mut raw = raw.assume_init();
+        raw.flags = llmrt::sys::LLM_SAMPLING_NO_LOGITS | 0x2;
+        llmrt::sys::llm_session_create(rt.as_ptr(), &raw, &mut session)
+    };
+    assert_eq!(code, llmrt::sys::LLM_ERR_INVALID_ARGUMENT);
+    assert!(session.is_null());
+    assert_eq!(rt.info().unwrap().num_sessions, 2);
+}
+
+#[test]
 fn export_then_import_continues_exactly() {
     let prefill = tiny_runtime();
     let decode = tiny_runtime();

@@ -100,6 +100,8 @@ LLM_TOKENIZER_GLM = 2
 LLM_CONVERT_INT4 = 0
 LLM_CONVERT_FP8_BLOCK = 1
 
+LLM_SAMPLING_NO_LOGITS = 0x1
+
 LLM_TESTCTL_KV_FREE_MAPPED_PAGE = 1
 LLM_TESTCTL_KV_CORRUPT_ENTRY = 2
 LLM_TESTCTL_KV_SWAP_PAGES = 3
@@ -262,7 +264,7 @@ class llm_sampling_options(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("stop_tokens", ctypes.POINTER(ctypes.c_int32)),
         ("num_stop_tokens", ctypes.c_uint32),
-        ("reserved0", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
     ]
 
 

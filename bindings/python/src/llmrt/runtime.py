@@ -288,11 +288,15 @@ class Runtime:
             return None
 
     # -- sessions
-    def session(self, *, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=0, seed=0, stop_tokens=()):
+    def session(self, *, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=0, seed=0, stop_tokens=(),
+                keep_logits=True):
         """A new session (llm_session_create). max_tokens: new tokens per generation (0: until a
-        stop token or the context ends); temperature 0 is greedy."""
+        stop token or the context ends); temperature 0 is greedy. keep_logits=False
+        (LLM_SAMPLING_NO_LOGITS): the session does not keep its logits, so a step brings back
+        only its sampled ids (on CUDA, vocab_size floats less per step over the bus); its tokens
+        are the same, and its logits() raises InvalidStateError."""
         return Session(self, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                       max_tokens=max_tokens, seed=seed, stop_tokens=stop_tokens)
+                       max_tokens=max_tokens, seed=seed, stop_tokens=stop_tokens, keep_logits=keep_logits)
 
     # -- stepping
     def _decode_step(self):
@@ -442,7 +446,7 @@ class Session:
     runtime closes it. Sampling options are fixed at creation (see Runtime.session)."""
 
     def __init__(self, runtime, *, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=0, seed=0,
-                 stop_tokens=()):
+                 stop_tokens=(), keep_logits=True):
         lib = _abi.lib()
         if not isinstance(runtime, Runtime):
             raise errors.binding_error(errors.Status.INVALID_ARGUMENT, "runtime must be an llmrt.Runtime")
@@ -454,6 +458,10 @@ class Session:
         o.min_p = _float(min_p, "min_p")
         o.max_new_tokens = _uint(max_tokens, "max_tokens")
         o.seed = _uint(seed, "seed", 64)
+        if not isinstance(keep_logits, bool):
+            raise errors.binding_error(errors.Status.INVALID_ARGUMENT,
+                                       f"keep_logits must be True or False, not {keep_logits!r}")
+        o.flags = 0 if keep_logits else _abi.LLM_SAMPLING_NO_LOGITS
         stops, stop_buf, n_stops = _int32_array(stop_tokens, "stop_tokens")
         o.stop_tokens = stop_buf  # copied by the library at creation
         o.num_stop_tokens = n_stops
@@ -542,7 +550,9 @@ class Session:
                            s.num_generated, s.num_pages)
 
     def logits(self):
-        """Float32 logits of the most recent sampled position (vocab_size values)."""
+        """Float32 logits of the most recent sampled position (vocab_size values). Raises
+        InvalidStateError before the first sampled position, and always for a session created
+        with keep_logits=False."""
         n = ctypes.c_size_t(0)
         self._call(_abi.lib().llm_session_get_logits, None, 0, ctypes.byref(n),
                    ok=(_abi.LLM_OK, _abi.LLM_ERR_BUFFER_TOO_SMALL))
