@@ -349,10 +349,11 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
  * Options, config.json validation, limits and statuses are those of llm_runtime_create (NULL
  * config_dir or out_runtime: LLM_ERR_INVALID_ARGUMENT; no config.json: LLM_ERR_NOT_FOUND naming
  * it; an unknown architecture: LLM_ERR_UNSUPPORTED; a bad field: LLM_ERR_FORMAT or
- * LLM_ERR_OUT_OF_RANGE; host or device memory short for the weights: LLM_ERR_OUT_OF_MEMORY
- * naming the tensor). Generation uses every core for large matrices and holds one matrix at a
- * time in host memory beyond what the backend keeps (the CPU backend keeps the weights in host
- * memory; a device backend uploads each and frees it). On failure *out_runtime is NULL. */
+ * LLM_ERR_OUT_OF_RANGE; host memory short for a generated tensor: LLM_ERR_OUT_OF_MEMORY naming
+ * the tensor and its bytes; device memory short: as llm_runtime_create reports it). Generation
+ * uses every hardware thread for large matrices and holds one matrix at a time in host memory
+ * beyond what the backend keeps (the CPU backend keeps the weights in host memory; a device
+ * backend uploads each and frees it). On failure *out_runtime is NULL. */
 LLM_API llm_status llm_runtime_create_synthetic(const char* config_dir, uint64_t seed,
                                                 const llm_runtime_options* options, llm_runtime** out_runtime);
 /* llm_runtime_create that also fills *error (may be NULL; its struct_size set by the caller) with

@@ -1,5 +1,7 @@
 #include "src/model/synthetic.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -61,9 +63,23 @@ void ForRows(int64_t rows, int64_t cols, const std::function<void(int64_t, int64
   for (std::thread& t : threads) t.join();
 }
 
+// Host memory of this machine in bytes (0 when unknown).
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
 absl::StatusOr<HostArray> Allocate(const std::string& name, DType dtype, std::vector<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
+  // A tensor larger than the machine's memory is refused before it is asked for: under
+  // overcommit the allocation could succeed and the generator's first touch of it would bring
+  // the out-of-memory killer instead of an error.
+  const uint64_t bytes = static_cast<uint64_t>(n) * DTypeSize(dtype), phys = PhysicalMemoryBytes();
+  if (phys > 0 && bytes > phys) {
+    return absl::ResourceExhaustedError(absl::StrCat("synthetic weights: tensor \"", name, "\" needs ", bytes,
+                                                     " bytes of host memory; this machine has ", phys));
+  }
   try {
     return NewHostArray(dtype, std::move(shape));
   } catch (const std::bad_alloc&) {

@@ -108,7 +108,7 @@ absl::StatusOr<StoredMatrix> WeightLoader::Cut(const std::string& name, const St
     // A row range is a view that would keep the whole made matrix alive for as long as the
     // backend holds the part (a checkpoint's views cost nothing: they are its mapping).
     for (HostArray* a : {&s->codes, &s->scales}) {
-      if (a->bytes == 0 || a->keepalive == nullptr) continue;
+      if (a->bytes == 0 || (a->keepalive != m.codes.keepalive && a->keepalive != m.scales.keepalive)) continue;
       HostArray copy = NewHostArray(a->dtype, a->shape);
       std::memcpy(const_cast<uint8_t*>(copy.data), a->data, a->bytes);
       *a = std::move(copy);

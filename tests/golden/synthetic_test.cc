@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -166,6 +168,21 @@ TEST(Synthetic, RefusesBadInput) {
 
   ConfigOnlyDir broken("", R"({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": "wide"})");
   EXPECT_EQ(llm_runtime_create_synthetic(broken.path().c_str(), 1, nullptr, &rt), LLM_ERR_FORMAT);
+
+  // 2^24 x 65536 BF16 embedding rows (2 TiB): refused as out of memory, naming the tensor,
+  // before anything is touched.
+  std::ifstream in(TestData("tiny_glm4_moe") + "/config.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (auto [key, value] : {std::pair<std::string, std::string>{"\"vocab_size\": 256", "\"vocab_size\": 16777216"},
+                            {"\"hidden_size\": 64", "\"hidden_size\": 65536"}}) {
+    const size_t at = text.find(key);
+    ASSERT_NE(at, std::string::npos) << key;
+    text.replace(at, key.size(), value);
+  }
+  ConfigOnlyDir huge("", text);
+  EXPECT_EQ(llm_runtime_create_synthetic(huge.path().c_str(), 1, nullptr, &rt), LLM_ERR_OUT_OF_MEMORY);
+  EXPECT_NE(std::string(llm_last_error()).find("embed_tokens"), std::string::npos) << llm_last_error();
+  EXPECT_EQ(rt, nullptr);
 
   llm_runtime_options bad;
   llm_runtime_options_init(&bad);
