@@ -328,6 +328,34 @@ LLM_API void llm_runtime_options_init(llm_runtime_options* options);
  * llm_model_kv_sizing below never reports a wrapped number. */
 LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
                                       llm_runtime** out_runtime);
+/* A runtime whose weights are made at load instead of read: for benchmarks and capacity planning
+ * of real layer shapes (a Kimi K2, GLM-5 or GLM-4.5 config.json, with fewer layers or experts)
+ * without a multi-GB checkpoint on disk. config_dir holds a config.json; nothing else in it is
+ * read (no safetensors). Its tokens are meaningless: the weights are random, not trained.
+ *
+ * Every tensor the model asks for is generated, deterministically from seed and the tensor's
+ * name (the same seed gives identical weights, hence identical tokens; another seed different
+ * ones), in the storage the released checkpoints of that config use: with an "fp8"
+ * quantization_config every decoder-layer linear is FP8 e4m3 with float32 block scales of its
+ * weight_block_size (the MoE router and the DSA indexer's weights_proj stay BF16); with a
+ * compressed-tensors pack-quantized one the routed experts are INT4 with bfloat16 group scales
+ * (Kimi K2-Thinking); everything else is BF16, the router's e_score_correction_bias F32. Values
+ * are those of an initialized model: matrix entries uniform with standard deviation 0.02 (FP8
+ * codes never NaN, INT4 scales positive), norm weights 1, biases and the correction bias 0;
+ * activations and logits stay finite. There are no FP8 KV scale tensors (an FP8 KV cache
+ * calibrates, LLM_KV_SCALE_CALIBRATED). llm_runtime_info reports what a checkpoint of that
+ * storage would (num_parameters, weight_bytes, resident bytes by format).
+ *
+ * Options, config.json validation, limits and statuses are those of llm_runtime_create (NULL
+ * config_dir or out_runtime: LLM_ERR_INVALID_ARGUMENT; no config.json: LLM_ERR_NOT_FOUND naming
+ * it; an unknown architecture: LLM_ERR_UNSUPPORTED; a bad field: LLM_ERR_FORMAT or
+ * LLM_ERR_OUT_OF_RANGE; host memory short for a generated tensor: LLM_ERR_OUT_OF_MEMORY naming
+ * the tensor and its bytes; device memory short: as llm_runtime_create reports it). Generation
+ * uses every hardware thread for large matrices and holds one matrix at a time in host memory
+ * beyond what the backend keeps (the CPU backend keeps the weights in host memory; a device
+ * backend uploads each and frees it). On failure *out_runtime is NULL. */
+LLM_API llm_status llm_runtime_create_synthetic(const char* config_dir, uint64_t seed,
+                                                const llm_runtime_options* options, llm_runtime** out_runtime);
 /* llm_runtime_create that also fills *error (may be NULL; its struct_size set by the caller) with
  * the status and message: LLM_OK and "" on success. */
 LLM_API llm_status llm_runtime_create_v2(const char* model_dir, const llm_runtime_options* options,

@@ -33,6 +33,26 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
 }
 
+const char* BackendName(int32_t backend) {
+  switch (backend) {
+    case LLM_BACKEND_CPU: return "cpu";
+    case LLM_BACKEND_CUDA: return "cuda";
+    default: return "auto";
+  }
+}
+
+llm_status CreateBenchRuntime(const fs::path& dir, llm_runtime_options* ro, llm_runtime** rt) {
+  ro->backend = g_backend;
+  const llm_status st = g_synthetic ? llm_runtime_create_synthetic(dir.c_str(), g_synthetic_seed, ro, rt)
+                                    : llm_runtime_create(dir.c_str(), ro, rt);
+  if (st == LLM_OK) {
+    llm_runtime_info info;
+    info.struct_size = sizeof(info);
+    if (llm_runtime_get_info(*rt, &info) == LLM_OK) g_backend_ran = info.backend;
+  }
+  return st;
+}
+
 llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budget, int32_t kv_dtype,
                               uint32_t max_tokens_per_step, llm_runtime_info* info) {
   llm_runtime_options ro;
@@ -44,7 +64,7 @@ llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budg
   ro.tensor_parallel = g_tensor_parallel;
   ro.quantized_activations = g_quantized_activations;
   llm_runtime* rt = nullptr;
-  if (llm_runtime_create(dir.c_str(), &ro, &rt) != LLM_OK) {
+  if (CreateBenchRuntime(dir, &ro, &rt) != LLM_OK) {
     std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
     return nullptr;
   }

@@ -32,6 +32,22 @@ inline uint32_t g_tensor_parallel = 1;
 // llm_runtime_options.quantized_activations of the runtimes OpenBenchRuntime opens.
 inline int32_t g_quantized_activations = LLM_ACTIVATIONS_EXACT;
 
+// --backend cpu|cuda|auto: llm_runtime_options.backend of every runtime the benchmark opens.
+inline int32_t g_backend = LLM_BACKEND_AUTO;
+// --synthetic: runtimes are made from the directory's config.json with weights generated at load
+// (llm_runtime_create_synthetic with this seed) instead of read from a checkpoint.
+inline bool g_synthetic = false;
+inline uint64_t g_synthetic_seed = 1;
+// The backend the last runtime opened ran on (LLM_BACKEND_CPU or _CUDA; AUTO before any).
+inline int32_t g_backend_ran = LLM_BACKEND_AUTO;
+
+// "cpu", "cuda" or "auto".
+const char* BackendName(int32_t backend);
+
+// llm_runtime_create, or llm_runtime_create_synthetic under --synthetic, with `ro`'s backend set
+// from --backend; records the backend that ran in g_backend_ran.
+llm_status CreateBenchRuntime(const fs::path& dir, llm_runtime_options* ro, llm_runtime** rt);
+
 llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budget, int32_t kv_dtype,
                               uint32_t max_tokens_per_step, llm_runtime_info* info);
 

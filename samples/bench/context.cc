@@ -71,6 +71,7 @@ int RunContextBench(const ModelGenerator& gen, const fs::path& base, const std::
       }
     }
   }
+  std::printf("\n(%s backend)\n", BackendName(g_backend_ran));
   return 0;
 }
 

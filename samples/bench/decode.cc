@@ -4,6 +4,7 @@
 // a memcpy bandwidth and a plain BF16 dot-product loop, all measured in the same run.
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "baselines.h"
 #include "modes.h"
@@ -28,20 +29,49 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   ro.quantized_activations = g_quantized_activations;
   llm_runtime* rt = nullptr;
   auto t_load = Clock::now();
-  llm_status st = llm_runtime_create(dir.c_str(), &ro, &rt);
+  llm_status st = CreateBenchRuntime(dir, &ro, &rt);
   if (st != LLM_OK) {
     std::fprintf(stderr, "llm-bench: %s: %s\n", llm_status_string(st), llm_last_error());
     return 1;
   }
   const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
+  // Time to first token: one session's prompt prefilled and its first token sampled, counted
+  // from the call that created the runtime (what a benchmark run on a fresh machine waits for).
+  double first_token_s = -1;
+  {
+    llm_sampling_options so;
+    llm_sampling_options_init(&so);
+    so.flags = LLM_SAMPLING_NO_LOGITS;
+    so.max_new_tokens = 1;
+    llm_session* s = nullptr;
+    std::vector<int32_t> prompt(prompt_len);
+    for (int k = 0; k < prompt_len; ++k) prompt[k] = (k * 17 + 1) % static_cast<int>(cfg.vocab);
+    if (llm_session_create(rt, &so, &s) == LLM_OK &&
+        llm_session_append_tokens(s, prompt.data(), prompt.size()) == LLM_OK) {
+      llm_step_result r[1];
+      size_t n = 0;
+      for (int i = 0; i < 1 << 16 && first_token_s < 0; ++i) {
+        if (llm_decode_step(rt, r, 1, &n) != LLM_OK) break;
+        if (n == 1 && r[0].token != LLM_TOKEN_NONE) {
+          first_token_s = std::chrono::duration<double>(Clock::now() - t_load).count();
+        }
+      }
+    }
+    llm_session_destroy(s);
+    if (first_token_s < 0) {
+      std::fprintf(stderr, "llm-bench: the first token failed: %s\n", llm_last_error());
+      return 1;
+    }
+  }
   llm_runtime_info info;
   info.struct_size = sizeof(info);
   llm_runtime_get_info(rt, &info);
   const double per_token = cfg.weight_bytes_per_token;
-  std::printf("llm-bench: %s (%s), %.2f B parameters, %.2f GB of weights as stored (loaded in %.2f s), "
-              "%d threads, tensor_parallel %u (%.2f GB resident per rank)\n",
-              dir.c_str(), info.architecture, info.num_parameters / 1e9, info.weight_bytes / 1e9, load_s, nthreads,
-              info.tensor_parallel, info.rank_weight_bytes / 1e9);
+  std::printf("llm-bench: %s (%s%s), %s backend, %.2f B parameters, %.2f GB of weights as stored (%s in %.2f s, "
+              "first token %.2f s after creation began), %d threads, tensor_parallel %u (%.2f GB resident per rank)\n",
+              dir.c_str(), info.architecture, g_synthetic ? ", synthetic weights" : "", BackendName(info.backend),
+              info.num_parameters / 1e9, info.weight_bytes / 1e9, g_synthetic ? "generated" : "loaded", load_s,
+              first_token_s, nthreads, info.tensor_parallel, info.rank_weight_bytes / 1e9);
   std::printf("weights read per decode token at batch 1: %.3f GB; KV %llu B/token\n", per_token / 1e9,
               static_cast<unsigned long long>(info.kv_bytes_per_token));
   if (baselines) {
@@ -51,6 +81,7 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
     std::printf("BF16 dot-product loop (in llm-bench) over one contiguous 1 GiB matrix: %.2f GB/s\n", dot_gbs);
   }
   std::printf("\n");
+  std::printf("%s backend:\n", BackendName(info.backend));
   std::printf("| sessions | decode tok/s | step p50 ms | step p95 ms | tok/s vs 1 session | collectives ms/step |\n");
   std::printf("|---------:|-------------:|------------:|------------:|-------------------:|--------------------:|\n");
   double base_tps = 0, batch1_step = 0;

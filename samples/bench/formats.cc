@@ -57,6 +57,7 @@ int RunFormatBench(const ModelGenerator& gen, const fs::path& base, const std::v
     }
     llm_runtime_destroy(rt);
   }
+  std::printf("\n(%s backend)\n", BackendName(g_backend_ran));
   return 0;
 }
 

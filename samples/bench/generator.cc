@@ -43,6 +43,13 @@ bool ModelGenerator::Ensure(const fs::path& dir, const std::string& preset, cons
              out);
 }
 
+bool ModelGenerator::EnsureConfig(const fs::path& dir, const std::string& preset, const std::string& weights,
+                                  GeneratedModel* out) const {
+  return Run("--config-only " + ShellQuote(dir.string()) + " --preset " + ShellQuote(preset) + " --weights " +
+                 ShellQuote(weights) + SizeArgs(preset),
+             out);
+}
+
 bool ModelGenerator::Describe(const std::string& preset, const std::string& weights, GeneratedModel* out) const {
   return Run("--describe --preset " + ShellQuote(preset) + " --weights " + ShellQuote(weights) + SizeArgs(preset),
              out);
@@ -55,7 +62,9 @@ bool ModelGenerator::DescribeDir(const fs::path& dir, GeneratedModel* out) const
 // The context presets have fixed sizes.
 std::string ModelGenerator::SizeArgs(const std::string& preset) const {
   if (preset.rfind("context-", 0) == 0) return "";
-  return " --layers " + std::to_string(layers_) + " --hidden " + std::to_string(hidden_);
+  std::string args = " --layers " + std::to_string(layers_) + " --hidden " + std::to_string(hidden_);
+  if (experts_ > 0) args += " --experts " + std::to_string(experts_);
+  return args;
 }
 
 // Runs the generator with `args` (its stderr goes to ours) and parses the JSON line it prints.

@@ -31,6 +31,15 @@ class ModelGenerator {
     hidden_ = hidden;
   }
 
+  // Routed experts of the presets (0: the preset's own; the "-real" presets default to 8).
+  void SetExperts(int experts) { experts_ = experts; }
+
+  // Writes only config.json of `preset` in `weights` to `dir` (--synthetic: the runtime makes
+  // the weights) and describes the model; presets as Ensure, plus "k2-real", "glm5-real" and
+  // "glm45-real" (the released layer shapes).
+  bool EnsureConfig(const fs::path& dir, const std::string& preset, const std::string& weights,
+                    GeneratedModel* out) const;
+
   // Writes the checkpoint of `preset` ("k2", "glm45", "glm5": Kimi K2, GLM-4.5 and GLM-5 layer
   // structures at the size SetSize chose; "context-k2", "context-glm5", "context-glm45") in
   // `weights` to `dir` unless it is there already with the same config.json (the generator
@@ -52,7 +61,7 @@ class ModelGenerator {
   std::string SizeArgs(const std::string& preset) const;
 
   std::string path_;
-  int layers_ = 4, hidden_ = 4096;
+  int layers_ = 4, hidden_ = 4096, experts_ = 0;
 };
 
 }  // namespace llm_bench

@@ -40,7 +40,7 @@ int RunIntegrityBench(const std::string& model, const std::vector<int>& batches,
     ro.kv_budget_bytes = 256ull << 20;
     ro.kv_integrity = k == 1 ? LLM_KV_INTEGRITY_TAGS : LLM_KV_INTEGRITY_OFF;
     ro.tracker = k == 2 ? &cb : nullptr;
-    if (llm_runtime_create(model.c_str(), &ro, &rts[k]) != LLM_OK) {
+    if (CreateBenchRuntime(model, &ro, &rts[k]) != LLM_OK) {
       std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
       return 1;
     }
@@ -48,8 +48,9 @@ int RunIntegrityBench(const std::string& model, const std::vector<int>& batches,
   llm_runtime_info info;
   info.struct_size = sizeof(info);
   llm_runtime_get_info(rts[0], &info);
-  std::printf("llm-bench --integrity: %s (%s), %.3f B parameters; %d repeats of %d decode steps, trackers interleaved\n\n",
-              model.c_str(), info.architecture, info.num_parameters / 1e9, repeats, steps);
+  std::printf("llm-bench --integrity: %s (%s), %.3f B parameters, %s backend; %d repeats of %d decode steps, "
+              "trackers interleaved\n\n",
+              model.c_str(), info.architecture, info.num_parameters / 1e9, BackendName(info.backend), repeats, steps);
   std::printf("| sessions | tracker | decode tok/s (median) | vs no-op (median, min..max) | p95 step ms | p95 vs no-op | verification share of step time |\n");
   std::printf("|---------:|---------|----------------------:|-----------------------------|------------:|-------------:|--------------------------------:|\n");
   for (int b : batches) {

@@ -6,6 +6,9 @@
 //   llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] [--hidden N]]
 //             [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]
 //             [--activations exact|int8|bf16]   (llm_runtime_options.quantized_activations; every mode)
+//             [--backend cpu|cuda|auto]         (llm_runtime_options.backend; every mode, default auto)
+//   llm-bench --synthetic [--preset k2|glm45|glm5|k2-real|glm5-real|glm45-real] [--weights W] [--layers N]
+//             [--hidden N] [--experts N] [--seed N] [decode or --prefill-lens options]
 //   llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] [--threads N]
 //   llm-bench --tokens DIR --text TEXT   (the ids of TEXT, comma-separated; TEXT itself, not a file)
 //   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
@@ -37,6 +40,16 @@
 // and reused while its config matches, by llm-make-bench-model (tools/make_bench_model), which
 // llm-bench runs from beside its own binary or from --generator PATH. llm-bench itself uses only
 // the public header: one file per mode under samples/bench/.
+//
+// --synthetic (decode and prefill modes) writes no checkpoint: only the preset's config.json goes
+// to a temporary directory (llm-make-bench-model --config-only), and the runtime generates its
+// weights at load (llm_runtime_create_synthetic, seed --seed, default 1) in the format --weights
+// declares. Tokens are meaningless; speed, memory and load time are those of real shapes. The
+// "-real" presets are the released Kimi K2 (hidden 7168, 64 heads, q_lora 1536, kv_lora 512,
+// experts of 2048 columns, vocabulary 163840), GLM-5 (with its DSA indexer) and GLM-4.5 (GQA)
+// layer shapes with --layers layers (default 4) and --experts routed experts (default 8); at
+// these widths even a few layers are several GB. The decode table's header reports the time from
+// the creating call to the first sampled token.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -54,7 +67,8 @@ int Main(int argc, char** argv) {
   bool integrity = false;
   std::string model, tokenize_dir, text_file, kv_table, formats, generator, tokens_dir;
   std::string preset = "k2", weights = "bf16";
-  int layers = 4, hidden = 4096;
+  int layers = 4, hidden = 4096, experts = 0;
+  bool synthetic = false;
   std::vector<int> prefill_lens;
   bool dir_given = false, baselines = true;
   int prefill_len = 256;
@@ -70,6 +84,10 @@ int Main(int argc, char** argv) {
     }
     if (a == "--no-baselines") {
       baselines = false;
+      continue;
+    }
+    if (a == "--synthetic") {
+      synthetic = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -101,6 +119,16 @@ int Main(int argc, char** argv) {
                                 : v == "bf16" ? LLM_ACTIVATIONS_BF16
                                               : LLM_ACTIVATIONS_EXACT;
     }
+    else if (a == "--backend") {
+      const std::string v = argv[i + 1];
+      if (v != "cpu" && v != "cuda" && v != "auto") {
+        std::fprintf(stderr, "llm-bench: --backend wants cpu, cuda or auto, got '%s'\n", v.c_str());
+        return 2;
+      }
+      g_backend = v == "cpu" ? LLM_BACKEND_CPU : v == "cuda" ? LLM_BACKEND_CUDA : LLM_BACKEND_AUTO;
+    }
+    else if (a == "--experts") experts = std::atoi(argv[i + 1]);
+    else if (a == "--seed") g_synthetic_seed = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--prompt") prompt_len = std::atoi(argv[i + 1]);
     else if (a == "--kv-table") kv_table = argv[i + 1];
     else if (a == "--budget-gib") budget_gib = std::atof(argv[i + 1]);
@@ -114,6 +142,9 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "usage: llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] "
                            "[--hidden N]]\n"
                            "                 [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]\n"
+                           "       llm-bench --synthetic [--preset k2|glm45|glm5|k2-real|glm5-real|glm45-real] [--weights W] "
+                           "[--layers N] [--hidden N] [--experts N] [--seed N] [decode or --prefill-lens options]\n"
+                           "       (every mode takes [--backend cpu|cuda|auto] and [--activations exact|int8|bf16])\n"
                            "       llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] "
                            "[--threads N]\n"
                            "       llm-bench --tokens DIR --text TEXT\n"
@@ -136,6 +167,30 @@ int Main(int argc, char** argv) {
   if (!kv_table.empty()) return RunKvTable(SplitList(kv_table), budget_gib, session_tokens);
   ModelGenerator gen = ModelGenerator::Find(generator);
   gen.SetSize(layers, hidden);
+  gen.SetExperts(experts);
+  if (synthetic) {
+    if (!model.empty() || integrity || !formats.empty() || !contexts.empty()) {
+      std::fprintf(stderr, "llm-bench: --synthetic makes the --preset model for the decode and prefill modes\n");
+      return 2;
+    }
+    // Only config.json, in a directory of its own that goes when the run ends.
+    char tmpl[] = "/tmp/llmrt-bench-synthetic-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      std::perror("llm-bench: mkdtemp");
+      return 1;
+    }
+    const fs::path tmp = tmpl;
+    GeneratedModel cfg;
+    int rc = 1;
+    if (gen.EnsureConfig(tmp, preset, weights, &cfg)) {
+      g_synthetic = true;
+      rc = !prefill_lens.empty() ? RunPrefillBench(tmp, cfg, prefill_lens, repeats, threads)
+                                 : RunDecodeBench(tmp, cfg, batches, steps, threads, prompt_len, baselines);
+    }
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    return rc;
+  }
   if (!formats.empty()) {
     std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 16, 64} : batches;
     return RunFormatBench(gen, dir, SplitList(formats), b, steps, threads, prefill_len);

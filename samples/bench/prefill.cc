@@ -24,8 +24,10 @@ int RunPrefillBench(const fs::path& dir, const GeneratedModel& cfg, const std::v
   const uint32_t per_step = static_cast<uint32_t>(std::min(longest, 2048));
   llm_runtime* rt = OpenBenchRuntime(dir, threads, 1ull << 30, LLM_KV_DTYPE_BF16, per_step, &info);
   if (rt == nullptr) return 1;
-  std::printf("llm-bench --prefill-lens: %s (%s), %d threads, up to %u tokens per forward pass, %d repeats\n\n",
-              dir.c_str(), info.architecture, threads, per_step, repeats);
+  std::printf("llm-bench --prefill-lens: %s (%s%s), %s backend, %d threads, up to %u tokens per forward pass, "
+              "%d repeats\n\n",
+              dir.c_str(), info.architecture, g_synthetic ? ", synthetic weights" : "", BackendName(info.backend),
+              threads, per_step, repeats);
   // One warm-up pass so first-touch page faults of the weights are not timed.
   if (TimePrefill(rt, std::min(longest, 16), cfg.vocab) < 0) return 1;
   std::vector<std::vector<double>> tps(lens.size());

@@ -1,6 +1,7 @@
 // The C ABI: version, status strings, log sink, runtimes, KV sizing, conversion.
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -145,8 +146,13 @@ LLM_API void llm_runtime_options_init(llm_runtime_options* o) {
   o->prefix_sharing = 1;
 }
 
-LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
-                                      llm_runtime** out_runtime) {
+namespace {
+
+// llm_runtime_create and llm_runtime_create_synthetic: the same options, checks and statuses;
+// synthetic_seed set makes the weights instead of reading them (model_dir then needs only
+// config.json).
+llm_status CreateRuntime(const char* model_dir, const llm_runtime_options* options, llm_runtime** out_runtime,
+                         std::optional<uint64_t> synthetic_seed) {
   LLM_GUARD_BEGIN
   llm_runtime_options o;
   llm_runtime_options_init(&o);
@@ -166,7 +172,9 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
   }
   LLM_REQUIRE(out_runtime);
   *out_runtime = nullptr;
-  LLM_REQUIRE(model_dir);
+  if (model_dir == nullptr) {
+    return Fail(LLM_ERR_INVALID_ARGUMENT, synthetic_seed ? "config_dir must not be NULL" : "model_dir must not be NULL");
+  }
   if (!options_readable) return Fail(LLM_ERR_INVALID_ARGUMENT, "options->struct_size is invalid");
   llmrt::RuntimeOptions ro;
   switch (o.backend) {
@@ -228,11 +236,24 @@ LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_o
     default:
       return Fail(LLM_ERR_INVALID_ARGUMENT, "options->quantized_activations is not an LLM_ACTIVATIONS_* value");
   }
+  ro.synthetic_seed = synthetic_seed;
   auto rt = llmrt::Runtime::Create(model_dir, ro);
   if (!rt.ok()) return Report(rt.status());
   *out_runtime = new llm_runtime{std::move(rt).value()};
   return LLM_OK;
   LLM_GUARD_END
+}
+
+}  // namespace
+
+LLM_API llm_status llm_runtime_create(const char* model_dir, const llm_runtime_options* options,
+                                      llm_runtime** out_runtime) {
+  return CreateRuntime(model_dir, options, out_runtime, std::nullopt);
+}
+
+LLM_API llm_status llm_runtime_create_synthetic(const char* config_dir, uint64_t seed,
+                                                const llm_runtime_options* options, llm_runtime** out_runtime) {
+  return CreateRuntime(config_dir, options, out_runtime, seed);
 }
 
 LLM_API llm_status llm_comm_id_create(int32_t backend, llm_comm_id* out_id) {

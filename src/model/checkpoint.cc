@@ -123,7 +123,7 @@ class IndexParser final : public nlohmann::json_sax<json> {
 
 }  // namespace
 
-absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
+absl::StatusOr<Checkpoint> Checkpoint::OpenConfig(const std::string& dir) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::NotFoundError(absl::StrCat(dir, ": not a directory"));
@@ -132,6 +132,18 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   ck.dir_ = dir;
   LLMRT_ASSIGN_OR_RETURN(std::string cfg_text, ReadTextFile(dir + "/config.json", kMaxConfigJsonBytes));
   LLMRT_ASSIGN_OR_RETURN(ck.config_, ParseModelConfig(cfg_text, dir + "/config.json"));
+  return ck;
+}
+
+absl::StatusOr<Checkpoint> Checkpoint::Synthetic(const std::string& dir, uint64_t seed) {
+  LLMRT_ASSIGN_OR_RETURN(Checkpoint ck, OpenConfig(dir));
+  ck.synthetic_ = true;
+  ck.seed_ = seed;
+  return ck;
+}
+
+absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
+  LLMRT_ASSIGN_OR_RETURN(Checkpoint ck, OpenConfig(dir));
 
   const std::string index_path = dir + "/model.safetensors.index.json";
   absl::StatusOr<std::string> idx_text = ReadTextFile(index_path, kMaxIndexJsonBytes);
@@ -170,6 +182,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
 }
 
 absl::Status Checkpoint::ValidateLayerCount() const {
+  if (synthetic_) return absl::OkStatus();
   const ModelConfig& c = config_;
   const std::string name = absl::StrCat(c.prefix, "layers.", c.num_layers - 1, ".input_layernorm.weight");
   if (Find(name) == nullptr) {

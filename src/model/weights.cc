@@ -1,7 +1,10 @@
 #include "src/model/weights.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/model/synthetic.h"
 #include "src/util/errors.h"
 #include "src/util/status.h"
 
@@ -25,6 +28,15 @@ WeightLoader::WeightLoader(const Checkpoint& ck, Backend& backend, const LoadOpt
 WeightLoader::~WeightLoader() = default;
 
 absl::StatusOr<StoredMatrix> WeightLoader::Find(const std::string& name, int64_t rows, int64_t cols) {
+  if (ck_.synthetic()) {
+    // Made, not looked up; counted as the checkpoint that stores it so would hold it.
+    LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, MakeSyntheticMatrix(ck_.config(), ck_.seed(), name, rows, cols));
+    if (counted_matrices_.insert(name).second) {
+      num_parameters_ += static_cast<uint64_t>(rows * cols);
+      weight_bytes_ += m.codes.bytes + m.scales.bytes;
+    }
+    return m;
+  }
   for (const WeightFormatTraits* f : WeightFormats()) {
     std::vector<std::string> used;
     LLMRT_ASSIGN_OR_RETURN(std::optional<StoredMatrix> m, f->load(*source_, name, rows, cols, &used));
@@ -92,6 +104,16 @@ absl::StatusOr<StoredMatrix> WeightLoader::Cut(const std::string& name, const St
                                          ", which cannot be split for tensor parallelism"));
   }
   absl::StatusOr<StoredMatrix> s = f.slice(m, b.r0, b.nr, b.c0, b.nc);
+  if (s.ok() && ck_.synthetic()) {
+    // A row range is a view that would keep the whole made matrix alive for as long as the
+    // backend holds the part (a checkpoint's views cost nothing: they are its mapping).
+    for (HostArray* a : {&s->codes, &s->scales}) {
+      if (a->bytes == 0 || (a->keepalive != m.codes.keepalive && a->keepalive != m.scales.keepalive)) continue;
+      HostArray copy = NewHostArray(a->dtype, a->shape);
+      std::memcpy(const_cast<uint8_t*>(copy.data), a->data, a->bytes);
+      *a = std::move(copy);
+    }
+  }
   if (!s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(ck_.dir(), ": tensor \"", name, "\" [", m.rows, ", ", m.cols,
                                                    "] cannot be split over tensor_parallel ", sp.size, ": rank ",
@@ -165,6 +187,7 @@ absl::StatusOr<Weight> WeightLoader::Stored(const std::string& name, int64_t row
 }
 
 absl::StatusOr<Weight> WeightLoader::Vector(const std::string& name, int64_t n, int64_t begin, int64_t count) {
+  if (ck_.synthetic()) return SyntheticVector(name, n, begin, count);
   const TensorInfo* info = ck_.Find(name);
   if (info == nullptr) return absl::NotFoundError(absl::StrCat(ck_.dir(), ": missing tensor \"", name, "\""));
   if (info->shape != std::vector<int64_t>{n}) {
@@ -185,6 +208,25 @@ absl::StatusOr<Weight> WeightLoader::Vector(const std::string& name, int64_t n, 
   LLMRT_ASSIGN_OR_RETURN(w.data, backend_.ImportHost(info->file, at, *info->dtype, shape, 1));
   if (counted_tensors_.insert(name).second) {
     weight_bytes_ += info->bytes;
+    num_parameters_ += static_cast<uint64_t>(n);
+  }
+  resident_[w.format] += WeightFormatOf(w.format).resident_bytes(m, 1, {});
+  return w;
+}
+
+absl::StatusOr<Weight> WeightLoader::SyntheticVector(const std::string& name, int64_t n, int64_t begin,
+                                                     int64_t count) {
+  LLMRT_ASSIGN_OR_RETURN(HostArray v, MakeSyntheticVector(name, n));
+  Weight w;
+  w.format = v.dtype == DType::kBF16 ? kWeightBf16 : kWeightF32;
+  const int64_t m = count < 0 ? n : count;
+  w.rows = m;
+  w.cols = 1;
+  const int64_t shape[1] = {m};
+  const uint8_t* at = v.data + begin * static_cast<int64_t>(DTypeSize(v.dtype));
+  LLMRT_ASSIGN_OR_RETURN(w.data, backend_.ImportHost(v.keepalive, at, v.dtype, shape, 1));
+  if (counted_tensors_.insert(name).second) {
+    weight_bytes_ += v.bytes;
     num_parameters_ += static_cast<uint64_t>(n);
   }
   resident_[w.format] += WeightFormatOf(w.format).resident_bytes(m, 1, {});

@@ -1,7 +1,10 @@
 // WeightLoader: the one place where checkpoint tensors become backend weights. Each matrix is
 // recognized by the weight-format table (src/quant/weight_format.h: the first registered format
 // whose loader claims it), checked against the shape the architecture expects, and prepared by
-// the backend in its own layout. It counts parameters and bytes.
+// the backend in its own layout. It counts parameters and bytes. For a synthetic checkpoint
+// (Checkpoint::Synthetic) it makes each requested tensor instead, in the format the checkpoint
+// would store it (src/model/synthetic.h), and hands it to the backend the same way, so every
+// backend and phase policy runs unchanged.
 #ifndef LLMRT_MODEL_WEIGHTS_H_
 #define LLMRT_MODEL_WEIGHTS_H_
 
@@ -68,6 +71,8 @@ class WeightLoader {
   // m's `part` in m's format (m itself when the part is the whole matrix). InvalidArgument naming
   // the tensor, the sizes and the rank when the format's blocks or groups straddle the part.
   absl::StatusOr<StoredMatrix> Cut(const std::string& name, const StoredMatrix& m, const MatrixSlice& part);
+  // Vector for a synthetic checkpoint: made (src/model/synthetic.h), not looked up.
+  absl::StatusOr<Weight> SyntheticVector(const std::string& name, int64_t n, int64_t begin, int64_t count);
 
   const Checkpoint& ck_;
   Backend& backend_;

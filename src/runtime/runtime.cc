@@ -76,7 +76,8 @@ absl::Status Runtime::Init(const std::string& model_dir) {
     options_.capture_decode = false;
   }
   const RuntimeOptions& o = options_;
-  LLMRT_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(model_dir));
+  LLMRT_ASSIGN_OR_RETURN(Checkpoint ck, o.synthetic_seed ? Checkpoint::Synthetic(model_dir, *o.synthetic_seed)
+                                                           : Checkpoint::Open(model_dir));
   checkpoint_ = std::make_unique<Checkpoint>(std::move(ck));
   // The ranks: in-process ones share this process's threads; a multi-process rank is one of them.
   const bool multi_process = o.world_size > 1;

@@ -72,6 +72,9 @@ struct RuntimeOptions {
   int64_t collective_timeout_ms = 60000;
   // How matmuls with quantized weights treat their activations (the backend's numerics policy).
   QuantizedActivations activations = QuantizedActivations::kExact;
+  // Synthetic weights made from this seed (Checkpoint::Synthetic): the model directory needs
+  // only config.json. None: the checkpoint's tensors.
+  std::optional<uint64_t> synthetic_seed;
 };
 
 // Where an FP8 KV cache's per-layer scales come from.

@@ -171,6 +171,48 @@ static void TestNullArguments(void) {
   llm_sampling_options_init(NULL);
 }
 
+/* llm_runtime_create_synthetic from C: argument checks, and a runtime over the tiny model's
+ * config.json that decodes with the real checkpoint's parameter count. */
+static void TestSyntheticFromC(void) {
+  llm_runtime* rt = (llm_runtime*)0x1;
+  llm_runtime* real = NULL;
+  llm_session* s = NULL;
+  llm_runtime_info info, real_info;
+  llm_sampling_options so;
+  llm_step_result r;
+  size_t n = 0;
+  int tokens = 0, i;
+  CHECK_STATUS(llm_runtime_create_synthetic(NULL, 1, NULL, &rt), LLM_ERR_INVALID_ARGUMENT);
+  CHECK(rt == NULL);
+  CHECK(strstr(llm_last_error(), "config_dir") != NULL);
+  CHECK_STATUS(llm_runtime_create_synthetic(g_model, 1, NULL, NULL), LLM_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(llm_runtime_create_synthetic(g_model, 1, NULL, &rt), LLM_OK);
+  if (rt == NULL) return;
+  info.struct_size = sizeof info;
+  real_info.struct_size = sizeof real_info;
+  CHECK_STATUS(llm_runtime_get_info(rt, &info), LLM_OK);
+  CHECK_STATUS(llm_runtime_create(g_model, NULL, &real), LLM_OK);
+  if (real != NULL) {
+    CHECK_STATUS(llm_runtime_get_info(real, &real_info), LLM_OK);
+    CHECK(info.num_parameters == real_info.num_parameters);
+    llm_runtime_destroy(real);
+  }
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = 3;
+  CHECK_STATUS(llm_session_create(rt, &so, &s), LLM_OK);
+  CHECK_STATUS(llm_session_append_tokens(s, kPrompt1, 2), LLM_OK);
+  for (i = 0; i < 16 && tokens < 3; ++i) {
+    if (llm_decode_step(rt, &r, 1, &n) != LLM_OK || n != 1) break;
+    if (r.token != LLM_TOKEN_NONE) {
+      CHECK(r.token >= 0 && (uint32_t)r.token < info.vocab_size);
+      ++tokens;
+    }
+  }
+  CHECK(tokens == 3);
+  llm_session_destroy(s);
+  llm_runtime_destroy(rt);
+}
+
 static void TestBadCheckpoints(void) {
   llm_runtime* rt = (llm_runtime*)0x1;
   char path[1200];
@@ -704,6 +746,7 @@ int main(int argc, char** argv) {
   snprintf(g_model, sizeof g_model, "%s/tiny_kimi_k2_qlora_yarn", g_data);
   TestVersionAndStatus();
   TestNullArguments();
+  TestSyntheticFromC();
   TestBadCheckpoints();
   TestBadOptions();
   TestActivationPolicies();

@@ -62,7 +62,8 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
   ro.quantized_activations = cfg.quantized_activations;
   ro.kv_pressure = cfg.kv_pressure;
   llm_runtime* rt = nullptr;
-  llm_status st = llm_runtime_create(model_dir.c_str(), &ro, &rt);
+  llm_status st = cfg.synthetic ? llm_runtime_create_synthetic(model_dir.c_str(), cfg.synthetic_seed, &ro, &rt)
+                                : llm_runtime_create(model_dir.c_str(), &ro, &rt);
   if (st != LLM_OK) {
     ADD_FAILURE() << llm_status_string(st) << ": " << llm_last_error();
     return out;

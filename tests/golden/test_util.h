@@ -44,6 +44,10 @@ struct RunConfig {
   // llm_sampling_options.flags; with LLM_SAMPLING_NO_LOGITS, RunOutput::logits stays empty and
   // llm_session_get_logits must fail with LLM_ERR_INVALID_STATE.
   uint32_t sampling_flags = 0;
+  // Synthetic weights from this seed (llm_runtime_create_synthetic over the directory's
+  // config.json) instead of the checkpoint's.
+  bool synthetic = false;
+  uint64_t synthetic_seed = 0;
 };
 
 struct RunOutput {

@@ -140,6 +140,30 @@ BenchConfig SizedConfig(const std::string& structure, int64_t layers, int64_t hi
   return c;
 }
 
+bool RealConfig(const std::string& structure, int64_t layers, int64_t experts, BenchConfig* c) {
+  BenchConfig r;
+  if (structure == "k2-real") {
+    r.vocab = 163840, r.hidden = 7168, r.heads = 64, r.q_lora = 1536, r.kv_lora = 512, r.nope = 128, r.rope = 64;
+    r.v = 128, r.inter = 18432, r.moe_inter = 2048, r.dense = 1;
+  } else if (structure == "glm5-real") {
+    r.vocab = 154880, r.hidden = 6144, r.heads = 64, r.q_lora = 2048, r.kv_lora = 512, r.nope = 192, r.rope = 64;
+    r.v = 256, r.inter = 12288, r.moe_inter = 2048, r.dense = 3;
+    r.dsa = true, r.index_topk = 2048, r.index_heads = 32, r.index_dim = 128;
+  } else if (structure == "glm45-real") {
+    r.vocab = 151552, r.hidden = 5120, r.heads = 96, r.kv_heads = 8, r.head_dim = 128, r.inter = 12288;
+    r.moe_inter = 1536, r.dense = 3, r.gqa = true;
+  } else {
+    return false;
+  }
+  r.layers = layers;
+  r.experts = experts;
+  r.top_k = std::min<int64_t>(8, experts);
+  r.shared = 1;
+  r.dense = std::min(r.dense, layers - 1);
+  *c = r;
+  return true;
+}
+
 int64_t Int4Group(const BenchConfig& c) {
   return c.weights.rfind("int4-g128", 0) == 0 ? 128 : 32;
 }

@@ -44,6 +44,13 @@ BenchConfig ContextConfig(bool dsa, bool gqa = false);
 // shape (16 experts, 8 per token, one shared, one dense layer) and vocabulary unchanged.
 BenchConfig SizedConfig(const std::string& structure, int64_t layers, int64_t hidden);
 
+// The released layer shapes of `structure` ("k2-real": Kimi K2, "glm5-real": GLM-5,
+// "glm45-real": GLM-4.5, as tests/data/configs holds them: widths, heads, LoRA ranks, indexer,
+// vocabulary) with `layers` layers and `experts` routed experts (top-k 8 or all of them when
+// fewer), keeping at least one MoE layer: for synthetic-weight runs (llm-bench --synthetic) of
+// real shapes at a size one machine holds. False for another structure.
+bool RealConfig(const std::string& structure, int64_t layers, int64_t experts, BenchConfig* c);
+
 // Columns per INT4 scale under c.weights.
 int64_t Int4Group(const BenchConfig& c);
 
@@ -74,6 +81,11 @@ double WeightBytesPerToken(const BenchConfig& c);
 // `dir` (when missing or different): llama.cpp's converter needs a tokenizer, llmrt does not.
 bool WriteCheckpoint(const BenchConfig& c, const std::filesystem::path& dir, const std::filesystem::path& tokenizer_dir,
                      bool* wrote);
+
+// Writes only `dir`/config.json (creating `dir`, replacing the file): the model of `c` for a
+// runtime whose weights are made at load (llm_runtime_create_synthetic). False with a message
+// printed on failure.
+bool WriteConfigOnly(const BenchConfig& c, const std::filesystem::path& dir);
 
 // Describes an arbitrary checkpoint directory (config.json, model.safetensors or a sharded
 // index): vocabulary, index_topk (0 without an indexer) and the weight bytes one decode step at

@@ -148,4 +148,21 @@ bool WriteCheckpoint(const BenchConfig& c, const fs::path& dir, const fs::path& 
   return true;
 }
 
+bool WriteConfigOnly(const BenchConfig& c, const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "llm-make-bench-model: cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
+    return false;
+  }
+  std::ofstream out(dir / "config.json", std::ios::binary | std::ios::trunc);
+  out << ConfigJson(c).dump(2);
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "llm-make-bench-model: cannot write %s\n", (dir / "config.json").c_str());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace llmrt::bench
