@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "src/backend/cpu/bf16_lanes.h"
 #include "src/util/bf16.h"
 #include "src/util/status.h"
 
@@ -28,22 +29,8 @@ namespace {
 
 constexpr int64_t kBlock = Bf16Activations::kBlock;
 
-// A denormal read as (or flushed to) a zero of its sign: the instruction's DAZ and FTZ.
-inline float FlushDenormal(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
-
-// One step of a `vdpbf16ps` lane: a float32 fused multiply-add, denormals in and out flushed.
-// (std::fma rounds once, to nearest even: the default rounding mode, which llmrt never changes.)
-inline float DpStep(float acc, uint16_t a, uint16_t b) {
-  return FlushDenormal(std::fma(FlushDenormal(Bf16ToF32(a)), FlushDenormal(Bf16ToF32(b)), FlushDenormal(acc)));
-}
-
-// The 16 lanes of an output, added in the fixed tree of bf16_dot.h.
-inline float ReduceLanes(const float* l) {
-  float r8[8], r4[4];
-  for (int i = 0; i < 8; ++i) r8[i] = l[i] + l[i + 8];
-  for (int i = 0; i < 4; ++i) r4[i] = r8[i] + r8[i + 4];
-  return (r4[0] + r4[2]) + (r4[1] + r4[3]);
-}
+using bf16_lanes::DpStep;
+using bf16_lanes::ReduceLanes;
 
 // The scalar path: one output at a time, block by block, lane by lane, in the instruction's
 // order. Weight columns past k read as +0, as the masked loads of the x86 path give.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/bf16_dot.h"
+#include "src/backend/cpu/fp8_bf16_dot.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/util/bf16.h"
 #include "src/util/status.h"
@@ -271,8 +272,23 @@ const cpu::MatMulKernel* CpuBackend::Int8KernelFor(const Weight& w) const {
 }
 
 bool CpuBackend::UsesBf16Dot(const Weight& w) const {
-  return activations_ == QuantizedActivations::kBf16 && w.format == kWeightBf16;
+  return activations_ == QuantizedActivations::kBf16 &&
+         (w.format == kWeightBf16 || (w.format == kWeightFp8Block && cpu::Fp8SupportsBf16(w)));
 }
+
+namespace {
+
+// Rows [n0, n1) of a BF16 or FP8 weight on bf16-rounded activations (the BF16 policy).
+void Bf16PolicyRows(const Weight& w, const cpu::Bf16Activations& xb, float* out, int64_t ldo, int64_t n0,
+                    int64_t n1) {
+  if (w.format == kWeightFp8Block) {
+    cpu::Fp8MatMulRowsBest(cpu::Fp8BlockOf(w), xb, out, ldo, n0, n1);
+  } else {
+    cpu::Bf16MatMulRowsBest(w.data.data_as<uint16_t>(), w.cols, xb, out, ldo, n0, n1);
+  }
+}
+
+}  // namespace
 
 void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
   if (UsesBf16Dot(w)) {
@@ -280,9 +296,8 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
     thread_local cpu::Bf16Activations rounded;
     cpu::Bf16Activations& xb = rounded;
     cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);
-    const uint16_t* wp = w.data.data_as<uint16_t>();
     pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
-      cpu::Bf16MatMulRowsBest(wp, w.cols, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+      Bf16PolicyRows(w, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
     });
     return;
   }
@@ -314,7 +329,7 @@ void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const 
   if (UsesBf16Dot(w)) {
     thread_local cpu::Bf16Activations xb;
     cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);
-    cpu::Bf16MatMulRowsBest(w.data.data_as<uint16_t>(), w.cols, xb, out, ldo, 0, w.rows);
+    Bf16PolicyRows(w, xb, out, ldo, 0, w.rows);
     return;
   }
   if (const cpu::MatMulKernel* k = Int8KernelFor(w)) {

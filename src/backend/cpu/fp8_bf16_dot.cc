@@ -1,0 +1,432 @@
+// FP8 block-scaled weights under the BF16 activation policy: the code table, the scalar
+// emulation, the AVX-512 GEMV on `vdpbf16ps` and the AMX tiles. See fp8_bf16_dot.h for the
+// arithmetic every path keeps.
+#include "src/backend/cpu/fp8_bf16_dot.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "src/backend/cpu/bf16_lanes.h"
+#include "src/quant/fp8.h"
+#include "src/util/bf16.h"
+#include "src/util/status.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LLMRT_FP8_BF16_X86 1
+#include <immintrin.h>
+#else
+#define LLMRT_FP8_BF16_X86 0
+#endif
+
+namespace llmrt::cpu {
+namespace {
+
+constexpr int64_t kBlock = Bf16Activations::kBlock;  // 32 columns: one `vdpbf16ps`, one tile step
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Fp8ToBf16Bits for every code: the bf16 rounding of the code's float32 value, which is exact
+// (e4m3 values have 4 significant bits and exponents 2^-9 .. 2^8) or a NaN.
+const std::array<uint16_t, 256>& CodeTable() {
+  static const std::array<uint16_t, 256> table = [] {
+    std::array<uint16_t, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = F32ToBf16(Fp8E4M3::ToFloat(static_cast<uint8_t>(c)));
+    return t;
+  }();
+  return table;
+}
+
+// Row n's scales: one per column block.
+const float* RowScales(const Fp8BlockMatrix& w, int64_t n) {
+  return w.scales + (n / w.block_rows) * CeilDiv(w.cols, w.block_cols);
+}
+
+// The scalar path: one output at a time in the arithmetic of fp8_bf16_dot.h, the dot steps
+// emulating `vdpbf16ps` (bf16_lanes.h).
+void RowsScalar(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  const std::array<uint16_t, 256>& table = CodeTable();
+  const int64_t K = w.cols, bc = w.block_cols, nbc = CeilDiv(K, bc);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* q = w.codes + n * K;
+    const float* s = RowScales(w, n);
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const uint16_t* xr = x.values.data() + t * x.padded;
+      float acc[16] = {};
+      for (int64_t b = 0; b < nbc; ++b) {
+        const int64_t c0 = b * bc, c1 = std::min(K, c0 + bc);
+        float part[16] = {};
+        for (int64_t c = c0; c < c1; c += kBlock) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t k0 = c + 2 * i, k1 = k0 + 1;
+            part[i] = bf16_lanes::DpStep(part[i], xr[k1], k1 < K ? table[q[k1]] : uint16_t{0});
+            part[i] = bf16_lanes::DpStep(part[i], xr[k0], k0 < K ? table[q[k0]] : uint16_t{0});
+          }
+        }
+        for (int i = 0; i < 16; ++i) acc[i] = std::fma(part[i], s[b], acc[i]);
+      }
+      out[t * ldo + n] = bf16_lanes::ReduceLanes(acc);
+    }
+  }
+}
+
+#if LLMRT_FP8_BF16_X86
+// The lookup's constants: the high and the low byte of Fp8ToBf16Bits for the 128 magnitudes
+// (sign bit clear), and the byte indexes that interleave 64 low and 64 high bytes into 32 words
+// (codes 0..31, then 32..63).
+struct LutBytes {
+  alignas(64) uint8_t hi[128];
+  alignas(64) uint8_t lo[128];
+  alignas(64) uint8_t interleave[2][64];
+};
+
+const LutBytes& TheLutBytes() {
+  static const LutBytes lut = [] {
+    LutBytes l{};
+    const std::array<uint16_t, 256>& table = CodeTable();
+    for (int m = 0; m < 128; ++m) {
+      l.hi[m] = static_cast<uint8_t>(table[m] >> 8);
+      l.lo[m] = static_cast<uint8_t>(table[m] & 0xFF);
+    }
+    for (int h = 0; h < 2; ++h) {
+      for (int p = 0; p < 64; ++p) {
+        const int code = 32 * h + p / 2;
+        l.interleave[h][p] = static_cast<uint8_t>(p % 2 == 0 ? code : 64 + code);  // 64+: the second table
+      }
+    }
+    return l;
+  }();
+  return lut;
+}
+#endif
+
+}  // namespace
+
+#if LLMRT_FP8_BF16_X86
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi")
+namespace fp8_avx512 {
+
+// The lookup in registers (7 of the 32).
+struct Lut {
+  __m512i hi0, hi1, lo0, lo1, sign, il0, il1;
+};
+
+inline Lut LoadLut() {
+  const LutBytes& b = TheLutBytes();
+  Lut l;
+  l.hi0 = _mm512_load_si512(b.hi);
+  l.hi1 = _mm512_load_si512(b.hi + 64);
+  l.lo0 = _mm512_load_si512(b.lo);
+  l.lo1 = _mm512_load_si512(b.lo + 64);
+  l.sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  l.il0 = _mm512_load_si512(b.interleave[0]);
+  l.il1 = _mm512_load_si512(b.interleave[1]);
+  return l;
+}
+
+// 64 e4m3 codes -> 64 bf16 values: codes 0..31 in *w0, 32..63 in *w1. `vpermi2b` reads the low
+// 7 bits of each code (the magnitude) as an index into the two 64-byte halves of a table; the
+// sign bit is ORed into the high byte (a ternary-logic A | (B & C)).
+inline void Convert64(const Lut& l, __m512i q, __m512i* w0, __m512i* w1) {
+  const __m512i hi = _mm512_permutex2var_epi8(l.hi0, q, l.hi1);
+  const __m512i lo = _mm512_permutex2var_epi8(l.lo0, q, l.lo1);
+  const __m512i hs = _mm512_ternarylogic_epi32(hi, q, l.sign, 0xF8);
+  *w0 = _mm512_permutex2var_epi8(lo, l.il0, hs);
+  *w1 = _mm512_permutex2var_epi8(lo, l.il1, hs);
+}
+
+// The codes [c, c + 64) of a row that has `left` codes from c on (fewer than 64: the rest read
+// as code 0, +0).
+inline __m512i LoadCodes(const uint8_t* q, int64_t left) {
+  if (left >= 64) return _mm512_loadu_si512(q);
+  return _mm512_maskz_loadu_epi8((uint64_t{1} << left) - 1, q);
+}
+
+// A row streams from memory once: read ahead across 4 KiB pages, where the hardware prefetchers
+// stop (a hint: never faults).
+constexpr int64_t kPrefetchBytes = 2048;
+
+// R weight rows x TT activation rows from row n and activation row t: the accumulators of
+// fp8_bf16_dot.h in registers over the whole row.
+template <int R, int TT>
+void GemvTile(const Lut& l, const Fp8BlockMatrix& w, int64_t n, const Bf16Activations& x, int64_t t, float* out,
+              int64_t ldo) {
+  const int64_t K = w.cols, bc = w.block_cols, nbc = CeilDiv(K, bc);
+  const uint8_t* q[R];
+  const float* s[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    q[r] = w.codes + (n + r) * K;
+    s[r] = RowScales(w, n + r);
+  }
+  const uint16_t* xr[TT];
+#pragma GCC unroll 4
+  for (int i = 0; i < TT; ++i) xr[i] = x.values.data() + (t + i) * x.padded;
+  __m512 acc[TT][R];
+#pragma GCC unroll 4
+  for (int i = 0; i < TT; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nbc; ++b) {
+    const int64_t c0 = b * bc, c1 = std::min(K, c0 + bc);
+    __m512 part[TT][R];
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; ++i) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) part[i][r] = _mm512_setzero_ps();
+    }
+    for (int64_t c = c0; c < c1; c += 64) {
+      const int64_t left = c1 - c;
+      // Two sub-blocks of 32 columns, or one at the end of a block of an odd number of them or
+      // at the row's end (the activations exist up to the row's padded length only).
+      const bool second = left > kBlock;
+      __m512i xv0[TT], xv1[TT];
+#pragma GCC unroll 4
+      for (int i = 0; i < TT; ++i) {
+        xv0[i] = _mm512_loadu_si512(xr[i] + c);
+        xv1[i] = second ? _mm512_loadu_si512(xr[i] + c + kBlock) : _mm512_setzero_si512();
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(q[r] + c + kPrefetchBytes), _MM_HINT_T0);
+        __m512i w0, w1;
+        Convert64(l, LoadCodes(q[r] + c, left), &w0, &w1);
+#pragma GCC unroll 4
+        for (int i = 0; i < TT; ++i) {
+          part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv0[i], (__m512bh)w0);
+          if (second) part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv1[i], (__m512bh)w1);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 sv = _mm512_set1_ps(s[r][b]);
+#pragma GCC unroll 4
+      for (int i = 0; i < TT; ++i) acc[i][r] = _mm512_fmadd_ps(part[i][r], sv, acc[i][r]);
+    }
+  }
+  alignas(64) float lanes[16];
+#pragma GCC unroll 4
+  for (int i = 0; i < TT; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      _mm512_store_ps(lanes, acc[i][r]);
+      out[(t + i) * ldo + n + r] = bf16_lanes::ReduceLanes(lanes);
+    }
+  }
+}
+
+using GemvTileFn = void (*)(const Lut&, const Fp8BlockMatrix&, int64_t, const Bf16Activations&, int64_t, float*,
+                            int64_t);
+constexpr int kMaxRows = 4;    // weight rows per pass
+constexpr int kMaxTokens = 2;  // 2 x 4 x 2 accumulators + 7 table registers + codes and activations
+constexpr GemvTileFn kGemvTiles[kMaxRows][kMaxTokens] = {
+    {GemvTile<1, 1>, GemvTile<1, 2>},
+    {GemvTile<2, 1>, GemvTile<2, 2>},
+    {GemvTile<3, 1>, GemvTile<3, 2>},
+    {GemvTile<4, 1>, GemvTile<4, 2>},
+};
+
+// Every batch size: four weight rows stream once per pair of activation rows (the codes are
+// converted again for each pair: on CPUs without AMX, where this path is the best, a batch costs
+// the conversion once per two rows).
+void Rows(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  const Lut l = LoadLut();
+  for (int64_t n = n0; n < n1; n += kMaxRows) {
+    const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, n1 - n));
+    for (int64_t t = 0; t < x.rows; t += kMaxTokens) {
+      const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, x.rows - t));
+      kGemvTiles[nr - 1][nt - 1](l, w, n, x, t, out, ldo);
+    }
+  }
+}
+
+}  // namespace fp8_avx512
+#pragma GCC pop_options
+
+// ---- AMX tiles ----
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi")
+namespace fp8_amx {
+
+using fp8_avx512::Convert64;
+using fp8_avx512::LoadCodes;
+using fp8_avx512::Lut;
+
+// The 64-byte tile configuration (palette 1): tiles 0-3 hold block sums of 16 weight rows x 16
+// activation rows (float32), 4-5 16 weight rows x 32 bf16 columns, 6-7 16 column pairs x 16
+// activation rows.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+constexpr int64_t kGroup = 16;  // rows of a tile
+
+// Rows [n, n + nr) (nr <= 32: two groups of 16) of weights x every activation row. Per column
+// block: the block's codes of those rows become bf16 once (`wb`, [32][block_cols]), then for
+// every pair of activation groups the tiles sum the block from zero and the sums are folded into
+// `acc` ([2][groups][16 weight rows][16 activation rows]) with the block's scale, blocks in
+// order: every output sees the same operations whatever the other rows.
+void RowGroupPair(const Lut& l, const Fp8BlockMatrix& w, const Bf16Activations& x, int64_t n, int64_t nr, float* acc,
+                  uint16_t* wb, float* out, int64_t ldo) {
+  const int64_t K = w.cols, bc = w.block_cols, nbc = CeilDiv(K, bc), kp = x.padded;
+  const int64_t groups = CeilDiv(x.rows, kGroup);
+  const bool two = nr > kGroup;
+  const int64_t halves = two ? 2 : 1;
+  const float* s[2 * kGroup];
+  for (int64_t r = 0; r < nr; ++r) s[r] = RowScales(w, n + r);
+  std::fill(acc, acc + halves * groups * kGroup * kGroup, 0.0f);
+  // Rows of a short group read as zeros (their sums are never written out).
+  std::fill(wb + nr * bc, wb + halves * kGroup * bc, uint16_t{0});
+  alignas(64) float sums[4][kGroup * kGroup];
+  for (int64_t b = 0; b < nbc; ++b) {
+    const int64_t c0 = b * bc, width = std::min(bc, kp - c0), valid = std::min(bc, K - c0);
+    for (int64_t r = 0; r < nr; ++r) {
+      const uint8_t* q = w.codes + (n + r) * K + c0;
+      uint16_t* d = wb + r * bc;
+      for (int64_t c = 0; c < width; c += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(q + c + fp8_avx512::kPrefetchBytes), _MM_HINT_T0);
+        __m512i w0, w1;
+        Convert64(l, LoadCodes(q + c, valid - c), &w0, &w1);
+        _mm512_storeu_si512(d + c, w0);
+        if (c + kBlock < width) _mm512_storeu_si512(d + c + kBlock, w1);
+      }
+    }
+    const int64_t steps = width / kBlock;
+    for (int64_t g = 0; g < groups; g += 2) {
+      const bool g2 = g + 1 < groups;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      const uint16_t* p0 = x.pairs.data() + (g * (kp / 2) + c0 / 2) * 2 * kGroup;
+      const uint16_t* p1 = p0 + (kp / 2) * 2 * kGroup;
+      for (int64_t k = 0; k < steps; ++k) {
+        _tile_loadd(4, wb + k * kBlock, bc * 2);
+        if (two) _tile_loadd(5, wb + kGroup * bc + k * kBlock, bc * 2);
+        _tile_loadd(6, p0 + k * kBlock * kGroup, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two) _tile_dpbf16ps(1, 5, 6);
+        if (g2) {
+          _tile_loadd(7, p1 + k * kBlock * kGroup, 64);
+          _tile_dpbf16ps(2, 4, 7);
+          if (two) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, sums[0], 64);
+      if (two) _tile_stored(1, sums[1], 64);
+      if (g2) {
+        _tile_stored(2, sums[2], 64);
+        if (two) _tile_stored(3, sums[3], 64);
+      }
+      // acc = fma(block sum, scale, acc) for each (weight row, activation row) of the tiles.
+      for (int64_t gg = 0; gg < (g2 ? 2 : 1); ++gg) {
+        for (int64_t h = 0; h < halves; ++h) {
+          const float* sm = sums[gg * 2 + h];
+          float* a = acc + ((h * groups + g + gg) * kGroup) * kGroup;
+          const int64_t rows = std::min(kGroup, nr - h * kGroup);
+          for (int64_t r = 0; r < rows; ++r) {
+            const __m512 v = _mm512_fmadd_ps(_mm512_load_ps(sm + r * kGroup), _mm512_set1_ps(s[h * kGroup + r][b]),
+                                             _mm512_loadu_ps(a + r * kGroup));
+            _mm512_storeu_ps(a + r * kGroup, v);
+          }
+        }
+      }
+    }
+  }
+  // acc[h][g][r][t]: weight row n + 16h + r, activation row 16g + t.
+  for (int64_t h = 0; h < halves; ++h) {
+    const int64_t rows = std::min(kGroup, nr - h * kGroup);
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const float* c = acc + ((h * groups + t / kGroup) * kGroup) * kGroup + t % kGroup;
+      for (int64_t r = 0; r < rows; ++r) out[t * ldo + n + h * kGroup + r] = c[r * kGroup];
+    }
+  }
+}
+
+void Rows(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  const Lut l = fp8_avx512::LoadLut();
+  const int64_t groups = CeilDiv(x.rows, kGroup);
+  thread_local std::vector<float> acc;
+  thread_local std::vector<uint16_t> wb;
+  acc.resize(static_cast<size_t>(2 * groups * kGroup * kGroup));
+  wb.resize(static_cast<size_t>(2 * kGroup * w.block_cols));
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.rows[i] = kGroup;
+    cfg.colsb[i] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  for (int64_t n = n0; n < n1; n += 2 * kGroup) {
+    RowGroupPair(l, w, x, n, std::min<int64_t>(2 * kGroup, n1 - n), acc.data(), wb.data(), out, ldo);
+  }
+  _tile_release();
+}
+
+}  // namespace fp8_amx
+#pragma GCC pop_options
+#endif  // LLMRT_FP8_BF16_X86
+
+Fp8BlockMatrix Fp8BlockOf(const Weight& w) {
+  LLMRT_CHECK(w.format == kWeightFp8Block);
+  Fp8BlockMatrix m;
+  m.codes = w.data.data_as<uint8_t>();
+  m.scales = w.scales.data_as<float>();
+  m.rows = w.rows;
+  m.cols = w.cols;
+  m.block_rows = w.params.block_rows;
+  m.block_cols = w.params.block_cols;
+  return m;
+}
+
+uint16_t Fp8ToBf16Bits(uint8_t code) { return CodeTable()[code]; }
+
+bool Fp8SupportsBf16(const Fp8BlockMatrix& w) {
+  return w.block_rows > 0 && w.block_cols > 0 && w.block_cols % kBlock == 0;
+}
+
+bool Fp8SupportsBf16(const Weight& w) { return w.format == kWeightFp8Block && Fp8SupportsBf16(Fp8BlockOf(w)); }
+
+bool Fp8Bf16IsaAvailable(Bf16Isa isa) {
+  if (isa == Bf16Isa::kScalar) return true;
+#if LLMRT_FP8_BF16_X86
+  return Bf16IsaAvailable(isa) && __builtin_cpu_supports("avx512vbmi");
+#else
+  return false;
+#endif
+}
+
+Bf16Isa BestFp8Bf16Isa() {
+  static const Bf16Isa best = Fp8Bf16IsaAvailable(BestBf16Isa()) ? BestBf16Isa() : Bf16Isa::kScalar;
+  return best;
+}
+
+void Fp8MatMulRows(Bf16Isa isa, const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo,
+                   int64_t n0, int64_t n1) {
+  LLMRT_CHECK(Fp8SupportsBf16(w) && x.cols == w.cols && Fp8Bf16IsaAvailable(isa) && n0 <= n1);
+  if (x.rows == 0 || n0 == n1) return;
+  switch (isa) {
+#if LLMRT_FP8_BF16_X86
+    case Bf16Isa::kAmx:
+      LLMRT_CHECK(x.pairs.size() == static_cast<size_t>(CeilDiv(x.rows, 16) * x.padded * 16));
+      return fp8_amx::Rows(w, x, out, ldo, n0, n1);
+    case Bf16Isa::kAvx512Bf16: return fp8_avx512::Rows(w, x, out, ldo, n0, n1);
+#endif
+    default: return RowsScalar(w, x, out, ldo, n0, n1);
+  }
+}
+
+void Fp8MatMulRowsBest(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
+                       int64_t n1) {
+  Fp8MatMulRows(BestFp8Bf16Isa(), w, x, out, ldo, n0, n1);
+}
+
+}  // namespace llmrt::cpu
