@@ -115,15 +115,52 @@ TEST(Fp8Bf16Dot, CodesBecomeTheirExactValuesAsNormalBf16) {
   EXPECT_EQ(Fp8ToBf16Bits(0x80), 0x8000);  // -0
 }
 
+// The activations: each row rounded as torch's cast (F32ToBf16) and stored in the kernels' chunk
+// order, zeros past the row's end up to a whole chunk; the tiles' layout (where AMX runs) holds
+// the same values.
+TEST(Fp8Bf16Dot, ActivationsAreRoundedInTheChunkOrder) {
+  std::mt19937 rng(87);
+  EXPECT_EQ(Fp8Bf16Position(0), 0);
+  EXPECT_EQ(Fp8Bf16Position(8), 32);
+  EXPECT_EQ(Fp8Bf16Position(16), 8);
+  EXPECT_EQ(Fp8Bf16Position(63), 63);
+  EXPECT_EQ(Fp8Bf16Position(64 + 9), 64 + 33);
+  for (int64_t K : {1, 31, 64, 100, 200}) {
+    const int64_t T = 17;
+    std::vector<float> x(static_cast<size_t>(T * K));
+    for (auto& v : x) {
+      const uint32_t b = rng();
+      std::memcpy(&v, &b, sizeof(v));
+    }
+    Fp8Bf16Activations xb;
+    RoundActivationsFp8Bf16(x.data(), K, T, K, &xb);
+    ASSERT_EQ(xb.padded, CeilDiv(K, 64) * 64);
+    std::vector<bool> seen(static_cast<size_t>(xb.padded), false);
+    for (int64_t k = 0; k < xb.padded; ++k) seen[Fp8Bf16Position(k)] = true;
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), true), xb.padded) << "not a permutation, K=" << K;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < xb.padded; ++k) {
+        const uint16_t want = k < K ? F32ToBf16(x[t * K + k]) : uint16_t{0};
+        const uint16_t got = xb.values[t * xb.padded + Fp8Bf16Position(k)];
+        ASSERT_EQ(got, want) << "K=" << K << " t=" << t << " k=" << k;
+        if (!xb.pairs.empty()) {
+          const int64_t p = Fp8Bf16Position(k);
+          ASSERT_EQ(xb.pairs[(t / 16) * (xb.padded / 2) * 32 + (p / 2) * 32 + (t % 16) * 2 + p % 2], want);
+        }
+      }
+    }
+  }
+}
+
 // The AVX-512 path gives the scalar emulation's bits on every shape: row lengths below, at and
-// above whole 32- and 128-column blocks, scale blocks of 32 to 128 columns and 1 to 128 rows,
+// above whole 32-, 64- and 128-column blocks, scale blocks of 64 to 192 columns and 1 to 128 rows,
 // activation batches across the token pairs, and activations with denormals, infinities and NaN.
 // The AMX path (its own summation) is held to the bound and the invariances below.
 TEST(Fp8Bf16Dot, Avx512PathIsBitIdenticalToTheScalarEmulation) {
   for (Bf16Isa isa : AvailableIsas()) std::printf("fp8 bf16 path available: %s\n", Bf16IsaName(isa));
   if (!Fp8Bf16IsaAvailable(Bf16Isa::kAvx512Bf16)) GTEST_SKIP() << "no AVX512_BF16 + VBMI on this CPU";
   std::mt19937 rng(81);
-  const int64_t blocks[][2] = {{128, 128}, {1, 32}, {3, 64}, {16, 96}, {5, 128}};
+  const int64_t blocks[][2] = {{128, 128}, {1, 64}, {3, 64}, {16, 192}, {5, 128}};
   for (int64_t K : {1, 5, 31, 32, 33, 63, 64, 65, 96, 127, 128, 130, 200, 257, 513}) {
     for (const auto& blk : blocks) {
       const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
@@ -135,8 +172,8 @@ TEST(Fp8Bf16Dot, Avx512PathIsBitIdenticalToTheScalarEmulation) {
           x[2 * K + rng() % K] = std::numeric_limits<float>::infinity();
         }
         if (T == 5) x[4 * K + rng() % K] = std::numeric_limits<float>::quiet_NaN();
-        Bf16Activations xb;
-        RoundActivationsBf16(x.data(), K, T, K, &xb);
+        Fp8Bf16Activations xb;
+        RoundActivationsFp8Bf16(x.data(), K, T, K, &xb);
         std::vector<float> want(static_cast<size_t>(T * rows)), got(want.size(), -1.0f);
         Fp8MatMulRows(Bf16Isa::kScalar, w.m, xb, want.data(), rows, 0, rows);
         const int64_t split = rows / 2;
@@ -172,8 +209,8 @@ TEST(Fp8Bf16Dot, SubnormalCodesAreNotFlushed) {
   const std::vector<float> scales = {1.0f, 1.0f};  // one block-row, blocks of 128 columns
   Fp8BlockMatrix m{codes.data(), scales.data(), rows, K, 128, 128};
   const std::vector<float> x(static_cast<size_t>(T * K), 1.0f);
-  Bf16Activations xb;
-  RoundActivationsBf16(x.data(), K, T, K, &xb);
+  Fp8Bf16Activations xb;
+  RoundActivationsFp8Bf16(x.data(), K, T, K, &xb);
   for (Bf16Isa isa : AvailableIsas()) {
     std::vector<float> got(static_cast<size_t>(T * rows));
     Fp8MatMulRows(isa, m, xb, got.data(), rows, 0, rows);
@@ -192,8 +229,8 @@ TEST(Fp8Bf16Dot, NanCodeReachesItsRowOnly) {
   HostFp8 w = RandomFp8(rows, K, 128, 128, rng);
   w.codes[7 * K + 200] = 0xFF;  // row 7
   const std::vector<float> x = RandomRows(T * K, rng);
-  Bf16Activations xb;
-  RoundActivationsBf16(x.data(), K, T, K, &xb);
+  Fp8Bf16Activations xb;
+  RoundActivationsFp8Bf16(x.data(), K, T, K, &xb);
   for (Bf16Isa isa : AvailableIsas()) {
     std::vector<float> got(static_cast<size_t>(T * rows));
     Fp8MatMulRows(isa, w.m, xb, got.data(), rows, 0, rows);
@@ -214,8 +251,8 @@ TEST(Fp8Bf16Dot, RowsAloneEqualRowsInABatch) {
   const int64_t K = 7 * 64 + 5, rows = 37, T = 65;
   const HostFp8 w = RandomFp8(rows, K, 128, 128, rng);
   const std::vector<float> x = RandomRows(T * K, rng);
-  Bf16Activations all;
-  RoundActivationsBf16(x.data(), K, T, K, &all);
+  Fp8Bf16Activations all;
+  RoundActivationsFp8Bf16(x.data(), K, T, K, &all);
   for (Bf16Isa isa : AvailableIsas()) {
     std::vector<float> batch(static_cast<size_t>(T * rows));
     Fp8MatMulRows(isa, w.m, all, batch.data(), rows, 0, rows);
@@ -226,15 +263,15 @@ TEST(Fp8Bf16Dot, RowsAloneEqualRowsInABatch) {
     }
     ASSERT_EQ(std::memcmp(split.data(), batch.data(), batch.size() * sizeof(float)), 0) << Bf16IsaName(isa);
     for (int64_t t = 0; t < T; ++t) {
-      Bf16Activations one;
-      RoundActivationsBf16(x.data() + t * K, K, 1, K, &one);
+      Fp8Bf16Activations one;
+      RoundActivationsFp8Bf16(x.data() + t * K, K, 1, K, &one);
       std::vector<float> got(static_cast<size_t>(rows));
       Fp8MatMulRows(isa, w.m, one, got.data(), rows, 0, rows);
       ASSERT_EQ(std::memcmp(got.data(), batch.data() + t * rows, rows * sizeof(float)), 0)
           << Bf16IsaName(isa) << " row " << t;
       if (t + 3 <= T) {
-        Bf16Activations three;
-        RoundActivationsBf16(x.data() + t * K, K, 3, K, &three);
+        Fp8Bf16Activations three;
+        RoundActivationsFp8Bf16(x.data() + t * K, K, 3, K, &three);
         std::vector<float> g3(static_cast<size_t>(3 * rows));
         Fp8MatMulRows(isa, w.m, three, g3.data(), rows, 0, rows);
         ASSERT_EQ(std::memcmp(g3.data(), batch.data() + t * rows, 3 * rows * sizeof(float)), 0)
@@ -271,15 +308,15 @@ TEST(Fp8Bf16Dot, ResultIsTheExactWeightsTimesTheRoundedActivationsWithinFloat32S
         const int64_t rows = 9, T = 10, bc = 128, nb = CeilDiv(K, bc);
         const HostFp8 w = RandomFp8(rows, K, 128, bc, rng);
         const std::vector<float> x = RandomRows(T * K, rng, xscale);
-        Bf16Activations xb;
-        RoundActivationsBf16(x.data(), K, T, K, &xb);
+        Fp8Bf16Activations xb;
+        RoundActivationsFp8Bf16(x.data(), K, T, K, &xb);
         std::vector<float> got(static_cast<size_t>(T * rows));
         Fp8MatMulRows(isa, w.m, xb, got.data(), rows, 0, rows);
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t n = 0; n < rows; ++n) {
             double exact = 0, mag = 0;
             for (int64_t k = 0; k < K; ++k) {
-              const double p = static_cast<double>(Bf16ToF32(xb.values[t * xb.padded + k])) * WeightValue(w, n, k);
+              const double p = static_cast<double>(Bf16ToF32(F32ToBf16(x[t * K + k]))) * WeightValue(w, n, k);
               exact += p;
               mag += std::fabs(p);
             }
@@ -293,9 +330,9 @@ TEST(Fp8Bf16Dot, ResultIsTheExactWeightsTimesTheRoundedActivationsWithinFloat32S
   }
 }
 
-// Through the backend: under BF16, an FP8 weight with 32-column steps takes the kernel on the
+// Through the backend: under BF16, an FP8 weight with 64-column chunks takes the kernel on the
 // rounded activations (batch, single rows, parallel or serial); MatMulRawExact (the router's
-// call) and FP8 weights whose blocks are not whole 32-column steps stay on the exact path.
+// call) and FP8 weights whose blocks are not whole chunks stay on the exact path.
 TEST(Fp8Bf16Dot, BackendAppliesThePolicyToFp8Weights) {
   std::mt19937 rng(85);
   const int64_t rows = 300, cols = 520, T = 9;
@@ -311,8 +348,8 @@ TEST(Fp8Bf16Dot, BackendAppliesThePolicyToFp8Weights) {
   const std::vector<float> x = RandomRows(T * cols, rng);
   std::vector<float> batch(static_cast<size_t>(T * rows)), ref(batch.size()), ex(batch.size());
   bf.MatMulRaw(x.data(), cols, T, wb, batch.data(), rows);
-  Bf16Activations xb;
-  RoundActivationsBf16(x.data(), cols, T, cols, &xb);
+  Fp8Bf16Activations xb;
+  RoundActivationsFp8Bf16(x.data(), cols, T, cols, &xb);
   Fp8MatMulRowsBest(Fp8BlockOf(wb), xb, ref.data(), rows, 0, rows);
   EXPECT_EQ(std::memcmp(batch.data(), ref.data(), ref.size() * sizeof(float)), 0);
   for (int64_t t = 0; t < T; ++t) {
@@ -327,7 +364,10 @@ TEST(Fp8Bf16Dot, BackendAppliesThePolicyToFp8Weights) {
   std::vector<float> router(batch.size());
   bf.MatMulRawExact(x.data(), cols, T, wb, router.data(), rows);
   EXPECT_EQ(std::memcmp(router.data(), ex.data(), ex.size() * sizeof(float)), 0);
-  // Blocks of 16 columns: not whole 32-column steps, so the exact path under the policy too.
+  // Blocks of 16 or 32 columns: not whole 64-column chunks, so the exact path under the policy too.
+  WeightParams b32;
+  b32.block_rows = b32.block_cols = 32;
+  EXPECT_FALSE(Fp8SupportsBf16(*bf.PrepareWeight(MakeHostMatrix(kWeightFp8Block, 32, 64, b32, rng).stored)));
   WeightParams odd;
   odd.block_rows = 5;
   odd.block_cols = 16;

@@ -276,28 +276,26 @@ bool CpuBackend::UsesBf16Dot(const Weight& w) const {
          (w.format == kWeightBf16 || (w.format == kWeightFp8Block && cpu::Fp8SupportsBf16(w)));
 }
 
-namespace {
-
-// Rows [n0, n1) of a BF16 or FP8 weight on bf16-rounded activations (the BF16 policy).
-void Bf16PolicyRows(const Weight& w, const cpu::Bf16Activations& xb, float* out, int64_t ldo, int64_t n0,
-                    int64_t n1) {
-  if (w.format == kWeightFp8Block) {
-    cpu::Fp8MatMulRowsBest(cpu::Fp8BlockOf(w), xb, out, ldo, n0, n1);
-  } else {
-    cpu::Bf16MatMulRowsBest(w.data.data_as<uint16_t>(), w.cols, xb, out, ldo, n0, n1);
-  }
-}
-
-}  // namespace
-
 void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
+  // Rounded once per call, read by every worker (as the INT8 policy's codes below).
+  // (A lambda names a thread_local, it does not capture it: the workers get these references.)
+  if (UsesBf16Dot(w) && w.format == kWeightFp8Block) {
+    thread_local cpu::Fp8Bf16Activations rounded;
+    cpu::Fp8Bf16Activations& xb = rounded;
+    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb);
+    const cpu::Fp8BlockMatrix m = cpu::Fp8BlockOf(w);
+    pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
+      cpu::Fp8MatMulRowsBest(m, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+    });
+    return;
+  }
   if (UsesBf16Dot(w)) {
-    // Rounded once per call, read by every worker (as the INT8 policy's codes below).
     thread_local cpu::Bf16Activations rounded;
     cpu::Bf16Activations& xb = rounded;
     cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);
+    const uint16_t* wp = w.data.data_as<uint16_t>();
     pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
-      Bf16PolicyRows(w, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+      cpu::Bf16MatMulRowsBest(wp, w.cols, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
     });
     return;
   }
@@ -326,10 +324,16 @@ void CpuBackend::MatMulRawExact(const float* x, int64_t ldx, int64_t t, const We
 }
 
 void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
+  if (UsesBf16Dot(w) && w.format == kWeightFp8Block) {
+    thread_local cpu::Fp8Bf16Activations xb;
+    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb);
+    cpu::Fp8MatMulRowsBest(cpu::Fp8BlockOf(w), xb, out, ldo, 0, w.rows);
+    return;
+  }
   if (UsesBf16Dot(w)) {
     thread_local cpu::Bf16Activations xb;
     cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);
-    Bf16PolicyRows(w, xb, out, ldo, 0, w.rows);
+    cpu::Bf16MatMulRowsBest(w.data.data_as<uint16_t>(), w.cols, xb, out, ldo, 0, w.rows);
     return;
   }
   if (const cpu::MatMulKernel* k = Int8KernelFor(w)) {

@@ -24,7 +24,8 @@
 namespace llmrt::cpu {
 namespace {
 
-constexpr int64_t kBlock = Bf16Activations::kBlock;  // 32 columns: one `vdpbf16ps`, one tile step
+constexpr int64_t kBlock = Bf16Activations::kBlock;       // 32 columns: one `vdpbf16ps`, one tile step
+constexpr int64_t kChunk = Fp8Bf16Activations::kChunk;  // 64 columns: one conversion
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -44,11 +45,16 @@ const float* RowScales(const Fp8BlockMatrix& w, int64_t n) {
   return w.scales + (n / w.block_rows) * CeilDiv(w.cols, w.block_cols);
 }
 
+// Weight column of element i (0..31) of step h (0 or 1) of a chunk: the unpacks' order.
+inline int64_t ChunkColumn(int64_t h, int64_t i) { return 16 * (i / 8) + 8 * h + i % 8; }
+
 // The scalar path: one output at a time in the arithmetic of fp8_bf16_dot.h, the dot steps
 // emulating `vdpbf16ps` (bf16_lanes.h).
-void RowsScalar(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+void RowsScalar(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
+                int64_t n1) {
   const std::array<uint16_t, 256>& table = CodeTable();
   const int64_t K = w.cols, bc = w.block_cols, nbc = CeilDiv(K, bc);
+  auto weight = [&](const uint8_t* q, int64_t col) { return col < K ? table[q[col]] : uint16_t{0}; };
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* q = w.codes + n * K;
     const float* s = RowScales(w, n);
@@ -58,11 +64,13 @@ void RowsScalar(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, i
       for (int64_t b = 0; b < nbc; ++b) {
         const int64_t c0 = b * bc, c1 = std::min(K, c0 + bc);
         float part[16] = {};
-        for (int64_t c = c0; c < c1; c += kBlock) {
-          for (int64_t i = 0; i < 16; ++i) {
-            const int64_t k0 = c + 2 * i, k1 = k0 + 1;
-            part[i] = bf16_lanes::DpStep(part[i], xr[k1], k1 < K ? table[q[k1]] : uint16_t{0});
-            part[i] = bf16_lanes::DpStep(part[i], xr[k0], k0 < K ? table[q[k0]] : uint16_t{0});
+        for (int64_t c = c0; c < c1; c += kChunk) {
+          for (int64_t h = 0; h < 2; ++h) {
+            const uint16_t* xs = xr + c + h * kBlock;
+            for (int64_t i = 0; i < 16; ++i) {
+              part[i] = bf16_lanes::DpStep(part[i], xs[2 * i + 1], weight(q, c + ChunkColumn(h, 2 * i + 1)));
+              part[i] = bf16_lanes::DpStep(part[i], xs[2 * i], weight(q, c + ChunkColumn(h, 2 * i)));
+            }
           }
         }
         for (int i = 0; i < 16; ++i) acc[i] = std::fma(part[i], s[b], acc[i]);
@@ -74,12 +82,10 @@ void RowsScalar(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, i
 
 #if LLMRT_FP8_BF16_X86
 // The lookup's constants: the high and the low byte of Fp8ToBf16Bits for the 128 magnitudes
-// (sign bit clear), and the byte indexes that interleave 64 low and 64 high bytes into 32 words
-// (codes 0..31, then 32..63).
+// (sign bit clear).
 struct LutBytes {
   alignas(64) uint8_t hi[128];
   alignas(64) uint8_t lo[128];
-  alignas(64) uint8_t interleave[2][64];
 };
 
 const LutBytes& TheLutBytes() {
@@ -89,12 +95,6 @@ const LutBytes& TheLutBytes() {
     for (int m = 0; m < 128; ++m) {
       l.hi[m] = static_cast<uint8_t>(table[m] >> 8);
       l.lo[m] = static_cast<uint8_t>(table[m] & 0xFF);
-    }
-    for (int h = 0; h < 2; ++h) {
-      for (int p = 0; p < 64; ++p) {
-        const int code = 32 * h + p / 2;
-        l.interleave[h][p] = static_cast<uint8_t>(p % 2 == 0 ? code : 64 + code);  // 64+: the second table
-      }
     }
     return l;
   }();
@@ -109,9 +109,9 @@ const LutBytes& TheLutBytes() {
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi")
 namespace fp8_avx512 {
 
-// The lookup in registers (7 of the 32).
+// The lookup in registers (5 of the 32).
 struct Lut {
-  __m512i hi0, hi1, lo0, lo1, sign, il0, il1;
+  __m512i hi0, hi1, lo0, lo1, sign;
 };
 
 inline Lut LoadLut() {
@@ -122,26 +122,25 @@ inline Lut LoadLut() {
   l.lo0 = _mm512_load_si512(b.lo);
   l.lo1 = _mm512_load_si512(b.lo + 64);
   l.sign = _mm512_set1_epi8(static_cast<char>(0x80));
-  l.il0 = _mm512_load_si512(b.interleave[0]);
-  l.il1 = _mm512_load_si512(b.interleave[1]);
   return l;
 }
 
-// 64 e4m3 codes -> 64 bf16 values: codes 0..31 in *w0, 32..63 in *w1. `vpermi2b` reads the low
-// 7 bits of each code (the magnitude) as an index into the two 64-byte halves of a table; the
-// sign bit is ORed into the high byte (a ternary-logic A | (B & C)).
+// 64 e4m3 codes -> 64 bf16 values in the chunk order of fp8_bf16_dot.h: *w0 the first step's 32,
+// *w1 the second's. `vpermi2b` reads the low 7 bits of each code (the magnitude) as an index into
+// the two 64-byte halves of a table; the sign bit is ORed into the high byte (a ternary-logic
+// A | (B & C)); the unpacks pair each low byte with its high byte.
 inline void Convert64(const Lut& l, __m512i q, __m512i* w0, __m512i* w1) {
   const __m512i hi = _mm512_permutex2var_epi8(l.hi0, q, l.hi1);
   const __m512i lo = _mm512_permutex2var_epi8(l.lo0, q, l.lo1);
   const __m512i hs = _mm512_ternarylogic_epi32(hi, q, l.sign, 0xF8);
-  *w0 = _mm512_permutex2var_epi8(lo, l.il0, hs);
-  *w1 = _mm512_permutex2var_epi8(lo, l.il1, hs);
+  *w0 = _mm512_unpacklo_epi8(lo, hs);
+  *w1 = _mm512_unpackhi_epi8(lo, hs);
 }
 
 // The codes [c, c + 64) of a row that has `left` codes from c on (fewer than 64: the rest read
 // as code 0, +0).
 inline __m512i LoadCodes(const uint8_t* q, int64_t left) {
-  if (left >= 64) return _mm512_loadu_si512(q);
+  if (left >= kChunk) return _mm512_loadu_si512(q);
   return _mm512_maskz_loadu_epi8((uint64_t{1} << left) - 1, q);
 }
 
@@ -152,7 +151,7 @@ constexpr int64_t kPrefetchBytes = 2048;
 // R weight rows x TT activation rows from row n and activation row t: the accumulators of
 // fp8_bf16_dot.h in registers over the whole row.
 template <int R, int TT>
-void GemvTile(const Lut& l, const Fp8BlockMatrix& w, int64_t n, const Bf16Activations& x, int64_t t, float* out,
+void GemvTile(const Lut& l, const Fp8BlockMatrix& w, int64_t n, const Fp8Bf16Activations& x, int64_t t, float* out,
               int64_t ldo) {
   const int64_t K = w.cols, bc = w.block_cols, nbc = CeilDiv(K, bc);
   const uint8_t* q[R];
@@ -179,16 +178,13 @@ void GemvTile(const Lut& l, const Fp8BlockMatrix& w, int64_t n, const Bf16Activa
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) part[i][r] = _mm512_setzero_ps();
     }
-    for (int64_t c = c0; c < c1; c += 64) {
-      const int64_t left = c1 - c;
-      // Two sub-blocks of 32 columns, or one at the end of a block of an odd number of them or
-      // at the row's end (the activations exist up to the row's padded length only).
-      const bool second = left > kBlock;
+    // One chunk of 64 columns, `left` of whose codes exist (the row's end: the rest read as +0).
+    auto chunk = [&](int64_t c, int64_t left) __attribute__((always_inline)) {
       __m512i xv0[TT], xv1[TT];
 #pragma GCC unroll 4
       for (int i = 0; i < TT; ++i) {
-        xv0[i] = _mm512_loadu_si512(xr[i] + c);
-        xv1[i] = second ? _mm512_loadu_si512(xr[i] + c + kBlock) : _mm512_setzero_si512();
+        xv0[i] = _mm512_load_si512(xr[i] + c);
+        xv1[i] = _mm512_load_si512(xr[i] + c + kBlock);
       }
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
@@ -198,10 +194,13 @@ void GemvTile(const Lut& l, const Fp8BlockMatrix& w, int64_t n, const Bf16Activa
 #pragma GCC unroll 4
         for (int i = 0; i < TT; ++i) {
           part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv0[i], (__m512bh)w0);
-          if (second) part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv1[i], (__m512bh)w1);
+          part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv1[i], (__m512bh)w1);
         }
       }
-    }
+    };
+    int64_t c = c0;
+    for (; c + kChunk <= c1; c += kChunk) chunk(c, kChunk);
+    if (c < c1) chunk(c, c1 - c);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512 sv = _mm512_set1_ps(s[r][b]);
@@ -220,10 +219,10 @@ void GemvTile(const Lut& l, const Fp8BlockMatrix& w, int64_t n, const Bf16Activa
   }
 }
 
-using GemvTileFn = void (*)(const Lut&, const Fp8BlockMatrix&, int64_t, const Bf16Activations&, int64_t, float*,
+using GemvTileFn = void (*)(const Lut&, const Fp8BlockMatrix&, int64_t, const Fp8Bf16Activations&, int64_t, float*,
                             int64_t);
 constexpr int kMaxRows = 4;    // weight rows per pass
-constexpr int kMaxTokens = 2;  // 2 x 4 x 2 accumulators + 7 table registers + codes and activations
+constexpr int kMaxTokens = 2;  // 2 x 4 x 2 accumulators + 5 table registers + codes and activations
 constexpr GemvTileFn kGemvTiles[kMaxRows][kMaxTokens] = {
     {GemvTile<1, 1>, GemvTile<1, 2>},
     {GemvTile<2, 1>, GemvTile<2, 2>},
@@ -234,7 +233,7 @@ constexpr GemvTileFn kGemvTiles[kMaxRows][kMaxTokens] = {
 // Every batch size: four weight rows stream once per pair of activation rows (the codes are
 // converted again for each pair: on CPUs without AMX, where this path is the best, a batch costs
 // the conversion once per two rows).
-void Rows(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+void Rows(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const Lut l = LoadLut();
   for (int64_t n = n0; n < n1; n += kMaxRows) {
     const int nr = static_cast<int>(std::min<int64_t>(kMaxRows, n1 - n));
@@ -270,12 +269,17 @@ struct alignas(64) TileConfig {
 
 constexpr int64_t kGroup = 16;  // rows of a tile
 
+template <typename T>
+T* AlignTo64(T* p) {
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+}
+
 // Rows [n, n + nr) (nr <= 32: two groups of 16) of weights x every activation row. Per column
 // block: the block's codes of those rows become bf16 once (`wb`, [32][block_cols]), then for
 // every pair of activation groups the tiles sum the block from zero and the sums are folded into
 // `acc` ([2][groups][16 weight rows][16 activation rows]) with the block's scale, blocks in
 // order: every output sees the same operations whatever the other rows.
-void RowGroupPair(const Lut& l, const Fp8BlockMatrix& w, const Bf16Activations& x, int64_t n, int64_t nr, float* acc,
+void RowGroupPair(const Lut& l, const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, int64_t n, int64_t nr, float* acc,
                   uint16_t* wb, float* out, int64_t ldo) {
   const int64_t K = w.cols, bc = w.block_cols, nbc = CeilDiv(K, bc), kp = x.padded;
   const int64_t groups = CeilDiv(x.rows, kGroup);
@@ -292,12 +296,11 @@ void RowGroupPair(const Lut& l, const Fp8BlockMatrix& w, const Bf16Activations& 
     for (int64_t r = 0; r < nr; ++r) {
       const uint8_t* q = w.codes + (n + r) * K + c0;
       uint16_t* d = wb + r * bc;
-      for (int64_t c = 0; c < width; c += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(q + c + fp8_avx512::kPrefetchBytes), _MM_HINT_T0);
+      for (int64_t c = 0; c < width; c += kChunk) {
         __m512i w0, w1;
         Convert64(l, LoadCodes(q + c, valid - c), &w0, &w1);
-        _mm512_storeu_si512(d + c, w0);
-        if (c + kBlock < width) _mm512_storeu_si512(d + c + kBlock, w1);
+        _mm512_store_si512(d + c, w0);
+        _mm512_store_si512(d + c + kBlock, w1);
       }
     }
     const int64_t steps = width / kBlock;
@@ -352,13 +355,16 @@ void RowGroupPair(const Lut& l, const Fp8BlockMatrix& w, const Bf16Activations& 
   }
 }
 
-void Rows(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+void Rows(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const Lut l = fp8_avx512::LoadLut();
   const int64_t groups = CeilDiv(x.rows, kGroup);
+  // 64-byte aligned: a vector store or a tile row that straddles two cache lines costs two.
   thread_local std::vector<float> acc;
   thread_local std::vector<uint16_t> wb;
-  acc.resize(static_cast<size_t>(2 * groups * kGroup * kGroup));
-  wb.resize(static_cast<size_t>(2 * kGroup * w.block_cols));
+  acc.resize(static_cast<size_t>(2 * groups * kGroup * kGroup + 16));
+  wb.resize(static_cast<size_t>(2 * kGroup * w.block_cols + 32));
+  float* acc64 = AlignTo64(acc.data());
+  uint16_t* wb64 = AlignTo64(wb.data());
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
     cfg.rows[i] = kGroup;
@@ -366,7 +372,7 @@ void Rows(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t
   }
   _tile_loadconfig(&cfg);
   for (int64_t n = n0; n < n1; n += 2 * kGroup) {
-    RowGroupPair(l, w, x, n, std::min<int64_t>(2 * kGroup, n1 - n), acc.data(), wb.data(), out, ldo);
+    RowGroupPair(l, w, x, n, std::min<int64_t>(2 * kGroup, n1 - n), acc64, wb64, out, ldo);
   }
   _tile_release();
 }
@@ -390,7 +396,35 @@ Fp8BlockMatrix Fp8BlockOf(const Weight& w) {
 uint16_t Fp8ToBf16Bits(uint8_t code) { return CodeTable()[code]; }
 
 bool Fp8SupportsBf16(const Fp8BlockMatrix& w) {
-  return w.block_rows > 0 && w.block_cols > 0 && w.block_cols % kBlock == 0;
+  return w.block_rows > 0 && w.block_cols > 0 && w.block_cols % kChunk == 0;
+}
+
+int64_t Fp8Bf16Position(int64_t col) {
+  const int64_t c = col % kChunk, group = c / 8;  // 8-column groups: 0 2 4 6 1 3 5 7
+  return col - c + (group % 2) * kBlock + (group / 2) * 8 + c % 8;
+}
+
+void RoundActivationsFp8Bf16(const float* x, int64_t ldx, int64_t t, int64_t k, Fp8Bf16Activations* out) {
+  LLMRT_CHECK(t >= 0 && k >= 0);
+  out->rows = t;
+  out->cols = k;
+  out->padded = CeilDiv(k, kChunk) * kChunk;
+  out->values.resize(static_cast<size_t>(t * out->padded));
+  RoundRowsBf16(x, ldx, t, k, out->padded, out->values.data());
+  // Each chunk's 8-column groups from 0 1 2 3 4 5 6 7 to 0 2 4 6 1 3 5 7 (16 bytes each).
+  for (int64_t r = 0; r < t; ++r) {
+    uint16_t* v = out->values.data() + r * out->padded;
+    for (int64_t c = 0; c < out->padded; c += kChunk) {
+      uint16_t tmp[kChunk];
+      std::memcpy(tmp, v + c, sizeof(tmp));
+      for (int64_t g = 0; g < 8; ++g) std::memcpy(v + c + (g % 2) * kBlock + (g / 2) * 8, tmp + 8 * g, 16);
+    }
+  }
+  if (Fp8Bf16IsaAvailable(Bf16Isa::kAmx)) {
+    PackBf16Pairs(out->values.data(), t, out->padded, &out->pairs);
+  } else {
+    out->pairs.clear();
+  }
 }
 
 bool Fp8SupportsBf16(const Weight& w) { return w.format == kWeightFp8Block && Fp8SupportsBf16(Fp8BlockOf(w)); }
@@ -409,7 +443,7 @@ Bf16Isa BestFp8Bf16Isa() {
   return best;
 }
 
-void Fp8MatMulRows(Bf16Isa isa, const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo,
+void Fp8MatMulRows(Bf16Isa isa, const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo,
                    int64_t n0, int64_t n1) {
   LLMRT_CHECK(Fp8SupportsBf16(w) && x.cols == w.cols && Fp8Bf16IsaAvailable(isa) && n0 <= n1);
   if (x.rows == 0 || n0 == n1) return;
@@ -424,7 +458,7 @@ void Fp8MatMulRows(Bf16Isa isa, const Fp8BlockMatrix& w, const Bf16Activations& 
   }
 }
 
-void Fp8MatMulRowsBest(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
+void Fp8MatMulRowsBest(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
                        int64_t n1) {
   Fp8MatMulRows(BestFp8Bf16Isa(), w, x, out, ldo, n0, n1);
 }

@@ -14,24 +14,33 @@
 // subnormal codes would be bf16 denormals, read as zero, and small products would fall into
 // float32's denormals, flushed.) The conversion is a table lookup, 128 entries for the 7
 // magnitude bits in two registers: `vpermi2b` (AVX512_VBMI) per 64 codes for the high and the
-// low byte of each bf16, the sign bit ORed in, and two more byte permutes to interleave the
-// halves into 32-bit pairs: 2.5 instructions per 32 codes, where the exact path spends 10 (two
-// float16 conversions and two float32 FMAs among them) on the same 32 products. The NaN codes
-// (0x7F, 0xFF) become a quiet bf16 NaN, the value Fp8E4M3::ToFloat gives them.
+// low byte of each bf16, the sign bit ORed in, and two byte unpacks to interleave the halves into
+// 16-bit values: 2.5 instructions per 32 codes, where the exact path spends 10 (two float16
+// conversions and two float32 FMAs among them) on the same 32 products. The NaN codes (0x7F,
+// 0xFF) become a quiet bf16 NaN, the value Fp8E4M3::ToFloat gives them.
+//
+// Column order. The unpacks interleave within 128-bit lanes, so the 64 values of a 64-column chunk
+// come out as two vectors of 32 holding the chunk's columns
+//   first:  0-7, 16-23, 32-39, 48-55        second:  8-15, 24-31, 40-47, 56-63
+// (pairs of adjacent columns stay together). Rather than spend two more instructions per 64 codes
+// restoring the natural order, the activations are stored in this order once per call
+// (Fp8Bf16Activations), and every path, the tiles included, takes the columns in it. Scale blocks
+// are whole chunks (block_cols a multiple of 64: the checkpoints' 128).
 //
 // The arithmetic. For output (weight row n, activation row t), with the activation row rounded to
-// bfloat16 once per call as for BF16 weights (RoundActivationsBf16) and s(n, b) the float32 scale
-// of n's block-row in column block b:
+// bfloat16 once per call as for BF16 weights and s(n, b) the float32 scale of n's block-row in
+// column block b:
 //
 //   - vdpbf16ps paths (the AVX-512 loop and its exact scalar emulation, bit-identical): 16
-//     float32 lanes A start at +0. For each column block b (block_cols columns, a multiple of 32;
-//     the last one may be short), in order: 16 lanes P start at +0 and take the block's 32-column
-//     sub-blocks as in bf16_dot.h (lane i: the odd pair, then the even pair, each a fused
-//     multiply-add with denormals flushed; weights past the row's end read as +0); then
-//     A[i] = fma(P[i], s(n, b), A[i]), an ordinary float32 fused multiply-add (IEEE, no flushing).
-//     The result is the fixed tree of bf16_dot.h over A.
+//     float32 lanes A start at +0. For each column block b, in order: 16 lanes P start at +0 and
+//     take the block's chunks in order, each as two steps of 32 columns (the first vector, then
+//     the second): lane i adds the step's pair (2i + 1, 2i) as one `vdpbf16ps` does (bf16_dot.h:
+//     the odd element, then the even one, each a fused multiply-add with denormals flushed;
+//     weights past the row's end read as +0, activations there are +0). Then
+//     A[i] = fma(P[i], s(n, b), A[i]), an ordinary float32 fused multiply-add (IEEE, no
+//     flushing). The result is the fixed tree of bf16_dot.h over A.
 //   - AMX (Bf16Isa::kAmx, where the CPU has it; the best path there, for every batch size): per
-//     column block, `tdpbf16ps` adds the block's 32-column tiles in column order into a float32
+//     column block, `tdpbf16ps` adds the block's 32-column steps in the same order into a float32
 //     accumulator that starts at zero (the tiles' own internal summation, as for BF16 weights);
 //     then acc = fma(block sum, s(n, b), acc), blocks in order, starting at +0.
 //
@@ -63,11 +72,26 @@ Fp8BlockMatrix Fp8BlockOf(const Weight& w);
 // of the code's sign).
 uint16_t Fp8ToBf16Bits(uint8_t code);
 
-// Whether an FP8 weight runs under the BF16 policy: block-scaled with whole 32-column sub-blocks
-// per scale block (block_cols a multiple of 32: the checkpoints' 128). Others keep the exact path
-// under every policy.
+// Whether an FP8 weight runs under the BF16 policy: block-scaled with whole 64-column chunks per
+// scale block (block_cols a multiple of 64). Others keep the exact path under every policy.
 bool Fp8SupportsBf16(const Weight& w);
 bool Fp8SupportsBf16(const Fp8BlockMatrix& w);
+
+// Activation rows rounded to bfloat16 (as RoundActivationsBf16 rounds them) in the kernels'
+// column order: [rows, padded], padded = cols rounded up to a multiple of 64, zeros past cols,
+// each 64-column chunk as its columns 0-7, 16-23, 32-39, 48-55, 8-15, 24-31, 40-47, 56-63.
+struct Fp8Bf16Activations {
+  static constexpr int64_t kChunk = 64;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t padded = 0;
+  CacheLineVector<uint16_t> values;
+  // The AMX tiles' layout of `values` (PackBf16Pairs) wherever that path is available; else empty.
+  CacheLineVector<uint16_t> pairs;
+};
+// The position in Fp8Bf16Activations::values (within its row) of column `col`.
+int64_t Fp8Bf16Position(int64_t col);
+void RoundActivationsFp8Bf16(const float* x, int64_t ldx, int64_t t, int64_t k, Fp8Bf16Activations* out);
 
 // The code paths are Bf16Isa's. kAvx512Bf16 and kAmx need AVX512_VBMI as well (the code
 // conversion); where they are missing the FP8 kernels take the scalar emulation, whose bits are
@@ -80,11 +104,11 @@ Bf16Isa BestFp8Bf16Isa();
 // For n in [n0, n1), t in [0, x.rows): out[t * ldo + n] = the dot of weight row n (its exact
 // values times their block scales) with activation row t, computed as above on `isa`.
 // REQUIRES: Fp8SupportsBf16(w), x.cols == w.cols, Fp8Bf16IsaAvailable(isa); for kAmx, x carries
-// the tiles' layout (`pairs`, which RoundActivationsBf16 fills wherever AMX is available).
-void Fp8MatMulRows(Bf16Isa isa, const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo,
+// the tiles' layout (`pairs`, which RoundActivationsFp8Bf16 fills wherever AMX is available).
+void Fp8MatMulRows(Bf16Isa isa, const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo,
                    int64_t n0, int64_t n1);
 // The same on BestFp8Bf16Isa().
-void Fp8MatMulRowsBest(const Fp8BlockMatrix& w, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
+void Fp8MatMulRowsBest(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo, int64_t n0,
                        int64_t n1);
 
 }  // namespace llmrt::cpu
