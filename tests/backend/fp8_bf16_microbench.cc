@@ -140,7 +140,7 @@ void Run(int64_t cols, int64_t l2_rows, int64_t dram_mib, const std::vector<int6
       for (Bf16Isa isa : {Bf16Isa::kAvx512Bf16, Bf16Isa::kAmx}) {
         if (!Fp8Bf16IsaAvailable(isa)) continue;
         const double t = Best(reps, [&] {
-          RoundActivationsFp8Bf16(x.data(), cols, T, cols, &xb);
+          RoundActivationsFp8Bf16(x.data(), cols, T, cols, &xb, isa == Bf16Isa::kAmx);
           Split(g_threads, c.rows, [&](int64_t a, int64_t b) { Fp8MatMulRows(isa, fm, xb, out.data(), c.rows, a, b); });
         });
         (isa == Bf16Isa::kAmx ? ta : tv) = t;

@@ -282,7 +282,7 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
   if (UsesBf16Dot(w) && w.format == kWeightFp8Block) {
     thread_local cpu::Fp8Bf16Activations rounded;
     cpu::Fp8Bf16Activations& xb = rounded;
-    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb);
+    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb, cpu::BestFp8Bf16Isa() == cpu::Bf16Isa::kAmx);
     const cpu::Fp8BlockMatrix m = cpu::Fp8BlockOf(w);
     pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
       cpu::Fp8MatMulRowsBest(m, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
@@ -326,7 +326,7 @@ void CpuBackend::MatMulRawExact(const float* x, int64_t ldx, int64_t t, const We
 void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
   if (UsesBf16Dot(w) && w.format == kWeightFp8Block) {
     thread_local cpu::Fp8Bf16Activations xb;
-    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb);
+    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb, cpu::BestFp8Bf16Isa() == cpu::Bf16Isa::kAmx);
     cpu::Fp8MatMulRowsBest(cpu::Fp8BlockOf(w), xb, out, ldo, 0, w.rows);
     return;
   }

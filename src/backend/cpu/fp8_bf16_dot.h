@@ -39,10 +39,13 @@
 //     weights past the row's end read as +0, activations there are +0). Then
 //     A[i] = fma(P[i], s(n, b), A[i]), an ordinary float32 fused multiply-add (IEEE, no
 //     flushing). The result is the fixed tree of bf16_dot.h over A.
-//   - AMX (Bf16Isa::kAmx, where the CPU has it; the best path there, for every batch size): per
+//   - AMX (Bf16Isa::kAmx, where the CPU has it; not the path chosen, see BestFp8Bf16Isa): per
 //     column block, `tdpbf16ps` adds the block's 32-column steps in the same order into a float32
 //     accumulator that starts at zero (the tiles' own internal summation, as for BF16 weights);
 //     then acc = fma(block sum, s(n, b), acc), blocks in order, starting at +0.
+//
+// Decode (fewer than 8 activation rows) runs a GEMV that converts codes in registers; batches run
+// a GEMM that converts a panel of codes once for 64 activation rows, with the GEMV's bits.
 //
 // On either, a row's result depends only on its weight row and activation row: never on the
 // other rows of the call, the batch size or the thread split. Both stay within the float32
@@ -86,19 +89,28 @@ struct Fp8Bf16Activations {
   int64_t cols = 0;
   int64_t padded = 0;
   CacheLineVector<uint16_t> values;
-  // The AMX tiles' layout of `values` (PackBf16Pairs) wherever that path is available; else empty.
+  // The AMX tiles' layout of `values` (PackBf16Pairs) when asked for; else empty.
   CacheLineVector<uint16_t> pairs;
 };
 // The position in Fp8Bf16Activations::values (within its row) of column `col`.
 int64_t Fp8Bf16Position(int64_t col);
-void RoundActivationsFp8Bf16(const float* x, int64_t ldx, int64_t t, int64_t k, Fp8Bf16Activations* out);
+// Rounds rows [0, t) of x (row stride ldx, k columns) into *out; `tile_layout` also fills
+// `pairs`, which the kAmx path reads.
+void RoundActivationsFp8Bf16(const float* x, int64_t ldx, int64_t t, int64_t k, Fp8Bf16Activations* out,
+                             bool tile_layout = false);
 
 // The code paths are Bf16Isa's. kAvx512Bf16 and kAmx need AVX512_VBMI as well (the code
 // conversion); where they are missing the FP8 kernels take the scalar emulation, whose bits are
 // the kAvx512Bf16 path's.
 bool Fp8Bf16IsaAvailable(Bf16Isa isa);
-// The fastest available path (chosen once per process): kAmx wherever the BF16 weights take it,
-// so that one process rounds and sums both formats' matmuls the same way.
+// The path FP8 weights take (chosen once per process): kAvx512Bf16 wherever it is available, AMX
+// CPUs included, else kScalar. Not the tiles, although BF16 weights take them there: a path must
+// serve every batch size (a row's bits may not depend on its batch), and for one activation row
+// the tiles cost more per weight byte than the GEMV (the codes are converted, stored and loaded
+// back as tiles: about 12 GB/s of codes per core in cache against the GEMV's 16, with a core's
+// share of memory bandwidth about 10), so FP8 decode on tiles reads weights at 0.75-0.85x the
+// exact path's rate where the GEMV reaches 1.1-1.2x (docs/cpu_performance.md). The tiles remain
+// available (kAmx) for the tests and the microbenchmark; they are 2-5x the GEMM for batches.
 Bf16Isa BestFp8Bf16Isa();
 
 // For n in [n0, n1), t in [0, x.rows): out[t * ldo + n] = the dot of weight row n (its exact
