@@ -15,7 +15,8 @@
 //
 // Which matmuls: every matmul whose weight is BF16 (dense linears, lm_head, the MoE's BF16
 // experts). Not the MoE router (its logits pick the experts: they stay float32 however the
-// policy is set), not F32 weights, not FP8 / INT4 weights (those keep their own paths).
+// policy is set), not F32 weights, not INT4 weights (those keep their own paths). FP8 block
+// weights follow the same policy with their own kernels (fp8_bf16_dot.h).
 //
 // The arithmetic, identical on each of these paths (the instruction, the portable scalar emulation,
 // the decode GEMV and the prefill GEMM), so that results are bit-identical everywhere and a row's

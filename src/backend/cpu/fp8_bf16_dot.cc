@@ -146,9 +146,10 @@ inline __m512i LoadCodes(const uint8_t* q, int64_t left) {
 
 // Reading ahead (a hint: never faults). Measured end to end on a generated Kimi-K2-structure FP8
 // model (2 threads, batch 1): each row's columns of the next group of rows into L2, one hint per
-// 64 codes, took decode from the exact path's weight-read rate to 1.1-1.2x it; hints into L1, 2
-// or 4 KiB ahead in the row, gained little: each holds one of the core's few L1 miss buffers
-// for a whole memory latency, which caps one core's stream, where L2 keeps more misses in flight.
+// 64 codes, took decode from about the exact path's weight-read rate to 1.2-1.3x it; hints into
+// L1, 2 or 4 KiB ahead in the row, gained little: each holds one of the core's few L1 miss
+// buffers for a whole memory latency, which caps one core's stream, where L2 keeps more misses
+// in flight.
 
 // R weight rows x TT activation rows from row n and activation row t: the accumulators of
 // fp8_bf16_dot.h in registers over the whole row.

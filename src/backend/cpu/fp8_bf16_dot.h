@@ -108,9 +108,9 @@ bool Fp8Bf16IsaAvailable(Bf16Isa isa);
 // serve every batch size (a row's bits may not depend on its batch), and for one activation row
 // the tiles cost more per weight byte than the GEMV (the codes are converted, stored and loaded
 // back as tiles: about 12 GB/s of codes per core in cache against the GEMV's 16, with a core's
-// share of memory bandwidth about 10), so FP8 decode on tiles reads weights at 0.75-0.85x the
-// exact path's rate where the GEMV reaches 1.1-1.2x (docs/cpu_performance.md). The tiles remain
-// available (kAmx) for the tests and the microbenchmark; they are 2-5x the GEMM for batches.
+// share of memory bandwidth about 10), so FP8 decode on tiles reads weights at 0.8-0.95x the
+// exact path's rate where the GEMV reaches 1.2-1.4x (docs/cpu_performance.md). The tiles remain
+// available (kAmx) for the tests and the microbenchmark; they are 2.5-4x the GEMM for batches.
 Bf16Isa BestFp8Bf16Isa();
 
 // For n in [n0, n1), t in [0, x.rows): out[t * ldo + n] = the dot of weight row n (its exact
