@@ -75,7 +75,9 @@ HostFp8 RandomFp8(int64_t rows, int64_t cols, int64_t br, int64_t bc, std::mt199
     if (nan && rng() % 97 == 0) q = sign | Fp8E4M3::kNaN;
   }
   h.scales.resize(static_cast<size_t>(CeilDiv(rows, br) * CeilDiv(cols, bc)));
-  for (auto& s : h.scales) s = std::ldexp(1.0f + static_cast<float>(rng() % 128) / 128.0f, -static_cast<int>(rng() % 9) - 4);
+  for (auto& s : h.scales) {
+    s = std::ldexp(1.0f + static_cast<float>(rng() % 128) / 128.0f, -static_cast<int>(rng() % 9) - 4);
+  }
   h.m.codes = h.codes.data();
   h.m.scales = h.scales.data();
   h.m.rows = rows;
@@ -416,7 +418,8 @@ TEST(Fp8Bf16Dot, MoeExpertsFollowThePolicyAndStayBatchInvariant) {
   auto run = [&](CpuBackend& be, const ExpertBank& bank, int64_t t0, int64_t n) {
     const Tensor xt = conformance::UploadF32(be, std::vector<float>(x.begin() + t0 * H, x.begin() + (t0 + n) * H),
                                              {n, H});
-    const Tensor it = conformance::UploadI32(be, std::vector<int32_t>(idx.begin() + t0 * K, idx.begin() + (t0 + n) * K));
+    const Tensor it =
+        conformance::UploadI32(be, std::vector<int32_t>(idx.begin() + t0 * K, idx.begin() + (t0 + n) * K));
     const Tensor wt = conformance::UploadF32(be, std::vector<float>(wts.begin() + t0 * K, wts.begin() + (t0 + n) * K),
                                              {n, K});
     const Tensor it2 = it.Reshape({n, K});

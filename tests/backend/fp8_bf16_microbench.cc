@@ -1,10 +1,13 @@
-// FP8 block-scaled matmul kernels alone, one thread: the exact path (float32 activations) against
-// the BF16 policy's paths (vdpbf16ps GEMV, AMX tiles), with the weights in L2 (the kernels'
-// instruction cost) and streaming from DRAM (against a read-only loop over the same bytes). A
-// program that prints a table, not a test.
+// FP8 block-scaled matmul kernels alone: the exact path (float32 activations) against the BF16
+// policy's paths (`vdpbf16ps` GEMV / GEMM, AMX tiles), with the weights in L2 (the kernels'
+// instruction cost) and streaming from DRAM (against a plain read loop over the same bytes), on
+// one thread or several splitting the rows as the backend's pool does. A program that prints a
+// table, not a test.
 //
 //   llmrt_fp8_bf16_microbench [--cols 4096] [--l2-rows 256] [--dram-mib 1024] [--tokens 1,16,64]
+//                             [--threads 1]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -105,7 +108,8 @@ void Run(int64_t cols, int64_t l2_rows, int64_t dram_mib, const std::vector<int6
   std::printf("%d thread(s); FP8 e4m3, 128x128 block scales, %lld columns; GB/s of codes (rows x cols bytes)\n",
               g_threads, static_cast<long long>(cols));
   std::printf("bf16 paths: best %s; avx512-bf16+vbmi %s; amx %s\n", Bf16IsaName(BestFp8Bf16Isa()),
-              Fp8Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? "yes" : "no", Fp8Bf16IsaAvailable(Bf16Isa::kAmx) ? "yes" : "no");
+              Fp8Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? "yes" : "no",
+              Fp8Bf16IsaAvailable(Bf16Isa::kAmx) ? "yes" : "no");
   struct Case {
     const char* name;
     int64_t rows;
@@ -113,14 +117,16 @@ void Run(int64_t cols, int64_t l2_rows, int64_t dram_mib, const std::vector<int6
   };
   const int64_t dram_rows = dram_mib * 1024 * 1024 / cols;
   const Case cases[] = {{"in L2", l2_rows, 200}, {"from DRAM", dram_rows, 5}};
-  std::printf("\n| matrix | tokens | exact GB/s | avx512-bf16 GB/s | amx GB/s | read-only GB/s |\n|---|---:|---:|---:|---:|---:|\n");
+  std::printf("\n| matrix | tokens | exact GB/s | avx512-bf16 GB/s | amx GB/s | read loop GB/s |\n"
+              "|---|---:|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {
     Matrix m = MakeFp8(be, c.rows, cols, rng);
     const Fp8BlockMatrix fm = Fp8BlockOf(m.w);
     const double bytes = static_cast<double>(c.rows) * static_cast<double>(cols);
-    volatile uint64_t sink = 0;
+    std::atomic<uint64_t> sink{0};  // keeps the reads; each thread adds its sum once
     const double ro = Best(c.reps, [&] {
-      Split(g_threads, c.rows, [&](int64_t a, int64_t b) { sink = sink + ReadAll(fm.codes + a * cols, (b - a) * cols); });
+      Split(g_threads, c.rows,
+            [&](int64_t a, int64_t b) { sink += ReadAll(fm.codes + a * cols, (b - a) * cols); });
     });
     for (int64_t T : tokens) {
       std::normal_distribution<float> d(0.0f, 1.0f);
@@ -134,7 +140,8 @@ void Run(int64_t cols, int64_t l2_rows, int64_t dram_mib, const std::vector<int6
       const double te = Best(reps, [&] {
         int64_t ld = 0;
         const float* xp = PrepareActivations(m.w, x.data(), cols, T, scratch, &ld);
-        Split(g_threads, c.rows, [&](int64_t a, int64_t b) { MatMulWeightRows(m.w, xp, ld, T, out.data(), c.rows, a, b); });
+        Split(g_threads, c.rows,
+              [&](int64_t a, int64_t b) { MatMulWeightRows(m.w, xp, ld, T, out.data(), c.rows, a, b); });
       });
       double tv = 0, ta = 0;
       for (Bf16Isa isa : {Bf16Isa::kAvx512Bf16, Bf16Isa::kAmx}) {

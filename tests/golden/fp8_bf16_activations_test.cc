@@ -50,8 +50,8 @@ class ConvertedCleanup : public ::testing::Environment {
   void TearDown() override {
     for (const char* name : {"kimi-k2-kjv-tiny", "glm4-moe-kjv-tiny"}) {
       std::error_code ec;
-      fs::remove_all(fs::temp_directory_path() / (std::string("llmrt_fp8_bf16_") + name + "_" + std::to_string(::getpid())),
-                     ec);
+      const std::string dir = std::string("llmrt_fp8_bf16_") + name + "_" + std::to_string(::getpid());
+      fs::remove_all(fs::temp_directory_path() / dir, ec);
     }
   }
 };
@@ -113,7 +113,8 @@ TEST(Fp8Bf16Activations, Fp8ModelsFollowTheExactFp8Path) {
     }
     std::printf("[%s] FP8 under BF16 vs EXACT: max |logit diff| = %.3g over %d steps (%d within %.2g, %d with margin "
                 "> %.2g, %d same tokens)\n",
-                m.dir.c_str(), worst, compared, within, kLogitTolerance, margin_steps, 2 * kLogitTolerance, same_tokens);
+                m.dir.c_str(), worst, compared, within, kLogitTolerance, margin_steps, 2 * kLogitTolerance,
+                same_tokens);
     EXPECT_GE(4 * within, 3 * compared) << m.dir;
     EXPECT_GE(margin_steps, 4) << m.dir;
     EXPECT_GT(worst, 0.0f) << m.dir << ": the policy changed nothing";

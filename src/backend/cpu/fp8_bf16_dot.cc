@@ -329,7 +329,8 @@ void Gemm(const Lut& l, const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, fl
               const int nr = static_cast<int>(std::min<int64_t>(4, rb - r));
               float scale[4];
               for (int i = 0; i < nr; ++i) scale[i] = s[r + i][b];
-              kGemmTiles[nr - 1][nt - 1](panel.data() + r * span + cb, span, xr, cols, scale, acc + (t * rb + r) * 16, rb);
+              kGemmTiles[nr - 1][nt - 1](panel.data() + r * span + cb, span, xr, cols, scale,
+                                         acc + (t * rb + r) * 16, rb);
             }
           }
         }
