@@ -283,7 +283,7 @@ typedef struct llm_runtime_options {
 
 #define LLM_ACTIVATIONS_EXACT 0 /* float32 activations: the reference numerics */
 #define LLM_ACTIVATIONS_INT8 1  /* int8 activations per 32 values, integer dot products */
-#define LLM_ACTIVATIONS_BF16 2  /* bfloat16 activations for BF16 weights, bf16 dot products */
+#define LLM_ACTIVATIONS_BF16 2  /* bfloat16 activations for BF16 and FP8 weights, bf16 dot products (CPU) */
 
 #define LLM_WEIGHTS_AS_STORED 0
 #define LLM_WEIGHTS_INT4_G32 1  /* INT4, one bf16 scale per 32 columns */

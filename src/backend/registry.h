@@ -13,7 +13,8 @@ namespace llmrt {
 // How matmuls treat their activations: kExact multiplies float32 activations (the reference
 // numerics); kInt8 rounds them to int8 per 32 values and multiplies INT4 weights with integer
 // dot products (CPU; see src/backend/cpu/int8_dot.h); kBf16 rounds the activations of matmuls
-// with BF16 weights to bfloat16 and multiplies with bf16 dot products.
+// with BF16 weights (and, on the CPU, FP8 block weights) to bfloat16 and multiplies with bf16
+// dot products.
 enum class QuantizedActivations { kExact, kInt8, kBf16 };
 
 struct BackendOptions {

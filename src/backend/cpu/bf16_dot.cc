@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "src/backend/cpu/bf16_lanes.h"
 #include "src/util/bf16.h"
 #include "src/util/status.h"
 
@@ -28,22 +29,8 @@ namespace {
 
 constexpr int64_t kBlock = Bf16Activations::kBlock;
 
-// A denormal read as (or flushed to) a zero of its sign: the instruction's DAZ and FTZ.
-inline float FlushDenormal(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
-
-// One step of a `vdpbf16ps` lane: a float32 fused multiply-add, denormals in and out flushed.
-// (std::fma rounds once, to nearest even: the default rounding mode, which llmrt never changes.)
-inline float DpStep(float acc, uint16_t a, uint16_t b) {
-  return FlushDenormal(std::fma(FlushDenormal(Bf16ToF32(a)), FlushDenormal(Bf16ToF32(b)), FlushDenormal(acc)));
-}
-
-// The 16 lanes of an output, added in the fixed tree of bf16_dot.h.
-inline float ReduceLanes(const float* l) {
-  float r8[8], r4[4];
-  for (int i = 0; i < 8; ++i) r8[i] = l[i] + l[i + 8];
-  for (int i = 0; i < 4; ++i) r4[i] = r8[i] + r8[i + 4];
-  return (r4[0] + r4[2]) + (r4[1] + r4[3]);
-}
+using bf16_lanes::DpStep;
+using bf16_lanes::ReduceLanes;
 
 // The scalar path: one output at a time, block by block, lane by lane, in the instruction's
 // order. Weight columns past k read as +0, as the masked loads of the x86 path give.
@@ -420,17 +407,31 @@ void Rows(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
 }  // namespace bf16_amx
 #endif  // LLMRT_BF16_X86
 
-// The tiles' activation layout (Bf16Activations::pairs).
-void PackPairs(Bf16Activations* x) {
-  const int64_t groups = (x->rows + 15) / 16, half = x->padded / 2;
-  x->pairs.assign(static_cast<size_t>(groups * half * 32), uint16_t{0});
-  for (int64_t t = 0; t < x->rows; ++t) {
-    const uint16_t* v = x->values.data() + t * x->padded;
-    uint16_t* d = x->pairs.data() + (t / 16) * half * 32 + (t % 16) * 2;
+void PackBf16Pairs(const uint16_t* values, int64_t rows, int64_t padded, CacheLineVector<uint16_t>* pairs) {
+  const int64_t groups = (rows + 15) / 16, half = padded / 2;
+  pairs->assign(static_cast<size_t>(groups * half * 32), uint16_t{0});
+  for (int64_t t = 0; t < rows; ++t) {
+    const uint16_t* v = values + t * padded;
+    uint16_t* d = pairs->data() + (t / 16) * half * 32 + (t % 16) * 2;
     for (int64_t j = 0; j < half; ++j) {
       d[j * 32] = v[2 * j];
       d[j * 32 + 1] = v[2 * j + 1];
     }
+  }
+}
+
+void RoundRowsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, int64_t padded, uint16_t* out) {
+  LLMRT_CHECK(t >= 0 && k >= 0 && padded >= k && padded % kBlock == 0);
+#if LLMRT_BF16_X86
+  if (BestBf16Isa() != Bf16Isa::kScalar) {
+    for (int64_t r = 0; r < t; ++r) bf16_avx512::RoundRow(x + r * ldx, k, padded, out + r * padded, nullptr);
+    return;
+  }
+#endif
+  for (int64_t r = 0; r < t; ++r) {
+    uint16_t* d = out + r * padded;
+    F32ToBf16Array(x + r * ldx, d, static_cast<size_t>(k));
+    std::fill(d + k, d + padded, uint16_t{0});
   }
 }
 
@@ -456,15 +457,11 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
       bf16_avx512::RoundRow(x + r * ldx, k, out->padded, out->values.data() + r * out->padded,
                             gemm ? out->split.data() + r * out->padded : nullptr);
     }
-    if (amx) PackPairs(out);
+    if (amx) PackBf16Pairs(out->values.data(), t, out->padded, &out->pairs);
     return;
   }
 #endif
-  for (int64_t r = 0; r < t; ++r) {
-    uint16_t* d = out->values.data() + r * out->padded;
-    F32ToBf16Array(x + r * ldx, d, static_cast<size_t>(k));
-    std::fill(d + k, d + out->padded, uint16_t{0});
-  }
+  RoundRowsBf16(x, ldx, t, k, out->padded, out->values.data());
   // The GEMM's float32 layout, only where the GEMM may run.
   if (!gemm) return;
   for (int64_t r = 0; r < t; ++r) {

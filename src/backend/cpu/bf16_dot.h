@@ -15,7 +15,8 @@
 //
 // Which matmuls: every matmul whose weight is BF16 (dense linears, lm_head, the MoE's BF16
 // experts). Not the MoE router (its logits pick the experts: they stay float32 however the
-// policy is set), not F32 weights, not FP8 / INT4 weights (those keep their own paths).
+// policy is set), not F32 weights, not INT4 weights (those keep their own paths). FP8 block
+// weights follow the same policy with their own kernels (fp8_bf16_dot.h).
 //
 // The arithmetic, identical on each of these paths (the instruction, the portable scalar emulation,
 // the decode GEMV and the prefill GEMM), so that results are bit-identical everywhere and a row's
@@ -34,12 +35,32 @@
 #ifndef LLMRT_BACKEND_CPU_BF16_DOT_H_
 #define LLMRT_BACKEND_CPU_BF16_DOT_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 namespace llmrt::cpu {
 
 constexpr int64_t kBf16GemmMinTokens = 8;
+
+// Storage on 64-byte boundaries: rows whose stride is a multiple of 64 bytes then never split a
+// vector load or a tile row across two cache lines (each such access costs two).
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: rebinding, as std::allocator
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  template <typename U>
+  bool operator==(const CacheLineAllocator<U>&) const { return true; }
+  template <typename U>
+  bool operator!=(const CacheLineAllocator<U>&) const { return false; }
+};
+template <typename T>
+using CacheLineVector = std::vector<T, CacheLineAllocator<T>>;
 
 // Activation rows rounded to bfloat16: [rows, padded], each row zero-filled past `cols`.
 struct Bf16Activations {
@@ -47,20 +68,27 @@ struct Bf16Activations {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t padded = 0;             // cols rounded up to a multiple of kBlock
-  std::vector<uint16_t> values;  // [rows, padded]
+  CacheLineVector<uint16_t> values;  // [rows, padded]
   // The same values as float32 (exactly), for the GEMM's FMA tiles, when rows >=
   // kBf16GemmMinTokens (else empty): per block of 32 columns, the 16 odd-column values, then
   // the 16 even-column ones. [rows, padded]
-  std::vector<float> split;
+  CacheLineVector<float> split;
   // For the AMX path (where it is the best path), the same values as tiles read them: per group
   // of 16 rows, per pair of columns (2j, 2j + 1), the 16 rows' pairs (rows past `rows` zero):
   // [ceil(rows / 16), padded / 2, 16, 2]. Else empty.
-  std::vector<uint16_t> pairs;
+  CacheLineVector<uint16_t> pairs;
 };
 
 // Rounds rows [0, t) of x (row stride ldx, k columns) into *out (round to nearest even, NaN
 // kept quiet; denormals stay bf16 denormals, which the dot product then reads as zero).
 void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out);
+
+// The rounding alone: rows [0, t) of x (row stride ldx, k columns) as bf16 into out (row stride
+// `padded`, a multiple of 32 and >= k; zeros past k), as RoundActivationsBf16 rounds them.
+void RoundRowsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, int64_t padded, uint16_t* out);
+// The tiles' layout of `rows` rows of bf16 values (row stride `padded`, even): per group of 16 rows,
+// per pair of columns, the 16 rows' pairs (rows past `rows` zero): [ceil(rows / 16), padded / 2, 16, 2].
+void PackBf16Pairs(const uint16_t* values, int64_t rows, int64_t padded, CacheLineVector<uint16_t>* pairs);
 
 // The code paths. kAvx512Bf16 is compiled with its own target attributes and used only where
 // the CPU reports AVX512_BF16 (and F, BW, VL); kScalar emulates the instruction exactly.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/cpu/bf16_dot.h"
+#include "src/backend/cpu/fp8_bf16_dot.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/backend/sampling.h"
 #include "src/util/bf16.h"
@@ -288,12 +289,24 @@ const cpu::MatMulKernel* CpuBackend::Int8KernelFor(const Weight& w) const {
 }
 
 bool CpuBackend::UsesBf16Dot(const Weight& w) const {
-  return activations_ == QuantizedActivations::kBf16 && w.format == kWeightBf16;
+  return activations_ == QuantizedActivations::kBf16 &&
+         (w.format == kWeightBf16 || (w.format == kWeightFp8Block && cpu::Fp8SupportsBf16(w)));
 }
 
 void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
+  // Rounded once per call, read by every worker (as the INT8 policy's codes below).
+  // (A lambda names a thread_local, it does not capture it: the workers get these references.)
+  if (UsesBf16Dot(w) && w.format == kWeightFp8Block) {
+    thread_local cpu::Fp8Bf16Activations rounded;
+    cpu::Fp8Bf16Activations& xb = rounded;
+    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb, cpu::BestFp8Bf16Isa() == cpu::Bf16Isa::kAmx);
+    const cpu::Fp8BlockMatrix m = cpu::Fp8BlockOf(w);
+    pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
+      cpu::Fp8MatMulRowsBest(m, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+    });
+    return;
+  }
   if (UsesBf16Dot(w)) {
-    // Rounded once per call, read by every worker (as the INT8 policy's codes below).
     thread_local cpu::Bf16Activations rounded;
     cpu::Bf16Activations& xb = rounded;
     cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);
@@ -328,6 +341,12 @@ void CpuBackend::MatMulRawExact(const float* x, int64_t ldx, int64_t t, const We
 }
 
 void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
+  if (UsesBf16Dot(w) && w.format == kWeightFp8Block) {
+    thread_local cpu::Fp8Bf16Activations xb;
+    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb, cpu::BestFp8Bf16Isa() == cpu::Bf16Isa::kAmx);
+    cpu::Fp8MatMulRowsBest(cpu::Fp8BlockOf(w), xb, out, ldo, 0, w.rows);
+    return;
+  }
   if (UsesBf16Dot(w)) {
     thread_local cpu::Bf16Activations xb;
     cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);

@@ -95,8 +95,8 @@ class CpuBackend final : public Backend {
   ThreadPool& pool() { return pool_; }
   // out [T, rows] = x [T, cols] w^T over raw host pointers (shared by MatMul and MoE).
   void MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);
-  // MatMulRaw without the BF16 activation policy: float32 activations for BF16 weights (the MoE
-  // router, whose logits choose the experts); INT8 still applies to INT4 weights.
+  // MatMulRaw without the BF16 activation policy: float32 activations for BF16 and FP8 weights
+  // (the MoE router, whose logits choose the experts); INT8 still applies to INT4 weights.
   void MatMulRawExact(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);
   // The same on the calling thread only.
   void MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo);
@@ -114,7 +114,8 @@ class CpuBackend final : public Backend {
 
   // The INT8 kernel of w when the policy is INT8 and w's format has one, else nullptr.
   const cpu::MatMulKernel* Int8KernelFor(const Weight& w) const;
-  // Whether w's matmuls run on bf16-rounded activations (the BF16 policy and a BF16 weight).
+  // Whether w's matmuls run on bf16-rounded activations (the BF16 policy and a BF16 weight, or
+  // an FP8 block-scaled one whose blocks are whole 32-column steps: cpu::Fp8SupportsBf16).
   bool UsesBf16Dot(const Weight& w) const;
 
   ThreadPool pool_;
