@@ -14,8 +14,11 @@ namespace llmrt {
 // numerics); kInt8 rounds them to int8 per 32 values and multiplies INT4 weights with integer
 // dot products (CPU; see src/backend/cpu/int8_dot.h); kBf16 rounds the activations of matmuls
 // with BF16 weights (and, on the CPU, FP8 block weights) to bfloat16 and multiplies with bf16
-// dot products.
-enum class QuantizedActivations { kExact, kInt8, kBf16 };
+// dot products; kFp8 treats BF16 weights as kBf16 does and quantizes the activations of matmuls
+// with FP8 block weights to e4m3 per column block of the weight, one float32 scale per row and
+// block, multiplying codes by codes (the FP8 block-scaled GEMM of Hopper tensor cores; see
+// src/backend/cpu/fp8_bf16_dot.h for the arithmetic).
+enum class QuantizedActivations { kExact, kInt8, kBf16, kFp8 };
 
 struct BackendOptions {
   int num_threads = 0;  // CPU worker threads; 0 = one per core
