@@ -20,6 +20,13 @@ namespace llmrt {
 // src/backend/cpu/fp8_bf16_dot.h for the arithmetic).
 enum class QuantizedActivations { kExact, kInt8, kBf16, kFp8 };
 
+// Whether FP8 block weights with these blocks take the BF16 and FP8 policies: every scale block
+// whole 64-column chunks (the CPU kernels convert 64 codes at a time; the released 128 x 128
+// blocks qualify). Other FP8 weights keep the exact path under every policy, on every backend.
+inline bool Fp8BlocksTakeActivationPolicy(int64_t block_rows, int64_t block_cols) {
+  return block_rows > 0 && block_cols > 0 && block_cols % 64 == 0;
+}
+
 struct BackendOptions {
   int num_threads = 0;  // CPU worker threads; 0 = one per core
   int device = 0;       // device ordinal (device backends)

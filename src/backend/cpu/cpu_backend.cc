@@ -289,8 +289,19 @@ const cpu::MatMulKernel* CpuBackend::Int8KernelFor(const Weight& w) const {
 }
 
 bool CpuBackend::UsesBf16Dot(const Weight& w) const {
-  return activations_ == QuantizedActivations::kBf16 &&
-         (w.format == kWeightBf16 || (w.format == kWeightFp8Block && cpu::Fp8SupportsBf16(w)));
+  // The FP8 policy takes BF16 weights as the BF16 policy does; FP8 weights get e4m3 activations.
+  const bool policy = activations_ == QuantizedActivations::kBf16 || activations_ == QuantizedActivations::kFp8;
+  return policy && (w.format == kWeightBf16 || (w.format == kWeightFp8Block && cpu::Fp8SupportsBf16(w)));
+}
+
+void CpuBackend::Fp8ActivationsFor(const float* x, int64_t ldx, int64_t t, const Weight& w,
+                                   cpu::Fp8Bf16Activations* out) const {
+  const bool tiles = cpu::BestFp8Bf16Isa() == cpu::Bf16Isa::kAmx;
+  if (activations_ == QuantizedActivations::kFp8) {
+    cpu::QuantizeActivationsFp8(x, ldx, t, w.cols, w.params.block_cols, out, tiles);
+  } else {
+    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, out, tiles);
+  }
 }
 
 void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
@@ -299,7 +310,7 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
   if (UsesBf16Dot(w) && w.format == kWeightFp8Block) {
     thread_local cpu::Fp8Bf16Activations rounded;
     cpu::Fp8Bf16Activations& xb = rounded;
-    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb, cpu::BestFp8Bf16Isa() == cpu::Bf16Isa::kAmx);
+    Fp8ActivationsFor(x, ldx, t, w, &xb);
     const cpu::Fp8BlockMatrix m = cpu::Fp8BlockOf(w);
     pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
       cpu::Fp8MatMulRowsBest(m, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
@@ -343,7 +354,7 @@ void CpuBackend::MatMulRawExact(const float* x, int64_t ldx, int64_t t, const We
 void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
   if (UsesBf16Dot(w) && w.format == kWeightFp8Block) {
     thread_local cpu::Fp8Bf16Activations xb;
-    cpu::RoundActivationsFp8Bf16(x, ldx, t, w.cols, &xb, cpu::BestFp8Bf16Isa() == cpu::Bf16Isa::kAmx);
+    Fp8ActivationsFor(x, ldx, t, w, &xb);
     cpu::Fp8MatMulRowsBest(cpu::Fp8BlockOf(w), xb, out, ldo, 0, w.rows);
     return;
   }

@@ -22,6 +22,7 @@
 namespace llmrt {
 namespace cpu {
 struct MatMulKernel;
+struct Fp8Bf16Activations;
 }  // namespace cpu
 
 // Routed experts on the CPU: the weights as loaded.
@@ -114,9 +115,11 @@ class CpuBackend final : public Backend {
 
   // The INT8 kernel of w when the policy is INT8 and w's format has one, else nullptr.
   const cpu::MatMulKernel* Int8KernelFor(const Weight& w) const;
-  // Whether w's matmuls run on bf16-rounded activations (the BF16 policy and a BF16 weight, or
+  // Whether w's matmuls run on the bf16 dot paths (the BF16 or FP8 policy and a BF16 weight, or
   // an FP8 block-scaled one whose blocks are whole 32-column steps: cpu::Fp8SupportsBf16).
   bool UsesBf16Dot(const Weight& w) const;
+  // An FP8 weight's activations under the policy: e4m3 per column block (FP8) or bf16 (BF16).
+  void Fp8ActivationsFor(const float* x, int64_t ldx, int64_t t, const Weight& w, cpu::Fp8Bf16Activations* out) const;
 
   ThreadPool pool_;
   const QuantizedActivations activations_;

@@ -7,9 +7,11 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "src/backend/cpu/bf16_lanes.h"
+#include "src/backend/registry.h"
 #include "src/quant/fp8.h"
 #include "src/util/bf16.h"
 #include "src/util/status.h"
@@ -45,6 +47,12 @@ const float* RowScales(const Fp8BlockMatrix& w, int64_t n) {
   return w.scales + (n / w.block_rows) * CeilDiv(w.cols, w.block_cols);
 }
 
+// Activation row t's scale for column block b (nbc blocks per row): 1 without activation scales
+// (the BF16 policy), where s * ActScale(...) is therefore s bit for bit.
+inline float ActScale(const Fp8Bf16Activations& x, int64_t t, int64_t b, int64_t nbc) {
+  return x.scales.empty() ? 1.0f : x.scales[static_cast<size_t>(t * nbc + b)];
+}
+
 // Weight column of element i (0..31) of step h (0 or 1) of a chunk: the unpacks' order.
 inline int64_t ChunkColumn(int64_t h, int64_t i) { return 16 * (i / 8) + 8 * h + i % 8; }
 
@@ -73,7 +81,8 @@ void RowsScalar(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out
             }
           }
         }
-        for (int i = 0; i < 16; ++i) acc[i] = std::fma(part[i], s[b], acc[i]);
+        const float scale = s[b] * ActScale(x, t, b, nbc);
+        for (int i = 0; i < 16; ++i) acc[i] = std::fma(part[i], scale, acc[i]);
       }
       out[t * ldo + n] = bf16_lanes::ReduceLanes(acc);
     }
@@ -205,11 +214,13 @@ void GemvTile(const Lut& l, const Fp8BlockMatrix& w, int64_t n, const Fp8Bf16Act
     int64_t c = c0;
     for (; c + kChunk <= c1; c += kChunk) chunk(c, kChunk);
     if (c < c1) chunk(c, c1 - c);
+    float sa[TT];
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; ++i) sa[i] = ActScale(x, t + i, b, nbc);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const __m512 sv = _mm512_set1_ps(s[r][b]);
 #pragma GCC unroll 4
-      for (int i = 0; i < TT; ++i) acc[i][r] = _mm512_fmadd_ps(part[i][r], sv, acc[i][r]);
+      for (int i = 0; i < TT; ++i) acc[i][r] = _mm512_fmadd_ps(part[i][r], _mm512_set1_ps(s[r][b] * sa[i]), acc[i][r]);
     }
   }
   alignas(64) float lanes[16];
@@ -274,11 +285,10 @@ void GemmTile(const uint16_t* panel, int64_t ldp, const uint16_t* const* xr, int
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    const __m512 sv = _mm512_set1_ps(scale[r]);
 #pragma GCC unroll 4
     for (int i = 0; i < TT; ++i) {
       float* a = acc + (i * ld_acc + r) * 16;
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(part[i][r], sv, _mm512_loadu_ps(a)));
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(part[i][r], _mm512_set1_ps(scale[i * 4 + r]), _mm512_loadu_ps(a)));
     }
   }
 }
@@ -327,8 +337,11 @@ void Gemm(const Lut& l, const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, fl
             for (int i = 0; i < nt; ++i) xr[i] = x.values.data() + (t0 + t + i) * kp + b * bc;
             for (int64_t r = 0; r < rb; r += 4) {
               const int nr = static_cast<int>(std::min<int64_t>(4, rb - r));
-              float scale[4];
-              for (int i = 0; i < nr; ++i) scale[i] = s[r + i][b];
+              float scale[16];  // [activation row][weight row]
+              for (int i = 0; i < nt; ++i) {
+                const float sa = ActScale(x, t0 + t + i, b, nbc);
+                for (int j = 0; j < nr; ++j) scale[i * 4 + j] = s[r + j][b] * sa;
+              }
               kGemmTiles[nr - 1][nt - 1](panel.data() + r * span + cb, span, xr, cols, scale,
                                          acc + (t * rb + r) * 16, rb);
             }
@@ -384,6 +397,17 @@ struct alignas(64) TileConfig {
 };
 
 constexpr int64_t kGroup = 16;  // rows of a tile
+
+// The activation scales of group g's 16 rows for column block b (1 past the last row, and
+// everywhere without activation scales: then s * 1 is s bit for bit).
+inline __m512 GroupActScales(const Fp8Bf16Activations& x, int64_t g, int64_t b, int64_t nbc) {
+  alignas(64) float sa[kGroup];
+  for (int64_t j = 0; j < kGroup; ++j) {
+    const int64_t t = g * kGroup + j;
+    sa[j] = t < x.rows ? ActScale(x, t, b, nbc) : 1.0f;
+  }
+  return _mm512_load_ps(sa);
+}
 
 template <typename T>
 T* AlignTo64(T* p) {
@@ -448,13 +472,14 @@ void RowGroupPair(const Lut& l, const Fp8BlockMatrix& w, const Fp8Bf16Activation
       }
       // acc = fma(block sum, scale, acc) for each (weight row, activation row) of the tiles.
       for (int64_t gg = 0; gg < (g2 ? 2 : 1); ++gg) {
+        const __m512 sa = GroupActScales(x, g + gg, b, nbc);
         for (int64_t h = 0; h < halves; ++h) {
           const float* sm = sums[gg * 2 + h];
           float* a = acc + ((h * groups + g + gg) * kGroup) * kGroup;
           const int64_t rows = std::min(kGroup, nr - h * kGroup);
           for (int64_t r = 0; r < rows; ++r) {
-            const __m512 v = _mm512_fmadd_ps(_mm512_load_ps(sm + r * kGroup), _mm512_set1_ps(s[h * kGroup + r][b]),
-                                             _mm512_loadu_ps(a + r * kGroup));
+            const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(s[h * kGroup + r][b]), sa);
+            const __m512 v = _mm512_fmadd_ps(_mm512_load_ps(sm + r * kGroup), sc, _mm512_loadu_ps(a + r * kGroup));
             _mm512_storeu_ps(a + r * kGroup, v);
           }
         }
@@ -510,9 +535,10 @@ void RowGroupDecode(const Lut& l, const Fp8BlockMatrix& w, const Fp8Bf16Activati
         _tile_dpbf16ps(0, 4, 6);
       }
       _tile_stored(0, sums, 64);
+      const __m512 sa = GroupActScales(x, 0, b, nbc);
       for (int64_t r = 0; r < nr; ++r) {
-        const __m512 v = _mm512_fmadd_ps(_mm512_load_ps(sums + r * kGroup), _mm512_set1_ps(s[r][b]),
-                                         _mm512_load_ps(acc + r * kGroup));
+        const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(s[r][b]), sa);
+        const __m512 v = _mm512_fmadd_ps(_mm512_load_ps(sums + r * kGroup), sc, _mm512_load_ps(acc + r * kGroup));
         _mm512_store_ps(acc + r * kGroup, v);
       }
     }
@@ -569,7 +595,8 @@ Fp8BlockMatrix Fp8BlockOf(const Weight& w) {
 uint16_t Fp8ToBf16Bits(uint8_t code) { return CodeTable()[code]; }
 
 bool Fp8SupportsBf16(const Fp8BlockMatrix& w) {
-  return w.block_rows > 0 && w.block_cols > 0 && w.block_cols % kChunk == 0;
+  static_assert(kChunk == 64, "Fp8BlocksTakeActivationPolicy assumes 64-column chunks");
+  return Fp8BlocksTakeActivationPolicy(w.block_rows, w.block_cols);
 }
 
 int64_t Fp8Bf16Position(int64_t col) {
@@ -583,6 +610,8 @@ void RoundActivationsFp8Bf16(const float* x, int64_t ldx, int64_t t, int64_t k, 
   out->rows = t;
   out->cols = k;
   out->padded = CeilDiv(k, kChunk) * kChunk;
+  out->scale_cols = 0;
+  out->scales.clear();
   out->values.resize(static_cast<size_t>(t * out->padded));
   RoundRowsBf16(x, ldx, t, k, out->padded, out->values.data());
   // Each chunk's 8-column groups from 0 1 2 3 4 5 6 7 to 0 2 4 6 1 3 5 7 (16 bytes each).
@@ -592,6 +621,41 @@ void RoundActivationsFp8Bf16(const float* x, int64_t ldx, int64_t t, int64_t k, 
       uint16_t tmp[kChunk];
       std::memcpy(tmp, v + c, sizeof(tmp));
       for (int64_t g = 0; g < 8; ++g) std::memcpy(v + c + (g % 2) * kBlock + (g / 2) * 8, tmp + 8 * g, 16);
+    }
+  }
+  if (tile_layout) {
+    PackBf16Pairs(out->values.data(), t, out->padded, &out->pairs);
+  } else {
+    out->pairs.clear();
+  }
+}
+
+void QuantizeActivationsFp8(const float* x, int64_t ldx, int64_t t, int64_t k, int64_t block_cols,
+                            Fp8Bf16Activations* out, bool tile_layout) {
+  LLMRT_CHECK(t >= 0 && k >= 0 && block_cols > 0 && block_cols % kChunk == 0);
+  const std::array<uint16_t, 256>& table = CodeTable();
+  const int64_t nb = CeilDiv(k, block_cols);
+  out->rows = t;
+  out->cols = k;
+  out->padded = CeilDiv(k, kChunk) * kChunk;
+  out->values.assign(static_cast<size_t>(t * out->padded), uint16_t{0});  // +0 past k
+  out->scale_cols = block_cols;
+  out->scales.resize(static_cast<size_t>(t * nb));
+  for (int64_t r = 0; r < t; ++r) {
+    const float* xr = x + r * ldx;
+    uint16_t* v = out->values.data() + r * out->padded;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c0 = b * block_cols, c1 = std::min(k, c0 + block_cols);
+      float amax = 0.0f;
+      for (int64_t c = c0; c < c1; ++c) {
+        const float a = std::fabs(xr[c]);
+        if (std::isnan(a) || a > amax) amax = a;  // a NaN wins (and then the scale is 1 below)
+      }
+      float scale = amax / Fp8E4M3::kMax;
+      if (!(scale >= std::numeric_limits<float>::min())) scale = 1.0f;  // zero, float32 denormal or NaN
+      const float inv = 1.0f / scale;
+      out->scales[static_cast<size_t>(r * nb + b)] = scale;
+      for (int64_t c = c0; c < c1; ++c) v[Fp8Bf16Position(c)] = table[Fp8E4M3::FromFloat(xr[c] * inv)];
     }
   }
   if (tile_layout) {
@@ -620,6 +684,8 @@ Bf16Isa BestFp8Bf16Isa() {
 void Fp8MatMulRows(Bf16Isa isa, const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo,
                    int64_t n0, int64_t n1) {
   LLMRT_CHECK(Fp8SupportsBf16(w) && x.cols == w.cols && Fp8Bf16IsaAvailable(isa) && n0 <= n1);
+  LLMRT_CHECK(x.scales.empty() ||
+              (x.scale_cols == w.block_cols && x.scales.size() == static_cast<size_t>(x.rows * CeilDiv(x.cols, x.scale_cols))));
   if (x.rows == 0 || n0 == n1) return;
   switch (isa) {
 #if LLMRT_FP8_BF16_X86

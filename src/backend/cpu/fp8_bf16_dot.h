@@ -91,6 +91,11 @@ struct Fp8Bf16Activations {
   CacheLineVector<uint16_t> values;
   // The AMX tiles' layout of `values` (PackBf16Pairs) when asked for; else empty.
   CacheLineVector<uint16_t> pairs;
+  // The FP8 activation policy (QuantizeActivationsFp8): `values` hold e4m3 values, and
+  // scales[t * CeilDiv(cols, scale_cols) + b] is row t's scale for columns
+  // [b * scale_cols, (b + 1) * scale_cols). Empty under the BF16 policy (every scale 1).
+  int64_t scale_cols = 0;
+  CacheLineVector<float> scales;
 };
 // The position in Fp8Bf16Activations::values (within its row) of column `col`.
 int64_t Fp8Bf16Position(int64_t col);
@@ -98,6 +103,16 @@ int64_t Fp8Bf16Position(int64_t col);
 // `pairs`, which the kAmx path reads.
 void RoundActivationsFp8Bf16(const float* x, int64_t ldx, int64_t t, int64_t k, Fp8Bf16Activations* out,
                              bool tile_layout = false);
+
+// The FP8 activation policy: rows [0, t) of x quantized per row and block of `block_cols`
+// columns (the weight's column blocks) to e4m3: scale = amax / 448 over the block's values (1
+// where that is zero or below float32's normal range), codes Fp8E4M3::FromFloat(x * (1 / scale))
+// (nearest even, saturating at 448; a NaN or infinite input makes its block's outputs NaN).
+// `values` hold the codes' values as bf16 (exact: fp8_bf16_dot.h above) in the kernels' column
+// order, `scales` the scales. The CUDA backend's quantization kernel computes the same codes and
+// scales bit for bit. REQUIRES: block_cols a positive multiple of 64.
+void QuantizeActivationsFp8(const float* x, int64_t ldx, int64_t t, int64_t k, int64_t block_cols,
+                            Fp8Bf16Activations* out, bool tile_layout = false);
 
 // The code paths are Bf16Isa's. kAvx512Bf16 and kAmx need AVX512_VBMI as well (the code
 // conversion); where they are missing the FP8 kernels take the scalar emulation, whose bits are
@@ -114,9 +129,13 @@ bool Fp8Bf16IsaAvailable(Bf16Isa isa);
 Bf16Isa BestFp8Bf16Isa();
 
 // For n in [n0, n1), t in [0, x.rows): out[t * ldo + n] = the dot of weight row n (its exact
-// values times their block scales) with activation row t, computed as above on `isa`.
-// REQUIRES: Fp8SupportsBf16(w), x.cols == w.cols, Fp8Bf16IsaAvailable(isa); for kAmx, x carries
-// the tiles' layout (`pairs`, which RoundActivationsFp8Bf16 fills wherever AMX is available).
+// values times their block scales) with activation row t, computed as above on `isa`. With
+// activation scales (the FP8 policy) every block's fold becomes A = fma(P, s(n, b) * sa(t, b), A),
+// the two scales multiplied first (one float32 rounding): the products of codes are exact
+// (4 x 4 significant bits), so a block sum P is the FP8 GEMM's block sum up to its order.
+// REQUIRES: Fp8SupportsBf16(w), x.cols == w.cols, Fp8Bf16IsaAvailable(isa); x.scales empty or
+// x.scale_cols == w.block_cols; for kAmx, x carries the tiles' layout (`pairs`, which
+// RoundActivationsFp8Bf16 fills wherever AMX is available).
 void Fp8MatMulRows(Bf16Isa isa, const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo,
                    int64_t n0, int64_t n1);
 // The same on BestFp8Bf16Isa().
