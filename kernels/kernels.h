@@ -120,10 +120,17 @@ inline constexpr int64_t kGemmTileRows = 32;
 // cols and block_cols multiples of 16): the dequantizing GEMV kernel (quant_matmul.cu); other
 // quantized shapes: the tiled kernel, dequantizing each element as its scalar reference does.
 cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s);
+// The FP8 activation policy's per-row scales for the GEMV (x then holds e4m3 values): the scale
+// of x row r for column block b of the weight is data[b * ld + r]. data null: none.
+struct ActScales {
+  const float* data = nullptr;
+  int64_t ld = 0;
+};
 // Grouped: out row r = x row (x_rows ? x_rows[r] : r) times the weight of its tile's expert
-// ([N, K] each, all experts the same shape; experts.gemv_bits picks the kernel).
+// ([N, K] each, all experts the same shape; experts.gemv_bits picks the kernel). Activation
+// scales only with gemv_bits 8 (cudaErrorInvalidValue otherwise).
 cudaError_t LaunchGroupedGemm(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                              TileTable tiles, MutMat out, cudaStream_t s);
+                              TileTable tiles, MutMat out, cudaStream_t s, ActScales act = {});
 // The dequantizing GEMV path of quantized weights (quant_matmul.cu; LaunchGemm and
 // LaunchGroupedGemm dispatch to it): whether it takes `w` (its rows are 16-byte aligned and a
 // 16-byte load of codes shares one scale), and its launches.
@@ -134,9 +141,24 @@ inline bool QuantGemvApplies(const WeightRef& w) {
   }
   return false;
 }
-cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s);
+// Activation scales: FP8 weights only (cudaErrorInvalidValue otherwise).
+cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s, ActScales act = {});
 cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                   TileTable tiles, MutMat out, cudaStream_t s);
+                                   TileTable tiles, MutMat out, cudaStream_t s, ActScales act = {});
+
+// ---- the FP8 activation policy's quantization (fp8_act.cu) ----
+// Each row of x, per block of block_cols columns, to e4m3 codes under one float32 scale, exactly
+// as cpu::QuantizeActivationsFp8 computes them (scale = amax / 448, 1 where that is zero, a
+// float32 denormal or NaN; code = e4m3(x * (1 / scale)), nearest even, saturating). The scales
+// always; each of the other outputs ([x.rows, x.cols] contiguous) when not null.
+struct Fp8ActOut {
+  float* scales = nullptr;         // row t's scale of block b at b * scales_ld + t
+  int64_t scales_ld = 0;           // >= x.rows
+  uint8_t* codes = nullptr;        // the codes (cuBLASLt's operand)
+  float* values = nullptr;         // the codes' values, unscaled (the GEMV's, with ActScales)
+  float* dequantized = nullptr;    // value * scale, one float32 rounding (the tiled kernel's)
+};
+cudaError_t LaunchQuantizeFp8Act(ConstMat x, int64_t block_cols, Fp8ActOut out, cudaStream_t s);
 // q_lat[t, h] = W_UK(h)^T q_nope[t, h] and out[t, h] = W_UV(h) o_lat[t, h] (backend.h).
 cudaError_t LaunchMlaAbsorbQuery(ConstMat q, WeightRef kv_b, int64_t heads, int64_t nope, int64_t rope, int64_t v,
                                  int64_t kv_lora, MutMat q_lat, cudaStream_t s);

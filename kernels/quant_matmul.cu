@@ -80,23 +80,28 @@ __device__ __forceinline__ float ScaleAt(const void* scales, const WeightRef& l,
 }
 
 // out rows [m0, m1) (at most kMaxRows; x row of output row m: x_rows ? x_rows[m] : m) x the
-// block's kOutPerBlock columns from n_first, for one weight.
+// block's kOutPerBlock columns from n_first, for one weight. With activation scales (the FP8
+// policy: x holds e4m3 values, FP8 weights only) a lane's fold multiplies its weight scale by its
+// x row's scale of the column block first: acc = fma(part, s(n, b) * sa(row, b), acc); without,
+// the factor is 1 and the bits are the exact path's.
 template <int kBits>
 __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t m0, int64_t m1, const uint8_t* codes,
                               const void* scales, const WeightRef& l, int64_t N, int64_t K, int64_t n_first,
-                              const MutMat& out) {
+                              const MutMat& out, const ActScales& act) {
   using S = Step<kBits>;
   __shared__ float4 xs[kMaxRows][S::kChunk / 4];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows = static_cast<int>(m1 - m0);
   const int64_t row_bytes = K * kBits / 8;
   float acc[kMaxRows][kOutPerWarp] = {};
+  int64_t xrow[kMaxRows];
+#pragma unroll
+  for (int t = 0; t < kMaxRows; ++t) xrow[t] = t < rows ? (x_rows != nullptr ? x_rows[m0 + t] : m0 + t) : 0;
   for (int64_t k0 = 0; k0 < K; k0 += S::kChunk) {
     __syncthreads();  // the previous chunk has been read
     for (int e = threadIdx.x; e < rows * (S::kChunk / 4); e += kThreads) {
       const int r = e / (S::kChunk / 4), f = e % (S::kChunk / 4);
-      const int64_t xr = x_rows != nullptr ? x_rows[m0 + r] : m0 + r;
-      const float* src = x.data + xr * x.ld;
+      const float* src = x.data + xrow[r] * x.ld;
       const int64_t k = k0 + 4 * static_cast<int64_t>(f);
       // Scalar loads: x may be a column view at any float offset.
       float4 v;
@@ -152,8 +157,10 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
     }
 #pragma unroll
     for (int t = 0; t < kMaxRows; ++t) {
+      float sa = 1.0f;
+      if (kBits == 8 && act.data != nullptr && t < rows) sa = act.data[(kl / l.block_cols) * act.ld + xrow[t]];
 #pragma unroll
-      for (int o = 0; o < kOutPerWarp; ++o) acc[t][o] = fmaf(part[t][o], scale[o], acc[t][o]);
+      for (int o = 0; o < kOutPerWarp; ++o) acc[t][o] = fmaf(part[t][o], scale[o] * sa, acc[t][o]);
     }
   }
 #pragma unroll
@@ -169,18 +176,18 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
 }
 
 template <int kBits>
-__global__ void __launch_bounds__(kThreads) QuantGemvKernel(ConstMat x, WeightRef w, MutMat out) {
+__global__ void __launch_bounds__(kThreads) QuantGemvKernel(ConstMat x, WeightRef w, MutMat out, ActScales act) {
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMaxRows;
   const int64_t m1 = m0 + kMaxRows < x.rows ? m0 + kMaxRows : x.rows;
   QuantGemvTile<kBits>(x, nullptr, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, w.rows, w.cols,
-                       static_cast<int64_t>(blockIdx.x) * kOutPerBlock, out);
+                       static_cast<int64_t>(blockIdx.x) * kOutPerBlock, out, act);
 }
 
 // One block per (column block, tile); a tile's rows (at most kGemmTileRows) in runs of kMaxRows.
 template <int kBits>
 __global__ void __launch_bounds__(kThreads)
     GroupedQuantGemvKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                           TileTable tiles, MutMat out) {
+                           TileTable tiles, MutMat out, ActScales act) {
   const int64_t tile = blockIdx.y;
   if (tile >= tiles.count[0]) return;
   const int32_t e = tiles.expert[tile];
@@ -189,32 +196,34 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t m1 = m0 + kMaxRows < r1 ? m0 + kMaxRows : r1;
     const WeightRef& w = experts.weights[e];
     QuantGemvTile<kBits>(x, x_rows, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, N, K,
-                         static_cast<int64_t>(blockIdx.x) * kOutPerBlock, out);
+                         static_cast<int64_t>(blockIdx.x) * kOutPerBlock, out, act);
   }
 }
 
 }  // namespace
 
-cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s) {
+cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s, ActScales act) {
   if (x.rows == 0 || w.rows == 0) return cudaSuccess;
+  if (act.data != nullptr && w.type != kElemFp8E4M3) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((w.rows + kOutPerBlock - 1) / kOutPerBlock),
                   static_cast<unsigned>((x.rows + kMaxRows - 1) / kMaxRows));
   if (w.type == kElemInt4) {
-    QuantGemvKernel<4><<<grid, kThreads, 0, s>>>(x, w, out);
+    QuantGemvKernel<4><<<grid, kThreads, 0, s>>>(x, w, out, act);
   } else {
-    QuantGemvKernel<8><<<grid, kThreads, 0, s>>>(x, w, out);
+    QuantGemvKernel<8><<<grid, kThreads, 0, s>>>(x, w, out, act);
   }
   return cudaGetLastError();
 }
 
 cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                   TileTable tiles, MutMat out, cudaStream_t s) {
+                                   TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
+  if (act.data != nullptr && experts.gemv_bits != 8) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((N + kOutPerBlock - 1) / kOutPerBlock), static_cast<unsigned>(tiles.max_tiles));
   if (experts.gemv_bits == 4) {
-    GroupedQuantGemvKernel<4><<<grid, kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out);
+    GroupedQuantGemvKernel<4><<<grid, kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
   } else {
-    GroupedQuantGemvKernel<8><<<grid, kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out);
+    GroupedQuantGemvKernel<8><<<grid, kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
   }
   return cudaGetLastError();
 }

@@ -57,7 +57,7 @@ absl::StatusOr<CublasLtApi> Load(const std::string& path, std::vector<std::strin
     lib = dlopen(f.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
   if (lib == nullptr) {
-    return UnsupportedError(absl::StrCat("the BF16 activation policy on CUDA needs cuBLASLt, and ", path,
+    return UnsupportedError(absl::StrCat("the BF16 and FP8 activation policies on CUDA need cuBLASLt, and ", path,
                                          " could not be loaded (", why, ")"));
   }
   CublasLtApi a;
@@ -109,11 +109,24 @@ std::string CublasLtLibraryName() { return absl::StrCat("libcublasLt.so.", CUBLA
 
 absl::Status CheckCublasLtLibrary(const std::string& path) { return Load(path, {}).status(); }
 
+namespace {
+
+const char* OperandsName(CublasLtGemm::Operands ops) {
+  return ops == CublasLtGemm::Operands::kFp8Block128 ? "FP8 block-scaled" : "BF16";
+}
+
+cudaDataType_t OperandType(CublasLtGemm::Operands ops) {
+  return ops == CublasLtGemm::Operands::kFp8Block128 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+}
+
+}  // namespace
+
 struct CublasLtGemm::Call {
-  cublasLtMatmulDesc_t desc = nullptr;  // the (N, K)'s
-  cublasLtMatrixLayout_t a = nullptr;   // the (N, K)'s
+  cublasLtMatmulDesc_t desc = nullptr;  // the shape's
+  cublasLtMatrixLayout_t a = nullptr;   // the shape's
   const cublasLtMatmulAlgo_t* algo = nullptr;
   cublasLtMatrixLayout_t b = nullptr, d = nullptr;
+  Operands ops = Operands::kBf16;
   int64_t n = 0, k = 0, t = 0;
 };
 
@@ -130,9 +143,9 @@ struct CublasLtGemm::Impl {
     cublasLtMatmulAlgo_t algo{};
     bool taken = false;
   };
-  std::map<std::pair<int64_t, int64_t>, Shape> shapes;
-  // Per (N, K, T, ldo): B's and D's layouts; null b: the algorithm refuses this T.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Call> calls;
+  std::map<std::tuple<Operands, int64_t, int64_t>, Shape> shapes;
+  // Per (operands, N, K, T, ldo): B's and D's layouts; null b: the algorithm refuses this T.
+  std::map<std::tuple<Operands, int64_t, int64_t, int64_t, int64_t>, Call> calls;
 
   std::string Name(cublasStatus_t s) const {
     const char* n = api->GetStatusName != nullptr ? api->GetStatusName(s) : nullptr;
@@ -150,11 +163,11 @@ struct CublasLtGemm::Impl {
     if (c.d != nullptr) api->MatrixLayoutDestroy(c.d);
     c.b = c.d = nullptr;
   }
-  absl::Status MakeShape(int64_t N, int64_t K, Shape* s);
+  absl::Status MakeShape(Operands ops, int64_t N, int64_t K, Shape* s);
   // B and D layouts for T rows (ldo: D's column stride).
-  absl::Status MakeLayouts(int64_t K, int64_t N, int64_t T, int64_t ldo, cublasLtMatrixLayout_t* b,
+  absl::Status MakeLayouts(Operands ops, int64_t K, int64_t N, int64_t T, int64_t ldo, cublasLtMatrixLayout_t* b,
                            cublasLtMatrixLayout_t* d) {
-    LLMRT_RETURN_IF_ERROR(Check(api->MatrixLayoutCreate(b, CUDA_R_16BF, static_cast<uint64_t>(K),
+    LLMRT_RETURN_IF_ERROR(Check(api->MatrixLayoutCreate(b, OperandType(ops), static_cast<uint64_t>(K),
                                                         static_cast<uint64_t>(T), K),
                                 "cublasLtMatrixLayoutCreate (activations)"));
     const absl::Status s = Check(api->MatrixLayoutCreate(d, CUDA_R_32F, static_cast<uint64_t>(N),
@@ -167,10 +180,10 @@ struct CublasLtGemm::Impl {
     return s;
   }
   // Whether `algo` runs (N, K) at T rows with D's stride ldo.
-  absl::StatusOr<bool> Runs(const Shape& s, const cublasLtMatmulAlgo_t& algo, int64_t N, int64_t K, int64_t T,
-                            int64_t ldo) {
+  absl::StatusOr<bool> Runs(Operands ops, const Shape& s, const cublasLtMatmulAlgo_t& algo, int64_t N, int64_t K,
+                            int64_t T, int64_t ldo) {
     cublasLtMatrixLayout_t b = nullptr, d = nullptr;
-    LLMRT_RETURN_IF_ERROR(MakeLayouts(K, N, T, ldo, &b, &d));
+    LLMRT_RETURN_IF_ERROR(MakeLayouts(ops, K, N, T, ldo, &b, &d));
     cublasLtMatmulHeuristicResult_t r{};
     const cublasStatus_t st = api->MatmulAlgoCheck(handle, s.desc, s.a, b, d, d, &algo, &r);
     api->MatrixLayoutDestroy(b);
@@ -179,7 +192,7 @@ struct CublasLtGemm::Impl {
   }
 };
 
-absl::Status CublasLtGemm::Impl::MakeShape(int64_t N, int64_t K, Shape* s) {
+absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, Shape* s) {
   LLMRT_RETURN_IF_ERROR(
       Check(api->MatmulDescCreate(&s->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
   const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
@@ -187,8 +200,19 @@ absl::Status CublasLtGemm::Impl::MakeShape(int64_t N, int64_t K, Shape* s) {
                               "cublasLtMatmulDescSetAttribute (TRANSA)"));
   LLMRT_RETURN_IF_ERROR(Check(api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)),
                               "cublasLtMatmulDescSetAttribute (TRANSB)"));
+  if (ops == Operands::kFp8Block128) {
+    // A (the weight): a float32 scale per 128 x 128 block; B (the activations): one per 128
+    // values of a column (a token row). The pointers are set per call (RunFp8).
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    LLMRT_RETURN_IF_ERROR(
+        Check(api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)),
+              "cublasLtMatmulDescSetAttribute (A_SCALE_MODE BLK128x128_32F)"));
+    LLMRT_RETURN_IF_ERROR(
+        Check(api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)),
+              "cublasLtMatmulDescSetAttribute (B_SCALE_MODE VEC128_32F)"));
+  }
   // The weight [N, K] row-major is the column-major K x N matrix with ld K.
-  LLMRT_RETURN_IF_ERROR(Check(api->MatrixLayoutCreate(&s->a, CUDA_R_16BF, static_cast<uint64_t>(K),
+  LLMRT_RETURN_IF_ERROR(Check(api->MatrixLayoutCreate(&s->a, OperandType(ops), static_cast<uint64_t>(K),
                                                       static_cast<uint64_t>(N), K),
                               "cublasLtMatrixLayoutCreate (weight)"));
 
@@ -214,7 +238,7 @@ absl::Status CublasLtGemm::Impl::MakeShape(int64_t N, int64_t K, Shape* s) {
   int count = 0;
   cublasLtMatrixLayout_t b = nullptr, d = nullptr;
   const int64_t ldo = (N + 3) / 4 * 4;
-  if (st.ok()) st = MakeLayouts(K, N, kCanonicalRows, ldo, &b, &d);
+  if (st.ok()) st = MakeLayouts(ops, K, N, kCanonicalRows, ldo, &b, &d);
   if (st.ok()) {
     const cublasStatus_t h =
         api->MatmulAlgoGetHeuristic(handle, s->desc, s->a, b, d, d, pref, kCandidates, results, &count);
@@ -247,15 +271,15 @@ absl::Status CublasLtGemm::Impl::MakeShape(int64_t N, int64_t K, Shape* s) {
         continue;
       }
       if (splits > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE) continue;
-      LLMRT_ASSIGN_OR_RETURN(const bool runs_one, Runs(*s, r.algo, N, K, 1, ldo));
+      LLMRT_ASSIGN_OR_RETURN(const bool runs_one, Runs(ops, *s, r.algo, N, K, 1, ldo));
       if (!runs_one) continue;
       s->algo = r.algo;
       s->taken = true;
     }
   }
   if (!s->taken) {
-    Log(LogLevel::kInfo, absl::StrCat("cuBLASLt: no algorithm without split-K for a BF16 weight [", N, ", ", K, "] (",
-                                      count, " candidates); it runs the tiled kernel on bf16-rounded activations"));
+    Log(LogLevel::kInfo, absl::StrCat("cuBLASLt: no algorithm without split-K for a ", OperandsName(ops), " weight [", N,
+                                      ", ", K, "] (", count, " candidates); it runs the backend's own kernel"));
   }
   return absl::OkStatus();
 }
@@ -268,8 +292,8 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(void* workspa
   impl->api = api;
   impl->workspace = workspace;
   LLMRT_RETURN_IF_ERROR(impl->Check(api->Create(&impl->handle), "cublasLtCreate"));
-  Log(LogLevel::kInfo, absl::StrCat("cuda backend: BF16 activations through ", CublasLtLibraryName(), " (version ",
-                                    api->GetVersion(), ")"));
+  Log(LogLevel::kInfo, absl::StrCat("cuda backend: the activation policy's GEMMs through ", CublasLtLibraryName(),
+                                    " (version ", api->GetVersion(), ")"));
   return std::unique_ptr<CublasLtGemm>(new CublasLtGemm(std::move(impl)));
 }
 
@@ -284,25 +308,33 @@ CublasLtGemm::~CublasLtGemm() {
 }
 
 absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(int64_t N, int64_t K, int64_t T, int64_t ldo) {
-  if (K % 8 != 0 || ldo % 4 != 0) return static_cast<const Call*>(nullptr);  // rows of B or D not 16-byte aligned
+  return Prepare(Operands::kBf16, N, K, T, ldo);
+}
+
+absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(Operands ops, int64_t N, int64_t K, int64_t T,
+                                                                int64_t ldo) {
+  // Rows of A and B (K elements) and of D (ldo floats) 16-byte aligned.
+  const int64_t k_align = ops == Operands::kFp8Block128 ? 16 : 8;
+  if (K % k_align != 0 || ldo % 4 != 0) return static_cast<const Call*>(nullptr);
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
-  auto [it, added] = m.shapes.try_emplace({N, K});
+  auto [it, added] = m.shapes.try_emplace({ops, N, K});
   Impl::Shape& s = it->second;
   if (added) {
-    const absl::Status st = m.MakeShape(N, K, &s);
+    const absl::Status st = m.MakeShape(ops, N, K, &s);
     if (!st.ok()) {
       if (s.a != nullptr) m.api->MatrixLayoutDestroy(s.a);
       if (s.desc != nullptr) m.api->MatmulDescDestroy(s.desc);
       m.shapes.erase(it);
-      return absl::Status(st.code(), absl::StrCat("cuBLASLt plan for a BF16 weight [", N, ", ", K, "]: ", st.message()));
+      return absl::Status(st.code(), absl::StrCat("cuBLASLt plan for a ", OperandsName(ops), " weight [", N, ", ", K,
+                                                  "]: ", st.message()));
     }
   }
   if (!s.taken) return static_cast<const Call*>(nullptr);
   // The layouts of a few hundred T per shape (a step's rows are at most max_tokens_per_step);
   // the map is emptied if it ever grows past that, bounding the host memory it holds.
   constexpr size_t kMaxCalls = 4096;
-  const auto key = std::make_tuple(N, K, T, ldo);
+  const auto key = std::make_tuple(ops, N, K, T, ldo);
   auto found = m.calls.find(key);
   if (found == m.calls.end()) {
     if (m.calls.size() >= kMaxCalls) {
@@ -313,17 +345,18 @@ absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(int64_t N, int64
     c.desc = s.desc;
     c.a = s.a;
     c.algo = &s.algo;
+    c.ops = ops;
     c.n = N;
     c.k = K;
     c.t = T;
-    LLMRT_RETURN_IF_ERROR(m.MakeLayouts(K, N, T, ldo, &c.b, &c.d));
+    LLMRT_RETURN_IF_ERROR(m.MakeLayouts(ops, K, N, T, ldo, &c.b, &c.d));
     cublasLtMatmulHeuristicResult_t r{};
     const cublasStatus_t check = m.api->MatmulAlgoCheck(m.handle, s.desc, s.a, c.b, c.d, c.d, &s.algo, &r);
     if (check != CUBLAS_STATUS_SUCCESS || r.workspaceSize > kWorkspaceBytes) {
       // Kept with null layouts: the caller's kernel serves this T (logged once per T).
-      Log(LogLevel::kWarning, absl::StrCat("cuBLASLt: the algorithm of the BF16 weight [", N, ", ", K,
-                                           "] does not run at T = ", T, " (", m.Name(check),
-                                           "); these rows run the tiled kernel"));
+      Log(LogLevel::kWarning, absl::StrCat("cuBLASLt: the algorithm of the ", OperandsName(ops), " weight [", N, ", ",
+                                           K, "] does not run at T = ", T, " (", m.Name(check),
+                                           "); these rows run the backend's own kernel"));
       m.DestroyCall(c);
     }
     found = m.calls.emplace(key, c).first;
@@ -332,14 +365,36 @@ absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(int64_t N, int64
 }
 
 absl::Status CublasLtGemm::Run(const Call& c, const void* w, const void* x, float* out, void* stream) {
+  if (c.ops != Operands::kBf16) return absl::InternalError("CublasLtGemm::Run on an FP8 plan (RunFp8 takes scales)");
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
+  return Matmul(c, w, x, out, stream);
+}
+
+absl::Status CublasLtGemm::RunFp8(const Call& c, const void* w, const float* w_scales, const void* x,
+                                  const float* x_scales, float* out, void* stream) {
+  if (c.ops != Operands::kFp8Block128) return absl::InternalError("CublasLtGemm::RunFp8 on a BF16 plan");
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  // The descriptor is the shape's: its scale pointers are this call's until the next call sets
+  // them (cublasLtMatmul reads them when it enqueues, under the same lock).
+  LLMRT_RETURN_IF_ERROR(m.Check(
+      m.api->MatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)),
+      "cublasLtMatmulDescSetAttribute (A_SCALE_POINTER)"));
+  LLMRT_RETURN_IF_ERROR(m.Check(
+      m.api->MatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
+      "cublasLtMatmulDescSetAttribute (B_SCALE_POINTER)"));
+  return Matmul(c, w, x, out, stream);
+}
+
+absl::Status CublasLtGemm::Matmul(const Call& c, const void* w, const void* x, float* out, void* stream) {
+  Impl& m = *impl_;
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t s = m.api->Matmul(m.handle, c.desc, &alpha, w, c.a, x, c.b, &beta, out, c.d, out, c.d, c.algo,
                                          m.workspace, kWorkspaceBytes, static_cast<cudaStream_t>(stream));
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cublasLtMatmul (BF16 weight [", c.n, ", ", c.k, "], ", c.t,
-                                          " rows): ", m.Name(s)));
+  return absl::InternalError(absl::StrCat("cublasLtMatmul (", OperandsName(c.ops), " weight [", c.n, ", ", c.k, "], ",
+                                          c.t, " rows): ", m.Name(s)));
 }
 
 int64_t CublasLtGemm::shapes() const {

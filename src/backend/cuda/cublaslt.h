@@ -1,5 +1,6 @@
-// The CUDA backend's tensor-core GEMM under the BF16 activation policy: cuBLASLt, loaded at run
-// time, with one handle per backend, a preallocated workspace and plans cached per shape.
+// The CUDA backend's tensor-core GEMMs under the BF16 and FP8 activation policies: cuBLASLt,
+// loaded at run time, with one handle per backend, a preallocated workspace and plans cached per
+// shape.
 //
 // out [T, N] (float32, row stride ldo) = x [T, K] (bfloat16 codes, contiguous) times w^T, w the
 // BF16 weight [N, K] row-major. In cuBLASLt's column-major terms: A = w as a K x N matrix (ld K)
@@ -7,6 +8,17 @@
 // CUBLAS_COMPUTE_32F, scale type float, alpha 1, beta 0. Products of two bfloat16 values are
 // exact in float32, so the result differs from a float32 dot product of the rounded operands only
 // in the order of the float32 additions.
+//
+// FP8 (Operands::kFp8Block128, the FP8 policy on FP8 block weights): A = the e4m3 codes of the
+// weight and B = the e4m3 codes of the activations (CUDA_R_8F_E4M3, the same shapes and leading
+// dimensions), D float32 as above, with block scales: A's float32 scale per 128 x 128 block
+// (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F), the checkpoint's [ceil(N / 128), ceil(K / 128)]
+// row-major array as stored, and B's per 128 values of a token row
+// (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F), [ceil(K / 128)][T] with a block's T scales
+// contiguous. Products of two e4m3 values are exact; each 128-long block sum is scaled by the two
+// block scales and added in float32 (no fast accumulation), so the result differs from
+// cpu::Fp8MatMulRows on the same codes only in the order of float32 additions and where the
+// scales are applied. Hopper runs it; other devices may have no algorithm (Prepare: null).
 //
 // Batch invariance. cuBLASLt's heuristic picks tiles and split-K by problem size, so a row's
 // result could change with T. Here the algorithm is fixed per (N, K): the heuristic is asked once,
@@ -62,15 +74,23 @@ class CublasLtGemm {
 
   // One cached plan: layouts of B and D for T rows and the (N, K)'s algorithm.
   struct Call;
+  // The operand types of a plan (see the top of this file).
+  enum class Operands { kBf16, kFp8Block128 };
   // The plan for out [T, N] (row stride ldo) = x [T, K] w^T, created and cached on first use
   // (the heuristic runs once per (N, K)); null when cuBLASLt does not take the shape (K not a
   // multiple of 8 or ldo not a multiple of 4, so that rows are 16-byte aligned; no split-K-free
   // algorithm; the algorithm refuses this T). A failing cuBLASLt call is INTERNAL naming the
   // call and its cublasStatus. REQUIRES: N, K, T > 0, ldo >= N.
   absl::StatusOr<const Call*> Prepare(int64_t N, int64_t K, int64_t T, int64_t ldo);
+  // The same for either operand type (FP8: K a multiple of 16).
+  absl::StatusOr<const Call*> Prepare(Operands ops, int64_t N, int64_t K, int64_t T, int64_t ldo);
   // Enqueues the product on `stream` (a cudaStream_t). REQUIRES: `call` from Prepare of this
-  // object; w, x and out 16-byte aligned device pointers of the prepared shapes.
+  // object with BF16 operands; w, x and out 16-byte aligned device pointers of the prepared shapes.
   absl::Status Run(const Call& call, const void* w, const void* x, float* out, void* stream);
+  // The FP8 product: w and x e4m3 codes, w_scales and x_scales laid out as above (device, 16-byte
+  // aligned). REQUIRES: `call` from Prepare with Operands::kFp8Block128.
+  absl::Status RunFp8(const Call& call, const void* w, const float* w_scales, const void* x, const float* x_scales,
+                      float* out, void* stream);
   // Whether the pointer is 16-byte aligned (the alignment the algorithms are chosen for).
   static bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -81,6 +101,8 @@ class CublasLtGemm {
  private:
   struct Impl;
   explicit CublasLtGemm(std::unique_ptr<Impl> impl);
+  // cublasLtMatmul of a prepared call (the caller holds the lock).
+  absl::Status Matmul(const Call& c, const void* w, const void* x, float* out, void* stream);
   std::unique_ptr<Impl> impl_;
 };
 

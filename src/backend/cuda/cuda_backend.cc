@@ -99,7 +99,7 @@ absl::Status CudaBackend::Init() {
     ev = e;
   }
   scratch_.resize(kScratchSlots);
-  if (activations_ == QuantizedActivations::kBf16) {
+  if (activations_ == QuantizedActivations::kBf16 || activations_ == QuantizedActivations::kFp8) {
     LLMRT_ASSIGN_OR_RETURN(cublaslt_workspace_, DeviceMalloc(CublasLtGemm::kWorkspaceBytes, "the cuBLASLt workspace"));
     absl::StatusOr<std::unique_ptr<CublasLtGemm>> gemm = CublasLtGemm::Create(cublaslt_workspace_);
     if (!gemm.ok()) {
@@ -587,9 +587,77 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
     LLMRT_CUDA_CHECK(x.rank() == 2 && out.rank() == 2);
     LLMRT_CUDA_CHECK(x.dim(1) == w.cols && out.dim(1) == w.rows && out.dim(0) == x.dim(0));
     if (!SupportsWeightFormat(w.format)) return UnsupportedError("MatMul: a weight format without a CUDA kernel");
-    if (activations_ == QuantizedActivations::kBf16 && w.format == kWeightBf16) return Bf16MatMul(Const(x), w, Mut(out));
+    const bool bf16_policy = activations_ == QuantizedActivations::kBf16;
+    const bool fp8_policy = activations_ == QuantizedActivations::kFp8;
+    if ((bf16_policy || fp8_policy) && w.format == kWeightBf16) return Bf16MatMul(Const(x), w, Mut(out));
+    const bool fp8_blocks = w.format == kWeightFp8Block &&
+                            Fp8BlocksTakeActivationPolicy(w.params.block_rows, w.params.block_cols);
+    if (fp8_policy && fp8_blocks) return Fp8MatMul(Const(x), w, Mut(out));
+    if (bf16_policy && fp8_blocks) {
+      // The BF16 policy on FP8 weights (as on the CPU): the activations rounded to bfloat16, the
+      // weights exact.
+      const int64_t T = x.dim(0), K = w.cols;
+      LLMRT_ASSIGN_OR_RETURN(void* xr, Scratch(kScratchMatMulBf16, static_cast<size_t>(T * K) * sizeof(float),
+                                               "MatMul bf16 activations"));
+      const cuda::MutMat r{static_cast<float*>(xr), T, K, K};
+      cudaStream_t s = Stream(stream_);
+      LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(Const(x), r, s)));
+      return Launched(cuda::LaunchGemm(cuda::ConstMat{r.data, T, K, K}, WeightOf(w), Mut(out), s));
+    }
     return Launched(cuda::LaunchGemm(Const(x), WeightOf(w), Mut(out), Stream(stream_)));
   });
+}
+
+absl::StatusOr<cuda::Fp8ActOut> CudaBackend::QuantizeFp8(const cuda::ConstMat& x, int64_t block_cols, int slot,
+                                                         const char* what, bool codes, bool values, bool dequantized) {
+  const int64_t T = x.rows, K = x.cols, nb = (K + block_cols - 1) / block_cols;
+  // One buffer: the scales, then each requested output, each at a 256-byte boundary.
+  auto round = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t scale_bytes = round(static_cast<size_t>(nb * T) * sizeof(float));
+  const size_t code_bytes = codes ? round(static_cast<size_t>(T * K)) : 0;
+  const size_t value_bytes = values ? round(static_cast<size_t>(T * K) * sizeof(float)) : 0;
+  const size_t deq_bytes = dequantized ? round(static_cast<size_t>(T * K) * sizeof(float)) : 0;
+  LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(slot, scale_bytes + code_bytes + value_bytes + deq_bytes, what));
+  uint8_t* base = static_cast<uint8_t*>(p);
+  cuda::Fp8ActOut o;
+  o.scales = reinterpret_cast<float*>(base);
+  o.scales_ld = T;
+  if (codes) o.codes = base + scale_bytes;
+  if (values) o.values = reinterpret_cast<float*>(base + scale_bytes + code_bytes);
+  if (dequantized) o.dequantized = reinterpret_cast<float*>(base + scale_bytes + code_bytes + value_bytes);
+  LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchQuantizeFp8Act(x, block_cols, o, Stream(stream_))));
+  return o;
+}
+
+// The FP8 policy on an FP8 block weight. cuBLASLt takes 128 x 128 blocks on Hopper; its plan is
+// fixed per weight shape, so a shape takes one path for every T as under the BF16 policy (a T the
+// algorithm refuses runs the GEMV, logged). The GEMV multiplies the e4m3 values with the exact
+// codes and folds each lane's sum with both scales; other shapes take the tiled kernel on the
+// dequantized activations (value * scale, rounded once), the nearest the exact-product kernels
+// come to the policy's numerics.
+absl::Status CudaBackend::Fp8MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out) {
+  const int64_t T = x.rows, N = w.rows, K = w.cols, bc = w.params.block_cols;
+  if (T == 0 || N == 0) return absl::OkStatus();
+  cudaStream_t s = Stream(stream_);
+  const cuda::WeightRef wr = WeightOf(w);
+  const CublasLtGemm::Call* call = nullptr;
+  if (w.params.block_rows == 128 && bc == 128 && K > 0 && CublasLtGemm::Aligned(w.data.data()) &&
+      CublasLtGemm::Aligned(w.scales.data()) && CublasLtGemm::Aligned(out.data)) {
+    LLMRT_ASSIGN_OR_RETURN(call, cublaslt_->Prepare(CublasLtGemm::Operands::kFp8Block128, N, K, T, out.ld));
+  }
+  if (call != nullptr) {
+    LLMRT_ASSIGN_OR_RETURN(cuda::Fp8ActOut q,
+                           QuantizeFp8(x, bc, kScratchMatMulFp8, "MatMul e4m3 activations", true, false, false));
+    return cublaslt_->RunFp8(*call, w.data.data(), w.scales.data_as<float>(), q.codes, q.scales, out.data, stream_);
+  }
+  if (cuda::QuantGemvApplies(wr)) {
+    LLMRT_ASSIGN_OR_RETURN(cuda::Fp8ActOut q,
+                           QuantizeFp8(x, bc, kScratchMatMulFp8, "MatMul e4m3 activations", false, true, false));
+    return Launched(cuda::LaunchQuantGemv(cuda::ConstMat{q.values, T, K, K}, wr, out, s, {q.scales, q.scales_ld}));
+  }
+  LLMRT_ASSIGN_OR_RETURN(cuda::Fp8ActOut q,
+                         QuantizeFp8(x, bc, kScratchMatMulFp8, "MatMul e4m3 activations", false, false, true));
+  return Launched(cuda::LaunchGemm(cuda::ConstMat{q.dequantized, T, K, K}, wr, out, s));
 }
 
 // The BF16 policy: x rounded to bfloat16 (nearest even) into the op's scratch, then cuBLASLt

@@ -46,6 +46,7 @@ namespace llmrt::cuda {
 struct AttentionArgs;
 struct ConstMat;
 struct MutMat;
+struct Fp8ActOut;
 }  // namespace llmrt::cuda
 
 namespace llmrt {
@@ -134,6 +135,14 @@ class CudaBackend final : public Backend {
   absl::Status Init();
   // out = x w^T for a BF16 weight under the BF16 activation policy (MatMul, the router).
   absl::Status Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
+  // The FP8 policy on an FP8 block weight (Fp8BlocksTakeActivationPolicy): cuBLASLt's block-scaled
+  // FP8 GEMM, else the GEMV on e4m3 values with activation scales, else the tiled kernel on the
+  // dequantized e4m3 activations.
+  absl::Status Fp8MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
+  // x's e4m3 form into scratch `slot` (`what` names it): the scales always ([blocks][rows]), and
+  // the outputs named in `want` (codes, values, dequantized: non-null pointers are placeholders).
+  absl::StatusOr<cuda::Fp8ActOut> QuantizeFp8(const cuda::ConstMat& x, int64_t block_cols, int slot, const char* what,
+                                              bool codes, bool values, bool dequantized);
 
   // Runs an op's host part (checks and launches); a failure is recorded, and once one is
   // pending later ops are skipped (the contract of a device stream).

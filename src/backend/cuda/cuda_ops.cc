@@ -27,8 +27,13 @@ class CudaExpertBank final : public ExpertBank {
   // Device: [3][E] descriptors (gate, up, down).
   cuda::WeightRef* table_ = nullptr;
   int32_t gemv_bits_[3] = {0, 0, 0};
-  // Whether every expert's weight of the projection is BF16 (the BF16 policy rounds its input).
+  // Whether every expert's weight of the projection is BF16 (the BF16 and FP8 policies round its
+  // input to bfloat16).
   bool bf16_[3] = {false, false, false};
+  // The column block when every expert's weight of the projection is FP8 with blocks that take
+  // the activation policies, all the same (the BF16 policy rounds its input, the FP8 policy
+  // quantizes it per block); else 0 (exact).
+  int64_t fp8_block_cols_[3] = {0, 0, 0};
   cuda::ExpertTable Table(int which) const { return {table_ + which * num_experts(), gemv_bits_[which]}; }
 };
 
@@ -162,6 +167,13 @@ absl::StatusOr<std::unique_ptr<ExpertBank>> CudaBackend::PrepareExperts(std::vec
     bool bf16 = true;
     for (int64_t e = 0; e < E && bf16; ++e) bf16 = refs[j * E + e].type == cuda::kElemBf16;
     bank->bf16_[j] = bf16;
+    const cuda::WeightRef& r0 = refs[j * E];
+    bool fp8 = r0.type == cuda::kElemFp8E4M3 && Fp8BlocksTakeActivationPolicy(r0.block_rows, r0.block_cols);
+    for (int64_t e = 0; e < E && fp8; ++e) {
+      const cuda::WeightRef& r = refs[j * E + e];
+      fp8 = r.type == cuda::kElemFp8E4M3 && r.block_rows == r0.block_rows && r.block_cols == r0.block_cols;
+    }
+    bank->fp8_block_cols_[j] = fp8 ? r0.block_cols : 0;
   }
   const size_t bytes = refs.size() * sizeof(cuda::WeightRef);
   LLMRT_ASSIGN_OR_RETURN(void* table, DeviceMalloc(bytes, "the expert weight table"));
@@ -436,29 +448,67 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     const cuda::TileTable tiles{pa.tile_expert, pa.tile_row0, pa.tile_row1, pa.tile_count, max_tiles};
     cuda::MutMat g{static_cast<float*>(gp), P, I, I}, u{static_cast<float*>(up), P, I, I};
     cuda::MutMat y{static_cast<float*>(dp), P, H, H};
-    // The BF16 policy: the projections whose experts are all BF16 read bf16-rounded inputs (the
-    // tiled kernel's float32 sums of exact products, the policy's numerics). cuBLASLt does not
-    // take them: a grouped GEMM over the device-side routing would need the per-expert row
-    // counts on the host (a synchronization per layer) or one GEMM per expert and tile.
-    const bool bf16 = activations_ == QuantizedActivations::kBf16;
+    // The activation policies, per projection, as on the CPU: BF16 experts read bf16-rounded
+    // inputs under the BF16 and FP8 policies, FP8 experts read them under the BF16 policy and
+    // e4m3 inputs with per-block scales under the FP8 policy (the GEMV with activation scales, or
+    // the tiled kernel on the dequantized values). The grouped kernels' float32 sums of exact
+    // products give the policies' numerics. cuBLASLt does not take them: a grouped GEMM over the
+    // device-side routing would need the per-expert row counts on the host (a synchronization
+    // per layer) or one GEMM per expert and tile.
+    const bool bf16_policy = activations_ == QuantizedActivations::kBf16;
+    const bool fp8_policy = activations_ == QuantizedActivations::kFp8;
+    auto rounds = [&](int j) {
+      return ((bf16_policy || fp8_policy) && bank.bf16_[j]) || (bf16_policy && bank.fp8_block_cols_[j] > 0);
+    };
+    auto quantizes = [&](int j) { return fp8_policy && bank.fp8_block_cols_[j] > 0; };
     const cuda::ConstMat xe = Const(x);
     cuda::ConstMat xr = xe;
-    if (bf16 && (bank.bf16_[0] || bank.bf16_[1])) {
+    if (rounds(0) || rounds(1)) {
       LLMRT_ASSIGN_OR_RETURN(void* rp, Scratch(kScratchMoeBf16, static_cast<size_t>(T * H) * sizeof(float),
                                                "MoE bf16 activations"));
       const cuda::MutMat r{static_cast<float*>(rp), T, H, H};
       LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(xe, r, s)));
       xr = {r.data, T, H, H};
     }
+    // A projection's input under the FP8 policy: e4m3 values and scales for the GEMV, or the
+    // dequantized values for the tiled kernel.
+    struct Input {
+      cuda::ConstMat x;
+      cuda::ActScales act;
+    };
+    auto quantized = [&](int j, const cuda::ConstMat& src, int slot, const char* what) -> absl::StatusOr<Input> {
+      const bool gemv = bank.gemv_bits_[j] == 8;
+      LLMRT_ASSIGN_OR_RETURN(cuda::Fp8ActOut q, QuantizeFp8(src, bank.fp8_block_cols_[j], slot, what, false, gemv, !gemv));
+      if (gemv) return Input{{q.values, src.rows, src.cols, src.cols}, {q.scales, q.scales_ld}};
+      return Input{{q.dequantized, src.rows, src.cols, src.cols}, {}};
+    };
+    auto input = [&](int j, int slot) -> absl::StatusOr<Input> {
+      if (quantizes(j)) return quantized(j, xe, slot, "MoE e4m3 activations");
+      return Input{rounds(j) ? xr : xe, {}};
+    };
     // [P, I] = x[perm_token] gate_e^T and up_e^T; silu(g) * u; [P, H] = h down_e^T.
+    LLMRT_ASSIGN_OR_RETURN(const Input in_gate, input(0, kScratchMoeFp8In));
     LLMRT_RETURN_IF_ERROR(Launched(
-        cuda::LaunchGroupedGemm(bf16 && bank.bf16_[0] ? xr : xe, pa.perm_token, bank.Table(0), I, H, tiles, g, s)));
-    LLMRT_RETURN_IF_ERROR(Launched(
-        cuda::LaunchGroupedGemm(bf16 && bank.bf16_[1] ? xr : xe, pa.perm_token, bank.Table(1), I, H, tiles, u, s)));
+        cuda::LaunchGroupedGemm(in_gate.x, pa.perm_token, bank.Table(0), I, H, tiles, g, s, in_gate.act)));
+    // The up projection reuses the gate's input when both treat it the same way.
+    const bool same = quantizes(0) == quantizes(1) && rounds(0) == rounds(1) &&
+                      bank.fp8_block_cols_[0] == bank.fp8_block_cols_[1] && bank.gemv_bits_[0] == bank.gemv_bits_[1];
+    Input in_up = in_gate;
+    if (!same) {
+      LLMRT_ASSIGN_OR_RETURN(in_up, input(1, kScratchMoeFp8Mid));
+    }
+    LLMRT_RETURN_IF_ERROR(
+        Launched(cuda::LaunchGroupedGemm(in_up.x, pa.perm_token, bank.Table(1), I, H, tiles, u, s, in_up.act)));
     const cuda::ConstMat gc{g.data, P, I, I}, uc{u.data, P, I, I};
     LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchSiluMul(gc, uc, g, s)));
-    if (bf16 && bank.bf16_[2]) LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(gc, g, s)));
-    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchGroupedGemm(gc, nullptr, bank.Table(2), H, I, tiles, y, s)));
+    Input in_down{gc, {}};
+    if (quantizes(2)) {
+      LLMRT_ASSIGN_OR_RETURN(in_down, quantized(2, gc, kScratchMoeFp8Mid, "MoE e4m3 intermediate"));
+    } else if (rounds(2)) {
+      LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(gc, g, s)));
+    }
+    LLMRT_RETURN_IF_ERROR(
+        Launched(cuda::LaunchGroupedGemm(in_down.x, nullptr, bank.Table(2), H, I, tiles, y, s, in_down.act)));
     const cuda::ConstMat yc{y.data, P, H, H};
     return Launched(cuda::LaunchMoeCombine(idx.data_as<const int32_t>(), idx.row_stride(), Const(weights), pa.perm_pos,
                                            K, yc, Mut(out), s));

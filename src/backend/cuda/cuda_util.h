@@ -31,7 +31,10 @@ enum ScratchSlot : int {
   kScratchMatMulBf16 = 8,  // MatMul's rounded activations (BF16 policy)
   kScratchMoeBf16 = 9,     // the MoE input's rounded copy (BF16 policy)
   kScratchSampling = 10,   // SampleTokens' sort buffers
-  kScratchSlots = 11,
+  kScratchMatMulFp8 = 11,  // MatMul's e4m3 activations and their scales (FP8 policy)
+  kScratchMoeFp8In = 12,   // the MoE input's e4m3 form (FP8 policy)
+  kScratchMoeFp8Mid = 13,  // the experts' intermediate rows' e4m3 form (FP8 policy)
+  kScratchSlots = 14,
 };
 
 inline absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
