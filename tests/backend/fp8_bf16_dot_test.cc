@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -384,15 +385,17 @@ TEST(Fp8Bf16Dot, BackendAppliesThePolicyToFp8Weights) {
   EXPECT_EQ(a, b);
 }
 
-// FP8 routed experts under BF16: each token's output is the same alone and in a batch (serial
-// per-expert matmuls for decode-sized batches, parallel ones for larger), within the policy's
-// rounding of the exact path's, and not equal to it.
-TEST(Fp8Bf16Dot, MoeExpertsFollowThePolicyAndStayBatchInvariant) {
+// FP8 routed experts under BF16 and FP8 activations: each token's output is the same alone and in
+// a batch (serial per-expert matmuls for decode-sized batches, parallel ones for larger), within
+// the policy's rounding of the exact path's, and not equal to it.
+class Fp8Experts : public ::testing::TestWithParam<QuantizedActivations> {};
+
+TEST_P(Fp8Experts, FollowThePolicyAndStayBatchInvariant) {
   std::mt19937 rng(86);
   const int64_t H = 256, I = 128, E = 4, K = 2, T = 9;
   BackendOptions bo, eo;
   bo.num_threads = eo.num_threads = 2;
-  bo.activations = QuantizedActivations::kBf16;
+  bo.activations = GetParam();
   CpuBackend bf(bo), exact(eo);
   WeightParams p;
   p.block_rows = p.block_cols = 128;
@@ -436,14 +439,21 @@ TEST(Fp8Bf16Dot, MoeExpertsFollowThePolicyAndStayBatchInvariant) {
     worst = std::max(worst, static_cast<double>(std::fabs(batch[i] - ex[i])));
     scale = std::max(scale, static_cast<double>(std::fabs(ex[i])));
   }
-  EXPECT_GT(worst, 0.0) << "BF16 did not round";
-  // Activations rounded to 8 significant bits move each output by about 2^-9 of its magnitude.
-  EXPECT_LE(worst, 0x1p-6 * scale) << "worst " << worst << " of outputs up to " << scale;
+  EXPECT_GT(worst, 0.0) << "the policy did not round";
+  // Activations rounded to 8 significant bits (BF16) move each output by about 2^-9 of its
+  // magnitude; to 4 (e4m3 per block) by about 2^-5, through two projections.
+  const double bound = GetParam() == QuantizedActivations::kBf16 ? 0x1p-6 : 0x1p-3;
+  EXPECT_LE(worst, bound * scale) << "worst " << worst << " of outputs up to " << scale;
   for (int64_t t = 0; t < T; ++t) {
     const std::vector<float> one = run(bf, *bank_bf, t, 1);
     ASSERT_EQ(std::memcmp(one.data(), batch.data() + t * H, H * sizeof(float)), 0) << "token " << t;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(, Fp8Experts, ::testing::Values(QuantizedActivations::kBf16, QuantizedActivations::kFp8),
+                         [](const ::testing::TestParamInfo<QuantizedActivations>& info) {
+                           return std::string(info.param == QuantizedActivations::kBf16 ? "bf16" : "fp8");
+                         });
 
 }  // namespace
 }  // namespace llmrt::cpu
