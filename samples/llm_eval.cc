@@ -4,9 +4,9 @@
 // each window every position but the first is scored given the ones before it.
 //
 //   llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8|fp8-tiled]
-//            [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--activations exact|int8|bf16]
+//            [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--activations exact|int8|bf16|fp8]
 //
-// --activations int8 / bf16 runs the INT8 / BF16 activation policy
+// --activations int8 / bf16 / fp8 runs the INT8 / BF16 / FP8 activation policy
 // (llm_runtime_options.quantized_activations); --agree-exact compares top-1 predictions with the
 // same model and options under EXACT (the agreement of the policy with the reference numerics).
 //
@@ -54,12 +54,13 @@ int main(int argc, char** argv) {
     }
     else if (a == "--activations") {
       const std::string p = v;
-      if (p != "exact" && p != "int8" && p != "bf16") {
-        std::fprintf(stderr, "llm-eval: --activations must be exact, int8 or bf16, not %s\n", v);
+      if (p != "exact" && p != "int8" && p != "bf16" && p != "fp8") {
+        std::fprintf(stderr, "llm-eval: --activations must be exact, int8, bf16 or fp8, not %s\n", v);
         return 2;
       }
       ro.quantized_activations = p == "int8"   ? LLM_ACTIVATIONS_INT8
                                  : p == "bf16" ? LLM_ACTIVATIONS_BF16
+                                 : p == "fp8"  ? LLM_ACTIVATIONS_FP8
                                                : LLM_ACTIVATIONS_EXACT;
     }
     else if (a == "--weights") {
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
   if (model.empty() || text_path.empty() || window < 2) {
     std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8|fp8-tiled] [--threads N]\n"
                          "                [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--agree-with DIR]\n"
-                         "                [--activations exact|int8|bf16] [--agree-exact 1]\n");
+                         "                [--activations exact|int8|bf16|fp8] [--agree-exact 1]\n");
     return 2;
   }
   std::ifstream in(text_path, std::ios::binary);

@@ -2,7 +2,7 @@
 //
 //   llm-run --model DIR --prompt TEXT [--chat] [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
-//           [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]] [--activations exact|int8|bf16]
+//           [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]] [--activations exact|int8|bf16|fp8]
 //   llm-run --model DIR --prompt-ids 1,2,3 [...]     (token ids in, token ids out)
 //
 // With --prompt the checkpoint's tokenizer encodes the prompt (with --chat, inside the family's
@@ -29,7 +29,9 @@ void Usage() {
                "          (as-stored, int4-g32 or int4-g128; INT4 is quantized at load)\n"
                "  --activations int8: quantized (INT4) matmuls round activations to int8 per 32 values and\n"
                "          use integer dot products (faster on CPUs, slightly different numerics)\n"
-               "  --activations bf16: BF16 matmuls round activations to bf16 and use bf16 dot products\n");
+               "  --activations bf16: BF16 matmuls round activations to bf16 and use bf16 dot products\n"
+               "  --activations fp8: FP8 block-weight matmuls round activations to e4m3 per 128 values\n"
+               "          and multiply codes by codes (block-scaled GEMM); BF16 matmuls as under bf16\n");
 }
 
 bool ParseIds(const char* s, std::vector<int32_t>* out) {
@@ -94,12 +96,13 @@ int main(int argc, char** argv) {
     else if (a == "--ep") ro.expert_parallel = 1;
     else if (a == "--activations") {
       const std::string p = need();
-      if (p != "exact" && p != "int8" && p != "bf16") {
-        std::fprintf(stderr, "llm-run: --activations must be exact, int8 or bf16, not %s\n", p.c_str());
+      if (p != "exact" && p != "int8" && p != "bf16" && p != "fp8") {
+        std::fprintf(stderr, "llm-run: --activations must be exact, int8, bf16 or fp8, not %s\n", p.c_str());
         return 2;
       }
       ro.quantized_activations = p == "int8"   ? LLM_ACTIVATIONS_INT8
                                  : p == "bf16" ? LLM_ACTIVATIONS_BF16
+                                 : p == "fp8"  ? LLM_ACTIVATIONS_FP8
                                                : LLM_ACTIVATIONS_EXACT;
     }
     else if (a == "--prefill-weights" || a == "--decode-weights") {

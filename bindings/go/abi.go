@@ -44,6 +44,7 @@ func abiConstants() map[string]int64 {
 		"LLM_ACTIVATIONS_EXACT":       int64(ActivationsExact),
 		"LLM_ACTIVATIONS_INT8":        int64(ActivationsINT8),
 		"LLM_ACTIVATIONS_BF16":        int64(ActivationsBF16),
+		"LLM_ACTIVATIONS_FP8":         int64(ActivationsFP8),
 		"LLM_KV_SCALE_NONE":           int64(KVScaleNone),
 		"LLM_KV_SCALE_CHECKPOINT":     int64(KVScaleCheckpoint),
 		"LLM_KV_SCALE_CALIBRATED":     int64(KVScaleCalibrated),

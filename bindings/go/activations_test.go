@@ -17,6 +17,28 @@ func TestQuantizedActivationsOption(t *testing.T) {
 	r := openRuntime(t, tinyModel, &RuntimeOptions{KVDType: KVDTypeF32, PrefillWeights: WeightsINT4G32,
 		DecodeWeights: WeightsINT4G32, QuantizedActivations: ActivationsINT8})
 	defer r.Close()
+	if n := generatedCount(t, r); n != len(goldenTokens) {
+		t.Fatalf("%d tokens, want %d", n, len(goldenTokens))
+	}
+}
+
+// The FP8 activation policy reaches the library: a runtime with it opens the BF16 and the FP8
+// block-scaled tiny checkpoints and decodes the golden prompt's full length on each.
+func TestFP8ActivationsOption(t *testing.T) {
+	for _, dir := range []string{tinyModel, repoPath("tests/data/tiny_kimi_k2_fp8")} {
+		r := openRuntime(t, dir, &RuntimeOptions{KVDType: KVDTypeF32, QuantizedActivations: ActivationsFP8})
+		n := generatedCount(t, r)
+		r.Close()
+		if n != len(goldenTokens) {
+			t.Fatalf("%s: %d tokens, want %d", dir, n, len(goldenTokens))
+		}
+	}
+}
+
+// generatedCount decodes the golden prompt greedily for len(goldenTokens) tokens in a new
+// session of r and returns how many tokens came out.
+func generatedCount(t *testing.T, r *Runtime) int {
+	t.Helper()
 	s, err := r.NewSession(&SamplingOptions{MaxNewTokens: uint32(len(goldenTokens))})
 	if err != nil {
 		t.Fatal(err)
@@ -41,9 +63,7 @@ func TestQuantizedActivationsOption(t *testing.T) {
 			break
 		}
 	}
-	if n != len(goldenTokens) {
-		t.Fatalf("%d tokens, want %d", n, len(goldenTokens))
-	}
+	return n
 }
 
 // The BF16 activation policy reaches the library: the BF16 model's logits after the golden

@@ -82,6 +82,11 @@ const (
 	// ActivationsBF16 rounds the activations of matmuls with BF16 weights to bfloat16 and
 	// multiplies with bf16 dot products (the MoE router stays float32).
 	ActivationsBF16 Activations = 2
+	// ActivationsFP8 rounds the activations of matmuls with FP8 block-scaled weights to e4m3
+	// codes, one float32 scale per row and 128 columns, and scales each block's float32 sum of
+	// code products by both block scales (the FP8 block-scaled GEMM); BF16 weights as under
+	// ActivationsBF16, INT4 and F32 weights unaffected.
+	ActivationsFP8 Activations = 3
 )
 
 // KVScaleSource says where an FP8 KV cache takes its scales from (LLM_KV_SCALE_*).

@@ -276,7 +276,11 @@ typedef struct llm_runtime_options {
    * multiplies INT4 weights with integer dot products (W4A8): faster on CPUs, slightly different
    * numerics (see docs); other weights are unaffected. BF16 rounds the activations of matmuls
    * with BF16 weights to bfloat16 and multiplies with bf16 dot products (AVX512_BF16 on CPUs,
-   * tensor cores on GPUs), as BF16 GEMMs elsewhere do; other weights are unaffected. */
+   * tensor cores on GPUs), as BF16 GEMMs elsewhere do; other weights are unaffected. FP8 rounds
+   * the activations of FP8 block-scaled weights to e4m3 codes, one float32 scale per row and 128
+   * columns (largest magnitude / 448), and scales each block's float32 sum of code products by
+   * both block scales: Hopper's FP8 block-scaled GEMM, the same arithmetic on CPUs; slightly
+   * different numerics; BF16 weights as under BF16, INT4 and F32 weights unaffected. */
   int32_t quantized_activations;
   uint32_t reserved_activations;
 } llm_runtime_options;
@@ -284,6 +288,7 @@ typedef struct llm_runtime_options {
 #define LLM_ACTIVATIONS_EXACT 0 /* float32 activations: the reference numerics */
 #define LLM_ACTIVATIONS_INT8 1  /* int8 activations per 32 values, integer dot products */
 #define LLM_ACTIVATIONS_BF16 2  /* bfloat16 activations for BF16 and FP8 weights, bf16 dot products (CPU) */
+#define LLM_ACTIVATIONS_FP8 3   /* e4m3 activations per 128 values for FP8 block weights (block-scaled GEMM) */
 
 #define LLM_WEIGHTS_AS_STORED 0
 #define LLM_WEIGHTS_INT4_G32 1  /* INT4, one bf16 scale per 32 columns */

@@ -5,7 +5,7 @@
 //
 //   llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] [--hidden N]]
 //             [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]
-//             [--activations exact|int8|bf16]   (llm_runtime_options.quantized_activations; every mode)
+//             [--activations exact|int8|bf16|fp8] (llm_runtime_options.quantized_activations; every mode)
 //             [--backend cpu|cuda|auto]         (llm_runtime_options.backend; every mode, default auto)
 //   llm-bench --synthetic [--preset k2|glm45|glm5|k2-real|glm5-real|glm45-real] [--weights W] [--layers N]
 //             [--hidden N] [--experts N] [--seed N] [decode or --prefill-lens options]
@@ -111,12 +111,13 @@ int Main(int argc, char** argv) {
     else if (a == "--tp") g_tensor_parallel = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     else if (a == "--activations") {
       const std::string v = argv[i + 1];
-      if (v != "exact" && v != "int8" && v != "bf16") {
-        std::fprintf(stderr, "llm-bench: --activations wants exact, int8 or bf16, got '%s'\n", v.c_str());
+      if (v != "exact" && v != "int8" && v != "bf16" && v != "fp8") {
+        std::fprintf(stderr, "llm-bench: --activations wants exact, int8, bf16 or fp8, got '%s'\n", v.c_str());
         return 2;
       }
       g_quantized_activations = v == "int8"   ? LLM_ACTIVATIONS_INT8
                                 : v == "bf16" ? LLM_ACTIVATIONS_BF16
+                                : v == "fp8"  ? LLM_ACTIVATIONS_FP8
                                               : LLM_ACTIVATIONS_EXACT;
     }
     else if (a == "--backend") {
@@ -144,7 +145,7 @@ int Main(int argc, char** argv) {
                            "                 [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]\n"
                            "       llm-bench --synthetic [--preset k2|glm45|glm5|k2-real|glm5-real|glm45-real] [--weights W] "
                            "[--layers N] [--hidden N] [--experts N] [--seed N] [decode or --prefill-lens options]\n"
-                           "       (every mode takes [--backend cpu|cuda|auto] and [--activations exact|int8|bf16])\n"
+                           "       (every mode takes [--backend cpu|cuda|auto] and [--activations exact|int8|bf16|fp8])\n"
                            "       llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] "
                            "[--threads N]\n"
                            "       llm-bench --tokens DIR --text TEXT\n"

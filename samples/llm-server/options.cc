@@ -16,7 +16,7 @@ void Usage(FILE* f) {
                "                  [--kv-pressure fail|queue|preempt] [--kv-budget-mib M] [--max-sessions N]\n"
                "                  [--max-tokens-per-step N] [--max-body-bytes N] [--http-threads N]\n"
                "                  [--shutdown-timeout S] [--tp N [--ep]] [--prefill-weights W] [--decode-weights W]\n"
-               "                  [--activations exact|int8|bf16] [--enable-test-hooks] [--quiet]\n"
+               "                  [--activations exact|int8|bf16|fp8] [--enable-test-hooks] [--quiet]\n"
                "\n"
                "An OpenAI-compatible HTTP server over llmrt's C ABI: POST /v1/completions,\n"
                "POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.\n"
@@ -28,6 +28,8 @@ void Usage(FILE* f) {
                "    as-stored, int4-g32 or int4-g128 (quantized at load).\n"
                "  --activations int8: INT4 matmuls round activations to int8 (W4A8, faster).\n"
                "  --activations bf16: BF16 matmuls round activations to bf16 (bf16 dot products).\n"
+               "  --activations fp8: FP8 block-weight matmuls round activations to e4m3 per 128\n"
+               "    values (FP8 block-scaled GEMM); BF16 matmuls as under bf16.\n"
                "  --max-body-bytes: larger request bodies get 413; default 1048576.\n"
                "  --tp: in-process tensor-parallel ranks the model is split over (default 1); --ep\n"
                "        partitions the routed experts whole among them instead.\n"
@@ -158,8 +160,9 @@ int ParseArgs(int argc, char** argv, ServerOptions* out, bool* exit_now) {
       if (v == "exact") out->quantized_activations = LLM_ACTIVATIONS_EXACT;
       else if (v == "int8") out->quantized_activations = LLM_ACTIVATIONS_INT8;
       else if (v == "bf16") out->quantized_activations = LLM_ACTIVATIONS_BF16;
+      else if (v == "fp8") out->quantized_activations = LLM_ACTIVATIONS_FP8;
       else {
-        std::fprintf(stderr, "llm-server: --activations wants exact, int8 or bf16, got '%s'\n", v.c_str());
+        std::fprintf(stderr, "llm-server: --activations wants exact, int8, bf16 or fp8, got '%s'\n", v.c_str());
         return 2;
       }
     } else {

@@ -233,6 +233,7 @@ llm_status CreateRuntime(const char* model_dir, const llm_runtime_options* optio
     case LLM_ACTIVATIONS_EXACT: ro.activations = llmrt::QuantizedActivations::kExact; break;
     case LLM_ACTIVATIONS_INT8: ro.activations = llmrt::QuantizedActivations::kInt8; break;
     case LLM_ACTIVATIONS_BF16: ro.activations = llmrt::QuantizedActivations::kBf16; break;
+    case LLM_ACTIVATIONS_FP8: ro.activations = llmrt::QuantizedActivations::kFp8; break;
     default:
       return Fail(LLM_ERR_INVALID_ARGUMENT, "options->quantized_activations is not an LLM_ACTIVATIONS_* value");
   }

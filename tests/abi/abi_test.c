@@ -261,16 +261,17 @@ static void TestBadOptions(void) {
   llm_runtime_destroy(rt);
 }
 
-/* The activation policies through the C ABI: EXACT, INT8 and BF16 are accepted on the CPU backend
- * (BF16 runs this BF16 model's matmuls on bf16 dot products and still generates), anything else is
- * INVALID_ARGUMENT naming the field. */
+/* The activation policies through the C ABI: EXACT, INT8, BF16 and FP8 are accepted on the CPU
+ * backend (BF16 runs this BF16 model's matmuls on bf16 dot products, FP8 treats them as BF16 does;
+ * each still generates), anything else is INVALID_ARGUMENT naming the field. */
 static void TestActivationPolicies(void) {
-  const int32_t good[3] = {LLM_ACTIVATIONS_EXACT, LLM_ACTIVATIONS_INT8, LLM_ACTIVATIONS_BF16};
-  const int32_t bad[3] = {-1, 3, 1000};
+  const int32_t good[4] = {LLM_ACTIVATIONS_EXACT, LLM_ACTIVATIONS_INT8, LLM_ACTIVATIONS_BF16,
+                           LLM_ACTIVATIONS_FP8};
+  const int32_t bad[3] = {-1, 4, 1000};
   llm_runtime_options o;
   llm_runtime* rt = NULL;
   int i;
-  for (i = 0; i < 3; ++i) {
+  for (i = 0; i < 4; ++i) {
     llm_sampling_options so;
     llm_session* s = NULL;
     llm_step_result r[1];

@@ -181,3 +181,14 @@ def test_bf16_activations_round_bf16_products_slightly():
     # The policy reaches the engine (the BF16 model's products differ); bf16 rounding (2^-9 of
     # each activation) moves log-probabilities little.
     assert 0.0 < diff < 0.5, diff
+
+
+@pytest.mark.parametrize("model", ["tiny_kimi_k2_qlora_yarn", "tiny_kimi_k2_fp8"])
+def test_fp8_activations_create_and_generate(model):
+    """The FP8 policy reaches the library: the BF16 and the FP8 block-scaled checkpoints open
+    under it and decode the golden prompt's full length."""
+    from conftest import REPO
+    with llmrt.Runtime(REPO / "tests" / "data" / model, kv_dtype="f32", quantized_activations="fp8") as rt:
+        with rt.session(max_tokens=len(GOLDEN_IDS)) as s:
+            assert len(s.generate(GOLDEN_PROMPT)) == len(GOLDEN_IDS)
+            assert s.info().state == "finished"

@@ -71,6 +71,10 @@ pub enum Activations {
     /// Activations of matmuls with BF16 weights rounded to bfloat16, bf16 dot products (the MoE
     /// router stays float32). Other weights are unaffected.
     Bf16,
+    /// Activations of matmuls with FP8 block-scaled weights rounded to e4m3 codes, one float32
+    /// scale per row and 128 columns, code products summed in float32 and scaled by both block
+    /// scales (the FP8 block-scaled GEMM); BF16 weights as under `Bf16`, INT4 and F32 unaffected.
+    Fp8,
 }
 
 /// Options of `Runtime::new`. Zero means "the library's default" for every number.
@@ -188,6 +192,7 @@ impl RuntimeOptions {
             Activations::Exact => sys::LLM_ACTIVATIONS_EXACT,
             Activations::Int8 => sys::LLM_ACTIVATIONS_INT8,
             Activations::Bf16 => sys::LLM_ACTIVATIONS_BF16,
+            Activations::Fp8 => sys::LLM_ACTIVATIONS_FP8,
         };
         o.comm_id = self.comm_id.as_ref().map_or(std::ptr::null(), |id| id.raw() as *const sys::llm_comm_id);
         o

@@ -123,3 +123,17 @@ fn bf16_activations_change_bf16_products_only_slightly() {
     // activation by at most 2^-9 of itself: log-probabilities move by well under 0.5.
     assert!(diff > 0.0 && diff < 0.5, "max |logprob difference| {diff}");
 }
+
+#[test]
+fn fp8_activations_create_and_generate() {
+    // The FP8 policy reaches the library: the BF16 and the FP8 block-scaled checkpoints open
+    // under it and decode the golden prompt's full length.
+    use llmrt::{Activations, Runtime, RuntimeOptions};
+    for model in [tiny_model(), repo().join("tests/data/tiny_kimi_k2_fp8")] {
+        let rt = Runtime::new(&model, &RuntimeOptions { quantized_activations: Activations::Fp8, ..f32_kv() })
+            .unwrap_or_else(|e| panic!("{}: {e}", model.display()));
+        let s = rt.create_session(&Sampling::greedy().with_max_new_tokens(TINY_GOLDEN.len() as u32)).unwrap();
+        s.append_tokens(&TINY_PROMPT).unwrap();
+        assert_eq!(pull_tokens(&s).len(), TINY_GOLDEN.len(), "{}", model.display());
+    }
+}

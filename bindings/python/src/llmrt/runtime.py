@@ -47,7 +47,7 @@ _KV_DTYPES = {"auto": _abi.LLM_KV_DTYPE_AUTO, "bf16": _abi.LLM_KV_DTYPE_BF16, "f
 _KV_PRESSURE = {"fail": _abi.LLM_KV_PRESSURE_FAIL, "queue": _abi.LLM_KV_PRESSURE_QUEUE,
                 "preempt": _abi.LLM_KV_PRESSURE_PREEMPT}
 _ACTIVATIONS = {"exact": _abi.LLM_ACTIVATIONS_EXACT, "int8": _abi.LLM_ACTIVATIONS_INT8,
-                "bf16": _abi.LLM_ACTIVATIONS_BF16}
+                "bf16": _abi.LLM_ACTIVATIONS_BF16, "fp8": _abi.LLM_ACTIVATIONS_FP8}
 _WEIGHTS = {"as_stored": _abi.LLM_WEIGHTS_AS_STORED, "int4_g32": _abi.LLM_WEIGHTS_INT4_G32,
             "int4_g128": _abi.LLM_WEIGHTS_INT4_G128}
 
@@ -150,8 +150,11 @@ class Runtime:
 
     quantized_activations: "exact" (float32 activations, the reference), "int8" (activations
     rounded to int8 per 32 values, integer dot products with INT4 weights: faster on CPUs,
-    slightly different numerics) or "bf16" (activations of BF16-weight matmuls rounded to
-    bfloat16, bf16 dot products; the MoE router stays float32)."""
+    slightly different numerics), "bf16" (activations of BF16-weight matmuls rounded to
+    bfloat16, bf16 dot products; the MoE router stays float32) or "fp8" (activations of matmuls
+    with FP8 block-scaled weights rounded to e4m3 codes, one float32 scale per row and 128
+    columns, code products summed per block in float32 and scaled by both block scales: the FP8
+    block-scaled GEMM; BF16 weights as under "bf16", INT4 and F32 weights unaffected)."""
 
     def __init__(self, model_dir, *, backend="auto", num_threads=0, kv_dtype="auto", kv_budget_bytes=0,
                  page_size_tokens=0, max_sessions=0, max_tokens_per_step=0, kv_integrity=False,
