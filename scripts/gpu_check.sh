@@ -134,16 +134,17 @@ step build 240 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { ca
 step origins 60 check_origins
 step device 30 nvidia-smi
 # The conformance suite's device instances (ctest label gpu), one line per test, the BF16
-# activation policy's MatMul (Bf16MatMul.*/cuda: cuBLASLt), and the NCCL
+# activation policy's MatMul (Bf16MatMul.*/cuda: cuBLASLt), the FP8 policy's (Fp8Policy.*/cuda:
+# cuBLASLt block-scaled FP8, the GEMV with activation scales, the tiled fallback), and the NCCL
 # communicator and the CUDA backend's collectives over it (llmrt_nccl_tests).
 step gpu_tests 90 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
 # The golden tests on the CUDA backend: AUTO picks the device. The quantized checkpoints, the
-# FP8 KV codecs and the BF16 activation policy are compared with the CPU engine
-# (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv, CudaBf16MatchesCpu), and decode passes replayed
+# FP8 KV codecs and the BF16 and FP8 activation policies are compared with the CPU engine
+# (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv, CudaBf16MatchesCpu, CudaFp8MatchesCpu), and decode passes replayed
 # from CUDA graphs against direct ones (CudaGraphs);
 # the transformers goldens of those checkpoints run on the CPU suite only, to keep this step short.
 step golden 120 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
-  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaGraphs.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
+  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
 step sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
   "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
 step bench 45 "$build/tests/llmrt_cuda_microbench"

@@ -213,8 +213,61 @@ bool Bf16Runs(const std::string& dir, int32_t backend, std::string* why) {
 // tokens up to the first step whose EXACT margin is below 2 * 0.25 (an error within the bound
 // could reorder the top two) or whose logits moved by more than 0.25 (a flip); the comparison of
 // that prompt stops there. The F32 model is untouched by the policy: within 2e-3, same tokens.
+// The device against the CPU under an activation policy, both runs in hand: F32 weights (which
+// the policies leave alone, `strict`): every step within tol and the same tokens. Others: 90% of
+// the steps within tol, and the same tokens while EXACT's top-1 margin exceeds 2 tol and the step
+// moved by at most tol. Not every step: the two backends' float32 sums differ in order, so a
+// router or DSA indexer near-tie (margins of 0.008 occur in these models) can flip on one and
+// not the other, after which that step's logits move by units.
+void ExpectDeviceFollowsCpu(const std::vector<RunOutput>& cpu, const std::vector<RunOutput>& gpu, float tol,
+                            bool strict, const char* what) {
+  ASSERT_EQ(cpu.size(), gpu.size());
+  float worst = 0;
+  int steps = 0, within = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (strict) {
+      EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << "prompt " << i;
+    }
+    ASSERT_EQ(gpu[i].logits.size(), cpu[i].logits.size());
+    for (size_t j = 0; j < cpu[i].logits.size(); ++j) {
+      const float d = MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]);
+      worst = std::max(worst, d);
+      ++steps;
+      within += d <= tol ? 1 : 0;
+      if (strict) {
+        EXPECT_LE(d, tol) << "prompt " << i << " step " << j;
+        continue;
+      }
+      std::vector<float> sorted = cpu[i].logits[j];
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      if (j >= cpu[i].tokens.size() || j >= gpu[i].tokens.size()) break;
+      if (sorted[0] - sorted[1] < 2 * tol || d > tol) break;
+      ASSERT_EQ(gpu[i].tokens[j], cpu[i].tokens[j]) << "prompt " << i << " step " << j << ", margin "
+                                                    << sorted[0] - sorted[1];
+    }
+  }
+  if (!strict) {
+    EXPECT_GE(within, (9 * steps + 9) / 10) << within << " of " << steps << " steps within " << tol;
+  }
+  std::printf("%s: largest logit difference %.3g, %d of %d steps within %.3g\n", what, worst, within, steps, tol);
+}
+
+// One session alone on the device, prefill in chunks of 3 tokens: the tokens of the batched run.
+void ExpectChunkedSoloRunsMatch(const std::string& dir, const std::vector<std::vector<int32_t>>& prompts,
+                                const RunConfig& cfg, const std::vector<RunOutput>& batched) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    RunConfig chunked = cfg;
+    chunked.max_tokens_per_step = 3;
+    const std::vector<RunOutput> solo = RunBatch(dir, {prompts[i]}, chunked);
+    ASSERT_EQ(solo.size(), 1u);
+    EXPECT_EQ(solo[0].tokens, batched[i].tokens) << "prompt " << i << " alone, chunked";
+  }
+}
+
 class CudaBf16MatchesCpu : public ::testing::TestWithParam<Model> {};
 
+// tol: 5e-3 against the CPU's BF16 (a value whose two float32 renderings straddle a bf16
+// rounding boundary is rounded one bf16 step apart), 0.25 against its EXACT, 2e-3 for F32.
 TEST_P(CudaBf16MatchesCpu, SameTokensAndCloseLogits) {
   const std::string dir = TestData(GetParam().dir);
   if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
@@ -232,53 +285,10 @@ TEST_P(CudaBf16MatchesCpu, SameTokensAndCloseLogits) {
   cuda_cfg.quantized_activations = LLM_ACTIVATIONS_BF16;
   const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
   const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
-  ASSERT_EQ(cpu.size(), gpu.size());
-  // F32 weights (the policy leaves them alone): every step within 2e-3, the same tokens. Others:
-  // 90% of the steps within tol, where tol is 5e-3 against the CPU's BF16 (a value whose two
-  // float32 renderings straddle a bf16 rounding boundary is rounded one bf16 step apart) and 0.25
-  // against its EXACT. Not every step: the two backends' float32 sums differ in order, so a
-  // router or DSA indexer near-tie (margins of 0.008 occur in these models) can flip on one and
-  // not the other, after which that step's logits move by units.
   const bool strict = std::string(GetParam().dir) == "tiny_deepseek_noqlora_f32";
   const float tol = strict ? 2e-3f : cpu_bf16 ? 5e-3f : 0.25f;
-  float worst = 0;
-  int steps = 0, within = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    if (strict) {
-      EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << "prompt " << i;
-    }
-    ASSERT_EQ(gpu[i].logits.size(), cpu[i].logits.size());
-    for (size_t j = 0; j < cpu[i].logits.size(); ++j) {
-      const float d = MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]);
-      worst = std::max(worst, d);
-      ++steps;
-      within += d <= tol ? 1 : 0;
-      if (strict) {
-        EXPECT_LE(d, tol) << "prompt " << i << " step " << j;
-        continue;
-      }
-      // The tokens must agree while EXACT's top-1 margin is decisive and nothing flipped.
-      std::vector<float> sorted = cpu[i].logits[j];
-      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-      if (j >= cpu[i].tokens.size() || j >= gpu[i].tokens.size()) break;
-      if (sorted[0] - sorted[1] < 2 * tol || d > tol) break;
-      ASSERT_EQ(gpu[i].tokens[j], cpu[i].tokens[j]) << "prompt " << i << " step " << j << ", margin "
-                                                    << sorted[0] - sorted[1];
-    }
-  }
-  if (!strict) {
-    EXPECT_GE(within, (9 * steps + 9) / 10) << within << " of " << steps << " steps within " << tol;
-  }
-  std::printf("BF16 on CUDA vs %s on the CPU: largest logit difference %.3g, %d of %d steps within %.3g\n",
-              cpu_bf16 ? "BF16" : "EXACT", worst, within, steps, tol);
-  // One session alone, prefill in chunks of 3 tokens: the tokens of the batched run.
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    RunConfig chunked = cuda_cfg;
-    chunked.max_tokens_per_step = 3;
-    const std::vector<RunOutput> solo = RunBatch(dir, {prompts[i]}, chunked);
-    ASSERT_EQ(solo.size(), 1u);
-    EXPECT_EQ(solo[0].tokens, gpu[i].tokens) << "prompt " << i << " alone, chunked";
-  }
+  ExpectDeviceFollowsCpu(cpu, gpu, tol, strict, cpu_bf16 ? "BF16 on CUDA vs BF16 on the CPU" : "BF16 on CUDA vs EXACT");
+  ExpectChunkedSoloRunsMatch(dir, prompts, cuda_cfg, gpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(, CudaBf16MatchesCpu,
@@ -287,6 +297,54 @@ INSTANTIATE_TEST_SUITE_P(, CudaBf16MatchesCpu,
                                            Model{"tiny_glm4_moe", "tiny_glm4_moe.golden.json"},
                                            Model{"tiny_glm_moe_dsa", "tiny_glm_moe_dsa.golden.json"}),
                          ModelName);
+
+// The FP8 policy on the device against the CPU's, FP8 checkpoints: the random-weight fixture
+// (64 x 64 blocks: the GEMV with activation scales) and the shipped models converted with 128 x
+// 128 blocks (cuBLASLt's block-scaled FP8 GEMM). Both backends quantize the same float32 values
+// with the same arithmetic, so codes differ only where the two backends' float32 inputs straddle
+// an e4m3 rounding boundary (a value then moves by one e4m3 step, 16 times a bfloat16 step) or a
+// block maximum changes in its last bit; 2e-2 allows a few such flips (four times the BF16
+// comparison's 5e-3), while a wrong scale layout or block moves logits by units.
+struct Fp8Model {
+  const char* name;  // tests/data/<name>, or models/<name> converted with 128 x 128 blocks
+  const char* golden;
+  bool shipped;
+};
+
+class CudaFp8MatchesCpu : public ::testing::TestWithParam<Fp8Model> {};
+
+TEST_P(CudaFp8MatchesCpu, SameTokensAndCloseLogits) {
+  const Fp8Model& m = GetParam();
+  if (!CudaRuns(TestData("tiny_kimi_k2_qlora_yarn"))) {
+    GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+  }
+  const std::string dir = m.shipped ? ConvertedFp8Model(m.name) : TestData(m.name);
+  const std::vector<std::vector<int32_t>> prompts = GoldenPrompts(m.golden);
+  RunConfig cpu_cfg;
+  cpu_cfg.kv_dtype = LLM_KV_DTYPE_F32;
+  cpu_cfg.backend = LLM_BACKEND_CPU;
+  cpu_cfg.quantized_activations = LLM_ACTIVATIONS_FP8;
+  RunConfig cuda_cfg = cpu_cfg;
+  cuda_cfg.backend = LLM_BACKEND_CUDA;
+  const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
+  const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
+  ExpectDeviceFollowsCpu(cpu, gpu, 2e-2f, false, "FP8 on CUDA vs FP8 on the CPU");
+  ExpectChunkedSoloRunsMatch(dir, prompts, cuda_cfg, gpu);
+}
+
+std::string Fp8ModelName(const ::testing::TestParamInfo<Fp8Model>& info) {
+  std::string n = info.param.name;
+  for (char& c : n) {
+    if (c == '-') c = '_';
+  }
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(, CudaFp8MatchesCpu,
+                         ::testing::Values(Fp8Model{"tiny_kimi_k2_fp8", "tiny_kimi_k2_fp8.golden.json", false},
+                                           Fp8Model{"kimi-k2-kjv-tiny", "kimi_k2_kjv_tiny.golden.json", true},
+                                           Fp8Model{"glm4-moe-kjv-tiny", "glm4_moe_kjv_tiny.golden.json", true}),
+                         Fp8ModelName);
 
 // CUDA graphs: decode passes replayed from a recording compute what direct passes compute (the
 // same launches on the same buffers), so tokens and logits are bit for bit those of a run with

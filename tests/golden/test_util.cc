@@ -1,9 +1,15 @@
 #include "tests/golden/test_util.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -11,6 +17,40 @@
 namespace llmrt::testing {
 
 std::string TestData(const std::string& name) { return std::string(LLMRT_TEST_DATA) + "/" + name; }
+
+namespace {
+
+// The converted checkpoints of this process, removed when it exits.
+struct ConvertedDirs {
+  std::mutex mu;
+  std::vector<std::filesystem::path> dirs;
+  ~ConvertedDirs() {
+    for (const auto& d : dirs) {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  }
+};
+
+}  // namespace
+
+std::string ConvertedFp8Model(const std::string& name, int block) {
+  namespace fs = std::filesystem;
+  static ConvertedDirs converted;
+  const fs::path out = fs::temp_directory_path() / ("llmrt_fp8_" + std::to_string(block) + "_" + name + "_" +
+                                                    std::to_string(::getpid()));
+  std::lock_guard<std::mutex> lock(converted.mu);
+  if (fs::exists(out / "config.json")) return out.string();
+  fs::remove_all(out);
+  llm_convert_options co;
+  llm_convert_options_init(&co);
+  co.target = LLM_CONVERT_FP8_BLOCK;
+  co.fp8_block = block;
+  const std::string in = std::string(LLMRT_SOURCE_DIR) + "/models/" + name;
+  EXPECT_EQ(llm_convert_checkpoint(in.c_str(), out.c_str(), &co, nullptr, 0, nullptr), LLM_OK) << llm_last_error();
+  converted.dirs.push_back(out);
+  return out.string();
+}
 
 std::vector<std::vector<int32_t>> GoldenPrompts(const std::string& golden) {
   std::vector<std::vector<int32_t>> prompts;

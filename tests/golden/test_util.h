@@ -65,6 +65,11 @@ std::string TestData(const std::string& name);
 // The prompts of a golden file (tests/data/<golden>).
 std::vector<std::vector<int32_t>> GoldenPrompts(const std::string& golden);
 
+// The shipped trained model `name` (models/<name>) converted to FP8 with block x block blocks
+// (llm_convert_checkpoint, as the released FP8 checkpoints are laid out), in a temporary
+// directory of this process, made on first use and removed when the process exits.
+std::string ConvertedFp8Model(const std::string& name, int block = 128);
+
 // Largest |a[i] - b[i]|; the sizes must agree.
 float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 
