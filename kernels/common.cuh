@@ -1,5 +1,5 @@
-// Device helpers shared by the kernels: bfloat16 conversion bit-identical to src/util/bf16.h,
-// element loads by type, block reductions, and launch-status plumbing.
+// Device helpers shared by the kernels: bfloat16 and e4m3 conversion (the host's own functions,
+// compiled for the device), element loads by type, block reductions, and launch-status plumbing.
 #ifndef LLMRT_KERNELS_COMMON_CUH_
 #define LLMRT_KERNELS_COMMON_CUH_
 
@@ -8,18 +8,15 @@
 #include <cuda_runtime.h>
 
 #include "kernels/kernels.h"
+#include "src/quant/fp8.h"
+#include "src/util/bf16.h"
 
 namespace llmrt::cuda {
 
-__device__ __forceinline__ float Bf16Bits(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
+__device__ __forceinline__ float Bf16Bits(uint16_t v) { return Bf16ToF32(v); }
 
-// Round to nearest even, NaN stays a quiet NaN: the same bits as llmrt::F32ToBf16.
-__device__ __forceinline__ uint16_t ToBf16Bits(float f) {
-  const uint32_t bits = __float_as_uint(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
+// Round to nearest even, NaN stays a quiet NaN: llmrt::F32ToBf16 itself (src/util/bf16.h).
+__device__ __forceinline__ uint16_t ToBf16Bits(float f) { return F32ToBf16(f); }
 
 // The value of an e4m3fn code (OCP: bias 7, subnormals m * 2^-9, S.1111.111 NaN, no
 // infinities): the same floats as llmrt::Fp8E4M3::DecodeTable, built from the bits.
@@ -37,23 +34,8 @@ __device__ __forceinline__ float Fp8ToFloat(uint32_t code) {
 }
 
 // float to e4m3fn with round to nearest even, saturating to +-448 (infinities too), NaN kept
-// (sign kept): the same bits as llmrt::Fp8E4M3::FromFloat (src/quant/fp8.cc), operation for
-// operation.
-__device__ __forceinline__ uint8_t FloatToFp8(float x) {
-  const uint32_t bits = __float_as_uint(x);
-  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
-  if (isnan(x)) return sign | 0x7f;
-  const float a = fabsf(x);
-  if (a >= 448.0f) return sign | 0x7e;
-  if (a < 0.015625f) {  // subnormal: m * 2^-9, half to even (rintf under the default rounding mode)
-    const int m = static_cast<int>(rintf(a * 512.0f));
-    return sign | static_cast<uint8_t>(m);
-  }
-  uint32_t mag = bits & 0x7fffffffu;
-  mag += 0x7ffffu + ((mag >> 20) & 1u);
-  const uint32_t code = (mag >> 20) - ((127u - 7u) << 3);
-  return sign | static_cast<uint8_t>(code > 0x7eu ? 0x7eu : code);
-}
+// (sign kept): llmrt::Fp8E4M3::FromFloat itself (src/quant/fp8.h).
+__device__ __forceinline__ uint8_t FloatToFp8(float x) { return Fp8E4M3::FromFloat(x); }
 
 // An element of a flat array: F32, BF16 or (unscaled) FP8 codes.
 __device__ __forceinline__ float LoadElem(const void* p, int32_t type, int64_t i) {

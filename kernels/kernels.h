@@ -289,6 +289,25 @@ cudaError_t LaunchMoePermute(const PermuteArgs& a, int32_t* err, cudaStream_t s)
 cudaError_t LaunchMoeCombine(const int32_t* idx, int64_t idx_ld, ConstMat weights, const int32_t* perm_pos, int64_t K,
                              ConstMat y, MutMat out, cudaStream_t s);
 
+// ---- synthetic weights (synthetic.cu) ----
+// The part rows [r0, r0 + nr) x columns [c0, c0 + nc) of a synthetic matrix with `cols`
+// columns and hash stream `stream` (src/quant/synthetic_weights.h): the values of
+// src/quant/synthetic_values.h at the full matrix's element and scale indices, in the layout the
+// backend's PrepareWeight gives the host-made part.
+struct SyntheticPartRef {
+  uint64_t stream;
+  int64_t cols, r0, nr, c0, nc;
+};
+// BF16 codes [nr, nc].
+cudaError_t LaunchSyntheticBf16(SyntheticPartRef p, uint16_t* codes, cudaStream_t s);
+// FP8 codes [nr, nc] and the float32 scales of the block_rows x block_cols blocks the part
+// covers, [ceil((r0 + nr) / br) - r0 / br, ceil((c0 + nc) / bc) - c0 / bc].
+cudaError_t LaunchSyntheticFp8(SyntheticPartRef p, int64_t block_rows, int64_t block_cols, uint8_t* codes,
+                               float* scales, cudaStream_t s);
+// INT4 packed codes [nr, nc / 2] and bfloat16 group scales [nr, nc / group] (c0 and nc
+// multiples of the group, cols too).
+cudaError_t LaunchSyntheticInt4(SyntheticPartRef p, int64_t group, uint8_t* codes, uint16_t* scales, cudaStream_t s);
+
 }  // namespace llmrt::cuda
 
 #endif  // LLMRT_KERNELS_KERNELS_H_

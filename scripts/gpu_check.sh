@@ -2,7 +2,8 @@
 # The prepared device check, run on the GPU machine in at most 8 minutes: builds llmrt with the
 # CUDA backend against the folder scripts/gpu_prepare.sh gathered (never the machine's /usr),
 # then runs the `gpu` conformance tests, the golden tests on the CUDA backend, compute-sanitizer
-# (memcheck) on the conformance suite and the CUDA microbenchmark. Logs and a summary go to $OUT.
+# (memcheck) on the conformance suite, the CUDA microbenchmark and llm-bench on synthetic
+# weights at Kimi K2's layer shapes. Logs and a summary go to $OUT.
 #
 #   bash scripts/gpu_check.sh            (OUT must name an output folder)
 #   LLMRT_GPU_CHECK_BUILD_ONLY=1 ...     configure and build only, then check that no header or
@@ -111,7 +112,7 @@ check_origins() {
 
 export root deps build jobs nvcc cuda_root rt
 export -f configure check_origins
-targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench llmrt_nccl_tests)
+targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench llmrt_nccl_tests llm-bench)
 step configure 60 configure || { echo "configure failed" | tee -a "$summary"; exit 1; }
 if [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
   # The dry run builds what exercises every gathered package, and little more (a development
@@ -139,15 +140,21 @@ step device 30 nvidia-smi
 # communicator and the CUDA backend's collectives over it (llmrt_nccl_tests).
 step gpu_tests 90 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
 # The golden tests on the CUDA backend: AUTO picks the device. The quantized checkpoints, the
-# FP8 KV codecs and the BF16 and FP8 activation policies are compared with the CPU engine
-# (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv, CudaBf16MatchesCpu, CudaFp8MatchesCpu), and decode passes replayed
+# FP8 KV codecs, the BF16 and FP8 activation policies and synthetic weights generated on the
+# device are compared with the CPU engine (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv,
+# CudaBf16MatchesCpu, CudaFp8MatchesCpu, SyntheticCudaMatchesCpu), and decode passes replayed
 # from CUDA graphs against direct ones (CudaGraphs);
 # the transformers goldens of those checkpoints run on the CPU suite only, to keep this step short.
-step golden 120 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
+step golden 150 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
   --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
 step sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
   "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
 step bench 45 "$build/tests/llmrt_cuda_microbench"
+# Synthetic weights at Kimi K2's real layer shapes, generated on the device (about 5.5 GB for
+# two layers and 8 experts): the header line reports the time from creation to the first token.
+# A failure is counted in the summary; nothing after it depends on it.
+step synthetic_bench 60 "$build/samples/llm-bench" --synthetic --preset k2-real --weights fp8 --layers 2 \
+  --experts 8 --backend cuda --sessions 1,16 --steps 4 --no-baselines
 echo "failed=$failed" >> "$summary"
 cat "$summary"
 exit $failed

@@ -24,6 +24,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "src/backend/tensor.h"
 #include "src/parallel/communicator.h"
 #include "src/quant/kv_codec.h"
+#include "src/quant/synthetic_weights.h"
 #include "src/quant/weight_format.h"
 
 namespace llmrt {
@@ -151,6 +153,15 @@ class Backend {
   // A stored matrix in this backend's layout for its format. UNSUPPORTED when the backend has
   // no matmul kernel for the format.
   virtual absl::StatusOr<Weight> PrepareWeight(const StoredMatrix& m) = 0;
+  // The synthetic matrix part `spec` (src/quant/synthetic_weights.h) made directly in this
+  // backend's memory: the Weight PrepareWeight(*MakeSyntheticPart(spec)) would return, bit for
+  // bit, without the host copy. nullopt (the default) when the backend does not generate: the
+  // caller makes the part on the host and prepares it. REQUIRES: CheckSyntheticSpec(spec) is OK.
+  // Out of device memory is RESOURCE_EXHAUSTED naming spec.name.
+  virtual absl::StatusOr<std::optional<Weight>> MakeSyntheticWeight(const SyntheticMatrixSpec& spec) {
+    (void)spec;
+    return std::nullopt;
+  }
   virtual bool SupportsWeightFormat(WeightFormatId format) const = 0;
   // Whether the KV ops run over caches of `codec` (KvStore::Create refuses the others with
   // UNSUPPORTED). The CPU backend runs every registered codec.

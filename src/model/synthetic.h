@@ -17,8 +17,13 @@
 //    0 (float32, as DeepSeek-V3 stores it). Activations stay finite through any number of layers
 //    (RMSNorm before every block).
 //  - deterministic: element i of tensor `name` depends only on (seed, name, i), through a
-//    counter-based hash, so two runtimes with the same seed hold identical weights whatever the
-//    thread count, and a slice equals the same part of the whole.
+//    counter-based hash (src/quant/synthetic_values.h), so two runtimes with the same seed hold
+//    identical weights whatever the thread count or the backend, and a part equals the same part
+//    of the whole.
+//  - made where they are used, and only the part that is used: a tensor-parallel rank makes only
+//    its slice (src/quant/synthetic_weights.h); a backend that generates on its device
+//    (Backend::MakeSyntheticWeight: the CUDA backend) makes it there, with no host buffer and no
+//    upload; otherwise the part is made in host memory and handed to Backend::PrepareWeight.
 #ifndef LLMRT_MODEL_SYNTHETIC_H_
 #define LLMRT_MODEL_SYNTHETIC_H_
 
@@ -27,20 +32,27 @@
 
 #include "absl/status/statusor.h"
 #include "src/model/config.h"
+#include "src/quant/synthetic_values.h"
+#include "src/quant/synthetic_weights.h"
 #include "src/quant/weight_format.h"
 
 namespace llmrt {
 
 // Standard deviation of synthetic matrix entries (the usual initializer_range of these models).
-inline constexpr float kSyntheticStd = 0.02f;
+inline constexpr float kSyntheticStd = synthetic::kStd;
 
 // The format and layout constants a released checkpoint of config `c` stores matrix `name` in
 // ("<stem>weight"), by the rules above.
 WeightFormatId SyntheticFormat(const ModelConfig& c, const std::string& name, WeightParams* params);
 
-// Matrix `name` [rows, cols] in SyntheticFormat, made in host memory (multi-threaded for large
-// matrices). ResourceExhausted naming the tensor and its bytes when the host memory cannot be
-// had.
+// The whole of matrix `name` [rows, cols] under `seed`, in SyntheticFormat (narrow the part
+// fields to make a slice).
+SyntheticMatrixSpec SyntheticSpec(const ModelConfig& c, uint64_t seed, const std::string& name, int64_t rows,
+                                  int64_t cols);
+
+// Matrix `name` [rows, cols] in SyntheticFormat, whole, made in host memory (multi-threaded for
+// large matrices). ResourceExhausted naming the tensor and its bytes when the host memory cannot
+// be had.
 absl::StatusOr<StoredMatrix> MakeSyntheticMatrix(const ModelConfig& c, uint64_t seed, const std::string& name,
                                                  int64_t rows, int64_t cols);
 

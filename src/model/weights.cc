@@ -1,6 +1,8 @@
 #include "src/model/weights.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -28,15 +30,6 @@ WeightLoader::WeightLoader(const Checkpoint& ck, Backend& backend, const LoadOpt
 WeightLoader::~WeightLoader() = default;
 
 absl::StatusOr<StoredMatrix> WeightLoader::Find(const std::string& name, int64_t rows, int64_t cols) {
-  if (ck_.synthetic()) {
-    // Made, not looked up; counted as the checkpoint that stores it so would hold it.
-    LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, MakeSyntheticMatrix(ck_.config(), ck_.seed(), name, rows, cols));
-    if (counted_matrices_.insert(name).second) {
-      num_parameters_ += static_cast<uint64_t>(rows * cols);
-      weight_bytes_ += m.codes.bytes + m.scales.bytes;
-    }
-    return m;
-  }
   for (const WeightFormatTraits* f : WeightFormats()) {
     std::vector<std::string> used;
     LLMRT_ASSIGN_OR_RETURN(std::optional<StoredMatrix> m, f->load(*source_, name, rows, cols, &used));
@@ -98,32 +91,88 @@ absl::StatusOr<StoredMatrix> WeightLoader::Cut(const std::string& name, const St
   const Bounds b = BoundsOf(part, m.rows, m.cols);
   if (b.whole(m.rows, m.cols)) return m;
   const WeightFormatTraits& f = WeightFormatOf(m.format);
-  const ShardPlan& sp = options_.shard;
   if (f.slice == nullptr) {
     return UnsupportedError(absl::StrCat(ck_.dir(), ": tensor \"", name, "\" is stored as ", f.name,
                                          ", which cannot be split for tensor parallelism"));
   }
   absl::StatusOr<StoredMatrix> s = f.slice(m, b.r0, b.nr, b.c0, b.nc);
-  if (s.ok() && ck_.synthetic()) {
-    // A row range is a view that would keep the whole made matrix alive for as long as the
-    // backend holds the part (a checkpoint's views cost nothing: they are its mapping).
-    for (HostArray* a : {&s->codes, &s->scales}) {
-      if (a->bytes == 0 || (a->keepalive != m.codes.keepalive && a->keepalive != m.scales.keepalive)) continue;
-      HostArray copy = NewHostArray(a->dtype, a->shape);
-      std::memcpy(const_cast<uint8_t*>(copy.data), a->data, a->bytes);
-      *a = std::move(copy);
-    }
-  }
-  if (!s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(ck_.dir(), ": tensor \"", name, "\" [", m.rows, ", ", m.cols,
-                                                   "] cannot be split over tensor_parallel ", sp.size, ": rank ",
-                                                   sp.rank, "'s ", s.status().message()));
-  }
+  if (!s.ok()) return SplitError(name, m.rows, m.cols, s.status());
   return s;
+}
+
+absl::Status WeightLoader::SplitError(const std::string& name, int64_t rows, int64_t cols,
+                                      const absl::Status& cause) const {
+  const ShardPlan& sp = options_.shard;
+  return absl::InvalidArgumentError(absl::StrCat(ck_.dir(), ": tensor \"", name, "\" [", rows, ", ", cols,
+                                                 "] cannot be split over tensor_parallel ", sp.size, ": rank ",
+                                                 sp.rank, "'s ", cause.message()));
+}
+
+SyntheticMatrixSpec WeightLoader::SyntheticPart(const std::string& name, int64_t rows, int64_t cols,
+                                                const MatrixSlice& part) {
+  SyntheticMatrixSpec spec = SyntheticSpec(ck_.config(), ck_.seed(), name, rows, cols);
+  const Bounds b = BoundsOf(part, rows, cols);
+  spec.row0 = b.r0;
+  spec.part_rows = b.nr;
+  spec.col0 = b.c0;
+  spec.part_cols = b.nc;
+  // Counted as the checkpoint that stores the whole matrix would hold it, whatever part is made.
+  if (counted_matrices_.insert(name).second) {
+    num_parameters_ += static_cast<uint64_t>(rows * cols);
+    weight_bytes_ += WeightFormatOf(spec.format).resident_bytes(rows, cols, spec.params);
+  }
+  return spec;
+}
+
+absl::Status WeightLoader::CheckSynthetic(const SyntheticMatrixSpec& spec) const {
+  const absl::Status s = CheckSyntheticSpec(spec);
+  // The format's slice rule, worded as Cut words it for a checkpoint.
+  if (s.code() == absl::StatusCode::kFailedPrecondition) return SplitError(spec.name, spec.rows, spec.cols, s);
+  return s;
+}
+
+absl::StatusOr<Weight> WeightLoader::MakeSynthetic(const SyntheticMatrixSpec& spec) {
+  LLMRT_RETURN_IF_ERROR(CheckSynthetic(spec));
+  const WeightFormatTraits& f = WeightFormatOf(spec.format);
+  if (!backend_.SupportsWeightFormat(spec.format)) {
+    return UnsupportedError(absl::StrCat(ck_.dir(), ": the ", backend_.name(), " backend has no kernel for ", f.name,
+                                         " weights"));
+  }
+  // On the device when the backend generates there: no host copy of the part, no upload.
+  LLMRT_ASSIGN_OR_RETURN(std::optional<Weight> w, backend_.MakeSyntheticWeight(spec));
+  if (w.has_value()) {
+    resident_[spec.format] += f.resident_bytes(spec.part_rows, spec.part_cols, spec.params);
+    return *std::move(w);
+  }
+  LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, MakeSyntheticPart(spec));
+  return Prepare(m);
+}
+
+absl::StatusOr<std::vector<float>> WeightLoader::SyntheticHostRows(const SyntheticMatrixSpec& spec) {
+  // The part need not fall on the format's blocks or groups here (it is dequantized): the
+  // smallest part around it that does is made, and the rows are read out of that.
+  SyntheticMatrixSpec cover = spec;
+  int64_t rb = 1, cb = 1;
+  if (spec.format == kWeightFp8Block) {
+    rb = std::max<int64_t>(1, spec.params.block_rows);
+    cb = std::max<int64_t>(1, spec.params.block_cols);
+  } else if (spec.format == kWeightInt4Group) {
+    cb = std::max<int64_t>(1, spec.params.group);
+  }
+  const auto widen = [](int64_t begin, int64_t n, int64_t total, int64_t block, int64_t* b0, int64_t* bn) {
+    *b0 = begin / block * block;
+    *bn = std::min(total, (begin + n + block - 1) / block * block) - *b0;
+  };
+  widen(spec.row0, spec.part_rows, spec.rows, rb, &cover.row0, &cover.part_rows);
+  widen(spec.col0, spec.part_cols, spec.cols, cb, &cover.col0, &cover.part_cols);
+  LLMRT_RETURN_IF_ERROR(CheckSynthetic(cover));
+  LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, MakeSyntheticPart(cover));
+  return HostRows(m, MatrixSlice{spec.row0 - cover.row0, spec.part_rows, spec.col0 - cover.col0, spec.part_cols});
 }
 
 absl::StatusOr<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols,
                                             const MatrixSlice& part) {
+  if (ck_.synthetic()) return MakeSynthetic(SyntheticPart(name, rows, cols, part));
   LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, Find(name, rows, cols));
   LLMRT_ASSIGN_OR_RETURN(StoredMatrix p, Cut(name, m, part));
   return Prepare(p);
@@ -131,15 +180,22 @@ absl::StatusOr<Weight> WeightLoader::Matrix(const std::string& name, int64_t row
 
 absl::StatusOr<Weight> WeightLoader::Dense(const std::string& name, int64_t rows, int64_t cols,
                                            const MatrixSlice& part) {
-  LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, Find(name, rows, cols));
-  if (!WeightFormatOf(m.format).quantized) {
-    LLMRT_ASSIGN_OR_RETURN(StoredMatrix p, Cut(name, m, part));
-    return Prepare(p);
-  }
-  // Dequantized on the host from the mapped checkpoint bytes (only the part's rows), then handed
-  // to the backend.
   const Bounds b = BoundsOf(part, rows, cols);
-  const std::vector<float> host = HostRows(m, part);
+  std::vector<float> host;
+  if (ck_.synthetic()) {
+    const SyntheticMatrixSpec spec = SyntheticPart(name, rows, cols, part);
+    if (!WeightFormatOf(spec.format).quantized) return MakeSynthetic(spec);
+    LLMRT_ASSIGN_OR_RETURN(host, SyntheticHostRows(spec));
+  } else {
+    LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, Find(name, rows, cols));
+    if (!WeightFormatOf(m.format).quantized) {
+      LLMRT_ASSIGN_OR_RETURN(StoredMatrix p, Cut(name, m, part));
+      return Prepare(p);
+    }
+    // Dequantized on the host from the mapped checkpoint bytes (only the part's rows), then
+    // handed to the backend.
+    host = HostRows(m, part);
+  }
   StoredMatrix dense;
   dense.format = kWeightF32;
   dense.rows = b.nr;
@@ -163,17 +219,30 @@ absl::StatusOr<Weight> WeightLoader::Quantized(const std::string& name, int64_t 
                                                    b.nc, " columns of \"", name, "\" each of tensor_parallel ",
                                                    options_.shard.size, " ranks holds"));
   }
-  // Validates the stored tensor (presence, dtype, shape, scales) and counts its parameters.
-  LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, Find(name, rows, cols));
-  if (m.format == format && m.params.group == params.group && m.params.block_rows == params.block_rows &&
-      m.params.block_cols == params.block_cols) {
-    LLMRT_ASSIGN_OR_RETURN(StoredMatrix p, Cut(name, m, part));
-    return Prepare(p);
+  const auto same_layout = [&](WeightFormatId stored, const WeightParams& p) {
+    return stored == format && p.group == params.group && p.block_rows == params.block_rows &&
+           p.block_cols == params.block_cols;
+  };
+  std::vector<float> host;
+  if (ck_.synthetic()) {
+    const SyntheticMatrixSpec spec = SyntheticPart(name, rows, cols, part);
+    if (same_layout(spec.format, spec.params)) return MakeSynthetic(spec);
+    if (f.quantize == nullptr) {
+      return UnsupportedError(absl::StrCat(f.name, " weights cannot be made at load (\"", name, "\")"));
+    }
+    LLMRT_ASSIGN_OR_RETURN(host, SyntheticHostRows(spec));
+  } else {
+    // Validates the stored tensor (presence, dtype, shape, scales) and counts its parameters.
+    LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, Find(name, rows, cols));
+    if (same_layout(m.format, m.params)) {
+      LLMRT_ASSIGN_OR_RETURN(StoredMatrix p, Cut(name, m, part));
+      return Prepare(p);
+    }
+    if (f.quantize == nullptr) {
+      return UnsupportedError(absl::StrCat(f.name, " weights cannot be made at load (\"", name, "\")"));
+    }
+    host = HostRows(m, part);
   }
-  if (f.quantize == nullptr) {
-    return UnsupportedError(absl::StrCat(f.name, " weights cannot be made at load (\"", name, "\")"));
-  }
-  const std::vector<float> host = HostRows(m, part);
   LLMRT_ASSIGN_OR_RETURN(StoredMatrix q, f.quantize(host.data(), b.nr, b.nc, params));
   return Prepare(q);
 }

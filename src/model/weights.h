@@ -3,8 +3,9 @@
 // whose loader claims it), checked against the shape the architecture expects, and prepared by
 // the backend in its own layout. It counts parameters and bytes. For a synthetic checkpoint
 // (Checkpoint::Synthetic) it makes each requested tensor instead, in the format the checkpoint
-// would store it (src/model/synthetic.h), and hands it to the backend the same way, so every
-// backend and phase policy runs unchanged.
+// would store it (src/model/synthetic.h), and only the part this rank owns: on the device when
+// the backend generates there (Backend::MakeSyntheticWeight), else on the host, handed to the
+// backend the same way; every backend and phase policy runs unchanged.
 #ifndef LLMRT_MODEL_WEIGHTS_H_
 #define LLMRT_MODEL_WEIGHTS_H_
 
@@ -18,6 +19,7 @@
 #include "src/backend/backend.h"
 #include "src/model/checkpoint.h"
 #include "src/model/model.h"
+#include "src/quant/synthetic_weights.h"
 
 namespace llmrt {
 
@@ -71,6 +73,20 @@ class WeightLoader {
   // m's `part` in m's format (m itself when the part is the whole matrix). InvalidArgument naming
   // the tensor, the sizes and the rank when the format's blocks or groups straddle the part.
   absl::StatusOr<StoredMatrix> Cut(const std::string& name, const StoredMatrix& m, const MatrixSlice& part);
+  // The InvalidArgument of a part that the format's blocks or groups straddle (`cause`).
+  absl::Status SplitError(const std::string& name, int64_t rows, int64_t cols, const absl::Status& cause) const;
+  // Synthetic checkpoints (src/model/synthetic.h): matrices are made, not looked up, and only
+  // the part this rank owns. The spec of `part` of matrix `name`, counted as the checkpoint
+  // would store the whole matrix.
+  SyntheticMatrixSpec SyntheticPart(const std::string& name, int64_t rows, int64_t cols, const MatrixSlice& part);
+  // CheckSyntheticSpec, with a part off the format's blocks worded as Cut words it.
+  absl::Status CheckSynthetic(const SyntheticMatrixSpec& spec) const;
+  // The part made and prepared: on the device when the backend generates there
+  // (Backend::MakeSyntheticWeight), else made on the host and handed to Prepare.
+  absl::StatusOr<Weight> MakeSynthetic(const SyntheticMatrixSpec& spec);
+  // The part in float32 rows (for Dense and quantize-at-load), made on the host over the
+  // smallest part around it that falls on the format's blocks or groups.
+  absl::StatusOr<std::vector<float>> SyntheticHostRows(const SyntheticMatrixSpec& spec);
   // Vector for a synthetic checkpoint: made (src/model/synthetic.h), not looked up.
   absl::StatusOr<Weight> SyntheticVector(const std::string& name, int64_t n, int64_t begin, int64_t count);
 

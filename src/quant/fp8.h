@@ -7,13 +7,31 @@
 
 #include <cstdint>
 
+#include "src/util/host_device.h"
+
 namespace llmrt {
 
 struct Fp8E4M3 {
   static constexpr float kMax = 448.0f;
   static constexpr uint8_t kNaN = 0x7f;
   // Round to nearest even; saturates to +-448 (infinities too); NaN stays NaN (sign kept).
-  static uint8_t FromFloat(float x);
+  // Compiled for the device too (the CUDA kernels' FP8 encode is this function).
+  static LLMRT_HD uint8_t FromFloat(float x) {
+    const uint32_t bits = FloatBits(x);
+    const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+    const uint32_t mag = bits & 0x7fffffffu;
+    if (mag > 0x7f800000u) return sign | kNaN;
+    const float a = BitsFloat(mag);
+    if (a >= kMax) return sign | 0x7e;
+    if (a < 0.015625f) {  // below 2^-6: subnormal, m * 2^-9, rounded half to even (a * 512 is exact)
+      const int m = static_cast<int>(RoundHalfEven(a * 512.0f));
+      return sign | static_cast<uint8_t>(m);  // m == 8 is the smallest normal, encoded the same way
+    }
+    // Normal: drop 20 of float32's 23 mantissa bits with round-half-even, then rebias 127 -> 7.
+    const uint32_t rounded = mag + 0x7ffffu + ((mag >> 20) & 1u);
+    const uint32_t code = (rounded >> 20) - ((127u - 7u) << 3);
+    return sign | static_cast<uint8_t>(code > 0x7eu ? 0x7eu : code);
+  }
   static float ToFloat(uint8_t code) { return DecodeTable()[code]; }
   // The value of every code (kernels index it directly).
   static const float* DecodeTable();

@@ -111,6 +111,49 @@ INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpu,
                                            Model{"tiny_glm_moe_dsa", "tiny_glm_moe_dsa.golden.json"}),
                          ModelName);
 
+// Synthetic weights (llm_runtime_create_synthetic over the config.json alone): the CUDA backend
+// generates them on the device, bit for bit what the CPU runtime makes on the host, so the two
+// runtimes hold the same model: the same greedy tokens, logits within the bound above, and the
+// same parameter and byte counts. BF16, FP8 block-scaled and INT4 (routed experts) configs.
+class SyntheticCudaMatchesCpu : public ::testing::TestWithParam<Model> {};
+
+TEST_P(SyntheticCudaMatchesCpu, SameTokensAndCloseLogits) {
+  const std::string dir = TestData(GetParam().dir);
+  if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13, 17}, {42, 7}, {3}};
+  llm_runtime_info cpu_info, gpu_info;
+  RunConfig cpu_cfg;
+  cpu_cfg.synthetic = true;
+  cpu_cfg.synthetic_seed = 5;
+  cpu_cfg.max_new_tokens = 6;
+  cpu_cfg.backend = LLM_BACKEND_CPU;
+  cpu_cfg.info_out = &cpu_info;
+  RunConfig cuda_cfg = cpu_cfg;
+  cuda_cfg.backend = LLM_BACKEND_CUDA;
+  cuda_cfg.info_out = &gpu_info;
+  const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
+  const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << "prompt " << i;
+    ASSERT_EQ(gpu[i].logits.size(), cpu[i].logits.size());
+    for (size_t j = 0; j < cpu[i].logits.size(); ++j) {
+      EXPECT_LE(MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]), 2e-3f) << "prompt " << i << " step " << j;
+    }
+  }
+  EXPECT_EQ(gpu_info.num_parameters, cpu_info.num_parameters);
+  EXPECT_EQ(gpu_info.weight_bytes, cpu_info.weight_bytes);
+  EXPECT_EQ(gpu_info.weight_bytes_bf16, cpu_info.weight_bytes_bf16);
+  EXPECT_EQ(gpu_info.weight_bytes_fp8, cpu_info.weight_bytes_fp8);
+  EXPECT_EQ(gpu_info.weight_bytes_int4, cpu_info.weight_bytes_int4);
+}
+
+INSTANTIATE_TEST_SUITE_P(, SyntheticCudaMatchesCpu,
+                         ::testing::Values(Model{"tiny_kimi_k2_qlora_yarn", ""}, Model{"tiny_glm4_moe", ""},
+                                           Model{"tiny_kimi_k2_fp8", ""}, Model{"tiny_glm_moe_dsa_fp8", ""},
+                                           Model{"tiny_kimi_k2_int4_g32", ""}),
+                         ModelName);
+
 // The quantized checkpoints, F32 KV (the quantized weights alone).
 class CudaMatchesCpuQuantized : public ::testing::TestWithParam<Model> {};
 

@@ -309,6 +309,61 @@ absl::StatusOr<Weight> CudaBackend::PrepareWeight(const StoredMatrix& m) {
   return w;
 }
 
+absl::StatusOr<std::optional<Weight>> CudaBackend::MakeSyntheticWeight(const SyntheticMatrixSpec& spec) {
+  if (spec.format != kWeightBf16 && spec.format != kWeightFp8Block && spec.format != kWeightInt4Group) {
+    return std::nullopt;
+  }
+  if (!sticky_.ok()) return sticky_;
+  // The kernels' index arithmetic relies on it (the loader has checked it already).
+  LLMRT_RETURN_IF_ERROR(CheckSyntheticSpec(spec));
+  cudaSetDevice(device_);
+  cudaStream_t s = Stream(stream_);
+  const int64_t nr = spec.part_rows, nc = spec.part_cols;
+  // Device tensors in the dtypes and shapes PrepareWeight gives the host-made part: BF16 codes
+  // [nr, nc]; quantized codes as bytes and scales in their dtype, flat.
+  const auto allocate = [&](DType dtype, std::vector<int64_t> shape, const char* what) -> absl::StatusOr<Tensor> {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    LLMRT_ASSIGN_OR_RETURN(void* p, DeviceMalloc(static_cast<size_t>(n) * DTypeSize(dtype),
+                                                 absl::StrCat("the ", what, " of synthetic tensor \"", spec.name, "\"")));
+    return Tensor(std::make_shared<DeviceStorage>(p), p, dtype, shape.data(), static_cast<int>(shape.size()));
+  };
+  Weight w;
+  w.format = spec.format;
+  w.quantized = spec.format != kWeightBf16;
+  w.rows = nr;
+  w.cols = nc;
+  w.params = spec.params;
+  const cuda::SyntheticPartRef part{spec.stream, spec.cols, spec.row0, nr, spec.col0, nc};
+  if (spec.format == kWeightBf16) {
+    LLMRT_ASSIGN_OR_RETURN(w.data, allocate(DType::kBF16, {nr, nc}, "codes"));
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchSyntheticBf16(part, w.data.data_as<uint16_t>(), s)));
+  } else if (spec.format == kWeightFp8Block) {
+    const int64_t br = spec.params.block_rows, bc = spec.params.block_cols;
+    const int64_t snb = (spec.row0 + nr + br - 1) / br - spec.row0 / br;
+    const int64_t sncb = (spec.col0 + nc + bc - 1) / bc - spec.col0 / bc;
+    LLMRT_ASSIGN_OR_RETURN(w.data, allocate(DType::kU8, {nr * nc}, "codes"));
+    LLMRT_ASSIGN_OR_RETURN(w.scales, allocate(DType::kF32, {snb * sncb}, "block scales"));
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchSyntheticFp8(part, br, bc, w.data.data_as<uint8_t>(),
+                                                            w.scales.data_as<float>(), s)));
+  } else {
+    const int64_t g = spec.params.group;
+    LLMRT_ASSIGN_OR_RETURN(w.data, allocate(DType::kU8, {nr * (nc / 2)}, "packed codes"));
+    LLMRT_ASSIGN_OR_RETURN(w.scales, allocate(DType::kBF16, {nr * (nc / g)}, "group scales"));
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchSyntheticInt4(part, g, w.data.data_as<uint8_t>(),
+                                                             w.scales.data_as<uint16_t>(), s)));
+  }
+  // Progress of a load, as ImportHost reports uploads.
+  constexpr uint64_t kLogEvery = uint64_t{4} << 30;
+  const uint64_t before = generated_bytes_;
+  generated_bytes_ += w.data.bytes() + (w.scales.data() != nullptr ? w.scales.bytes() : 0);
+  if (generated_bytes_ / kLogEvery != before / kLogEvery) {
+    Log(LogLevel::kInfo, absl::StrCat("cuda backend: ", generated_bytes_ >> 20, " MiB of synthetic weights generated on device ",
+                                      device_));
+  }
+  return std::optional<Weight>(std::move(w));
+}
+
 absl::Status CudaBackend::Upload(const void* src, size_t bytes, const Tensor& dst) {
   if (bytes > dst.bytes() || !dst.contiguous()) {
     return absl::InternalError(absl::StrCat("upload of ", bytes, " bytes into a ", dst.bytes(), "-byte tensor"));
