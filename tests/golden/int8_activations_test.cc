@@ -124,7 +124,7 @@ TEST(Int8Activations, OptionIsValidatedAndOlderStructsReadAsExact) {
   llm_runtime_options_init(&ro);
   EXPECT_EQ(ro.quantized_activations, LLM_ACTIVATIONS_EXACT);
   llm_runtime* rt = nullptr;
-  for (int32_t bad : {-1, 3, 1000}) {
+  for (int32_t bad : {-1, LLM_ACTIVATIONS_FP8 + 1, 1000}) {
     ro.quantized_activations = bad;
     EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_ERR_INVALID_ARGUMENT) << bad;
     EXPECT_NE(std::string(llm_last_error()).find("quantized_activations"), std::string::npos) << llm_last_error();
