@@ -54,6 +54,11 @@ class Communicator {
   virtual absl::Status Broadcast(void* buf, size_t count, DType dtype, int root, bool failed = false) = 0;
   // Returns when every rank has called it.
   virtual absl::Status Barrier() = 0;
+  // A failure the communicator detected while collectives it enqueued run asynchronously (a peer
+  // gone, a network error), after which it is aborted so that work waiting on it ends; OK while
+  // none is known, and always for communicators whose collectives complete before they return.
+  // A device backend polls it while it waits for a stream that holds collectives.
+  virtual absl::Status AsyncError() { return absl::OkStatus(); }
 };
 
 // The status a collective returns on every rank when some rank called it with `failed`: it says

@@ -5,12 +5,14 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "src/util/errors.h"
+#include "src/util/status.h"
 
 namespace llmrt {
 namespace {
@@ -83,6 +85,17 @@ struct NcclCommunicator::Impl {
   int device = 0;
   std::chrono::milliseconds timeout{0};
   absl::Status broken;
+  float* barrier_value = nullptr;  // device: Barrier's all-reduced value, made on first use
+
+  // Marks the communicator failed with `st` and aborts it (its pending kernels return).
+  absl::Status Break(absl::Status st) {
+    if (broken.ok()) broken = st;
+    if (comm != nullptr) {
+      nccl->CommAbort(comm);
+      comm = nullptr;
+    }
+    return broken;
+  }
 };
 
 namespace {
@@ -170,23 +183,38 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (impl_ && impl_->comm != nullptr) {
+  if (!impl_) return;
+  if (impl_->comm != nullptr) {
     if (impl_->broken.ok()) {
       impl_->nccl->CommDestroy(impl_->comm);
     } else {
       impl_->nccl->CommAbort(impl_->comm);
     }
   }
+  // After a failure a kernel may still name the barrier's value: it is left allocated (4 bytes).
+  if (impl_->barrier_value != nullptr && impl_->broken.ok()) {
+    cudaSetDevice(impl_->device);
+    cudaFree(impl_->barrier_value);
+  }
+}
+
+absl::Status NcclCommunicator::AsyncError() {
+  if (!impl_->broken.ok()) return impl_->broken;
+  if (impl_->comm == nullptr) return absl::OkStatus();
+  ncclResult_t r = ncclSuccess;
+  if (impl_->nccl->CommGetAsyncError(impl_->comm, &r) != ncclSuccess || r == ncclSuccess || r == ncclInProgress) {
+    return absl::OkStatus();
+  }
+  return impl_->Break(absl::InternalError(absl::StrCat("NCCL: ", impl_->nccl->GetErrorString(r), " (",
+                                                       impl_->nccl->GetLastError(impl_->comm),
+                                                       "); the communicator was aborted")));
 }
 
 #define LLMRT_NCCL_CALL(what, call)                                                            \
   do {                                                                                         \
     if (!impl_->broken.ok()) return impl_->broken;                                             \
     absl::Status _st = Settle(*impl_->nccl, impl_->comm, (call), what, impl_->timeout);       \
-    if (!_st.ok()) {                                                                           \
-      impl_->broken = _st;                                                                     \
-      return _st;                                                                              \
-    }                                                                                          \
+    if (!_st.ok()) return impl_->Break(_st);                                                   \
     return absl::OkStatus();                                                                   \
   } while (0)
 
@@ -218,22 +246,34 @@ absl::Status NcclCommunicator::Broadcast(void* buf, size_t count, DType dtype, i
 }
 
 absl::Status NcclCommunicator::Barrier() {
-  // NCCL has no barrier: an all-reduce of one value, waited for on the stream.
+  // NCCL has no barrier: an all-reduce of one value, its completion polled on the stream until
+  // the timeout (cudaStreamSynchronize would wait forever for a rank that never arrives).
   if (!impl_->broken.ok()) return impl_->broken;
-  float* one = nullptr;
-  if (cudaError_t e = cudaMalloc(&one, sizeof(float)); e != cudaSuccess) return CudaError(e, "cudaMalloc");
-  absl::Status st = Settle(*impl_->nccl, impl_->comm,
-                           impl_->nccl->AllReduce(one, one, 1, ncclFloat32, ncclSum, impl_->comm,
-                                         static_cast<cudaStream_t>(stream_)),
-                           "ncclAllReduce (barrier)", impl_->timeout);
-  if (st.ok()) {
-    if (cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)); e != cudaSuccess) {
-      st = CudaError(e, "cudaStreamSynchronize");
+  if (cudaError_t e = cudaSetDevice(impl_->device); e != cudaSuccess) return CudaError(e, "cudaSetDevice");
+  if (impl_->barrier_value == nullptr) {
+    if (cudaError_t e = cudaMalloc(&impl_->barrier_value, sizeof(float)); e != cudaSuccess) {
+      impl_->barrier_value = nullptr;
+      return CudaError(e, "cudaMalloc (barrier)");
     }
   }
-  cudaFree(one);
-  if (!st.ok()) impl_->broken = st;
-  return st;
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  float* v = impl_->barrier_value;
+  absl::Status st = Settle(*impl_->nccl, impl_->comm,
+                           impl_->nccl->AllReduce(v, v, 1, ncclFloat32, ncclSum, impl_->comm, stream),
+                           "ncclAllReduce (barrier)", impl_->timeout);
+  if (!st.ok()) return impl_->Break(st);
+  const auto deadline = std::chrono::steady_clock::now() + impl_->timeout;
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return absl::OkStatus();
+    if (e != cudaErrorNotReady) return impl_->Break(CudaError(e, "cudaStreamQuery (barrier)"));
+    LLMRT_RETURN_IF_ERROR(AsyncError());
+    if (std::chrono::steady_clock::now() > deadline) {
+      return impl_->Break(absl::DeadlineExceededError(absl::StrCat(
+          "NCCL barrier: not every rank arrived within ", impl_->timeout.count(), " ms; the communicator was aborted")));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 }  // namespace llmrt

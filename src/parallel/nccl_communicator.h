@@ -49,7 +49,12 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllGather(const void* in, void* out, size_t count, DType dtype, bool failed) override;
   absl::Status ReduceScatterSum(const void* in, void* out, size_t count, DType dtype, bool failed) override;
   absl::Status Broadcast(void* buf, size_t count, DType dtype, int root, bool failed) override;
+  // An all-reduce of one value on the stream, waited for up to the timeout (a rank that never
+  // arrives: DEADLINE_EXCEEDED and the communicator aborted).
   absl::Status Barrier() override;
+  // ncclCommGetAsyncError: on an error the communicator is aborted (its kernels return) and
+  // every later call fails with that status.
+  absl::Status AsyncError() override;
 
   struct Impl;
 

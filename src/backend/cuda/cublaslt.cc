@@ -146,6 +146,8 @@ struct CublasLtGemm::Impl {
   std::map<std::tuple<Operands, int64_t, int64_t>, Shape> shapes;
   // Per (operands, N, K, T, ldo): B's and D's layouts; null b: the algorithm refuses this T.
   std::map<std::tuple<Operands, int64_t, int64_t, int64_t, int64_t>, Call> calls;
+  // The previous generation of `calls` (Prepare), destroyed at the next retirement.
+  std::map<std::tuple<Operands, int64_t, int64_t, int64_t, int64_t>, Call> retired;
 
   std::string Name(cublasStatus_t s) const {
     const char* n = api->GetStatusName != nullptr ? api->GetStatusName(s) : nullptr;
@@ -193,6 +195,15 @@ struct CublasLtGemm::Impl {
 };
 
 absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, Shape* s) {
+  if (ops == Operands::kFp8Block128 && (K + 127) / 128 % 4 != 0) {
+    // cuBLASLt reads a weight's 128 x 128 block scales with each row of blocks at a stride of
+    // ceil(K / 128) rounded up to 4, and the layout has no stride attribute: the checkpoint's
+    // [ceil(N / 128), ceil(K / 128)] array matches it only when ceil(K / 128) is a multiple of 4
+    // (every linear of the released Kimi K2 and GLM shapes is).
+    Log(LogLevel::kInfo, absl::StrCat("cuBLASLt: the FP8 block-scaled weight [", N, ", ", K, "] has ", (K + 127) / 128,
+                                      " scale blocks per row (not a multiple of 4); it runs the backend's own kernel"));
+    return absl::OkStatus();
+  }
   LLMRT_RETURN_IF_ERROR(
       Check(api->MatmulDescCreate(&s->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
   const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
@@ -210,6 +221,13 @@ absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, S
     LLMRT_RETURN_IF_ERROR(
         Check(api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)),
               "cublasLtMatmulDescSetAttribute (B_SCALE_MODE VEC128_32F)"));
+    // The heuristic may look at the scale pointers: until the first call sets them, both name
+    // the workspace (device memory, 256-byte aligned).
+    const void* placeholder = workspace;
+    for (cublasLtMatmulDescAttributes_t attr : {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER}) {
+      LLMRT_RETURN_IF_ERROR(Check(api->MatmulDescSetAttribute(s->desc, attr, &placeholder, sizeof(placeholder)),
+                                  "cublasLtMatmulDescSetAttribute (scale pointer)"));
+    }
   }
   // The weight [N, K] row-major is the column-major K x N matrix with ld K.
   LLMRT_RETURN_IF_ERROR(Check(api->MatrixLayoutCreate(&s->a, OperandType(ops), static_cast<uint64_t>(K),
@@ -242,11 +260,15 @@ absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, S
   if (st.ok()) {
     const cublasStatus_t h =
         api->MatmulAlgoGetHeuristic(handle, s->desc, s->a, b, d, d, pref, kCandidates, results, &count);
-    // NOT_SUPPORTED: no algorithm for this configuration; the shape runs the caller's kernel.
-    if (h == CUBLAS_STATUS_NOT_SUPPORTED) {
-      count = 0;
-    } else {
+    // Running out of memory or an uninitialized library is an error; any other refusal
+    // (NOT_SUPPORTED, INVALID_VALUE for a configuration this library or device does not take,
+    // ARCH_MISMATCH...) means no algorithm: the shape runs the caller's kernel.
+    if (h == CUBLAS_STATUS_ALLOC_FAILED || h == CUBLAS_STATUS_NOT_INITIALIZED) {
       st = Check(h, "cublasLtMatmulAlgoGetHeuristic");
+    } else if (h != CUBLAS_STATUS_SUCCESS) {
+      Log(LogLevel::kInfo, absl::StrCat("cuBLASLt: the heuristic has no algorithm for a ", OperandsName(ops),
+                                        " weight [", N, ", ", K, "] (", Name(h), ")"));
+      count = 0;
     }
   }
   if (b != nullptr) api->MatrixLayoutDestroy(b);
@@ -255,7 +277,9 @@ absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, S
   LLMRT_RETURN_IF_ERROR(st);
 
   // The first algorithm (the heuristic's order: fastest first) without split-K, one needing no
-  // workspace first, that also runs at T = 1.
+  // workspace first, that also runs at the smallest T a call passes (1; 4 for FP8, whose callers
+  // pad T to a multiple of 4).
+  const int64_t t_min = ops == Operands::kFp8Block128 ? 4 : 1;
   for (int pass = 0; pass < 2 && !s->taken; ++pass) {
     for (int i = 0; i < count && !s->taken; ++i) {
       const cublasLtMatmulHeuristicResult_t& r = results[i];
@@ -271,7 +295,7 @@ absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, S
         continue;
       }
       if (splits > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE) continue;
-      LLMRT_ASSIGN_OR_RETURN(const bool runs_one, Runs(ops, *s, r.algo, N, K, 1, ldo));
+      LLMRT_ASSIGN_OR_RETURN(const bool runs_one, Runs(ops, *s, r.algo, N, K, t_min, ldo));
       if (!runs_one) continue;
       s->algo = r.algo;
       s->taken = true;
@@ -300,6 +324,7 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(void* workspa
 CublasLtGemm::~CublasLtGemm() {
   Impl& m = *impl_;
   for (auto& [key, c] : m.calls) m.DestroyCall(c);
+  for (auto& [key, c] : m.retired) m.DestroyCall(c);
   for (auto& [key, s] : m.shapes) {
     if (s.a != nullptr) m.api->MatrixLayoutDestroy(s.a);
     if (s.desc != nullptr) m.api->MatmulDescDestroy(s.desc);
@@ -316,6 +341,8 @@ absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(Operands ops, in
   // Rows of A and B (K elements) and of D (ldo floats) 16-byte aligned.
   const int64_t k_align = ops == Operands::kFp8Block128 ? 16 : 8;
   if (K % k_align != 0 || ldo % 4 != 0) return static_cast<const Call*>(nullptr);
+  // The activations' VEC128 scales are read at a stride of T rounded up to 4 (callers pad T).
+  if (ops == Operands::kFp8Block128 && T % 4 != 0) return static_cast<const Call*>(nullptr);
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
   auto [it, added] = m.shapes.try_emplace({ops, N, K});
@@ -332,14 +359,17 @@ absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(Operands ops, in
   }
   if (!s.taken) return static_cast<const Call*>(nullptr);
   // The layouts of a few hundred T per shape (a step's rows are at most max_tokens_per_step);
-  // the map is emptied if it ever grows past that, bounding the host memory it holds.
+  // past kMaxCalls the map is retired whole, bounding the host memory it holds. A retired map's
+  // layouts live until the next retirement, so a Call returned before it stays valid for
+  // kMaxCalls further plans (a caller runs its Call right after Prepare).
   constexpr size_t kMaxCalls = 4096;
   const auto key = std::make_tuple(ops, N, K, T, ldo);
   auto found = m.calls.find(key);
   if (found == m.calls.end()) {
     if (m.calls.size() >= kMaxCalls) {
-      for (auto& [k, c] : m.calls) m.DestroyCall(c);
-      m.calls.clear();
+      for (auto& [k, c] : m.retired) m.DestroyCall(c);
+      m.retired.clear();
+      m.retired.swap(m.calls);  // the nodes, and pointers to them, move with the swap
     }
     Call c;
     c.desc = s.desc;

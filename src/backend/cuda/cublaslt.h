@@ -13,18 +13,23 @@
 // weight and B = the e4m3 codes of the activations (CUDA_R_8F_E4M3, the same shapes and leading
 // dimensions), D float32 as above, with block scales: A's float32 scale per 128 x 128 block
 // (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F), the checkpoint's [ceil(N / 128), ceil(K / 128)]
-// row-major array as stored, and B's per 128 values of a token row
-// (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F), [ceil(K / 128)][T] with a block's T scales
-// contiguous. Products of two e4m3 values are exact; each 128-long block sum is scaled by the two
-// block scales and added in float32 (no fast accumulation), so the result differs from
-// cpu::Fp8MatMulRows on the same codes only in the order of float32 additions and where the
-// scales are applied. Hopper runs it; other devices may have no algorithm (Prepare: null).
+// row-major array as stored, which cuBLASLt reads with rows of blocks at a stride of
+// ceil(K / 128) rounded up to 4, so a shape is taken only when ceil(K / 128) is a multiple of 4;
+// and B's per 128 values of a token row (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F),
+// [ceil(K / 128)][T] with a block's T scales contiguous, read at a stride of T rounded up to 4,
+// so FP8 plans take T a multiple of 4 (the caller pads the rows with zero codes and scales).
+// Products of two e4m3 values are exact, but Hopper's FP8 tensor cores add them inside a
+// 128-long block with a narrower accumulator than float32 (about 14 significant bits, the
+// DeepSeek-V3 report's finding); each block sum is then scaled by the two block scales and added
+// in float32 (no fast accumulation). The result is therefore within about 2^-11 of the sum of
+// the products' magnitudes of cpu::Fp8MatMulRows on the same codes, not bit-equal to it. Hopper
+// runs it; the backend does not offer it on other devices.
 //
 // Batch invariance. cuBLASLt's heuristic picks tiles and split-K by problem size, so a row's
 // result could change with T. Here the algorithm is fixed per (N, K): the heuristic is asked once,
 // at T = kCanonicalRows, for algorithms without split-K (CUBLASLT_ALGO_CONFIG_SPLITK_NUM 1,
 // reduction scheme NONE), preferring one that needs no workspace (it keeps no partial sums across
-// thread blocks), and that algorithm, checked at T = 1 and T = kCanonicalRows, serves every T. A
+// thread blocks), and that algorithm, checked at T = 1 (4 for FP8) and T = kCanonicalRows, serves every T. A
 // thread block then sums each output over all of K in the same order whatever T is, so a row's
 // result depends neither on T nor on the other rows. A shape without such an algorithm, or a T
 // the algorithm does not take (cublasLtMatmulAlgoCheck), is not taken (Prepare returns null) and
@@ -79,10 +84,12 @@ class CublasLtGemm {
   // The plan for out [T, N] (row stride ldo) = x [T, K] w^T, created and cached on first use
   // (the heuristic runs once per (N, K)); null when cuBLASLt does not take the shape (K not a
   // multiple of 8 or ldo not a multiple of 4, so that rows are 16-byte aligned; no split-K-free
-  // algorithm; the algorithm refuses this T). A failing cuBLASLt call is INTERNAL naming the
+  // algorithm; the algorithm refuses this T; for FP8, K a multiple of 16, ceil(K / 128) a
+  // multiple of 4 and T a multiple of 4). A failing cuBLASLt call is INTERNAL naming the
   // call and its cublasStatus. REQUIRES: N, K, T > 0, ldo >= N.
   absl::StatusOr<const Call*> Prepare(int64_t N, int64_t K, int64_t T, int64_t ldo);
-  // The same for either operand type (FP8: K a multiple of 16).
+  // The same for either operand type. The returned Call stays valid for at least 4096 further
+  // Prepare calls (the plan cache is retired a generation at a time).
   absl::StatusOr<const Call*> Prepare(Operands ops, int64_t N, int64_t K, int64_t T, int64_t ldo);
   // Enqueues the product on `stream` (a cudaStream_t). REQUIRES: `call` from Prepare of this
   // object with BF16 operands; w, x and out 16-byte aligned device pointers of the prepared shapes.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -114,6 +115,9 @@ absl::Status CudaBackend::Init() {
   if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
     Log(LogLevel::kInfo, absl::StrCat("cuda backend: device ", device_, " ", prop.name, ", compute capability ", prop.major, ".",
                          prop.minor, ", ", prop.totalGlobalMem >> 20, " MiB"));
+    // cuBLASLt's 128 x 128 block-scaled FP8 GEMM is a Hopper (sm_90) feature; other devices run
+    // the backend's own kernels under the FP8 policy.
+    fp8_cublaslt_ = prop.major == 9;
   }
   return CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
@@ -148,7 +152,7 @@ absl::Status CudaBackend::Synchronize() {
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   absl::Status device = CudaStatus(cudaMemcpyAsync(error_host_, error_word_, sizeof(int32_t), cudaMemcpyDeviceToHost, s),
                                    "reading the device error word");
-  if (device.ok()) device = CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  if (device.ok()) device = AwaitStream();
   if (!device.ok()) {
     // Launch and execution errors of the stream are sticky: the context cannot be used again.
     sticky_ = absl::InternalError(absl::StrCat("the CUDA device failed: ", device.message()));
@@ -166,6 +170,25 @@ absl::Status CudaBackend::Synchronize() {
     if (!reset.ok() && result.ok()) result = reset;
   }
   return result;
+}
+
+absl::Status CudaBackend::AwaitStream() {
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  if (comm_ == nullptr || comm_->size() < 2) return CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  // The stream may hold collectives: a rank that fails while they run would leave them waiting
+  // forever, so the stream is polled and the communicator asked for such a failure meanwhile
+  // (it then aborts itself, which ends its kernels).
+  for (int polls = 0;; ++polls) {
+    const cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return absl::OkStatus();
+    if (e != cudaErrorNotReady) return CudaStatus(e, "cudaStreamQuery");
+    LLMRT_RETURN_IF_ERROR(comm_->AsyncError());
+    if (polls < 1000) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
 }
 
 absl::StatusOr<void*> CudaBackend::DeviceMalloc(size_t bytes, const std::string& what) {
@@ -396,10 +419,10 @@ absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes, const char* w
   if (slot != kScratchSampling) DropGraphs();  // they name the old buffer (sampling runs outside them)
   // Kernels enqueued earlier may still read the old buffer.
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize"));
+  const size_t grown = std::max(bytes, b.bytes + b.bytes / 2);
   cudaFree(b.ptr);
   b.ptr = nullptr;
   b.bytes = 0;
-  const size_t grown = std::max(bytes, b.bytes + b.bytes / 2);
   LLMRT_ASSIGN_OR_RETURN(b.ptr, DeviceMalloc(grown, absl::StrCat("the scratch of ", what)));
   b.bytes = grown;
   return b.ptr;
@@ -664,46 +687,75 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
 }
 
 absl::StatusOr<cuda::Fp8ActOut> CudaBackend::QuantizeFp8(const cuda::ConstMat& x, int64_t block_cols, int slot,
-                                                         const char* what, bool codes, bool values, bool dequantized) {
+                                                         const char* what, bool codes, bool values, bool dequantized,
+                                                         int64_t padded_rows) {
   const int64_t T = x.rows, K = x.cols, nb = (K + block_cols - 1) / block_cols;
+  const int64_t R = std::max(T, padded_rows);  // the scales' stride and the codes' rows
   // One buffer: the scales, then each requested output, each at a 256-byte boundary.
   auto round = [](size_t n) { return (n + 255) / 256 * 256; };
-  const size_t scale_bytes = round(static_cast<size_t>(nb * T) * sizeof(float));
-  const size_t code_bytes = codes ? round(static_cast<size_t>(T * K)) : 0;
+  const size_t scale_bytes = round(static_cast<size_t>(nb * R) * sizeof(float));
+  const size_t code_bytes = codes ? round(static_cast<size_t>(R * K)) : 0;
   const size_t value_bytes = values ? round(static_cast<size_t>(T * K) * sizeof(float)) : 0;
   const size_t deq_bytes = dequantized ? round(static_cast<size_t>(T * K) * sizeof(float)) : 0;
   LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(slot, scale_bytes + code_bytes + value_bytes + deq_bytes, what));
   uint8_t* base = static_cast<uint8_t*>(p);
   cuda::Fp8ActOut o;
   o.scales = reinterpret_cast<float*>(base);
-  o.scales_ld = T;
+  o.scales_ld = R;
   if (codes) o.codes = base + scale_bytes;
   if (values) o.values = reinterpret_cast<float*>(base + scale_bytes + code_bytes);
   if (dequantized) o.dequantized = reinterpret_cast<float*>(base + scale_bytes + code_bytes + value_bytes);
-  LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchQuantizeFp8Act(x, block_cols, o, Stream(stream_))));
+  cudaStream_t s = Stream(stream_);
+  if (R > T) {
+    // The pad rows: zero scales (the kernel then writes the real ones) and zero codes.
+    LLMRT_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(o.scales, 0, static_cast<size_t>(nb * R) * sizeof(float), s),
+                                     "cudaMemsetAsync (FP8 activation scales)"));
+    if (codes) {
+      LLMRT_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(o.codes + T * K, 0, static_cast<size_t>((R - T) * K), s),
+                                       "cudaMemsetAsync (FP8 activation pad rows)"));
+    }
+  }
+  LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchQuantizeFp8Act(x, block_cols, o, s)));
   return o;
 }
 
 // The FP8 policy on an FP8 block weight. cuBLASLt takes 128 x 128 blocks on Hopper; its plan is
 // fixed per weight shape, so a shape takes one path for every T as under the BF16 policy (a T the
-// algorithm refuses runs the GEMV, logged). The GEMV multiplies the e4m3 values with the exact
-// codes and folds each lane's sum with both scales; other shapes take the tiled kernel on the
-// dequantized activations (value * scale, rounded once), the nearest the exact-product kernels
-// come to the policy's numerics.
+// algorithm refuses runs the GEMV, logged). Its activation scales are read at a stride of T
+// rounded up to 4, so it multiplies T4 rows, the pad rows zero, into `out` directly when T4 == T
+// and otherwise into scratch, whose first T rows are then copied to `out`. The GEMV multiplies
+// the e4m3 values with the exact codes and folds each lane's sum with both scales; other shapes
+// take the tiled kernel on the dequantized activations (value * scale, rounded once), the nearest
+// the exact-product kernels come to the policy's numerics.
 absl::Status CudaBackend::Fp8MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out) {
   const int64_t T = x.rows, N = w.rows, K = w.cols, bc = w.params.block_cols;
   if (T == 0 || N == 0) return absl::OkStatus();
   cudaStream_t s = Stream(stream_);
   const cuda::WeightRef wr = WeightOf(w);
-  const CublasLtGemm::Call* call = nullptr;
-  if (w.params.block_rows == 128 && bc == 128 && K > 0 && CublasLtGemm::Aligned(w.data.data()) &&
-      CublasLtGemm::Aligned(w.scales.data()) && CublasLtGemm::Aligned(out.data)) {
-    LLMRT_ASSIGN_OR_RETURN(call, cublaslt_->Prepare(CublasLtGemm::Operands::kFp8Block128, N, K, T, out.ld));
-  }
-  if (call != nullptr) {
-    LLMRT_ASSIGN_OR_RETURN(cuda::Fp8ActOut q,
-                           QuantizeFp8(x, bc, kScratchMatMulFp8, "MatMul e4m3 activations", true, false, false));
-    return cublaslt_->RunFp8(*call, w.data.data(), w.scales.data_as<float>(), q.codes, q.scales, out.data, stream_);
+  if (fp8_cublaslt_ && w.params.block_rows == 128 && bc == 128 && K > 0 && CublasLtGemm::Aligned(w.data.data()) &&
+      CublasLtGemm::Aligned(w.scales.data())) {
+    const int64_t T4 = (T + 3) / 4 * 4;
+    const bool direct = T4 == T && out.ld % 4 == 0 && CublasLtGemm::Aligned(out.data);
+    const int64_t ldd = direct ? out.ld : (N + 3) / 4 * 4;
+    LLMRT_ASSIGN_OR_RETURN(const CublasLtGemm::Call* call,
+                           cublaslt_->Prepare(CublasLtGemm::Operands::kFp8Block128, N, K, T4, ldd));
+    if (call != nullptr) {
+      LLMRT_ASSIGN_OR_RETURN(cuda::Fp8ActOut q, QuantizeFp8(x, bc, kScratchMatMulFp8, "MatMul e4m3 activations", true,
+                                                            false, false, T4));
+      float* d = out.data;
+      if (!direct) {
+        LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchMatMulFp8Out, static_cast<size_t>(T4 * ldd) * sizeof(float),
+                                                "MatMul FP8 output"));
+        d = static_cast<float*>(p);
+      }
+      LLMRT_RETURN_IF_ERROR(
+          cublaslt_->RunFp8(*call, w.data.data(), w.scales.data_as<float>(), q.codes, q.scales, d, stream_));
+      if (direct) return absl::OkStatus();
+      return CudaStatus(cudaMemcpy2DAsync(out.data, static_cast<size_t>(out.ld) * sizeof(float), d,
+                                          static_cast<size_t>(ldd) * sizeof(float), static_cast<size_t>(N) * sizeof(float),
+                                          static_cast<size_t>(T), cudaMemcpyDeviceToDevice, s),
+                        "cudaMemcpy2DAsync (FP8 output rows)");
+    }
   }
   if (cuda::QuantGemvApplies(wr)) {
     LLMRT_ASSIGN_OR_RETURN(cuda::Fp8ActOut q,

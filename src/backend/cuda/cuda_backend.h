@@ -16,11 +16,14 @@
 // codecs registered later are refused with UNSUPPORTED naming them. Activations are float32, as
 // on the CPU, so that the two backends agree to the conformance tolerances.
 //
-// Activation policies: EXACT (the default), and BF16: MatMul with a BF16 weight rounds its
+// Activation policies: EXACT (the default); BF16: MatMul with a BF16 weight rounds its
 // activations to bfloat16 and multiplies on tensor cores through cuBLASLt (cublaslt.h; shapes it
-// does not take run the tiled kernel on the rounded activations), as does a BF16 router gate;
-// the MoE's BF16 expert projections run the grouped tiled kernel on rounded activations. INT8 is
-// refused.
+// does not take run the tiled kernel on the rounded activations), and the MoE's BF16 expert
+// projections run the grouped tiled kernel on rounded activations; FP8: as BF16 for BF16
+// weights, and FP8 block weights multiply e4m3 activations with per-block scales (cuBLASLt's
+// block-scaled GEMM on Hopper, else the GEMV with activation scales or the tiled kernel). The
+// router gate keeps float32 activations under every policy (its logits pick the experts). INT8
+// is refused.
 //
 // Memory: Allocate is cudaMalloc (an out-of-memory is RESOURCE_EXHAUSTED naming the bytes and the
 // device's free memory); ImportHost and Upload stage host bytes through a pinned double buffer,
@@ -148,10 +151,11 @@ class CudaBackend final : public Backend {
   // FP8 GEMM, else the GEMV on e4m3 values with activation scales, else the tiled kernel on the
   // dequantized e4m3 activations.
   absl::Status Fp8MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
-  // x's e4m3 form into scratch `slot` (`what` names it): the scales always ([blocks][rows]), and
-  // the outputs named in `want` (codes, values, dequantized: non-null pointers are placeholders).
+  // x's e4m3 form into scratch `slot` (`what` names it): the scales always ([blocks][R], R the
+  // larger of x.rows and padded_rows), and the outputs asked for (codes, values, dequantized).
+  // Codes have R rows; pad rows and their scales are zero.
   absl::StatusOr<cuda::Fp8ActOut> QuantizeFp8(const cuda::ConstMat& x, int64_t block_cols, int slot, const char* what,
-                                              bool codes, bool values, bool dequantized);
+                                              bool codes, bool values, bool dequantized, int64_t padded_rows = 0);
 
   // Runs an op's host part (checks and launches); a failure is recorded, and once one is
   // pending later ops are skipped (the contract of a device stream).
@@ -168,6 +172,9 @@ class CudaBackend final : public Backend {
   // Splits each (token, head) of an attention over `a->splits` blocks when there are too few of
   // them to fill the device and the contexts are long (at most `length` positions attended).
   absl::Status SplitAttention(cuda::AttentionArgs* a, int64_t length);
+  // Waits for the stream: cudaStreamSynchronize, or with a communicator of several ranks a
+  // polling wait that also fails when the communicator reports an asynchronous failure.
+  absl::Status AwaitStream();
   // A device allocation of `bytes` with an out-of-memory message naming `what`.
   absl::StatusOr<void*> DeviceMalloc(size_t bytes, const std::string& what);
 
@@ -177,6 +184,8 @@ class CudaBackend final : public Backend {
   // CublasLtGemm::kWorkspaceBytes, allocated at Init).
   std::unique_ptr<CublasLtGemm> cublaslt_;
   void* cublaslt_workspace_ = nullptr;
+  // Whether the FP8 policy offers cuBLASLt's block-scaled FP8 GEMM (a Hopper device).
+  bool fp8_cublaslt_ = false;
   int sm_count_ = 1;
   void* stream_ = nullptr;       // cudaStream_t
   int32_t* error_word_ = nullptr;  // device: the first kernel-detected failure (kernels/kernels.h ErrorCode)

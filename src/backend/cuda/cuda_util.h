@@ -34,11 +34,15 @@ enum ScratchSlot : int {
   kScratchMatMulFp8 = 11,  // MatMul's e4m3 activations and their scales (FP8 policy)
   kScratchMoeFp8In = 12,   // the MoE input's e4m3 form (FP8 policy)
   kScratchMoeFp8Mid = 13,  // the experts' intermediate rows' e4m3 form (FP8 policy)
-  kScratchSlots = 14,
+  kScratchMatMulFp8Out = 14,  // cuBLASLt's FP8 output over rows padded to a multiple of 4
+  kScratchSlots = 15,
 };
 
 inline absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
   if (e == cudaSuccess) return absl::OkStatus();
+  // Clear the runtime's last error, so a recoverable failure reported here is not blamed again on
+  // the next launch's cudaGetLastError (a sticky error stays set whatever this does).
+  (void)cudaGetLastError();
   if (e == cudaErrorMemoryAllocation) {
     return absl::ResourceExhaustedError(absl::StrCat(what, ": out of device memory (", cudaGetErrorString(e), ")"));
   }
