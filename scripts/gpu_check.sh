@@ -114,6 +114,13 @@ export root deps build jobs nvcc cuda_root rt
 export -f configure check_origins
 targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench llmrt_nccl_tests llm-bench)
 step configure 60 configure || { echo "configure failed" | tee -a "$summary"; exit 1; }
+# The NCCL tests exist only where the toolkit ships NCCL (CMakeLists.txt says which at configure).
+if ! grep -q "NCCL communicator: ON" "$OUT/configure.log"; then
+  kept=()
+  for t in "${targets[@]}"; do [ "$t" = llmrt_nccl_tests ] || kept+=("$t"); done
+  targets=("${kept[@]}")
+  echo "no NCCL in this toolkit: the NCCL tests are not built" | tee -a "$summary"
+fi
 if [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
   # The dry run builds what exercises every gathered package, and little more (a development
   # machine has two cores): absl and nlohmann (util), Highway (the CPU backend), Oniguruma
