@@ -405,7 +405,7 @@ absl::Status CudaBackend::Download(const Tensor& src, void* dst, size_t bytes) {
   cudaSetDevice(device_);
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync"));
-  return CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  return AwaitStream();
 }
 
 absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes, const char* what) {
@@ -418,7 +418,7 @@ absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes, const char* w
   }
   if (slot != kScratchSampling) DropGraphs();  // they name the old buffer (sampling runs outside them)
   // Kernels enqueued earlier may still read the old buffer.
-  LLMRT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize"));
+  LLMRT_RETURN_IF_ERROR(AwaitStream());
   const size_t grown = std::max(bytes, b.bytes + b.bytes / 2);
   cudaFree(b.ptr);
   b.ptr = nullptr;
