@@ -24,7 +24,7 @@ using conformance::MakeHostMatrix;
 
 std::vector<Bf16Isa> AvailableIsas() {
   std::vector<Bf16Isa> v;
-  for (Bf16Isa isa : {Bf16Isa::kScalar, Bf16Isa::kAvx512Bf16}) {
+  for (Bf16Isa isa : {Bf16Isa::kScalar, Bf16Isa::kAvx512Bf16, Bf16Isa::kAvx2Fma}) {
     if (Bf16IsaAvailable(isa)) v.push_back(isa);
   }
   return v;
@@ -99,6 +99,43 @@ TEST(Bf16Dot, ScalarEmulationMatchesTheInstructionLaneByLane) {
   // The edges were reached.
   EXPECT_GT(nan_lanes, 1000);
   EXPECT_GT(tiny_lanes, 1000);
+}
+
+// The AVX2 path forms the same steps with float32 FMAs under MXCSR's DAZ and FTZ: lane by lane
+// it gives the emulation's bits at the same edges (so, where the CPU has the instruction too,
+// the instruction's).
+TEST(Bf16Dot, Avx2FmaMatchesTheScalarEmulationLaneByLane) {
+  if (!Bf16IsaAvailable(Bf16Isa::kAvx2Fma)) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
+  std::mt19937 rng(57);
+  int nan_lanes = 0, tiny_lanes = 0, flushed = 0;
+  for (int iter = 0; iter < 200000; ++iter) {
+    uint16_t a[32], b[32];
+    float acc_s[16], acc_v[16];
+    for (int i = 0; i < 32; ++i) {
+      a[i] = EdgyBf16(rng);
+      b[i] = EdgyBf16(rng);
+    }
+    for (int i = 0; i < 16; ++i) acc_s[i] = acc_v[i] = EdgyAcc(rng);
+    float before[16];
+    std::memcpy(before, acc_s, sizeof(before));
+    Bf16DotLanes(Bf16Isa::kScalar, acc_s, a, b);
+    Bf16DotLanes(Bf16Isa::kAvx2Fma, acc_v, a, b);
+    for (int i = 0; i < 16; ++i) {
+      ASSERT_TRUE(SameFloat(acc_s[i], acc_v[i]))
+          << "lane " << i << ": emulation " << acc_s[i] << " (0x" << std::hex << Bits(acc_s[i]) << "), avx2 "
+          << acc_v[i] << " (0x" << Bits(acc_v[i]) << "); acc 0x" << Bits(before[i]) << " a " << a[2 * i] << ","
+          << a[2 * i + 1] << " b " << b[2 * i] << "," << b[2 * i + 1];
+      nan_lanes += std::isnan(acc_v[i]);
+      tiny_lanes += acc_v[i] != 0 && std::fabs(acc_v[i]) < 0x1p-100f;
+      flushed += std::fpclassify(before[i]) == FP_SUBNORMAL;
+    }
+  }
+  EXPECT_GT(nan_lanes, 1000);
+  EXPECT_GT(tiny_lanes, 1000);
+  EXPECT_GT(flushed, 1000);
+  // MXCSR is restored: a denormal product survives outside the kernels.
+  volatile float tiny = 0x1p-140f;
+  EXPECT_NE(tiny * 1.0f, 0.0f);
 }
 
 // The odd pair goes first: with acc = 1, odd = +2^24 and even = -2^24, odd first gives
@@ -312,7 +349,9 @@ TEST(Bf16Dot, ActivationRoundingMatchesTheScalarCastOnRandomBits) {
     x[0] = std::numeric_limits<float>::quiet_NaN();
     Bf16Activations xb;
     RoundActivationsBf16(x.data(), K, T, K, &xb);
-    ASSERT_EQ(xb.split.empty(), T < kBf16GemmMinTokens);
+    // The GEMM's layout from kBf16GemmMinTokens rows on, and always where the AVX2 path (which
+    // reads only that layout) is the best.
+    ASSERT_EQ(xb.split.empty(), T < kBf16GemmMinTokens && BestBf16Isa() != Bf16Isa::kAvx2Fma);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < xb.padded; ++k) {
         const uint16_t want = k < K ? F32ToBf16(x[t * K + k]) : uint16_t{0};

@@ -405,6 +405,199 @@ void Rows(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
 #pragma GCC pop_options
 
 }  // namespace bf16_amx
+
+// ---- AVX2 + FMA: the instruction's steps with float32 FMAs (CPUs without AVX512_BF16) ----
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace bf16_avx2 {
+
+// An output's 16 lanes live in two 8-float vectors (lanes 0-7, 8-15). A block of 32 bf16 weights
+// is two 256-bit loads of 8 column pairs each; a pair's odd-column value is the high half of its
+// 32-bit word (an AND), its even-column one the low half shifted up, both exactly as float32.
+// The activations come as Bf16Activations::split (per block: the 16 odd-column values, then the
+// 16 even-column ones). Lane i takes fma(x_odd, w_odd) and then fma(x_even, w_even), under
+// MXCSR's DAZ and FTZ (set by the callers around the tiles), so the bits are `vdpbf16ps`'s, as
+// in bf16_avx512::TileFma.
+struct Lanes {
+  __m256 lo, hi;
+};
+
+inline void SplitWeights(const uint16_t* w, __m256* wo_lo, __m256* wo_hi, __m256* we_lo, __m256* we_hi) {
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+  *wo_lo = _mm256_castsi256_ps(_mm256_and_si256(v0, high));
+  *wo_hi = _mm256_castsi256_ps(_mm256_and_si256(v1, high));
+  *we_lo = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16));
+  *we_hi = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
+}
+
+// R weight rows x TT activation rows over blocks [0, nfull), then, when `tails` is not null, one
+// more block whose weights are tails[r] (the row's last k % 32 values, zero-padded to 32).
+// acc[(t * ld_acc + r) * 16] holds the lanes in and out (as bf16_avx512::Tile).
+// kPrefetch: read each weight row kPrefetchBytes ahead in software (the GEMV streams R rows from
+// memory at once; the hardware prefetchers stop at every 4 KiB page).
+constexpr int64_t kPrefetchBytes = 2048;
+template <int R, int TT, bool kPrefetch>
+inline void Tile(const uint16_t* w, int64_t ldw, const float* x, int64_t ldx, int64_t nfull,
+                 const uint16_t (*tails)[kBlock], float* acc, int64_t ld_acc) {
+  Lanes a[TT][R];
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a[t][r].lo = _mm256_loadu_ps(acc + (t * ld_acc + r) * 16);
+      a[t][r].hi = _mm256_loadu_ps(acc + (t * ld_acc + r) * 16 + 8);
+    }
+  }
+  auto step = [&](int64_t col, bool tail) __attribute__((always_inline)) {
+    __m256 wo_lo[R], wo_hi[R], we_lo[R], we_hi[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + col) + kPrefetchBytes, _MM_HINT_T0);
+      SplitWeights(tail ? tails[r] : w + r * ldw + col, &wo_lo[r], &wo_hi[r], &we_lo[r], &we_hi[r]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; ++t) {
+      const float* xs = x + t * ldx + col;
+      const __m256 xo_lo = _mm256_loadu_ps(xs), xo_hi = _mm256_loadu_ps(xs + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        a[t][r].lo = _mm256_fmadd_ps(xo_lo, wo_lo[r], a[t][r].lo);
+        a[t][r].hi = _mm256_fmadd_ps(xo_hi, wo_hi[r], a[t][r].hi);
+      }
+      const __m256 xe_lo = _mm256_loadu_ps(xs + 16), xe_hi = _mm256_loadu_ps(xs + 24);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        a[t][r].lo = _mm256_fmadd_ps(xe_lo, we_lo[r], a[t][r].lo);
+        a[t][r].hi = _mm256_fmadd_ps(xe_hi, we_hi[r], a[t][r].hi);
+      }
+    }
+  };
+  for (int64_t c = 0; c < nfull; ++c) step(c * kBlock, false);
+  if (tails != nullptr) step(nfull * kBlock, true);
+#pragma GCC unroll 4
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_ps(acc + (t * ld_acc + r) * 16, a[t][r].lo);
+      _mm256_storeu_ps(acc + (t * ld_acc + r) * 16 + 8, a[t][r].hi);
+    }
+  }
+}
+
+using TileFn = void (*)(const uint16_t*, int64_t, const float*, int64_t, int64_t, const uint16_t (*)[kBlock], float*,
+                        int64_t);
+// The GEMV's tiles: up to four weight rows (8 accumulators, 16 split weights in flight) over one
+// activation row; the GEMM's: one weight row, split once, over up to four activation rows.
+constexpr int kGemvRows = 4;
+constexpr int kGemmTileTokens = 4;
+constexpr TileFn kGemvTiles[kGemvRows] = {Tile<1, 1, true>, Tile<2, 1, true>, Tile<3, 1, true>, Tile<4, 1, true>};
+constexpr TileFn kGemmTiles[kGemmTileTokens] = {Tile<1, 1, false>, Tile<1, 2, false>, Tile<1, 3, false>,
+                                                Tile<1, 4, false>};
+
+// The last k % 32 weights of rows n .. n + nr - 1, zero-padded to a block.
+inline void Tails(const uint16_t* w, int64_t k, int64_t n, int nr, uint16_t (*tails)[kBlock]) {
+  const int64_t nfull = k / kBlock, rest = k % kBlock;
+  for (int r = 0; r < nr; ++r) {
+    std::memset(tails[r], 0, sizeof(tails[r]));
+    std::memcpy(tails[r], w + (n + r) * k + nfull * kBlock, static_cast<size_t>(rest) * sizeof(uint16_t));
+  }
+}
+
+// DAZ (bit 6) and FTZ (bit 15) for the scope: the FMAs flush denormals as `vdpbf16ps` does. The
+// lane sums after it are ordinary float32 adds.
+class FlushDenormals {
+ public:
+  FlushDenormals() : csr_(_mm_getcsr()) { _mm_setcsr(csr_ | 0x8040u); }
+  ~FlushDenormals() { _mm_setcsr(csr_); }
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
+
+ private:
+  unsigned csr_;
+};
+
+// Decode: four weight rows at a time stream over the whole row once per activation row.
+void Gemv(const uint16_t* w, int64_t k, const float* split, int64_t rows, int64_t padded, float* out, int64_t ldo,
+          int64_t n0, int64_t n1) {
+  const int64_t nfull = k / kBlock;
+  const bool masked = k % kBlock != 0;
+  alignas(32) float acc[kGemvRows * 16];
+  alignas(32) uint16_t tails[kGemvRows][kBlock];
+  for (int64_t n = n0; n < n1; n += kGemvRows) {
+    const int nr = static_cast<int>(std::min<int64_t>(kGemvRows, n1 - n));
+    if (masked) Tails(w, k, n, nr, tails);
+    for (int64_t t = 0; t < rows; ++t) {
+      std::memset(acc, 0, sizeof(acc));
+      {
+        FlushDenormals flush;
+        kGemvTiles[nr - 1](w + n * k, k, split + t * padded, padded, nfull, masked ? tails : nullptr, acc, 1);
+      }
+      for (int r = 0; r < nr; ++r) out[t * ldo + n + r] = ReduceLanes(acc + r * 16);
+    }
+  }
+}
+
+// Prefill and batched decode: blocks of kGemmTokens activation rows x kGemmRows weight rows x
+// kGemmBlocks column blocks, as bf16_avx512::Gemm (the weight block stays in L1 while the token
+// tiles pass over it; the lanes continue across column blocks in memory, so each output is the
+// GEMV's bit for bit).
+void Gemm(const uint16_t* w, int64_t k, const float* split, int64_t rows, int64_t padded, float* out, int64_t ldo,
+          int64_t n0, int64_t n1) {
+  constexpr int64_t kTokens = 64, kRows = 16, kBlocks = 16;
+  const int64_t nb = padded / kBlock;
+  const bool masked = k % kBlock != 0;
+  thread_local std::vector<float> accs;
+  accs.resize(static_cast<size_t>(kTokens * kRows * 16));
+  float* acc = accs.data();
+  alignas(32) uint16_t tails[kRows][kBlock];
+  for (int64_t t0 = 0; t0 < rows; t0 += kTokens) {
+    const int64_t tb = std::min(kTokens, rows - t0);
+    for (int64_t r0 = n0; r0 < n1; r0 += kRows) {
+      const int64_t rb = std::min(kRows, n1 - r0);
+      std::fill(acc, acc + tb * rb * 16, 0.0f);
+      if (masked) Tails(w, k, r0, static_cast<int>(rb), tails);
+      {
+        FlushDenormals flush;
+        for (int64_t c0 = 0; c0 < nb; c0 += kBlocks) {
+          const int64_t cb = std::min(kBlocks, nb - c0);
+          const bool last_masked = masked && c0 + cb == nb;
+          const int64_t nfull = last_masked ? cb - 1 : cb;
+          for (int64_t t = 0; t < tb; t += kGemmTileTokens) {
+            const int nt = static_cast<int>(std::min<int64_t>(kGemmTileTokens, tb - t));
+            const float* xs = split + (t0 + t) * padded + c0 * kBlock;
+            for (int64_t r = 0; r < rb; ++r) {
+              kGemmTiles[nt - 1](w + (r0 + r) * k + c0 * kBlock, k, xs, padded, nfull,
+                                 last_masked ? tails + r : nullptr, acc + (t * rb + r) * 16, rb);
+            }
+          }
+        }
+      }
+      for (int64_t t = 0; t < tb; ++t) {
+        for (int64_t r = 0; r < rb; ++r) out[(t0 + t) * ldo + r0 + r] = ReduceLanes(acc + (t * rb + r) * 16);
+      }
+    }
+  }
+}
+
+void DotLanes(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
+  __m256 ao_lo, ao_hi, ae_lo, ae_hi, bo_lo, bo_hi, be_lo, be_hi;
+  SplitWeights(a, &ao_lo, &ao_hi, &ae_lo, &ae_hi);
+  SplitWeights(b, &bo_lo, &bo_hi, &be_lo, &be_hi);
+  FlushDenormals flush;
+  __m256 lo = _mm256_loadu_ps(acc), hi = _mm256_loadu_ps(acc + 8);
+  lo = _mm256_fmadd_ps(ao_lo, bo_lo, lo);
+  hi = _mm256_fmadd_ps(ao_hi, bo_hi, hi);
+  lo = _mm256_fmadd_ps(ae_lo, be_lo, lo);
+  hi = _mm256_fmadd_ps(ae_hi, be_hi, hi);
+  _mm256_storeu_ps(acc, lo);
+  _mm256_storeu_ps(acc + 8, hi);
+}
+
+}  // namespace bf16_avx2
+#pragma GCC pop_options
+
 #endif  // LLMRT_BF16_X86
 
 void PackBf16Pairs(const uint16_t* values, int64_t rows, int64_t padded, CacheLineVector<uint16_t>* pairs) {
@@ -420,10 +613,29 @@ void PackBf16Pairs(const uint16_t* values, int64_t rows, int64_t padded, CacheLi
   }
 }
 
+namespace {
+
+// The split layout of Bf16Activations (per block of 32: the odd-column values, then the even
+// ones, as float32) of `rows` rows of bf16 values (row stride `padded`).
+void SplitBf16(const uint16_t* values, int64_t rows, int64_t padded, float* split) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* v = values + r * padded;
+    float* d = split + r * padded;
+    for (int64_t c = 0; c < padded; c += kBlock) {
+      for (int64_t i = 0; i < 16; ++i) {
+        d[c + i] = Bf16ToF32(v[c + 2 * i + 1]);
+        d[c + 16 + i] = Bf16ToF32(v[c + 2 * i]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void RoundRowsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, int64_t padded, uint16_t* out) {
   LLMRT_CHECK(t >= 0 && k >= 0 && padded >= k && padded % kBlock == 0);
 #if LLMRT_BF16_X86
-  if (BestBf16Isa() != Bf16Isa::kScalar) {
+  if (Bf16IsaAvailable(Bf16Isa::kAvx512Bf16)) {
     for (int64_t r = 0; r < t; ++r) bf16_avx512::RoundRow(x + r * ldx, k, padded, out + r * padded, nullptr);
     return;
   }
@@ -444,7 +656,8 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
   // The tiles' layout wherever the AMX path can run (it is then the best path); the FMA GEMM's
   // split layout wherever that loop may run.
   const bool amx = Bf16IsaAvailable(Bf16Isa::kAmx);
-  const bool gemm = t >= kBf16GemmMinTokens;
+  // (The AVX2 path reads only the split layout.)
+  const bool gemm = t >= kBf16GemmMinTokens || BestBf16Isa() == Bf16Isa::kAvx2Fma;
   if (!amx) out->pairs.clear();
   if (gemm) {
     out->split.resize(out->values.size());
@@ -452,7 +665,7 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
     out->split.clear();
   }
 #if LLMRT_BF16_X86
-  if (BestBf16Isa() != Bf16Isa::kScalar) {
+  if (Bf16IsaAvailable(Bf16Isa::kAvx512Bf16)) {
     for (int64_t r = 0; r < t; ++r) {
       bf16_avx512::RoundRow(x + r * ldx, k, out->padded, out->values.data() + r * out->padded,
                             gemm ? out->split.data() + r * out->padded : nullptr);
@@ -463,17 +676,7 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
 #endif
   RoundRowsBf16(x, ldx, t, k, out->padded, out->values.data());
   // The GEMM's float32 layout, only where the GEMM may run.
-  if (!gemm) return;
-  for (int64_t r = 0; r < t; ++r) {
-    const uint16_t* v = out->values.data() + r * out->padded;
-    float* d = out->split.data() + r * out->padded;
-    for (int64_t c = 0; c < out->padded; c += kBlock) {
-      for (int64_t i = 0; i < 16; ++i) {
-        d[c + i] = Bf16ToF32(v[c + 2 * i + 1]);
-        d[c + 16 + i] = Bf16ToF32(v[c + 2 * i]);
-      }
-    }
-  }
+  if (gemm) SplitBf16(out->values.data(), t, out->padded, out->split.data());
 }
 
 const char* Bf16IsaName(Bf16Isa isa) {
@@ -481,6 +684,7 @@ const char* Bf16IsaName(Bf16Isa isa) {
     case Bf16Isa::kScalar: return "scalar";
     case Bf16Isa::kAvx512Bf16: return "avx512-bf16";
     case Bf16Isa::kAmx: return "amx-bf16";
+    case Bf16Isa::kAvx2Fma: return "avx2-fma";
   }
   return "unknown";
 }
@@ -494,6 +698,8 @@ bool Bf16IsaAvailable(Bf16Isa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
     case Bf16Isa::kAmx:
       return Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) && bf16_amx::Available();
+    case Bf16Isa::kAvx2Fma:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     default: return false;
 #endif
@@ -504,6 +710,7 @@ bool Bf16IsaAvailable(Bf16Isa isa) {
 Bf16Isa BestBf16Isa() {
   static const Bf16Isa best = Bf16IsaAvailable(Bf16Isa::kAmx)          ? Bf16Isa::kAmx
                               : Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16
+                              : Bf16IsaAvailable(Bf16Isa::kAvx2Fma)    ? Bf16Isa::kAvx2Fma
                                                                        : Bf16Isa::kScalar;
   return best;
 }
@@ -511,10 +718,24 @@ Bf16Isa BestBf16Isa() {
 void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, const Bf16Activations& x, float* out,
                     int64_t ldo, int64_t n0, int64_t n1) {
   LLMRT_CHECK(x.cols == k && Bf16IsaAvailable(isa) && n0 <= n1);
-  LLMRT_CHECK(loop != Bf16Loop::kGemm || x.split.size() == x.values.size());
+  LLMRT_CHECK(loop != Bf16Loop::kGemm || isa == Bf16Isa::kAvx2Fma || x.split.size() == x.values.size());
   if (x.rows == 0 || n0 == n1) return;
   switch (isa) {
 #if LLMRT_BF16_X86
+    case Bf16Isa::kAvx2Fma: {
+      // Both loops read the split layout; activations rounded where another path is the best
+      // carry it only from kBf16GemmMinTokens rows on, so it is made here for the others.
+      const float* split = x.split.data();
+      thread_local CacheLineVector<float> own;
+      if (x.split.size() != x.values.size()) {
+        own.resize(x.values.size());
+        SplitBf16(x.values.data(), x.rows, x.padded, own.data());
+        split = own.data();
+      }
+      const bool gemm = loop == Bf16Loop::kGemm || (loop == Bf16Loop::kAuto && x.rows >= kBf16GemmMinTokens);
+      return gemm ? bf16_avx2::Gemm(w, k, split, x.rows, x.padded, out, ldo, n0, n1)
+                  : bf16_avx2::Gemv(w, k, split, x.rows, x.padded, out, ldo, n0, n1);
+    }
     case Bf16Isa::kAmx:
       LLMRT_CHECK(x.pairs.size() == static_cast<size_t>((x.rows + 15) / 16 * x.padded * 16));
       return bf16_amx::Rows(w, k, x, out, ldo, n0, n1);
@@ -537,6 +758,7 @@ void Bf16DotLanes(Bf16Isa isa, float acc[16], const uint16_t a[32], const uint16
   switch (isa) {
 #if LLMRT_BF16_X86
     case Bf16Isa::kAvx512Bf16: return bf16_avx512::DotLanes(acc, a, b);
+    case Bf16Isa::kAvx2Fma: return bf16_avx2::DotLanes(acc, a, b);
 #endif
     default: return DotLanesScalar(acc, a, b);
   }

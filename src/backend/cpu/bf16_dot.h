@@ -101,7 +101,12 @@ void PackBf16Pairs(const uint16_t* values, int64_t rows, int64_t padded, CacheLi
 // Its results are therefore not the other paths' bits: they are bf16 products summed in float32
 // within the float32 dot-product bound, identical for a row whatever the other rows of the call,
 // the thread split or the batch. kAmx is the best path where available.
-enum class Bf16Isa { kScalar, kAvx512Bf16, kAmx };
+//
+// kAvx2Fma (AVX2 and FMA, for CPUs without AVX512_BF16) forms the instruction's steps with
+// 8-wide float32 FMAs over the split halves of each block under DAZ / FTZ, as the AVX-512 GEMM
+// does: the scalar emulation's bits, at a fraction of its cost. It reads the activations' split
+// layout (made for every row count where it is the best path).
+enum class Bf16Isa { kScalar, kAvx512Bf16, kAmx, kAvx2Fma };
 const char* Bf16IsaName(Bf16Isa isa);
 // Whether this build has the path and this CPU can run it (kScalar: always).
 bool Bf16IsaAvailable(Bf16Isa isa);

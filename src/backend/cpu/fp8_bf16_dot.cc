@@ -669,6 +669,7 @@ bool Fp8SupportsBf16(const Weight& w) { return w.format == kWeightFp8Block && Fp
 
 bool Fp8Bf16IsaAvailable(Bf16Isa isa) {
   if (isa == Bf16Isa::kScalar) return true;
+  if (isa == Bf16Isa::kAvx2Fma) return false;  // no FP8 kernel of its own
 #if LLMRT_FP8_BF16_X86
   return Bf16IsaAvailable(isa) && __builtin_cpu_supports("avx512vbmi");
 #else
