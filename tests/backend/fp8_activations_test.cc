@@ -119,7 +119,8 @@ bool SameFloat(float a, float b) {
 
 std::vector<cpu::Bf16Isa> AvailableIsas() {
   std::vector<cpu::Bf16Isa> v;
-  for (cpu::Bf16Isa isa : {cpu::Bf16Isa::kScalar, cpu::Bf16Isa::kAvx512Bf16, cpu::Bf16Isa::kAmx}) {
+  for (cpu::Bf16Isa isa :
+       {cpu::Bf16Isa::kScalar, cpu::Bf16Isa::kAvx512Bf16, cpu::Bf16Isa::kAmx, cpu::Bf16Isa::kAvx2Fma}) {
     if (cpu::Fp8Bf16IsaAvailable(isa)) v.push_back(isa);
   }
   return v;

@@ -29,7 +29,7 @@ using conformance::MakeHostMatrix;
 
 std::vector<Bf16Isa> AvailableIsas() {
   std::vector<Bf16Isa> v;
-  for (Bf16Isa isa : {Bf16Isa::kScalar, Bf16Isa::kAvx512Bf16, Bf16Isa::kAmx}) {
+  for (Bf16Isa isa : {Bf16Isa::kScalar, Bf16Isa::kAvx512Bf16, Bf16Isa::kAmx, Bf16Isa::kAvx2Fma}) {
     if (Fp8Bf16IsaAvailable(isa)) v.push_back(isa);
   }
   return v;
@@ -158,14 +158,18 @@ TEST(Fp8Bf16Dot, ActivationsAreRoundedInTheChunkOrder) {
   }
 }
 
-// The AVX-512 path gives the scalar emulation's bits on every shape: row lengths below, at and
+// The vector paths (AVX-512 BF16, AVX2 + FMA) give the scalar emulation's bits on every shape: row lengths below, at and
 // above whole 32-, 64- and 128-column blocks, scale blocks of 64 to 192 columns and 1 to 128 rows,
 // activation batches across the GEMV's token pairs and the GEMM (8 rows on), and activations with
 // denormals, infinities and NaN.
 // The AMX path (its own summation) is held to the bound and the invariances below.
-TEST(Fp8Bf16Dot, Avx512PathIsBitIdenticalToTheScalarEmulation) {
+TEST(Fp8Bf16Dot, VectorPathsAreBitIdenticalToTheScalarEmulation) {
   for (Bf16Isa isa : AvailableIsas()) std::printf("fp8 bf16 path available: %s\n", Bf16IsaName(isa));
-  if (!Fp8Bf16IsaAvailable(Bf16Isa::kAvx512Bf16)) GTEST_SKIP() << "no AVX512_BF16 + VBMI on this CPU";
+  std::vector<Bf16Isa> paths;
+  for (Bf16Isa isa : {Bf16Isa::kAvx512Bf16, Bf16Isa::kAvx2Fma}) {
+    if (Fp8Bf16IsaAvailable(isa)) paths.push_back(isa);
+  }
+  if (paths.empty()) GTEST_SKIP() << "neither AVX512_BF16 + VBMI nor AVX2 + FMA on this CPU";
   std::mt19937 rng(81);
   const int64_t blocks[][2] = {{128, 128}, {1, 64}, {3, 64}, {16, 192}, {5, 128}};
   for (int64_t K : {1, 5, 31, 32, 33, 63, 64, 65, 96, 127, 128, 130, 200, 257, 513}) {
@@ -181,15 +185,18 @@ TEST(Fp8Bf16Dot, Avx512PathIsBitIdenticalToTheScalarEmulation) {
         if (T >= 5) x[4 * K + rng() % K] = std::numeric_limits<float>::quiet_NaN();
         Fp8Bf16Activations xb;
         RoundActivationsFp8Bf16(x.data(), K, T, K, &xb, kTiles);
-        std::vector<float> want(static_cast<size_t>(T * rows)), got(want.size(), -1.0f);
+        std::vector<float> want(static_cast<size_t>(T * rows));
         Fp8MatMulRows(Bf16Isa::kScalar, w.m, xb, want.data(), rows, 0, rows);
         const int64_t split = rows / 2;
-        Fp8MatMulRows(Bf16Isa::kAvx512Bf16, w.m, xb, got.data(), rows, 0, split);
-        Fp8MatMulRows(Bf16Isa::kAvx512Bf16, w.m, xb, got.data(), rows, split, rows);
-        for (size_t i = 0; i < want.size(); ++i) {
-          ASSERT_TRUE(SameFloat(got[i], want[i])) << "K=" << K << " block " << blk[0] << "x" << blk[1]
-                                                  << " rows=" << rows << " T=" << T << " at " << i << ": " << got[i]
-                                                  << " vs " << want[i];
+        for (Bf16Isa isa : paths) {
+          std::vector<float> got(want.size(), -1.0f);
+          Fp8MatMulRows(isa, w.m, xb, got.data(), rows, 0, split);
+          Fp8MatMulRows(isa, w.m, xb, got.data(), rows, split, rows);
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_TRUE(SameFloat(got[i], want[i]))
+                << Bf16IsaName(isa) << " K=" << K << " block " << blk[0] << "x" << blk[1] << " rows=" << rows
+                << " T=" << T << " at " << i << ": " << got[i] << " vs " << want[i];
+          }
         }
         if (T >= 5) {
           for (int64_t n = 0; n < rows; ++n) EXPECT_TRUE(std::isnan(want[4 * rows + n])) << "NaN row, K=" << K;
@@ -289,12 +296,14 @@ TEST(Fp8Bf16Dot, RowsAloneEqualRowsInABatch) {
 }
 
 // FP8 weights take the vdpbf16ps arithmetic wherever the CPU has AVX512_BF16 and VBMI, AMX CPUs
-// included (the tiles cost more per byte for one activation row; see BestFp8Bf16Isa).
+// included (the tiles cost more per byte for one activation row; see BestFp8Bf16Isa), and its
+// FMA form on other AVX2 CPUs.
 TEST(Fp8Bf16Dot, BestPathIsTheVdpbf16psArithmetic) {
   std::printf("fp8 bf16 paths here: best %s (bf16 weights: %s)\n", Bf16IsaName(BestFp8Bf16Isa()),
               Bf16IsaName(BestBf16Isa()));
-  EXPECT_EQ(BestFp8Bf16Isa(),
-            Fp8Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16 : Bf16Isa::kScalar);
+  EXPECT_EQ(BestFp8Bf16Isa(), Fp8Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16
+                              : Fp8Bf16IsaAvailable(Bf16Isa::kAvx2Fma)  ? Bf16Isa::kAvx2Fma
+                                                                        : Bf16Isa::kScalar);
 }
 
 // Against float64 sums of the exact weights (code value x scale) times the bf16-rounded

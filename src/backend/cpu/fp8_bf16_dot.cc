@@ -578,6 +578,139 @@ void Rows(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int6
 
 }  // namespace fp8_amx
 #pragma GCC pop_options
+
+// ---- AVX2 + FMA (CPUs without AVX512_BF16 / VBMI) ----
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace fp8_avx2 {
+
+// The same arithmetic as the scalar path (the vdpbf16ps steps as float32 FMAs under MXCSR's
+// DAZ and FTZ, bit-identical to it as in bf16_dot.cc's AVX2 path). Each weight row is converted
+// once per call into float32 in the steps' lane order, then every activation row, four at a
+// time, runs its steps over it; a block's partial lanes are kept, and the scale FMAs that fold
+// them (ordinary IEEE arithmetic) run after MXCSR is restored.
+//
+// A converted step (32 columns of a 64-column chunk): the 16 lanes' odd elements (lanes 0-7,
+// then 8-15), then their even ones. Lanes 0-3 of step h hold the pairs of columns 8h .. 8h + 7,
+// lanes 4-7 of 16 + 8h .., lanes 8-11 of 32 + 8h .., lanes 12-15 of 48 + 8h .. (ChunkColumn).
+
+// e4m3 codes (one per int32 lane) to their float32 values, exactly: a normal code's bits moved
+// into place with the exponent rebased (127 - 7), a subnormal one m * 2^-9 (an exact product),
+// NaN codes all ones (a NaN), the sign ORed in.
+inline __m256 CodesToFloats(__m256i c) {
+  const __m256i m = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
+  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(m, 20), _mm256_set1_epi32(120 << 23));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
+  const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), m);
+  __m256i v = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), is_sub);
+  v = _mm256_or_si256(v, _mm256_cmpeq_epi32(m, _mm256_set1_epi32(0x7F)));
+  v = _mm256_or_si256(v, _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24));
+  return _mm256_castsi256_ps(v);
+}
+
+// 64 codes (a chunk) into its two converted steps at d[0 .. 64).
+inline void ConvertChunk(const uint8_t* q, float* d) {
+  const __m128i odd_even = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14);
+  const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+  const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32));
+  const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 48));
+  for (int h = 0; h < 2; ++h) {
+    // Lanes 0-7: columns 8h .. 8h + 7 and 16 + 8h ..; lanes 8-15: 32 + 8h .. and 48 + 8h ...
+    const __m128i lo = _mm_shuffle_epi8(h == 0 ? _mm_unpacklo_epi64(v0, v1) : _mm_unpackhi_epi64(v0, v1), odd_even);
+    const __m128i hi = _mm_shuffle_epi8(h == 0 ? _mm_unpacklo_epi64(v2, v3) : _mm_unpackhi_epi64(v2, v3), odd_even);
+    float* s = d + h * kBlock;
+    _mm256_storeu_ps(s, CodesToFloats(_mm256_cvtepu8_epi32(lo)));
+    _mm256_storeu_ps(s + 8, CodesToFloats(_mm256_cvtepu8_epi32(hi)));
+    _mm256_storeu_ps(s + 16, CodesToFloats(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))));
+    _mm256_storeu_ps(s + 24, CodesToFloats(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))));
+  }
+}
+
+// A row's codes, converted; columns past K as +0 (code 0).
+void ConvertRow(const uint8_t* q, int64_t K, float* d) {
+  const int64_t full = K / kChunk;
+  for (int64_t c = 0; c < full; ++c) {
+    _mm_prefetch(reinterpret_cast<const char*>(q + c * kChunk) + 2048, _MM_HINT_T0);
+    ConvertChunk(q + c * kChunk, d + c * kChunk);
+  }
+  if (K % kChunk != 0) {
+    alignas(64) uint8_t tail[kChunk] = {};
+    std::memcpy(tail, q + full * kChunk, static_cast<size_t>(K % kChunk));
+    ConvertChunk(tail, d + full * kChunk);
+  }
+}
+
+// TT activation rows (bf16 values in the chunk order, row stride ldx) over one converted row:
+// each block's partial lanes into parts[(t * nbc + b) * 16]. The caller sets DAZ / FTZ.
+template <int TT>
+inline void Steps(const float* wr, const uint16_t* x, int64_t ldx, int64_t nbc, int64_t chunks_per_block,
+                  int64_t chunks, float* parts) {
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t b = 0; b < nbc; ++b) {
+    __m256 lo[TT], hi[TT];
+    for (int t = 0; t < TT; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
+    const int64_t c1 = std::min(chunks, (b + 1) * chunks_per_block);
+    for (int64_t s = b * chunks_per_block * 2; s < c1 * 2; ++s) {
+      const float* w = wr + s * kBlock;
+      const __m256 wo_lo = _mm256_loadu_ps(w), wo_hi = _mm256_loadu_ps(w + 8);
+      const __m256 we_lo = _mm256_loadu_ps(w + 16), we_hi = _mm256_loadu_ps(w + 24);
+#pragma GCC unroll 4
+      for (int t = 0; t < TT; ++t) {
+        const uint16_t* xs = x + t * ldx + s * kBlock;
+        const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs));
+        const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + 16));
+        lo[t] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v0, high)), wo_lo, lo[t]);
+        hi[t] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v1, high)), wo_hi, hi[t]);
+        lo[t] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), we_lo, lo[t]);
+        hi[t] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)), we_hi, hi[t]);
+      }
+    }
+    for (int t = 0; t < TT; ++t) {
+      _mm256_storeu_ps(parts + (t * nbc + b) * 16, lo[t]);
+      _mm256_storeu_ps(parts + (t * nbc + b) * 16 + 8, hi[t]);
+    }
+  }
+}
+
+using StepsFn = void (*)(const float*, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*);
+constexpr int kTokens = 4;
+constexpr StepsFn kSteps[kTokens] = {Steps<1>, Steps<2>, Steps<3>, Steps<4>};
+
+void Rows(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  const int64_t K = w.cols, bc = w.block_cols, nbc = CeilDiv(K, bc), chunks = CeilDiv(K, kChunk);
+  thread_local CacheLineVector<float> converted, parts;
+  converted.resize(static_cast<size_t>(chunks * kChunk));
+  parts.resize(static_cast<size_t>(kTokens * nbc * 16));
+  for (int64_t n = n0; n < n1; ++n) {
+    ConvertRow(w.codes + n * K, K, converted.data());
+    const float* s = RowScales(w, n);
+    for (int64_t t0 = 0; t0 < x.rows; t0 += kTokens) {
+      const int nt = static_cast<int>(std::min<int64_t>(kTokens, x.rows - t0));
+      // DAZ (bit 6) and FTZ (bit 15) for the dot steps only.
+      const unsigned csr = _mm_getcsr();
+      _mm_setcsr(csr | 0x8040u);
+      kSteps[nt - 1](converted.data(), x.values.data() + t0 * x.padded, x.padded, nbc, bc / kChunk, chunks,
+                     parts.data());
+      _mm_setcsr(csr);
+      for (int t = 0; t < nt; ++t) {
+        __m256 a_lo = _mm256_setzero_ps(), a_hi = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nbc; ++b) {
+          const __m256 scale = _mm256_set1_ps(s[b] * ActScale(x, t0 + t, b, nbc));
+          a_lo = _mm256_fmadd_ps(_mm256_loadu_ps(parts.data() + (t * nbc + b) * 16), scale, a_lo);
+          a_hi = _mm256_fmadd_ps(_mm256_loadu_ps(parts.data() + (t * nbc + b) * 16 + 8), scale, a_hi);
+        }
+        alignas(32) float lanes[16];
+        _mm256_store_ps(lanes, a_lo);
+        _mm256_store_ps(lanes + 8, a_hi);
+        out[(t0 + t) * ldo + n] = bf16_lanes::ReduceLanes(lanes);
+      }
+    }
+  }
+}
+
+}  // namespace fp8_avx2
+#pragma GCC pop_options
 #endif  // LLMRT_FP8_BF16_X86
 
 Fp8BlockMatrix Fp8BlockOf(const Weight& w) {
@@ -669,8 +802,8 @@ bool Fp8SupportsBf16(const Weight& w) { return w.format == kWeightFp8Block && Fp
 
 bool Fp8Bf16IsaAvailable(Bf16Isa isa) {
   if (isa == Bf16Isa::kScalar) return true;
-  if (isa == Bf16Isa::kAvx2Fma) return false;  // no FP8 kernel of its own
 #if LLMRT_FP8_BF16_X86
+  if (isa == Bf16Isa::kAvx2Fma) return Bf16IsaAvailable(isa);
   return Bf16IsaAvailable(isa) && __builtin_cpu_supports("avx512vbmi");
 #else
   return false;
@@ -678,7 +811,9 @@ bool Fp8Bf16IsaAvailable(Bf16Isa isa) {
 }
 
 Bf16Isa BestFp8Bf16Isa() {
-  static const Bf16Isa best = Fp8Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16 : Bf16Isa::kScalar;
+  static const Bf16Isa best = Fp8Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16
+                              : Fp8Bf16IsaAvailable(Bf16Isa::kAvx2Fma)  ? Bf16Isa::kAvx2Fma
+                                                                        : Bf16Isa::kScalar;
   return best;
 }
 
@@ -694,6 +829,7 @@ void Fp8MatMulRows(Bf16Isa isa, const Fp8BlockMatrix& w, const Fp8Bf16Activation
       LLMRT_CHECK(x.pairs.size() == static_cast<size_t>(CeilDiv(x.rows, 16) * x.padded * 16));
       return fp8_amx::Rows(w, x, out, ldo, n0, n1);
     case Bf16Isa::kAvx512Bf16: return fp8_avx512::Rows(w, x, out, ldo, n0, n1);
+    case Bf16Isa::kAvx2Fma: return fp8_avx2::Rows(w, x, out, ldo, n0, n1);
 #endif
     default: return RowsScalar(w, x, out, ldo, n0, n1);
   }
