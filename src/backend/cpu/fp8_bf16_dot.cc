@@ -581,7 +581,7 @@ void Rows(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int6
 
 // ---- AVX2 + FMA (CPUs without AVX512_BF16 / VBMI) ----
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 namespace fp8_avx2 {
 
 // The same arithmetic as the scalar path (the vdpbf16ps steps as float32 FMAs under MXCSR's
@@ -594,18 +594,19 @@ namespace fp8_avx2 {
 // then 8-15), then their even ones. Lanes 0-3 of step h hold the pairs of columns 8h .. 8h + 7,
 // lanes 4-7 of 16 + 8h .., lanes 8-11 of 32 + 8h .., lanes 12-15 of 48 + 8h .. (ChunkColumn).
 
-// e4m3 codes (one per int32 lane) to their float32 values, exactly: a normal code's bits moved
-// into place with the exponent rebased (127 - 7), a subnormal one m * 2^-9 (an exact product),
-// NaN codes all ones (a NaN), the sign ORed in.
-inline __m256 CodesToFloats(__m256i c) {
-  const __m256i m = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
-  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(m, 20), _mm256_set1_epi32(120 << 23));
-  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
-  const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), m);
-  __m256i v = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), is_sub);
-  v = _mm256_or_si256(v, _mm256_cmpeq_epi32(m, _mm256_set1_epi32(0x7F)));
-  v = _mm256_or_si256(v, _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24));
-  return _mm256_castsi256_ps(v);
+// 16 e4m3 codes (bytes) to their float32 values, exactly: the first 8 into *first, the rest into
+// *second. Each byte, sign-extended to 16 bits, shifted left by 7 and with bit 14 cleared, is the
+// float16 whose sign, exponent and top mantissa bits are the code's: the code's value over 2^8,
+// normal and subnormal codes alike (the exponent biases are 7 and 15). `vcvtph2ps` widens it
+// exactly and the product by 2^8 is exact. The NaN codes (magnitude 0x7F) become the float16
+// all ones, a NaN. (Called outside the DAZ region: float16 subnormals are converted as they are.)
+inline void CodesToFloats(__m128i codes, __m256* first, __m256* second) {
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7), _mm256_set1_epi16(-16385));
+  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), _mm256_set1_epi16(0x3F80));
+  h = _mm256_or_si256(h, nan);
+  const __m256 scale = _mm256_set1_ps(256.0f);
+  *first = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), scale);
+  *second = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), scale);
 }
 
 // 64 codes (a chunk) into its two converted steps at d[0 .. 64).
@@ -617,13 +618,17 @@ inline void ConvertChunk(const uint8_t* q, float* d) {
   const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 48));
   for (int h = 0; h < 2; ++h) {
     // Lanes 0-7: columns 8h .. 8h + 7 and 16 + 8h ..; lanes 8-15: 32 + 8h .. and 48 + 8h ...
+    // Each shuffled to its 8 odd columns' codes, then its 8 even ones.
     const __m128i lo = _mm_shuffle_epi8(h == 0 ? _mm_unpacklo_epi64(v0, v1) : _mm_unpackhi_epi64(v0, v1), odd_even);
     const __m128i hi = _mm_shuffle_epi8(h == 0 ? _mm_unpacklo_epi64(v2, v3) : _mm_unpackhi_epi64(v2, v3), odd_even);
+    __m256 odd_lo, even_lo, odd_hi, even_hi;
+    CodesToFloats(lo, &odd_lo, &even_lo);
+    CodesToFloats(hi, &odd_hi, &even_hi);
     float* s = d + h * kBlock;
-    _mm256_storeu_ps(s, CodesToFloats(_mm256_cvtepu8_epi32(lo)));
-    _mm256_storeu_ps(s + 8, CodesToFloats(_mm256_cvtepu8_epi32(hi)));
-    _mm256_storeu_ps(s + 16, CodesToFloats(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))));
-    _mm256_storeu_ps(s + 24, CodesToFloats(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))));
+    _mm256_storeu_ps(s, odd_lo);
+    _mm256_storeu_ps(s + 8, odd_hi);
+    _mm256_storeu_ps(s + 16, even_lo);
+    _mm256_storeu_ps(s + 24, even_hi);
   }
 }
 
@@ -803,7 +808,7 @@ bool Fp8SupportsBf16(const Weight& w) { return w.format == kWeightFp8Block && Fp
 bool Fp8Bf16IsaAvailable(Bf16Isa isa) {
   if (isa == Bf16Isa::kScalar) return true;
 #if LLMRT_FP8_BF16_X86
-  if (isa == Bf16Isa::kAvx2Fma) return Bf16IsaAvailable(isa);
+  if (isa == Bf16Isa::kAvx2Fma) return Bf16IsaAvailable(isa) && __builtin_cpu_supports("f16c");
   return Bf16IsaAvailable(isa) && __builtin_cpu_supports("avx512vbmi");
 #else
   return false;
