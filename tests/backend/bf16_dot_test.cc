@@ -72,59 +72,26 @@ float EdgyAcc(std::mt19937& rng) {
 // The emulation follows the instruction lane by lane, at the edges: DAZ on the bf16 inputs and
 // the accumulator, FTZ on each fused step's result, the odd pair before the even one, NaN and
 // infinities propagated.
-TEST(Bf16Dot, ScalarEmulationMatchesTheInstructionLaneByLane) {
-  for (Bf16Isa isa : AvailableIsas()) std::printf("bf16 path available: %s\n", Bf16IsaName(isa));
-  if (!HaveInstruction()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  std::mt19937 rng(51);
-  int nan_lanes = 0, tiny_lanes = 0;
-  for (int iter = 0; iter < 200000; ++iter) {
-    uint16_t a[32], b[32];
-    float acc_s[16], acc_i[16];
-    for (int i = 0; i < 32; ++i) {
-      a[i] = EdgyBf16(rng);
-      b[i] = EdgyBf16(rng);
-    }
-    for (int i = 0; i < 16; ++i) acc_s[i] = acc_i[i] = EdgyAcc(rng);
-    Bf16DotLanes(Bf16Isa::kScalar, acc_s, a, b);
-    Bf16DotLanes(Bf16Isa::kAvx512Bf16, acc_i, a, b);
-    for (int i = 0; i < 16; ++i) {
-      ASSERT_TRUE(SameFloat(acc_s[i], acc_i[i]))
-          << "lane " << i << ": emulation " << acc_s[i] << " (0x" << std::hex << Bits(acc_s[i]) << "), instruction "
-          << acc_i[i] << " (0x" << Bits(acc_i[i]) << "); a " << a[2 * i] << "," << a[2 * i + 1] << " b " << b[2 * i]
-          << "," << b[2 * i + 1];
-      nan_lanes += std::isnan(acc_i[i]);
-      tiny_lanes += acc_i[i] != 0 && std::fabs(acc_i[i]) < 0x1p-100f;
-    }
-  }
-  // The edges were reached.
-  EXPECT_GT(nan_lanes, 1000);
-  EXPECT_GT(tiny_lanes, 1000);
-}
-
-// The AVX2 path forms the same steps with float32 FMAs under MXCSR's DAZ and FTZ: lane by lane
-// it gives the emulation's bits at the same edges (so, where the CPU has the instruction too,
-// the instruction's).
-TEST(Bf16Dot, Avx2FmaMatchesTheScalarEmulationLaneByLane) {
-  if (!Bf16IsaAvailable(Bf16Isa::kAvx2Fma)) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
-  std::mt19937 rng(57);
+// 200,000 random 16-lane steps at the edges on `isa` against the scalar emulation, bit for bit
+// (NaN as NaN); the edges must be reached: NaN lanes, tiny results and denormal accumulators.
+void ExpectLanesMatchTheEmulation(Bf16Isa isa, uint32_t seed) {
+  std::mt19937 rng(seed);
   int nan_lanes = 0, tiny_lanes = 0, flushed = 0;
   for (int iter = 0; iter < 200000; ++iter) {
     uint16_t a[32], b[32];
-    float acc_s[16], acc_v[16];
+    float acc_s[16], acc_v[16], before[16];
     for (int i = 0; i < 32; ++i) {
       a[i] = EdgyBf16(rng);
       b[i] = EdgyBf16(rng);
     }
-    for (int i = 0; i < 16; ++i) acc_s[i] = acc_v[i] = EdgyAcc(rng);
-    float before[16];
-    std::memcpy(before, acc_s, sizeof(before));
+    for (int i = 0; i < 16; ++i) acc_s[i] = acc_v[i] = before[i] = EdgyAcc(rng);
     Bf16DotLanes(Bf16Isa::kScalar, acc_s, a, b);
-    Bf16DotLanes(Bf16Isa::kAvx2Fma, acc_v, a, b);
+    Bf16DotLanes(isa, acc_v, a, b);
     for (int i = 0; i < 16; ++i) {
       ASSERT_TRUE(SameFloat(acc_s[i], acc_v[i]))
-          << "lane " << i << ": emulation " << acc_s[i] << " (0x" << std::hex << Bits(acc_s[i]) << "), avx2 "
-          << acc_v[i] << " (0x" << Bits(acc_v[i]) << "); acc 0x" << Bits(before[i]) << " a " << a[2 * i] << ","
-          << a[2 * i + 1] << " b " << b[2 * i] << "," << b[2 * i + 1];
+          << Bf16IsaName(isa) << " lane " << i << ": emulation " << acc_s[i] << " (0x" << std::hex << Bits(acc_s[i])
+          << "), path " << acc_v[i] << " (0x" << Bits(acc_v[i]) << "); acc 0x" << Bits(before[i]) << " a "
+          << a[2 * i] << "," << a[2 * i + 1] << " b " << b[2 * i] << "," << b[2 * i + 1];
       nan_lanes += std::isnan(acc_v[i]);
       tiny_lanes += acc_v[i] != 0 && std::fabs(acc_v[i]) < 0x1p-100f;
       flushed += std::fpclassify(before[i]) == FP_SUBNORMAL;
@@ -133,6 +100,20 @@ TEST(Bf16Dot, Avx2FmaMatchesTheScalarEmulationLaneByLane) {
   EXPECT_GT(nan_lanes, 1000);
   EXPECT_GT(tiny_lanes, 1000);
   EXPECT_GT(flushed, 1000);
+}
+
+TEST(Bf16Dot, ScalarEmulationMatchesTheInstructionLaneByLane) {
+  for (Bf16Isa isa : AvailableIsas()) std::printf("bf16 path available: %s\n", Bf16IsaName(isa));
+  if (!HaveInstruction()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  ExpectLanesMatchTheEmulation(Bf16Isa::kAvx512Bf16, 51);
+}
+
+// The AVX2 path forms the same steps with float32 FMAs under MXCSR's DAZ and FTZ: lane by lane
+// it gives the emulation's bits at the same edges (so, where the CPU has the instruction too,
+// the instruction's).
+TEST(Bf16Dot, Avx2FmaMatchesTheScalarEmulationLaneByLane) {
+  if (!Bf16IsaAvailable(Bf16Isa::kAvx2Fma)) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
+  ExpectLanesMatchTheEmulation(Bf16Isa::kAvx2Fma, 57);
   // MXCSR is restored: a denormal product survives outside the kernels.
   volatile float tiny = 0x1p-140f;
   EXPECT_NE(tiny * 1.0f, 0.0f);

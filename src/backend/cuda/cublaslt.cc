@@ -223,9 +223,9 @@ absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, S
               "cublasLtMatmulDescSetAttribute (B_SCALE_MODE VEC128_32F)"));
     // The heuristic may look at the scale pointers: until the first call sets them, both name
     // the workspace (device memory, 256-byte aligned).
-    const void* placeholder = workspace;
+    const void* valid_device_ptr = workspace;
     for (cublasLtMatmulDescAttributes_t attr : {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER}) {
-      LLMRT_RETURN_IF_ERROR(Check(api->MatmulDescSetAttribute(s->desc, attr, &placeholder, sizeof(placeholder)),
+      LLMRT_RETURN_IF_ERROR(Check(api->MatmulDescSetAttribute(s->desc, attr, &valid_device_ptr, sizeof(valid_device_ptr)),
                                   "cublasLtMatmulDescSetAttribute (scale pointer)"));
     }
   }
