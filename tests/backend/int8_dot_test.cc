@@ -2,6 +2,7 @@
 // this CPU runs against the scalar reference (bit-identical outputs: the int32 block sums are
 // exact and every path forms the float sums in the same order), the scalar reference against
 // the math it claims, activation rounding at its edges, and the CPU backend's use of the policy.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -182,6 +183,50 @@ TEST(Int8Dot, ActivationRoundingEdges) {
     Int4RowsInt8(isa, c.w, q, out, 2, 0, 2);
     EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1])) << Int8IsaName(isa);
   }
+}
+
+// The vector rounding (AVX2, shared by every x86 path) gives the scalar loop's codes, scales and
+// sums bit for bit: random blocks at magnitudes from subnormal to near the float maximum, ties
+// (x * 127 / max|x| exactly halfway), zeros, negative zeros and non-finite values.
+TEST(Int8Dot, ActivationRoundingIsBitIdenticalOnEveryPath) {
+  std::mt19937 rng(45);
+  const int64_t K = 4096, nb = K / 32, T = 6;
+  std::vector<float> x(static_cast<size_t>(T * K));
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int64_t b = 0; b < T * nb; ++b) {
+    float* xb = x.data() + b * 32;
+    const int exp = static_cast<int>(rng() % 270) - 145;  // block magnitudes 2^-145 .. 2^124
+    for (int64_t i = 0; i < 32; ++i) xb[i] = std::ldexp(d(rng), exp);
+    switch (b % 16) {
+      case 1:  // ties: max 127, halves in between
+        for (int64_t i = 0; i < 32; ++i) xb[i] = static_cast<float>(static_cast<int>(rng() % 255) - 127) + 0.5f;
+        xb[3] = 127.0f;
+        break;
+      case 2: std::fill(xb, xb + 32, 0.0f); break;
+      case 3: std::fill(xb, xb + 32, -0.0f); break;
+      case 4: xb[rng() % 32] = std::numeric_limits<float>::infinity(); break;
+      case 5: xb[rng() % 32] = -std::numeric_limits<float>::infinity(); break;
+      case 6: xb[rng() % 32] = std::numeric_limits<float>::quiet_NaN(); break;
+      case 7: xb[rng() % 32] = std::numeric_limits<float>::max(); break;
+      case 8: xb[rng() % 32] = std::numeric_limits<float>::denorm_min(); break;
+      default: break;
+    }
+  }
+  Int8Activations want;
+  QuantizeActivationsInt8(Int8Isa::kScalar, x.data(), K, T, K, &want);
+  for (Int8Isa isa : AvailableIsas()) {
+    Int8Activations got;
+    QuantizeActivationsInt8(isa, x.data(), K, T, K, &got);
+    EXPECT_EQ(got.codes, want.codes) << Int8IsaName(isa);
+    EXPECT_EQ(got.sums, want.sums) << Int8IsaName(isa);
+    ASSERT_EQ(got.scales.size(), want.scales.size());
+    EXPECT_EQ(std::memcmp(got.scales.data(), want.scales.data(), want.scales.size() * sizeof(float)), 0)
+        << Int8IsaName(isa);
+  }
+  // The default entry is the best path's.
+  Int8Activations best;
+  QuantizeActivationsInt8(x.data(), K, T, K, &best);
+  EXPECT_EQ(best.codes, want.codes);
 }
 
 // Which weights take the integer path: INT4 with groups that are multiples of 32; not FP8,

@@ -53,6 +53,11 @@ bool Int8IsaAvailable(Int8Isa isa);
 // The fastest available path (chosen once per process).
 Int8Isa BestInt8Isa();
 
+// The same on a given path (kScalar: the reference loop; the x86 paths share one AVX2 loop).
+// Every path gives bit-identical codes, scales and sums; QuantizeActivationsInt8 above runs
+// BestInt8Isa()'s. REQUIRES: Int8IsaAvailable(isa).
+void QuantizeActivationsInt8(Int8Isa isa, const float* x, int64_t ldx, int64_t t, int64_t k, Int8Activations* out);
+
 // Whether an INT4 weight can run on int8 activations: every 32-column block has one scale (the
 // group is a multiple of 32). Other weights keep the exact path under the INT8 policy.
 bool Int4SupportsInt8(const Weight& w);

@@ -32,12 +32,9 @@ inline __m128i Dp128(__m128i acc, __m128i u, __m128i s) {
 #endif
 }
 
-// Blocks b, b + 1: w = their 32 code bytes, xe / xo = their 32 even / odd activation codes.
-inline __m256i DotPair(const uint8_t* w, const int8_t* xe, const int8_t* xo) {
-  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  const __m256i mask = _mm256_set1_epi8(0x0F);
-  const __m256i lo = _mm256_and_si256(b, mask);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+// Blocks b, b + 1 with their codes split into nibbles (lo: even columns, hi: odd columns) and
+// e / o = their 32 even / odd activation codes: block b's sums in int32 lanes 0-3, b + 1's in 4-7.
+inline __m256i DotSplit(__m256i lo, __m256i hi, const int8_t* xe, const int8_t* xo) {
   const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe));
   const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo));
 #if LLMRT_INT8_PATH == 0
@@ -47,6 +44,15 @@ inline __m256i DotPair(const uint8_t* w, const int8_t* xe, const int8_t* xo) {
 #else
   return Dp(Dp(_mm256_setzero_si256(), lo, e), hi, o);
 #endif
+}
+
+inline __m256i LowNibbles(__m256i b) { return _mm256_and_si256(b, _mm256_set1_epi8(0x0F)); }
+inline __m256i HighNibbles(__m256i b) { return _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0F)); }
+
+// Blocks b, b + 1: w = their 32 code bytes, xe / xo = their 32 even / odd activation codes.
+inline __m256i DotPair(const uint8_t* w, const int8_t* xe, const int8_t* xo) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  return DotSplit(LowNibbles(b), HighNibbles(b), xe, xo);
 }
 
 // One block (the last of a chunk with an odd number of blocks): its sums in lanes 0-3.
@@ -82,91 +88,138 @@ inline __m256 WeightScales8(const uint16_t* ws, int64_t b0, int64_t gpb) {
 // matrix, one thread: 4.8 GB/s without, 7.0 with 2-4 KiB, less below 1 KiB).
 constexpr int64_t kPrefetchBytes = 2048;
 
+// The eight block sums of one row from the pair vectors of blocks (b0, b0 + 1), (b0 + 2, b0 + 3),
+// (b0 + 4, b0 + 5), (b0 + 6, b0 + 7): lane sums [b0, b2, b4, b6 | b1, b3, b5, b7] by a
+// horizontal-add tree, then block order. The two halves of the tree are formed as the chunks
+// finish (h01 = hadd(p0, p1), h23 = hadd(p2, p3)).
+inline __m256i BlockOrder(__m256i h01, __m256i h23) {
+  return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h01, h23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Blocks b0 .. b0 + 7 (two whole chunks; wc = their 128 code bytes) of NT activation rows, in
+// straight-line code: each chunk's codes are loaded and split once for all rows, and every
+// intermediate stays in a register.
+template <int NT>
+inline void Full8(const uint8_t* wc, const int8_t* const* xc, int64_t b0, __m256i* s) {
+  // A row is one stream of codes, and the hardware prefetchers stop at every 4 KiB page
+  // (two rows of K = 4096): read ahead in software, across pages, one line per chunk.
+  _mm_prefetch(reinterpret_cast<const char*>(wc) + kPrefetchBytes, _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(wc) + 64 + kPrefetchBytes, _MM_HINT_T0);
+  __m256i h[2][NT];
+  #pragma GCC unroll 4
+  for (int c = 0; c < 2; ++c) {
+#if LLMRT_INT8_PATH == 2
+    const __m512i b = _mm512_loadu_si512(wc + c * 64);
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    const __m512i lo = _mm512_and_si512(b, mask);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
+    #pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) {
+      const int8_t* xe = xc[j] + (b0 + 4 * c) * 32;
+      const __m512i a = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xe)),
+                                            hi, _mm512_loadu_si512(xe + 64));
+      // The zero-masked extracts: GCC 12's plain cast / extract read an "undefined" register
+      // that -Wmaybe-uninitialized reports.
+      h[c][j] = _mm256_hadd_epi32(_mm512_maskz_extracti64x4_epi64(0xFF, a, 0), _mm512_maskz_extracti64x4_epi64(0xFF, a, 1));
+    }
+#else
+    const __m256i b01 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wc + c * 64));
+    const __m256i b23 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wc + c * 64 + 32));
+    const __m256i lo01 = LowNibbles(b01), hi01 = HighNibbles(b01);
+    const __m256i lo23 = LowNibbles(b23), hi23 = HighNibbles(b23);
+    #pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) {
+      const int8_t* xe = xc[j] + (b0 + 4 * c) * 32;  // the chunk's even codes; its odd ones at + 64
+      h[c][j] = _mm256_hadd_epi32(DotSplit(lo01, hi01, xe, xe + 64), DotSplit(lo23, hi23, xe + 32, xe + 96));
+    }
+#endif
+  }
+  #pragma GCC unroll 4
+  for (int j = 0; j < NT; ++j) s[j] = BlockOrder(h[0][j], h[1][j]);
+}
+
+// The last m < 8 blocks of a row (b0 .. nb - 1; chunks of 1-4 blocks): pairs, then a single
+// block where a chunk has an odd count.
+template <int NT>
+inline void Partial(const uint8_t* wrow, const int8_t* const* xc, int64_t nb, int64_t b0, __m256i* s) {
+  const int64_t m = nb - b0;  // 1 .. 7
+  // p[j][i]: blocks b0 + 2i (lanes 0-3) and b0 + 2i + 1 (lanes 4-7) of activation row j; zero
+  // past the end.
+  __m256i p[NT][4];
+  #pragma GCC unroll 4
+  for (int j = 0; j < NT; ++j) {
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) p[j][i] = _mm256_setzero_si256();
+  }
+  for (int64_t c = 0; c < m; c += 4) {
+    const int64_t cb = b0 + c, cm = std::min<int64_t>(4, nb - cb);
+    const uint8_t* wc = wrow + cb * 16;
+    #pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) {
+      const int8_t* xe = xc[j] + cb * 32;
+      const int8_t* xo = xe + cm * 16;
+      int64_t i = 0;
+      for (; i + 2 <= cm; i += 2) p[j][(c + i) / 2] = DotPair(wc + i * 16, xe + i * 16, xo + i * 16);
+      if (i < cm) p[j][(c + i) / 2] = DotOne(wc + i * 16, xe + i * 16, xo + i * 16);
+    }
+  }
+  #pragma GCC unroll 4
+  for (int j = 0; j < NT; ++j) {
+    s[j] = BlockOrder(_mm256_hadd_epi32(p[j][0], p[j][1]), _mm256_hadd_epi32(p[j][2], p[j][3]));
+  }
+}
+
+// Eight blocks' sums s (in block order) into the lanes of a: sum (u - 8) x = sum u x - 8 sum x,
+// exact in int32 (sums: the activation codes' sums); then one FMA per block into lane b % 8 with
+// its scale product d = x_scale * w_scale (one float product each, the same whether formed in
+// lanes or one by one).
+inline __m256 Fold(__m256 a, __m256i s, __m256i sums, __m256 d) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, _mm256_slli_epi32(sums, 3))), d, a);
+}
+
 // Activation rows t0 .. t0 + NT - 1 of weight row n (NT a compile-time count, so that the
 // per-row sums stay in registers).
 template <int NT>
 inline void Int4RowTile(const uint8_t* wrow, const uint16_t* ws, int64_t nb, int64_t gpb, const Int8Activations& x,
                         int64_t t0, float* out, int64_t ldo, int64_t n) {
   const int64_t K = x.cols;
-  const __m256i natural = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const int8_t* xc[NT];
   const float* xs[NT];
   const int32_t* xsum[NT];
   __m256 acc[NT];
+  #pragma GCC unroll 4
   for (int j = 0; j < NT; ++j) {
     xc[j] = x.codes.data() + (t0 + j) * K;
     xs[j] = x.scales.data() + (t0 + j) * nb;
     xsum[j] = x.sums.data() + (t0 + j) * nb;
     acc[j] = _mm256_setzero_ps();
   }
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    const int64_t m = std::min<int64_t>(8, nb - b0);
-    // p[j][i]: blocks b0 + 2i (lanes 0-3) and b0 + 2i + 1 (lanes 4-7) of activation row j; zero
-    // past the end.
-    __m256i p[NT][4];
+  int64_t b0 = 0;
+  for (; b0 + 8 <= nb; b0 += 8) {
+    __m256i s[NT];  // the int32 sums of blocks b0 .. b0 + 7 of activation row j, in block order
+    Full8<NT>(wrow + b0 * 16, xc, b0, s);
+    const __m256 wsc = WeightScales8(ws, b0, gpb);
+    #pragma GCC unroll 4
     for (int j = 0; j < NT; ++j) {
-      for (int i = 0; i < 4; ++i) p[j][i] = _mm256_setzero_si256();
-    }
-    for (int64_t c = 0; c < m; c += 4) {
-      const int64_t cb = b0 + c, cm = std::min<int64_t>(4, nb - cb);
-      const uint8_t* wc = wrow + cb * 16;
-      // A row is one stream of codes, and the hardware prefetchers stop at every 4 KiB page
-      // (two rows of K = 4096): read ahead in software, across pages.
-      _mm_prefetch(reinterpret_cast<const char*>(wc) + kPrefetchBytes, _MM_HINT_T0);
-#if LLMRT_INT8_PATH == 2
-      if (cm == 4) {
-        const __m512i b = _mm512_loadu_si512(wc);
-        const __m512i mask = _mm512_set1_epi8(0x0F);
-        const __m512i lo = _mm512_and_si512(b, mask);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
-        for (int j = 0; j < NT; ++j) {
-          const int8_t* xe = xc[j] + cb * 32;
-          const __m512i a = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xe)),
-                                                hi, _mm512_loadu_si512(xe + 64));
-          // The zero-masked extracts: GCC 12's plain cast / extract read an "undefined" register
-          // that -Wmaybe-uninitialized reports.
-          p[j][c / 2] = _mm512_maskz_extracti64x4_epi64(0xFF, a, 0);
-          p[j][c / 2 + 1] = _mm512_maskz_extracti64x4_epi64(0xFF, a, 1);
-        }
-        continue;
-      }
-#endif
-      for (int j = 0; j < NT; ++j) {
-        const int8_t* xe = xc[j] + cb * 32;
-        const int8_t* xo = xe + cm * 16;
-        int64_t i = 0;
-        for (; i + 2 <= cm; i += 2) p[j][(c + i) / 2] = DotPair(wc + i * 16, xe + i * 16, xo + i * 16);
-        if (i < cm) p[j][(c + i) / 2] = DotOne(wc + i * 16, xe + i * 16, xo + i * 16);
-      }
-    }
-    const __m256 wsc = m == 8 ? WeightScales8(ws, b0, gpb) : _mm256_setzero_ps();
-    for (int j = 0; j < NT; ++j) {
-      // Lane sums: [b0, b2, b4, b6 | b1, b3, b5, b7], then block order.
-      const __m256i h =
-          _mm256_hadd_epi32(_mm256_hadd_epi32(p[j][0], p[j][1]), _mm256_hadd_epi32(p[j][2], p[j][3]));
-      __m256i s = _mm256_permutevar8x32_epi32(h, natural);
-      // The blocks' code sums and their scale products x_scale * w_scale (one float product each,
-      // the same whether formed in lanes or one by one).
-      __m256i sums;
-      __m256 d;
-      if (m == 8) {
-        sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum[j] + b0));
-        d = _mm256_mul_ps(_mm256_loadu_ps(xs[j] + b0), wsc);
-      } else {
-        alignas(32) int32_t si[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        alignas(32) float di[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t i = 0; i < m; ++i) {
-          si[i] = xsum[j][b0 + i];
-          di[i] = xs[j][b0 + i] * Bf16ToF32(ws[(b0 + i) / gpb]);
-        }
-        sums = _mm256_load_si256(reinterpret_cast<const __m256i*>(si));
-        d = _mm256_load_ps(di);
-      }
-      // sum (u - 8) x = sum u x - 8 sum x, exact in int32.
-      s = _mm256_sub_epi32(s, _mm256_slli_epi32(sums, 3));
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[j]);
+      const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xsum[j] + b0));
+      acc[j] = Fold(acc[j], s[j], sums, _mm256_mul_ps(_mm256_loadu_ps(xs[j] + b0), wsc));
     }
   }
+  if (b0 < nb) {  // the last 1-7 blocks; lanes past the end add 0 x 0
+    __m256i s[NT];
+    Partial<NT>(wrow, xc, nb, b0, s);
+    #pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) {
+      alignas(32) int32_t si[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      alignas(32) float di[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t i = 0; b0 + i < nb; ++i) {
+        si[i] = xsum[j][b0 + i];
+        di[i] = xs[j][b0 + i] * Bf16ToF32(ws[(b0 + i) / gpb]);
+      }
+      acc[j] = Fold(acc[j], s[j], _mm256_load_si256(reinterpret_cast<const __m256i*>(si)), _mm256_load_ps(di));
+    }
+  }
+  #pragma GCC unroll 4
   for (int j = 0; j < NT; ++j) {
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, acc[j]);
