@@ -23,25 +23,14 @@
 #include "src/backend/cpu/fp8_bf16_dot.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/quant/fp8.h"
+#include "tests/backend/microbench_util.h"
 
 namespace llmrt::cpu {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Best of `reps` timings of fn (seconds).
-template <typename Fn>
-double Best(int reps, Fn&& fn) {
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = Now();
-    fn();
-    best = std::min(best, Now() - t0);
-  }
-  return best;
-}
+using microbench::Best;
+using microbench::ReadAll;
+using microbench::Split;
 
 struct Matrix {
   StoredMatrix stored;
@@ -68,34 +57,6 @@ Matrix MakeFp8(CpuBackend& be, int64_t rows, int64_t cols, std::mt19937& rng) {
   for (int64_t i = 0; i < sr * sc; ++i) sv[i] = 0.02f * 4.5f / 448.0f;
   m.w = *be.PrepareWeight(s);
   return m;
-}
-
-// A read of every byte, 8 at a time in four chains: the ceiling of a kernel streaming these
-// bytes on one core.
-uint64_t ReadAll(const uint8_t* p, size_t n) {
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
-  uint64_t a = 0, b = 0, c = 0, d = 0;
-  for (size_t i = 0; i + 4 <= n / 8; i += 4) {
-    a += w[i];
-    b ^= w[i + 1];
-    c += w[i + 2];
-    d ^= w[i + 3];
-  }
-  return a + b + c + d;
-}
-
-// fn(n0, n1) over [0, rows) split between `threads` threads (each its own rows, as the backend's
-// pool splits a matmul), timed as one call.
-template <typename Fn>
-void Split(int threads, int64_t rows, Fn&& fn) {
-  std::vector<std::thread> ts;
-  const int64_t per = (rows / threads + 31) / 32 * 32;
-  for (int i = 1; i < threads; ++i) {
-    const int64_t a = std::min(rows, i * per), b = std::min(rows, (i + 1) * per);
-    ts.emplace_back([&fn, a, b] { fn(a, b); });
-  }
-  fn(0, std::min(rows, per));
-  for (auto& t : ts) t.join();
 }
 
 int g_threads = 1;
@@ -171,14 +132,8 @@ int main(int argc, char** argv) {
     else if (a == "--l2-rows") l2_rows = std::atoll(argv[i + 1]);
     else if (a == "--dram-mib") dram_mib = std::atoll(argv[i + 1]);
     else if (a == "--threads") llmrt::cpu::g_threads = std::atoi(argv[i + 1]);
-    else if (a == "--tokens") {
-      tokens.clear();
-      for (const char* p = argv[i + 1]; *p;) {
-        tokens.push_back(std::atoll(p));
-        while (*p && *p != ',') ++p;
-        if (*p == ',') ++p;
-      }
-    } else {
+    else if (a == "--tokens") tokens = llmrt::microbench::ParseList(argv[i + 1]);
+    else {
       std::fprintf(stderr, "usage: %s [--cols N] [--l2-rows N] [--dram-mib N] [--tokens 1,16,64]\n", argv[0]);
       return 2;
     }

@@ -23,24 +23,14 @@
 #include "src/backend/cpu/int8_dot.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/util/bf16.h"
+#include "tests/backend/microbench_util.h"
 
 namespace llmrt::cpu {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-template <typename Fn>
-double Best(int reps, Fn&& fn) {
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = Now();
-    fn();
-    best = std::min(best, Now() - t0);
-  }
-  return best;
-}
+using microbench::Best;
+using microbench::ReadAll;
+using microbench::Split;
 
 struct Matrix {
   StoredMatrix stored;
@@ -73,31 +63,7 @@ Matrix Make(CpuBackend& be, WeightFormatId format, int64_t rows, int64_t cols, i
   return m;
 }
 
-uint64_t ReadAll(const uint8_t* p, size_t n) {
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
-  uint64_t a = 0, b = 0, c = 0, d = 0;
-  for (size_t i = 0; i + 4 <= n / 8; i += 4) {
-    a += w[i];
-    b ^= w[i + 1];
-    c += w[i + 2];
-    d ^= w[i + 3];
-  }
-  return a + b + c + d;
-}
-
 int g_threads = 1;
-
-template <typename Fn>
-void Split(int64_t rows, Fn&& fn) {
-  std::vector<std::thread> ts;
-  const int64_t per = (rows / g_threads + 31) / 32 * 32;
-  for (int i = 1; i < g_threads; ++i) {
-    const int64_t a = std::min(rows, i * per), b = std::min(rows, (i + 1) * per);
-    ts.emplace_back([&fn, a, b] { fn(a, b); });
-  }
-  fn(0, std::min(rows, per));
-  for (auto& t : ts) t.join();
-}
 
 void Run(int64_t cols, int64_t group, int64_t l2_rows, int64_t dram_mib, const std::vector<int64_t>& tokens) {
   std::mt19937 rng(1);
@@ -133,7 +99,7 @@ void Run(int64_t cols, int64_t group, int64_t l2_rows, int64_t dram_mib, const s
     std::atomic<uint64_t> sink{0};
     auto read_loop = [&](const MatrixBytes& mb, int64_t row_bytes) {
       return Best(c.reps, [&] {
-        Split(c.rows, [&](int64_t a, int64_t e) { sink += ReadAll(mb.codes + a * row_bytes, (e - a) * row_bytes); });
+        Split(g_threads, c.rows, [&](int64_t a, int64_t e) { sink += ReadAll(mb.codes + a * row_bytes, (e - a) * row_bytes); });
       });
     };
     const double q_ro = read_loop(qb, cols / 2), b_ro = read_loop(bb, cols * 2);
@@ -148,7 +114,7 @@ void Run(int64_t cols, int64_t group, int64_t l2_rows, int64_t dram_mib, const s
         return Best(reps, [&] {
           int64_t ld = 0;
           const float* xp = PrepareActivations(w, x.data(), cols, T, scratch, &ld);
-          Split(c.rows, [&](int64_t a, int64_t e) { MatMulWeightRows(w, xp, ld, T, out.data(), c.rows, a, e); });
+          Split(g_threads, c.rows, [&](int64_t a, int64_t e) { MatMulWeightRows(w, xp, ld, T, out.data(), c.rows, a, e); });
         });
       };
       const double tq = exact(q.w), tb = exact(b.w);
@@ -157,7 +123,7 @@ void Run(int64_t cols, int64_t group, int64_t l2_rows, int64_t dram_mib, const s
       for (Int8Isa isa : isas) {
         ti.push_back(Best(reps, [&] {
           QuantizeActivationsInt8(isa, x.data(), cols, T, cols, &xa);
-          Split(c.rows, [&](int64_t a, int64_t e) { Int4RowsInt8(isa, q.w, xa, out.data(), c.rows, a, e); });
+          Split(g_threads, c.rows, [&](int64_t a, int64_t e) { Int4RowsInt8(isa, q.w, xa, out.data(), c.rows, a, e); });
         }));
       }
       auto gbs = [](double bytes, double t) { return bytes / t / 1e9; };
@@ -182,14 +148,8 @@ int main(int argc, char** argv) {
     else if (a == "--l2-rows") l2_rows = std::atoll(argv[i + 1]);
     else if (a == "--dram-mib") dram_mib = std::atoll(argv[i + 1]);
     else if (a == "--threads") llmrt::cpu::g_threads = std::atoi(argv[i + 1]);
-    else if (a == "--tokens") {
-      tokens.clear();
-      for (const char* p = argv[i + 1]; *p;) {
-        tokens.push_back(std::atoll(p));
-        while (*p && *p != ',') ++p;
-        if (*p == ',') ++p;
-      }
-    } else {
+    else if (a == "--tokens") tokens = llmrt::microbench::ParseList(argv[i + 1]);
+    else {
       std::fprintf(stderr, "usage: %s [--cols N] [--group N] [--l2-rows N] [--dram-mib N] [--tokens 1,4,16] [--threads N]\n",
                    argv[0]);
       return 2;

@@ -1,0 +1,72 @@
+// Timing helpers shared by the CPU kernel microbenchmarks (programs that print tables).
+#ifndef LLMRT_TESTS_BACKEND_MICROBENCH_UTIL_H_
+#define LLMRT_TESTS_BACKEND_MICROBENCH_UTIL_H_
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace llmrt::microbench {
+
+inline double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best of `reps` timings of fn (seconds).
+template <typename Fn>
+double Best(int reps, Fn&& fn) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = Now();
+    fn();
+    best = std::min(best, Now() - t0);
+  }
+  return best;
+}
+
+// A read of every byte, 8 at a time in four chains: the ceiling of a kernel streaming these
+// bytes on one core.
+inline uint64_t ReadAll(const uint8_t* p, size_t n) {
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  for (size_t i = 0; i + 4 <= n / 8; i += 4) {
+    a += w[i];
+    b ^= w[i + 1];
+    c += w[i + 2];
+    d ^= w[i + 3];
+  }
+  return a + b + c + d;
+}
+
+// fn(n0, n1) over [0, rows) split between `threads` threads (each its own rows, as the backend's
+// pool splits a matmul), timed as one call.
+template <typename Fn>
+void Split(int threads, int64_t rows, Fn&& fn) {
+  std::vector<std::thread> ts;
+  const int64_t per = (rows / threads + 31) / 32 * 32;
+  for (int i = 1; i < threads; ++i) {
+    const int64_t a = std::min(rows, i * per), b = std::min(rows, (i + 1) * per);
+    ts.emplace_back([&fn, a, b] { fn(a, b); });
+  }
+  fn(0, std::min(rows, per));
+  for (auto& t : ts) t.join();
+}
+
+// "1,4,16" -> {1, 4, 16}.
+inline std::vector<int64_t> ParseList(const char* p) {
+  std::vector<int64_t> v;
+  while (*p) {
+    v.push_back(std::stoll(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+}  // namespace llmrt::microbench
+
+#endif  // LLMRT_TESTS_BACKEND_MICROBENCH_UTIL_H_
