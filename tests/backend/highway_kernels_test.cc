@@ -261,9 +261,10 @@ TEST(HighwayKernels, MatMulWeightRowsOnEveryTarget) {
 
 // Every format's product is bit-identical whatever the number of activation rows: many rows take
 // the blocked paths (dense GEMM; quantized panels of raw codes on 32-register targets), one row
-// the decode path, and the engine's batch invariance rests on their equality. Shapes cross the
-// column blocks (256 columns, whole scale blocks), the 16-row blocks with rows left over, the
-// 64-row token blocks and odd register tiles.
+// the decode path (2-4 rows: INT4 decodes each code once for all of them), and the engine's
+// batch invariance rests on their equality. Shapes cross the column blocks (256 columns, whole
+// scale blocks), the 16-row blocks with rows left over, the 64-row token blocks and odd register
+// tiles.
 TEST(HighwayKernels, MatMulWeightRowsIsBitIdenticalAcrossBatchSizes) {
   std::mt19937 rng(83);
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{21, 300}, {37, 544}, {9, 640}, {18, 1024}};
@@ -272,7 +273,7 @@ TEST(HighwayKernels, MatMulWeightRowsIsBitIdenticalAcrossBatchSizes) {
       for (const FormatCase& fc : FormatCases(cols)) {
         const HostMatrix m = MakeHostMatrix(fc.format, rows, cols, fc.params, rng);
         const HostWeight hw = ViewOf(m, 0);
-        for (int64_t T : {5, 8, 13, 70, 133}) {
+        for (int64_t T : {2, 3, 4, 5, 8, 13, 70, 133}) {
           const int64_t ldx = cols + 1;
           const std::vector<float> xs = RandomNormal(static_cast<size_t>(T * ldx), rng);
           std::vector<float> scratch, batched(static_cast<size_t>(T * rows)), solo(batched.size());
