@@ -449,32 +449,37 @@ struct QuantView {
 
 constexpr int64_t kQuantPrefetchBytes = 2048;
 
-// Whether Int4RowsDirect below takes an INT4 matrix: groups of whole 32-column chunks.
-HWY_INLINE bool Int4DirectApplies(const QuantView& v) { return v.int4 && v.bw % 32 == 0 && v.K % v.bw == 0; }
+// Whether QuantRowsTiled below takes a matrix: INT4 groups of whole 32-column chunks, or FP8
+// blocks of whole pairs of vectors, dividing the row.
+HWY_INLINE bool TiledApplies(const QuantView& v) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  return v.K % v.bw == 0 && (v.int4 ? v.bw % 32 == 0 : v.bw % (2 * N) == 0);
+}
 
-// INT4 rows [n0, n1) times TT (1-4) activation rows at once, for groups that are whole 32-column
-// chunks: each vector of codes is decoded once for every activation row, and a row's scales and
-// codes are addressed directly. Per (row, activation row) the operations and their order are
-// QuantRowsDirect's below (partial sums a0 / a1 per group, then acc = (a0 + a1) * scale + acc,
-// and the zero tail times the scale), so the results are the same floats. (The general loop
-// re-decoded every code for each activation row, and its per-group checks and scale lookups
-// cost as much as the group's arithmetic at 32 columns per group.)
-template <int TT>
-HWY_INLINE void Int4RowsDirect(const QuantView& v, const float* x, int64_t ldx, float* out, int64_t ldo, int64_t n0,
+// Rows [n0, n1) times TT (1-4) activation rows at once, for the matrices TiledApplies takes:
+// each vector of codes is decoded once for every activation row, and a row's codes and scales
+// are addressed directly. Per (row, activation row) the operations and their order are
+// QuantRowsDirect's below (per block the partial sums a0 / a1 (INT4: even / odd columns of each
+// 32; FP8: alternate vectors), then acc = (a0 + a1) * scale + acc, and the empty scalar tail
+// times the scale), so the results are the same floats. (The general loop decodes every code
+// again for each activation row, and its per-block checks and scale lookups cost as much as the
+// arithmetic of a 32-column INT4 group.)
+template <int TT, bool kInt4>
+HWY_INLINE void QuantRowsTiled(const QuantView& v, const float* x, int64_t ldx, float* out, int64_t ldo, int64_t n0,
                                int64_t n1) {
   const DF df;
   using V = hn::Vec<DF>;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), K = v.K, bw = v.bw, nb = v.nb;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), bw = v.bw, nb = v.nb;
   const hn::RebindToSigned<DF> di32;
   const hn::Rebind<uint8_t, DF> du8;
   const hn::RebindToUnsigned<DF> du32;
   const auto eight = hn::Set(df, 8.0f);
   const auto mask = hn::Set(du32, 0xFu);
-  const uint8_t* codes = v.w.data.data_as<uint8_t>();
-  const uint16_t* scales = v.w.scales.data_as<uint16_t>();
   for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* q = codes + n * (K / 2);
-    const uint16_t* sc = scales + n * nb;
+    const QuantView::RowScales row_scales = v.scales_of(n);
+    const uint8_t* q = v.codes(n, 0);
+    constexpr int64_t kCodesPerByte = kInt4 ? 2 : 1;
+    const int64_t block_bytes = bw / kCodesPerByte;
     V acc[TT];
     float tail[TT];
 #pragma GCC unroll 4
@@ -483,27 +488,42 @@ HWY_INLINE void Int4RowsDirect(const QuantView& v, const float* x, int64_t ldx, 
       tail[t] = 0.0f;
     }
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* qb = q + b * bw / 2;
+      const uint8_t* qb = q + b * block_bytes;
       // A row is one stream of codes, and the hardware prefetchers stop at every 4 KiB page:
       // read ahead in software, across pages, once per 64-byte line.
-      if (((b * bw / 2) & 63) == 0) hwy::Prefetch(qb + kQuantPrefetchBytes);
+      if constexpr (kInt4) {
+        if (((b * block_bytes) & 63) == 0) hwy::Prefetch(qb + kQuantPrefetchBytes);  // groups of 32-128 columns
+      } else {
+        for (int64_t o = (64 - (b * block_bytes) % 64) % 64; o < block_bytes; o += 64) {
+          hwy::Prefetch(qb + o + kQuantPrefetchBytes);
+        }
+      }
       V a0[TT], a1[TT];
 #pragma GCC unroll 4
       for (int t = 0; t < TT; ++t) a0[t] = a1[t] = hn::Zero(df);
-      for (int64_t k = 0; k < bw; k += 32) {
-        for (int64_t j = 0; j < 16; j += N) {
-          const auto c = hn::PromoteTo(du32, hn::LoadU(du8, qb + k / 2 + j));
-          const V lo = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(c, mask))), eight);
-          const V hi = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(c))), eight);
+      // Two vectors of codes c0, c1 meet the activations at column offsets o0, o1 of the block.
+      auto step = [&](const V c0, const V c1, int64_t o0, int64_t o1) HWY_ATTR {
 #pragma GCC unroll 4
-          for (int t = 0; t < TT; ++t) {
-            const float* xt = x + t * ldx + b * bw + k;
-            a0[t] = hn::MulAdd(lo, hn::LoadU(df, xt + j), a0[t]);
-            a1[t] = hn::MulAdd(hi, hn::LoadU(df, xt + 16 + j), a1[t]);
+        for (int t = 0; t < TT; ++t) {
+          const float* xt = x + t * ldx + b * bw;
+          a0[t] = hn::MulAdd(c0, hn::LoadU(df, xt + o0), a0[t]);
+          a1[t] = hn::MulAdd(c1, hn::LoadU(df, xt + o1), a1[t]);
+        }
+      };
+      if constexpr (kInt4) {
+        for (int64_t k = 0; k < bw; k += 32) {
+          for (int64_t j = 0; j < 16; j += N) {
+            const auto c = hn::PromoteTo(du32, hn::LoadU(du8, qb + k / 2 + j));
+            step(hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(c, mask))), eight),
+                 hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(c))), eight), k + j, k + 16 + j);
           }
         }
+      } else {
+        for (int64_t k = 0; k < bw; k += 2 * N) {
+          step(Fp8ToF32Folded(df, qb + k), Fp8ToF32Folded(df, qb + k + N), k, k + N);
+        }
       }
-      const float s = Bf16ToF32(sc[b]);
+      const float s = kInt4 ? Bf16ToF32(row_scales.bf16[b]) : row_scales.f32[b] * row_scales.fold;
       const V vs = hn::Set(df, s);
 #pragma GCC unroll 4
       for (int t = 0; t < TT; ++t) {
@@ -513,6 +533,17 @@ HWY_INLINE void Int4RowsDirect(const QuantView& v, const float* x, int64_t ldx, 
     }
 #pragma GCC unroll 4
     for (int t = 0; t < TT; ++t) out[t * ldo + n] = hn::GetLane(hn::SumOfLanes(df, acc[t])) + tail[t];
+  }
+}
+
+template <bool kInt4>
+HWY_INLINE void QuantRowsTiledN(int64_t tt, const QuantView& v, const float* x, int64_t ldx, float* out, int64_t ldo,
+                                int64_t n0, int64_t n1) {
+  switch (tt) {
+    case 1: return QuantRowsTiled<1, kInt4>(v, x, ldx, out, ldo, n0, n1);
+    case 2: return QuantRowsTiled<2, kInt4>(v, x, ldx, out, ldo, n0, n1);
+    case 3: return QuantRowsTiled<3, kInt4>(v, x, ldx, out, ldo, n0, n1);
+    default: return QuantRowsTiled<4, kInt4>(v, x, ldx, out, ldo, n0, n1);
   }
 }
 
@@ -529,15 +560,15 @@ void QuantRowsDirect(const QuantView& v, const float* x, int64_t ldx, int64_t T,
   const auto eight = hn::Set(df, 8.0f);
   const auto mask = hn::Set(du32, 0xFu);
   const float* table = Fp8E4M3::DecodeTable();
-  if (Int4DirectApplies(v)) {
+  if (TiledApplies(v)) {
     for (int64_t t0 = 0; t0 < T; t0 += 4) {
       const float* xt = x + t0 * ldx;
       float* ot = out + t0 * ldo;
-      switch (std::min<int64_t>(4, T - t0)) {
-        case 1: Int4RowsDirect<1>(v, xt, ldx, ot, ldo, n0, n1); break;
-        case 2: Int4RowsDirect<2>(v, xt, ldx, ot, ldo, n0, n1); break;
-        case 3: Int4RowsDirect<3>(v, xt, ldx, ot, ldo, n0, n1); break;
-        default: Int4RowsDirect<4>(v, xt, ldx, ot, ldo, n0, n1); break;
+      const int64_t tt = std::min<int64_t>(4, T - t0);
+      if (int4) {
+        QuantRowsTiledN<true>(tt, v, xt, ldx, ot, ldo, n0, n1);
+      } else {
+        QuantRowsTiledN<false>(tt, v, xt, ldx, ot, ldo, n0, n1);
       }
     }
     return;
@@ -756,10 +787,10 @@ void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, fl
     return;
   }
 #else
-  // INT4 on 16-register targets: four activation rows per decoded code vector, in registers,
-  // beat the blocks decoded to memory below at every batch size (AVX2, one thread, 4096 x 4096
+  // On 16-register targets, four activation rows per decoded code vector, in registers, beat
+  // the blocks decoded to memory below at every batch size (AVX2, one thread, 4096 x 4096 INT4
   // g32: 8 rows 0.29 -> 0.87 GB/s of weight bytes, 16 rows 0.17 -> 0.38, 64 rows 0.03 -> 0.10).
-  if (Int4DirectApplies(v)) {
+  if (TiledApplies(v)) {
     QuantRowsDirect(v, x, ldx, T, out, ldo, n0, n1);
     return;
   }
