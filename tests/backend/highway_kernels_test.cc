@@ -103,8 +103,8 @@ TEST(HighwayKernels, MatMulRowsOnEveryTarget) {
 // Many activation rows take the cache-blocked GEMM (prefill, batched decode); one row takes the
 // direct kernel. Each output must be bit-identical between the two, whatever the batch size and
 // the blocking (the engine's batch invariance rests on it): shapes cross the column blocks (256),
-// the row blocks (16, and rows left over from groups of 4), the token blocks (64) and the
-// register tiles, with scalar column tails and a row range not starting at 0.
+// the row blocks (12 or 16 rows, and rows left over from tiles of 3 or 4), the token blocks (64)
+// and the register tiles, with scalar column tails and a row range not starting at 0.
 TEST(HighwayKernels, BlockedMatMulIsBitIdenticalToOneRowAtATime) {
   std::mt19937 rng(82);
   ForEachTarget([&](const char*) {

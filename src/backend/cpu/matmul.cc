@@ -143,72 +143,105 @@ void MatMulRowsT(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T,
 // With many activation rows (prefill, batched decode) the direct kernel above streams every
 // activation row once per four weight rows, from L3 or memory, and widens each bf16 code once
 // per two activation rows. Here the work is blocked: kGemmTokens activation rows at a time, the
-// weight rows kGemmRows at a time and the columns kGemmCols at a time; the block's bf16 codes are
-// widened once into a float32 panel, and register tiles of 4 weight rows x kTileTokens activation
-// rows run over the panel and the activations from L1/L2. Every (weight row, activation row)
-// pair keeps its own vector accumulator, kept in memory between column blocks, so each lane adds
-// the same products in the same order as the direct kernel, then the same lane sum and the same
-// scalar tail: the result is bit-identical to the direct kernel's, whatever the batch size or the
-// blocking. Batch invariance of the engine rests on that.
+// weight rows kDenseRows at a time and the columns kGemmCols at a time, and register tiles of
+// kTileRows weight rows x kTileTokens activation rows run over the block's weights and the
+// activations from L1/L2. Every (weight row,
+// activation row) pair keeps its own vector accumulator, kept in memory between column blocks,
+// so each lane adds the same products in the same order as the direct kernel, then the same lane
+// sum and the same scalar tail: the result is bit-identical to the direct kernel's, whatever the
+// batch size or the blocking. Batch invariance of the engine rests on that.
+//
+// Tiles: a tile holds its kTileRows weight vectors in registers and loads the activation rows'
+// vectors one at a time, so it needs kTileRows x kTileTokens accumulators + kTileRows + 1
+// registers and kTileRows + kTileTokens loads per kTileRows x kTileTokens FMAs. 32 registers
+// (AVX-512): 4 x 4 (21 registers). 16 registers (AVX2): 3 x 4 (all 16; 7 loads per 12 FMAs,
+// 12 independent accumulator chains, against 4 x 2's 6 loads per 8 FMAs and 8 chains, which
+// is what an FMA latency of 4 cycles on two ports just covers).
+//
+// Widening: on AVX-512 the block's bf16 codes are widened once into a float32 panel that the
+// tiles read (the widening's shift and zero-extension would take the FMA ports there). Elsewhere
+// the tiles widen the codes they load in registers, once per tile (the AVX2 CPUs measured run
+// them on other pipes than the FMAs): no panel is written and read back, which at 8-64
+// activation rows cost as much as the FMAs (one thread, 4096 x 4096 bf16, Zen 3: 8 rows 28.8
+// -> 49 GFLOP/s, 64 rows 47 -> 53-58).
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-constexpr int kTileTokens = 4;  // 16 accumulators + 4 weight vectors + 1 activation of 32 registers
+constexpr int kTileRows = 4;
+constexpr bool kWidenToPanel = true;
 #else
-constexpr int kTileTokens = 2;  // 8 + 4 + 1 of 16 registers
+constexpr int kTileRows = 3;
+constexpr bool kWidenToPanel = false;
 #endif
+constexpr int kTileTokens = 4;
 constexpr int64_t kGemmTokens = 64;    // activation rows per block: kGemmTokens x kGemmCols floats in L2
-constexpr int64_t kGemmRows = 16;      // weight rows per block (a multiple of 4)
+constexpr int64_t kGemmRows = 16;      // weight rows per block of the quantized GEMM below (a multiple of 4)
+constexpr int64_t kDenseRows = 4 * kTileRows;  // weight rows per block of the dense GEMM
 constexpr int64_t kGemmCols = 256;     // columns per block, rounded up to whole vectors
 constexpr int64_t kGemmMinTokens = 8;  // below this the direct kernel runs (bandwidth-bound decode)
 
-// Accumulators acc[(t * ld_acc + r) * N] (t < TT, r < 4) += w rows [r] . x[t] over `len`
-// columns (a multiple of N): one vector accumulator per pair, as MatMulRowsT keeps.
-template <int TT>
-HWY_INLINE void GemmTile(DF df, const float* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
+// Keeps v in a register: without it GCC folds the weight loads into the FMAs as memory
+// operands, one load per FMA instead of one per tile row (the tile is then bound by loads).
+template <class V>
+HWY_INLINE void InRegister(V& v) {
+#if HWY_TARGET == HWY_AVX2
+  asm("" : "+x"(v.raw));
+#else
+  (void)v;
+#endif
+}
+
+// Accumulators acc[(t * ld_acc + r) * N] (t < TT, r < kTileRows) += w rows [r] . x[t] over
+// `len` columns (a multiple of N): one vector accumulator per pair, as MatMulRowsT keeps.
+template <int TT, typename WT>
+HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
                          int64_t ld_acc) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   using V = hn::Vec<DF>;
-  V a[TT][4];
+  V a[TT][kTileRows];
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) a[t][r] = hn::LoadU(df, acc + (t * ld_acc + r) * N);
+    for (int r = 0; r < kTileRows; ++r) a[t][r] = hn::LoadU(df, acc + (t * ld_acc + r) * N);
   }
   for (int64_t k = 0; k < len; k += N) {
-    const V w0 = hn::LoadU(df, w + k);
-    const V w1 = hn::LoadU(df, w + ldw + k);
-    const V w2 = hn::LoadU(df, w + 2 * ldw + k);
-    const V w3 = hn::LoadU(df, w + 3 * ldw + k);
+    // Named registers, not an array: GCC keeps an array of vectors on the stack as well.
+    V w0 = LoadW(df, w + k), w1 = LoadW(df, w + ldw + k), w2 = LoadW(df, w + 2 * ldw + k), w3;
+    InRegister(w0);
+    InRegister(w1);
+    InRegister(w2);
+    if constexpr (kTileRows == 4) {
+      w3 = LoadW(df, w + 3 * ldw + k);
+      InRegister(w3);
+    }
 #pragma GCC unroll 4
     for (int t = 0; t < TT; ++t) {
       const V xv = hn::LoadU(df, xs[t] + k);
       a[t][0] = hn::MulAdd(w0, xv, a[t][0]);
       a[t][1] = hn::MulAdd(w1, xv, a[t][1]);
       a[t][2] = hn::MulAdd(w2, xv, a[t][2]);
-      a[t][3] = hn::MulAdd(w3, xv, a[t][3]);
+      if constexpr (kTileRows == 4) a[t][3] = hn::MulAdd(w3, xv, a[t][3]);
     }
   }
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) hn::StoreU(a[t][r], df, acc + (t * ld_acc + r) * N);
+    for (int r = 0; r < kTileRows; ++r) hn::StoreU(a[t][r], df, acc + (t * ld_acc + r) * N);
   }
 }
 
-HWY_INLINE void GemmTileN(DF df, int nt, const float* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
+template <typename WT>
+HWY_INLINE void GemmTileN(DF df, int nt, const WT* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
                           int64_t ld_acc) {
   switch (nt) {
     case 1: GemmTile<1>(df, w, ldw, xs, len, acc, ld_acc); break;
     case 2: GemmTile<2>(df, w, ldw, xs, len, acc, ld_acc); break;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     case 3: GemmTile<3>(df, w, ldw, xs, len, acc, ld_acc); break;
     case 4: GemmTile<4>(df, w, ldw, xs, len, acc, ld_acc); break;
-#endif
     default: LLMRT_CHECK(false);
   }
 }
 
-// Rows [n0, n1) (a multiple of 4 of them) of x w^T for T activation rows; see above.
+// Rows [n0, n1) (a multiple of kTileRows of them) of x w^T for T activation rows; see above.
 template <typename WT>
 void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
                     int64_t n0, int64_t n1) {
@@ -216,36 +249,52 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t kv = K - K % N;
   const int64_t kc_max = (kGemmCols + N - 1) / N * N;
+  constexpr bool kPanel = kWidenToPanel && !std::is_same_v<WT, float>;
   thread_local std::vector<float> panel, accs;
-  if (!std::is_same_v<WT, float>) panel.resize(static_cast<size_t>(kGemmRows * kc_max));
-  accs.resize(static_cast<size_t>(kGemmTokens * kGemmRows * N));
+  if (kPanel) panel.resize(static_cast<size_t>(kDenseRows * kc_max));
+  accs.resize(static_cast<size_t>(kGemmTokens * kDenseRows * N));
   float* acc = accs.data();
   for (int64_t t0 = 0; t0 < T; t0 += kGemmTokens) {
     const int64_t tb = std::min(kGemmTokens, T - t0);
-    for (int64_t r0 = n0; r0 < n1; r0 += kGemmRows) {
-      const int64_t rb = std::min(kGemmRows, n1 - r0);
+    for (int64_t r0 = n0; r0 < n1; r0 += kDenseRows) {
+      const int64_t rb = std::min(kDenseRows, n1 - r0);
       std::fill(acc, acc + tb * rb * N, 0.0f);
       for (int64_t k0 = 0; k0 < kv; k0 += kc_max) {
         const int64_t kc = std::min(kc_max, kv - k0);
-        const float* pw;
-        int64_t ldw;
-        if constexpr (std::is_same_v<WT, float>) {
-          pw = w + r0 * K + k0;
-          ldw = K;
-        } else {
+        // The next block's codes are requested now, so that the memory fetches them while this
+        // block's tiles run: its rows are separate runs of kGemmCols codes, too short for the
+        // hardware prefetchers to pick up in time (float32 weights are read from L2 or in
+        // longer runs per row, and go without).
+        if constexpr (!std::is_same_v<WT, float>) {
+          const int64_t nk = k0 + kc_max < kv ? k0 + kc_max : 0, nr = nk ? r0 : r0 + kDenseRows;
+          if (nr < n1) {
+            const int64_t nrb = std::min(kDenseRows, n1 - nr);
+            const int64_t bytes = std::min(kc_max, kv - nk) * static_cast<int64_t>(sizeof(WT));
+            for (int64_t r = 0; r < nrb; ++r) {
+              const char* p = reinterpret_cast<const char*>(w + (nr + r) * K + nk);
+              for (int64_t b = 0; b < bytes; b += 64) hwy::Prefetch(p + b);
+            }
+          }
+        }
+        const auto tiles = [&](const auto* pw, int64_t ldw) {
+          for (int64_t t = 0; t < tb; t += kTileTokens) {
+            const int nt = static_cast<int>(std::min<int64_t>(kTileTokens, tb - t));
+            const float* xs[kTileTokens];
+            for (int i = 0; i < nt; ++i) xs[i] = x + (t0 + t + i) * ldx + k0;
+            for (int64_t r = 0; r < rb; r += kTileRows) {
+              GemmTileN(df, nt, pw + r * ldw, ldw, xs, kc, acc + (t * rb + r) * N, rb);
+            }
+          }
+        };
+        if constexpr (kPanel) {
           for (int64_t r = 0; r < rb; ++r) {
             const WT* src = w + (r0 + r) * K + k0;
             float* dst = panel.data() + r * kc;
             for (int64_t k = 0; k < kc; k += N) hn::StoreU(LoadW(df, src + k), df, dst + k);
           }
-          pw = panel.data();
-          ldw = kc;
-        }
-        for (int64_t t = 0; t < tb; t += kTileTokens) {
-          const int nt = static_cast<int>(std::min<int64_t>(kTileTokens, tb - t));
-          const float* xs[kTileTokens];
-          for (int i = 0; i < nt; ++i) xs[i] = x + (t0 + t + i) * ldx + k0;
-          for (int64_t r = 0; r < rb; r += 4) GemmTileN(df, nt, pw + r * ldw, ldw, xs, kc, acc + (t * rb + r) * N, rb);
+          tiles(panel.data(), kc);
+        } else {
+          tiles(w + r0 * K + k0, K);
         }
       }
       // The direct kernel's epilogue: lane sum, then the columns past the last whole vector.
@@ -269,9 +318,9 @@ void MatMulRowsDense(const WT* w, int64_t K, const float* x, int64_t ldx, int64_
     MatMulRowsT(w, K, x, ldx, T, out, ldo, n0, n1);
     return;
   }
-  const int64_t n4 = n0 + (n1 - n0) / 4 * 4;
-  MatMulRowsGemm(w, K, x, ldx, T, out, ldo, n0, n4);
-  if (n4 < n1) MatMulRowsT(w, K, x, ldx, T, out, ldo, n4, n1);  // the last rows, one at a time
+  const int64_t nt = n0 + (n1 - n0) / kTileRows * kTileRows;
+  MatMulRowsGemm(w, K, x, ldx, T, out, ldo, n0, nt);
+  if (nt < n1) MatMulRowsT(w, K, x, ldx, T, out, ldo, nt, n1);  // the last rows, one at a time
 }
 
 void MatMulRowsF32(const void* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out,
