@@ -176,7 +176,8 @@ constexpr int kTileTokens = 4;
 constexpr int64_t kGemmTokens = 64;    // activation rows per block: kGemmTokens x kGemmCols floats in L2
 constexpr int64_t kGemmRows = 16;      // weight rows per block of the quantized GEMM below (a multiple of 4)
 constexpr int64_t kDenseRows = 4 * kTileRows;  // weight rows per block of the dense GEMM
-constexpr int64_t kGemmCols = 256;     // columns per block, rounded up to whole vectors
+// Columns per block, rounded up to whole vectors (AVX-512: a float32 panel of 16 rows x 256 in L1).
+constexpr int64_t kGemmCols = kWidenToPanel ? 256 : 512;
 constexpr int64_t kGemmMinTokens = 8;  // below this the direct kernel runs (bandwidth-bound decode)
 
 // Keeps v in a register: without it GCC folds the weight loads into the FMAs as memory
@@ -190,26 +191,33 @@ HWY_INLINE void InRegister(V& v) {
 #endif
 }
 
-// Accumulators acc[(t * ld_acc + r) * N] (t < TT, r < kTileRows) += w rows [r] . x[t] over
-// `len` columns (a multiple of N): one vector accumulator per pair, as MatMulRowsT keeps.
-template <int TT, typename WT>
+// Accumulators acc[(t * ld_acc + r) * N] (t < TT, r < RW) += w rows [r] . x[t] over `len`
+// columns (a multiple of N): one vector accumulator per pair, as MatMulRowsT keeps.
+template <int TT, int RW, typename WT>
 HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
                          int64_t ld_acc) {
+  static_assert(RW >= 1 && RW <= 4);
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   using V = hn::Vec<DF>;
-  V a[TT][kTileRows];
+  V a[TT][RW];
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
 #pragma GCC unroll 4
-    for (int r = 0; r < kTileRows; ++r) a[t][r] = hn::LoadU(df, acc + (t * ld_acc + r) * N);
+    for (int r = 0; r < RW; ++r) a[t][r] = hn::LoadU(df, acc + (t * ld_acc + r) * N);
   }
   for (int64_t k = 0; k < len; k += N) {
     // Named registers, not an array: GCC keeps an array of vectors on the stack as well.
-    V w0 = LoadW(df, w + k), w1 = LoadW(df, w + ldw + k), w2 = LoadW(df, w + 2 * ldw + k), w3;
+    V w0 = LoadW(df, w + k), w1, w2, w3;
     InRegister(w0);
-    InRegister(w1);
-    InRegister(w2);
-    if constexpr (kTileRows == 4) {
+    if constexpr (RW >= 2) {
+      w1 = LoadW(df, w + ldw + k);
+      InRegister(w1);
+    }
+    if constexpr (RW >= 3) {
+      w2 = LoadW(df, w + 2 * ldw + k);
+      InRegister(w2);
+    }
+    if constexpr (RW >= 4) {
       w3 = LoadW(df, w + 3 * ldw + k);
       InRegister(w3);
     }
@@ -217,31 +225,46 @@ HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs
     for (int t = 0; t < TT; ++t) {
       const V xv = hn::LoadU(df, xs[t] + k);
       a[t][0] = hn::MulAdd(w0, xv, a[t][0]);
-      a[t][1] = hn::MulAdd(w1, xv, a[t][1]);
-      a[t][2] = hn::MulAdd(w2, xv, a[t][2]);
-      if constexpr (kTileRows == 4) a[t][3] = hn::MulAdd(w3, xv, a[t][3]);
+      if constexpr (RW >= 2) a[t][1] = hn::MulAdd(w1, xv, a[t][1]);
+      if constexpr (RW >= 3) a[t][2] = hn::MulAdd(w2, xv, a[t][2]);
+      if constexpr (RW >= 4) a[t][3] = hn::MulAdd(w3, xv, a[t][3]);
     }
   }
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
 #pragma GCC unroll 4
-    for (int r = 0; r < kTileRows; ++r) hn::StoreU(a[t][r], df, acc + (t * ld_acc + r) * N);
+    for (int r = 0; r < RW; ++r) hn::StoreU(a[t][r], df, acc + (t * ld_acc + r) * N);
   }
 }
 
-template <typename WT>
-HWY_INLINE void GemmTileN(DF df, int nt, const WT* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
+template <int RW, typename WT>
+HWY_INLINE void GemmTileT(DF df, int nt, const WT* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
                           int64_t ld_acc) {
   switch (nt) {
-    case 1: GemmTile<1>(df, w, ldw, xs, len, acc, ld_acc); break;
-    case 2: GemmTile<2>(df, w, ldw, xs, len, acc, ld_acc); break;
-    case 3: GemmTile<3>(df, w, ldw, xs, len, acc, ld_acc); break;
-    case 4: GemmTile<4>(df, w, ldw, xs, len, acc, ld_acc); break;
+    case 1: GemmTile<1, RW>(df, w, ldw, xs, len, acc, ld_acc); break;
+    case 2: GemmTile<2, RW>(df, w, ldw, xs, len, acc, ld_acc); break;
+    case 3: GemmTile<3, RW>(df, w, ldw, xs, len, acc, ld_acc); break;
+    case 4: GemmTile<4, RW>(df, w, ldw, xs, len, acc, ld_acc); break;
     default: LLMRT_CHECK(false);
   }
 }
 
-// Rows [n0, n1) (a multiple of kTileRows of them) of x w^T for T activation rows; see above.
+// A tile of nt activation rows x nr weight rows (nr < kTileRows only for a range's last rows).
+template <typename WT>
+HWY_INLINE void GemmTileN(DF df, int nt, int nr, const WT* w, int64_t ldw, const float* const* xs, int64_t len,
+                          float* acc, int64_t ld_acc) {
+  switch (nr) {
+    case kTileRows: GemmTileT<kTileRows>(df, nt, w, ldw, xs, len, acc, ld_acc); break;
+    case 1: GemmTileT<1>(df, nt, w, ldw, xs, len, acc, ld_acc); break;
+    case 2: GemmTileT<2>(df, nt, w, ldw, xs, len, acc, ld_acc); break;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    case 3: GemmTileT<3>(df, nt, w, ldw, xs, len, acc, ld_acc); break;
+#endif
+    default: LLMRT_CHECK(false);
+  }
+}
+
+// Rows [n0, n1) of x w^T for T activation rows; see above.
 template <typename WT>
 void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
                     int64_t n0, int64_t n1) {
@@ -282,7 +305,8 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
             const float* xs[kTileTokens];
             for (int i = 0; i < nt; ++i) xs[i] = x + (t0 + t + i) * ldx + k0;
             for (int64_t r = 0; r < rb; r += kTileRows) {
-              GemmTileN(df, nt, pw + r * ldw, ldw, xs, kc, acc + (t * rb + r) * N, rb);
+              const int nr = static_cast<int>(std::min<int64_t>(kTileRows, rb - r));
+              GemmTileN(df, nt, nr, pw + r * ldw, ldw, xs, kc, acc + (t * rb + r) * N, rb);
             }
           }
         };
@@ -318,9 +342,7 @@ void MatMulRowsDense(const WT* w, int64_t K, const float* x, int64_t ldx, int64_
     MatMulRowsT(w, K, x, ldx, T, out, ldo, n0, n1);
     return;
   }
-  const int64_t nt = n0 + (n1 - n0) / kTileRows * kTileRows;
-  MatMulRowsGemm(w, K, x, ldx, T, out, ldo, n0, nt);
-  if (nt < n1) MatMulRowsT(w, K, x, ldx, T, out, ldo, nt, n1);  // the last rows, one at a time
+  MatMulRowsGemm(w, K, x, ldx, T, out, ldo, n0, n1);
 }
 
 void MatMulRowsF32(const void* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out,
