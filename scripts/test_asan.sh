@@ -9,7 +9,7 @@ bash scripts/setup.sh
 build=${LLMRT_ASAN_BUILD_DIR:-build-asan}
 # -O1 and line tables only keep the instrumented build short; every Highway target is still
 # compiled, so the conformance suite checks each SIMD width under the sanitizers too.
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMRT_TESTS=ON -DLLMRT_SAMPLES=OFF \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMRT_TESTS=ON -DLLMRT_MPI=OFF -DLLMRT_SAMPLES=OFF \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DLLMRT_SANITIZE=address,undefined >/dev/null
 cmake --build "$build" -j"$(nproc)" --target llmrt_hostile_tests llmrt_fuzz_smoke llmrt_abi_test llmrt_abi_ffi_test llmrt_backend_tests
