@@ -27,8 +27,9 @@ class ThreadPool {
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
-  // Calls fn(begin, end) over [0, n) split into chunks of at least min_chunk items, spread
-  // over all threads; returns when every chunk is done. If a chunk throws, chunks not yet started
+  // Calls fn(begin, end) over [0, n) split into chunks of whole multiples of min_chunk items
+  // (the last may be shorter), largest first, spread over all threads; returns when every chunk
+  // is done. If a chunk throws, chunks not yet started
   // are skipped and the first exception is rethrown here.
   void ParallelFor(size_t n, size_t min_chunk, const std::function<void(size_t, size_t)>& fn);
 
@@ -42,7 +43,8 @@ class ThreadPool {
   std::condition_variable done_cv_;
   const std::function<void(size_t, size_t)>* fn_ = nullptr;
   size_t n_ = 0;
-  size_t chunk_ = 1;
+  size_t chunk_ = 1;    // the smallest chunk
+  size_t divisor_ = 2;  // a chunk is (items left) / divisor_, at least chunk_
   std::atomic<size_t> next_{0};
   size_t active_ = 0;
   std::exception_ptr error_;  // first exception of the current loop (guarded by mu_)

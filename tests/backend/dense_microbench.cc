@@ -1,8 +1,9 @@
 // The dense (float32 / bfloat16 weight) matmul alone, as prefill and batched decode call it:
 // T activation rows x a weight of R rows x K columns, on one thread or several splitting the
 // weight rows as the backend's pool does. Prints GFLOP/s per thread against the FMA peak the
-// caller states (--peak-gflops: lanes x 2 FMA ports x 2 x GHz for one core); a program that
-// prints a table, not a test.
+// caller states (--peak-gflops: lanes x 2 FMA ports x 2 x GHz for one core) and the weight bytes
+// read per second (at 1 row, decode's bandwidth-bound case: use a weight larger than the last-level
+// cache, e.g. --rows 65536 --cols 1024); a program that prints a table, not a test.
 //
 //   llmrt_dense_microbench [--rows 4096] [--cols 4096] [--tokens 1,8,16,32,64,128,512]
 //                          [--dtype bf16|f32] [--threads 1] [--reps 3] [--peak-gflops 0]
@@ -68,7 +69,9 @@ int Main(int argc, char** argv) {
   std::printf("dense matmul, %s weight %lld x %lld (%.1f MiB), %d thread(s), best of %d\n\n", dtype.c_str(),
               static_cast<long long>(rows), static_cast<long long>(cols),
               static_cast<double>(rows * cols * DTypeSize(wd)) / (1 << 20), threads, reps);
-  std::printf("| rows of activations | ms | GFLOP/s per thread | of peak |\n|---:|---:|---:|---:|\n");
+  std::printf(
+      "| rows of activations | ms | GFLOP/s per thread | of peak | weight GB/s (all threads) |\n"
+      "|---:|---:|---:|---:|---:|\n");
   for (int64_t t : tokens) {
     const double s = microbench::Best(reps, [&] {
       microbench::Split(threads, rows, [&](int64_t n0, int64_t n1) {
@@ -76,8 +79,9 @@ int Main(int argc, char** argv) {
       });
     });
     const double gf = 2.0 * static_cast<double>(t * rows * cols) / s / 1e9 / threads;
-    std::printf("| %lld | %.2f | %.1f | %s |\n", static_cast<long long>(t), s * 1e3, gf,
-                peak > 0 ? (std::to_string(static_cast<int>(100 * gf / peak + 0.5)) + "%").c_str() : "-");
+    const double gbs = static_cast<double>(rows * cols * DTypeSize(wd)) / s / 1e9;
+    std::printf("| %lld | %.2f | %.1f | %s | %.2f |\n", static_cast<long long>(t), s * 1e3, gf,
+                peak > 0 ? (std::to_string(static_cast<int>(100 * gf / peak + 0.5)) + "%").c_str() : "-", gbs);
   }
   return 0;
 }

@@ -73,6 +73,44 @@ HWY_INLINE float ScalarW(const float* p) { return *p; }
 HWY_INLINE float ScalarW(const uint16_t* p) { return Bf16ToF32(*p); }
 HWY_INLINE float ScalarW(const uint8_t* p) { return Fp8E4M3::ToFloat(*p); }
 
+// Four weight rows against one or two activation rows: the vector part of the dot products,
+// one accumulator per (weight row, activation row) pair. kPrefetch: also bring the next four
+// rows (`next`, contiguous after these) into L2, one stretch of them per iteration: the group's
+// 4 x K values take K / N iterations, and the next group is as long, so the prefetches run a
+// whole group ahead of the loads and finish with the loop. Decode reads each weight once, and
+// the hardware prefetchers alone restart on every group of short rows (one thread, 1024-column
+// bf16 rows: 10.6 GB/s against 16.9 at 4096 columns).
+template <bool kPrefetch, typename WT, class V>
+HWY_INLINE void Rows4(DF df, const WT* w0, int64_t K, int64_t kv, const float* xa, const float* xb, const WT* next,
+                      V& a0, V& a1, V& a2, V& a3, V& b0, V& b1, V& b2, V& b3) {
+  constexpr size_t kStep = 4 * hn::MaxLanes(DF()) * sizeof(WT);  // bytes of the group per iteration
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const WT* w1 = w0 + K;
+  const WT* w2 = w1 + K;
+  const WT* w3 = w2 + K;
+  const char* pf = reinterpret_cast<const char*>(next);
+  for (int64_t k = 0; k < kv; k += N) {
+    if constexpr (kPrefetch) {
+      for (size_t b = 0; b < kStep; b += 64) __builtin_prefetch(pf + b, 0, 2);
+      pf += kStep;
+    }
+    const auto va = hn::LoadU(df, xa + k);
+    const auto vb = hn::LoadU(df, xb + k);
+    const auto v0 = LoadW(df, w0 + k);
+    const auto v1 = LoadW(df, w1 + k);
+    const auto v2 = LoadW(df, w2 + k);
+    const auto v3 = LoadW(df, w3 + k);
+    a0 = hn::MulAdd(v0, va, a0);
+    a1 = hn::MulAdd(v1, va, a1);
+    a2 = hn::MulAdd(v2, va, a2);
+    a3 = hn::MulAdd(v3, va, a3);
+    b0 = hn::MulAdd(v0, vb, b0);
+    b1 = hn::MulAdd(v1, vb, b1);
+    b2 = hn::MulAdd(v2, vb, b2);
+    b3 = hn::MulAdd(v3, vb, b3);
+  }
+}
+
 template <typename WT>
 void MatMulRowsT(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T, float* out,
                  int64_t ldo, int64_t n0, int64_t n1) {
@@ -85,27 +123,18 @@ void MatMulRowsT(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T,
     const WT* w1 = w0 + K;
     const WT* w2 = w1 + K;
     const WT* w3 = w2 + K;
+    // The first pass over these rows prefetches the next four when they are in the range.
+    const bool prefetch = n + 8 <= n1 && K % N == 0;
     for (int64_t t = 0; t < T; t += 2) {
       const bool two = t + 1 < T;
       const float* xa = x + t * ldx;
       const float* xb = two ? xa + ldx : xa;
       auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
       auto b0 = hn::Zero(df), b1 = hn::Zero(df), b2 = hn::Zero(df), b3 = hn::Zero(df);
-      for (int64_t k = 0; k < kv; k += N) {
-        const auto va = hn::LoadU(df, xa + k);
-        const auto vb = hn::LoadU(df, xb + k);
-        const auto v0 = LoadW(df, w0 + k);
-        const auto v1 = LoadW(df, w1 + k);
-        const auto v2 = LoadW(df, w2 + k);
-        const auto v3 = LoadW(df, w3 + k);
-        a0 = hn::MulAdd(v0, va, a0);
-        a1 = hn::MulAdd(v1, va, a1);
-        a2 = hn::MulAdd(v2, va, a2);
-        a3 = hn::MulAdd(v3, va, a3);
-        b0 = hn::MulAdd(v0, vb, b0);
-        b1 = hn::MulAdd(v1, vb, b1);
-        b2 = hn::MulAdd(v2, vb, b2);
-        b3 = hn::MulAdd(v3, vb, b3);
+      if (prefetch && t == 0) {
+        Rows4<true>(df, w0, K, kv, xa, xb, w0 + 4 * K, a0, a1, a2, a3, b0, b1, b2, b3);
+      } else {
+        Rows4<false>(df, w0, K, kv, xa, xb, w0, a0, a1, a2, a3, b0, b1, b2, b3);
       }
       float sa[4] = {hn::GetLane(hn::SumOfLanes(df, a0)), hn::GetLane(hn::SumOfLanes(df, a1)),
                      hn::GetLane(hn::SumOfLanes(df, a2)), hn::GetLane(hn::SumOfLanes(df, a3))};
