@@ -163,6 +163,13 @@ class Backend {
     return std::nullopt;
   }
   virtual bool SupportsWeightFormat(WeightFormatId format) const = 0;
+  // Whether MlaAbsorbQuery / MlaProjectValue take an MLA kv_b stored in `format` (a quantized
+  // one) as it is, with results equal to those over its F32 dequantization. Otherwise the loader
+  // hands them the F32 dequantization.
+  virtual bool ReadsQuantizedMlaKvB(WeightFormatId format) const {
+    (void)format;
+    return false;
+  }
   // Whether the KV ops run over caches of `codec` (KvStore::Create refuses the others with
   // UNSUPPORTED). The CPU backend runs every registered codec.
   virtual bool SupportsKvCodec(const KvCodec& codec) const { return true; }
@@ -235,7 +242,8 @@ class Backend {
   // ---- MLA attention over the paged latent cache ----
   // q_lat [T, heads, kv_lora] = per head W_UK^T q_nope, with W_UK the first `nope` rows of
   // each head's block of kv_b [heads*(nope+v), kv_lora]. q [T, heads*(nope+rope)]. kv_b is F32
-  // or BF16 (the loader dequantizes a quantized one); a backend refuses other formats.
+  // or BF16, or a quantized format the backend reads there (ReadsQuantizedMlaKvB; else the
+  // loader dequantizes it to F32); a backend refuses other formats.
   virtual void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d,
                               const Tensor& q_lat) = 0;
   // Absorbed attention: score(t, p) = (q_lat[t,h] . c_p + q_rope[t,h] . kr_p) * scale over the

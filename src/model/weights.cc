@@ -205,6 +205,24 @@ absl::StatusOr<Weight> WeightLoader::Dense(const std::string& name, int64_t rows
   return Prepare(dense);
 }
 
+absl::StatusOr<Weight> WeightLoader::MlaKvB(const std::string& name, int64_t rows, int64_t cols,
+                                            const MatrixSlice& part) {
+  if (ck_.synthetic()) {
+    const SyntheticMatrixSpec spec = SyntheticPart(name, rows, cols, part);
+    if (WeightFormatOf(spec.format).quantized && backend_.ReadsQuantizedMlaKvB(spec.format)) {
+      return MakeSynthetic(spec);
+    }
+    return Dense(name, rows, cols, part);
+  }
+  LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, Find(name, rows, cols));
+  if (WeightFormatOf(m.format).quantized && backend_.ReadsQuantizedMlaKvB(m.format)) {
+    // A slice the format cannot cut (blocks across the ranks' rows) is dequantized instead.
+    absl::StatusOr<StoredMatrix> p = Cut(name, m, part);
+    if (p.ok()) return Prepare(*p);
+  }
+  return Dense(name, rows, cols, part);
+}
+
 absl::StatusOr<Weight> WeightLoader::Quantized(const std::string& name, int64_t rows, int64_t cols,
                                                WeightFormatId format, const WeightParams& params,
                                                const MatrixSlice& part) {

@@ -45,8 +45,11 @@ class WeightLoader {
   // With `part`, only that slice of it (checked and counted as the whole matrix).
   absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols, const MatrixSlice& part = {});
   // The same matrix as BF16 or F32, quantized storage dequantized to F32 at load: for weights
-  // an op reads as plain rows (embeddings, MLA's absorbed kv_b_proj).
+  // an op reads as plain rows (embeddings).
   absl::StatusOr<Weight> Dense(const std::string& name, int64_t rows, int64_t cols, const MatrixSlice& part = {});
+  // MLA's kv_b_proj: as Dense, except that a quantized matrix the backend's MLA ops read as it is
+  // (Backend::ReadsQuantizedMlaKvB: the CPU's FP8 blocks) stays in its stored format.
+  absl::StatusOr<Weight> MlaKvB(const std::string& name, int64_t rows, int64_t cols, const MatrixSlice& part = {});
   // The same matrix in `format` with `params`, quantized at load from whatever the checkpoint
   // stores (a checkpoint matrix already in that format and layout is used as it is).
   absl::StatusOr<Weight> Quantized(const std::string& name, int64_t rows, int64_t cols, WeightFormatId format,

@@ -10,6 +10,7 @@
 // accumulates in float32, and still catches any wrong code, scale or column (which moves a
 // result by a whole term).
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -272,6 +273,52 @@ TEST_P(MatMulOps, MlaWithQuantizedKvBMatchesOrIsRefused) {
     }
     EXPECT_TRUE(AllNear(ReadF32(out), want, tol)) << fc.name << ": MlaProjectValue";
   }
+}
+
+// A backend that reads a quantized kv_b as it is (Backend::ReadsQuantizedMlaKvB; the loader then
+// keeps kv_b quantized instead of dequantizing it to F32) must give the very floats it gives over
+// the F32 dequantization: the model's results may not depend on that choice.
+TEST_P(MatMulOps, QuantizedKvBItReadsIsBitIdenticalToItsF32Dequantization) {
+  std::mt19937 rng(34);
+  int checked = 0;
+  for (const MlaCase& c : MlaCases()) {
+    const MlaDims& d = c.d;
+    const int64_t blk = d.nope + d.v, qw = d.nope + d.rope;
+    for (const FormatCase& fc : FormatCases(d.kv_lora)) {
+      if (!WeightFormatOf(fc.format).quantized || !be().ReadsQuantizedMlaKvB(fc.format)) continue;
+      const HostMatrix kv_b = MakeHostMatrix(fc.format, d.heads * blk, d.kv_lora, fc.params, rng);
+      HostMatrix dense;
+      dense.stored.format = kWeightF32;
+      dense.stored.rows = kv_b.stored.rows;
+      dense.stored.cols = kv_b.stored.cols;
+      dense.stored.codes = NewHostArray(DType::kF32, {kv_b.stored.rows, kv_b.stored.cols});
+      std::memcpy(const_cast<uint8_t*>(dense.stored.codes.data), kv_b.dense.data(), kv_b.dense.size() * sizeof(float));
+      Weight wq, wd;
+      ASSERT_TRUE(Prepare(kv_b, &wq)) << fc.name;
+      ASSERT_TRUE(Prepare(dense, &wd));
+      const std::vector<float> q = RandomNormal(static_cast<size_t>(c.T * d.heads * qw), rng);
+      const std::vector<float> o_lat = RandomNormal(static_cast<size_t>(c.T * d.heads * d.kv_lora), rng);
+      std::vector<float> got[2][2];  // [quantized, dense][absorb, project]
+      for (int i = 0; i < 2; ++i) {
+        const Weight& w = i == 0 ? wq : wd;
+        Tensor q_lat = NewTensor(DType::kF32, {c.T, d.heads * d.kv_lora});
+        be().MlaAbsorbQuery(F32(q, {c.T, d.heads * qw}), w, d, q_lat);
+        Tensor out = NewTensor(DType::kF32, {c.T, d.heads * d.v});
+        be().MlaProjectValue(F32(o_lat, {c.T, d.heads * d.kv_lora}), w, d, out);
+        ASSERT_TRUE(be().Synchronize().ok()) << fc.name;
+        got[i][0] = ReadF32(q_lat);
+        got[i][1] = ReadF32(out);
+      }
+      for (int op = 0; op < 2; ++op) {
+        ASSERT_EQ(got[0][op].size(), got[1][op].size());
+        EXPECT_EQ(std::memcmp(got[0][op].data(), got[1][op].data(), got[0][op].size() * sizeof(float)), 0)
+            << fc.name << (op == 0 ? ": MlaAbsorbQuery" : ": MlaProjectValue") << " heads=" << d.heads
+            << " kv_lora=" << d.kv_lora << " T=" << c.T;
+      }
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "this backend reads no quantized kv_b (the loader dequantizes it)";
 }
 
 LLMRT_BACKEND_SUITE(MatMulOps);

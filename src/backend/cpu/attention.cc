@@ -19,11 +19,24 @@
 namespace llmrt {
 namespace {
 
-// The element type of an MLA kv_b: the CPU reads its rows directly, so it takes F32 or BF16
-// (the loader dequantizes a quantized kv_b at load) and refuses anything else.
-DType WeightDType(const Weight& w) {
+// Rows [r0, r0 + n) of an MLA kv_b as the dense kernels read them. F32 and BF16 rows are read
+// where they are; FP8 block-scaled ones (kept so by the loader: a quarter of the F32 copy's
+// memory and traffic) are dequantized into `scratch`, one head's part at a time, to the floats
+// a kv_b dequantized at load holds, so the results are the same. Other formats are refused.
+struct KvBRows {
+  DType dtype;
+  const void* data;
+};
+KvBRows KvBRowsOf(const Weight& w, int64_t r0, int64_t n, std::vector<float>& scratch) {
+  if (w.format == kWeightFp8Block) {
+    scratch.resize(static_cast<size_t>(n * w.cols));
+    cpu::Fp8BlockRowsToF32(w.data.data_as<uint8_t>(), w.scales.data_as<float>(), w.cols, w.params.block_rows,
+                           w.params.block_cols, r0, n, scratch.data());
+    return {DType::kF32, scratch.data()};
+  }
   LLMRT_CHECK(w.format == kWeightBf16 || w.format == kWeightF32);
-  return w.format == kWeightBf16 ? DType::kBF16 : DType::kF32;
+  const DType dt = w.format == kWeightBf16 ? DType::kBF16 : DType::kF32;
+  return {dt, w.data.data_as<uint8_t>() + static_cast<size_t>(r0 * w.cols) * DTypeSize(dt)};
 }
 
 // Address of row `row` of `layer` in page `page`.
@@ -291,18 +304,21 @@ void CpuBackend::MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDi
     const int64_t T = q.dim(0), qw = d.nope + d.rope, blk = d.nope + d.v;
     LLMRT_CHECK(q.row_size() == d.heads * qw && kv_b.rows == d.heads * blk && kv_b.cols == d.kv_lora);
     LLMRT_CHECK(q_lat.dim(0) == T && q_lat.row_size() == d.heads * d.kv_lora);
-    const DType wd = WeightDType(kv_b);
-    const size_t es = DTypeSize(wd);
-    pool_.ParallelFor(static_cast<size_t>(T * d.heads), 1, [&](size_t b, size_t e) {
-      for (size_t i = b; i < e; ++i) {
-        const int64_t t = static_cast<int64_t>(i) / d.heads, h = static_cast<int64_t>(i) % d.heads;
-        const float* qn = q.data_as<float>() + t * q.row_stride() + h * qw;
-        float* out = q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora;
-        std::fill(out, out + d.kv_lora, 0.0f);
-        // q_lat = sum_i q_nope[i] * W_UK[i, :], rows i of head h's block.
-        for (int64_t r = 0; r < d.nope; ++r) {
-          const uint8_t* row = kv_b.data.data_as<uint8_t>() + static_cast<size_t>((h * blk + r) * d.kv_lora) * es;
-          cpu::Axpy(qn[r], wd, row, out, d.kv_lora);
+    // Per head: its W_UK rows (dequantized once for all tokens when stored as FP8), then every token.
+    pool_.ParallelFor(static_cast<size_t>(d.heads), 1, [&](size_t b, size_t e) {
+      thread_local std::vector<float> scratch;
+      for (size_t hh = b; hh < e; ++hh) {
+        const int64_t h = static_cast<int64_t>(hh);
+        const KvBRows w = KvBRowsOf(kv_b, h * blk, d.nope, scratch);
+        const size_t row_bytes = static_cast<size_t>(d.kv_lora) * DTypeSize(w.dtype);
+        for (int64_t t = 0; t < T; ++t) {
+          const float* qn = q.data_as<float>() + t * q.row_stride() + h * qw;
+          float* out = q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora;
+          std::fill(out, out + d.kv_lora, 0.0f);
+          // q_lat = sum_i q_nope[i] * W_UK[i, :], rows i of head h's block.
+          for (int64_t r = 0; r < d.nope; ++r) {
+            cpu::Axpy(qn[r], w.dtype, static_cast<const uint8_t*>(w.data) + r * row_bytes, out, d.kv_lora);
+          }
         }
       }
     });
@@ -412,14 +428,12 @@ void CpuBackend::MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const 
   Run("MlaProjectValue", [&] {
     const int64_t T = o_lat.dim(0), blk = d.nope + d.v;
     LLMRT_CHECK(out.dim(0) == T && out.row_size() == d.heads * d.v);
-    const DType wd = WeightDType(kv_b);
-    const size_t es = DTypeSize(wd);
     pool_.ParallelFor(static_cast<size_t>(d.heads), 1, [&](size_t b, size_t e) {
+      thread_local std::vector<float> scratch;
       for (size_t h = b; h < e; ++h) {
         // W_UV of head h: rows [h*blk + nope, h*blk + nope + v) of kv_b.
-        const uint8_t* w = kv_b.data.data_as<uint8_t>() +
-                           static_cast<size_t>((static_cast<int64_t>(h) * blk + d.nope) * d.kv_lora) * es;
-        cpu::MatMulRows(wd, w, d.kv_lora, o_lat.data_as<float>() + h * d.kv_lora, o_lat.row_stride(), T,
+        const KvBRows w = KvBRowsOf(kv_b, static_cast<int64_t>(h) * blk + d.nope, d.v, scratch);
+        cpu::MatMulRows(w.dtype, w.data, d.kv_lora, o_lat.data_as<float>() + h * d.kv_lora, o_lat.row_stride(), T,
                         out.data_as<float>() + h * d.v, out.row_stride(), 0, d.v);
       }
     });

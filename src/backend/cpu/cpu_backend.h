@@ -46,6 +46,8 @@ class CpuBackend final : public Backend {
                                     const int64_t* shape, int rank) override;
   absl::StatusOr<Weight> PrepareWeight(const StoredMatrix& m) override;
   bool SupportsWeightFormat(WeightFormatId format) const override;
+  // FP8 block-scaled: dequantized a head at a time as the MLA ops read it.
+  bool ReadsQuantizedMlaKvB(WeightFormatId format) const override { return format == kWeightFp8Block; }
   absl::StatusOr<std::unique_ptr<ExpertBank>> PrepareExperts(std::vector<ExpertWeights> experts) override;
   absl::Status Upload(const void* src, size_t bytes, const Tensor& dst) override;
   absl::Status Download(const Tensor& src, void* dst, size_t bytes) override;

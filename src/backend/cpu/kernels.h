@@ -21,6 +21,12 @@ float Dot(const float* a, DType bdtype, const void* b, int64_t n);
 // y[i] += alpha * x[i]; x is float32, bfloat16 or float8 e4m3 (unscaled codes).
 void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n);
 
+// Rows [r0, r0 + n) of an FP8 block-scaled matrix (codes [*, cols], float32 scales per
+// block_rows x block_cols block) dequantized into out [n, cols]: bit-identical to
+// DequantizeFp8BlockRow row by row.
+void Fp8BlockRowsToF32(const uint8_t* codes, const float* scales, int64_t cols, int64_t block_rows,
+                       int64_t block_cols, int64_t r0, int64_t n, float* out);
+
 // The CPU matmul of one weight format.
 struct MatMulKernel {
   // Rows [n0, n1) of out = x w^T, x as `prepare` returned it.

@@ -436,6 +436,31 @@ void AxpyFp8(float alpha, const void* x, float* y, int64_t n) {
   AxpyT(alpha, static_cast<const uint8_t*>(x), y, n);
 }
 
+// Rows [r0, r0 + n) of an FP8 block-scaled matrix as float32: each code's value times its
+// block's scale, rounded once, which is DequantizeFp8BlockRow's arithmetic, so the floats are
+// those of the matrix dequantized at load (Fp8ToF32 is the code's exact value).
+void Fp8BlockRowsToF32(const uint8_t* codes, const float* scales, int64_t cols, int64_t block_rows,
+                       int64_t block_cols, int64_t r0, int64_t n, float* out) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t nbc = (cols + block_cols - 1) / block_cols;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = r0 + i;
+    const float* s = scales + (row / block_rows) * nbc;
+    const uint8_t* q = codes + row * cols;
+    float* o = out + i * cols;
+    for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
+      float scale;  // checkpoint bytes need not be aligned
+      std::memcpy(&scale, s + c0 / block_cols, sizeof(scale));
+      const auto vs = hn::Set(df, scale);
+      const int64_t c1 = std::min(cols, c0 + block_cols);
+      int64_t c = c0;
+      for (; c + N <= c1; c += N) hn::StoreU(hn::Mul(Fp8ToF32(df, q + c), vs), df, o + c);
+      for (; c < c1; ++c) o[c] = Fp8E4M3::ToFloat(q[c]) * scale;
+    }
+  }
+}
+
 // ---- quantized weights ----
 
 // Raw codes of one block as float32 (no scale): FP8 in natural order, over kFp8Fold (the
@@ -973,6 +998,7 @@ HWY_EXPORT(AxpyBf16);
 HWY_EXPORT(MatMulRowsQuant);
 HWY_EXPORT(DotFp8);
 HWY_EXPORT(AxpyFp8);
+HWY_EXPORT(Fp8BlockRowsToF32);
 
 namespace {
 
@@ -1106,6 +1132,11 @@ void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n) {
   } else {
     HWY_DYNAMIC_DISPATCH(AxpyF32)(alpha, x, y, n);
   }
+}
+
+void Fp8BlockRowsToF32(const uint8_t* codes, const float* scales, int64_t cols, int64_t block_rows,
+                       int64_t block_cols, int64_t r0, int64_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(Fp8BlockRowsToF32)(codes, scales, cols, block_rows, block_cols, r0, n, out);
 }
 
 float DotScalar(const float* a, DType bdtype, const void* b, int64_t n) {

@@ -121,7 +121,7 @@ absl::Status MlaBlock::Load(WeightLoader& w, int64_t i) {
   }
   LLMRT_ASSIGN_OR_RETURN(kv_a, w.Matrix(a + "kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D));
   LLMRT_ASSIGN_OR_RETURN(kv_a_norm, w.Vector(a + "kv_a_layernorm.weight", c.kv_lora_rank));
-  LLMRT_ASSIGN_OR_RETURN(kv_b, w.Dense(a + "kv_b_proj.weight", H * kvb, c.kv_lora_rank, MatrixSlice::Rows(h0 * kvb, Hl * kvb)));
+  LLMRT_ASSIGN_OR_RETURN(kv_b, w.MlaKvB(a + "kv_b_proj.weight", H * kvb, c.kv_lora_rank, MatrixSlice::Rows(h0 * kvb, Hl * kvb)));
   LLMRT_ASSIGN_OR_RETURN(o_proj, w.Matrix(a + "o_proj.weight", D, H * c.v_head_dim,
                                           MatrixSlice::Cols(h0 * c.v_head_dim, Hl * c.v_head_dim)));
   if (c.HasIndexer() && c.indexer_full[i]) {
