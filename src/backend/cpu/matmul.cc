@@ -78,8 +78,12 @@ HWY_INLINE float ScalarW(const uint8_t* p) { return Fp8E4M3::ToFloat(*p); }
 // rows (`next`, contiguous after these) into L2, one stretch of them per iteration: the group's
 // 4 x K values take K / N iterations, and the next group is as long, so the prefetches run a
 // whole group ahead of the loads and finish with the loop. Decode reads each weight once, and
-// the hardware prefetchers alone restart on every group of short rows (one thread, 1024-column
-// bf16 rows: 10.6 GB/s against 16.9 at 4096 columns).
+// the hardware prefetchers alone restart on every group of short rows. Rows of up to
+// kPrefetchRowBytes take it; longer rows stream well without it and lose to it (it competes with
+// the hardware prefetchers). One thread, Zen 3, bf16 rows, GB/s against a plain read loop's
+// 11-15: 512 columns 5-6 -> 9.5-10.6 with it, 1024: 7.5 -> 10.7-11.2, 2048: about even, 4096:
+// 10.4-13.3 -> 9.1-12.2, 7168: 14.4-15.6 -> 11.5-13.2.
+constexpr int64_t kPrefetchRowBytes = 2048;
 template <bool kPrefetch, bool kTwo, typename WT, class V>
 HWY_INLINE void Rows4(DF df, const WT* w0, int64_t K, int64_t kv, const float* xa, const float* xb, const WT* next,
                       V& a0, V& a1, V& a2, V& a3, V& b0, V& b1, V& b2, V& b3) {
@@ -125,8 +129,8 @@ void MatMulRowsT(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T,
     const WT* w1 = w0 + K;
     const WT* w2 = w1 + K;
     const WT* w3 = w2 + K;
-    // The first pass over these rows prefetches the next four when they are in the range.
-    const bool prefetch = n + 8 <= n1 && K % N == 0;
+    // The first pass over short rows prefetches the next four when they are in the range.
+    const bool prefetch = n + 8 <= n1 && K % N == 0 && K * static_cast<int64_t>(sizeof(WT)) <= kPrefetchRowBytes;
     for (int64_t t = 0; t < T; t += 2) {
       const bool two = t + 1 < T;
       const float* xa = x + t * ldx;
