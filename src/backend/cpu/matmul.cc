@@ -593,7 +593,8 @@ HWY_INLINE bool TiledApplies(const QuantView& v) {
   return v.K % v.bw == 0 && (v.int4 ? v.bw % 32 == 0 : v.bw % (2 * N) == 0);
 }
 
-// Rows [n0, n1) times TT (1-4) activation rows at once, for the matrices TiledApplies takes:
+// Rows [n0, n1), R at a time, times TT (1-4) activation rows at once, for the matrices
+// TiledApplies takes (n1 - n0 a multiple of R; each of the R rows is computed exactly as alone):
 // each vector of codes is decoded once for every activation row, and a row's codes and scales
 // are addressed directly. Per (row, activation row) the operations and their order are
 // QuantRowsDirect's below (per block the partial sums a0 / a1 (INT4: even / odd columns of each
@@ -601,7 +602,7 @@ HWY_INLINE bool TiledApplies(const QuantView& v) {
 // times the scale), so the results are the same floats. (The general loop decodes every code
 // again for each activation row, and its per-block checks and scale lookups cost as much as the
 // arithmetic of a 32-column INT4 group.)
-template <int TT, bool kInt4>
+template <int TT, int R, bool kInt4>
 HWY_INLINE void QuantRowsTiled(const QuantView& v, const float* x, int64_t ldx, float* out, int64_t ldo, int64_t n0,
                                int64_t n1) {
   const DF df;
@@ -612,75 +613,118 @@ HWY_INLINE void QuantRowsTiled(const QuantView& v, const float* x, int64_t ldx, 
   const hn::RebindToUnsigned<DF> du32;
   const auto eight = hn::Set(df, 8.0f);
   const auto mask = hn::Set(du32, 0xFu);
-  for (int64_t n = n0; n < n1; ++n) {
-    const QuantView::RowScales row_scales = v.scales_of(n);
-    const uint8_t* q = v.codes(n, 0);
-    constexpr int64_t kCodesPerByte = kInt4 ? 2 : 1;
-    const int64_t block_bytes = bw / kCodesPerByte;
-    V acc[TT];
-    float tail[TT];
+  constexpr int64_t kCodesPerByte = kInt4 ? 2 : 1;
+  const int64_t block_bytes = bw / kCodesPerByte;
+  for (int64_t n = n0; n + R <= n1; n += R) {
+    QuantView::RowScales row_scales[R];
+    const uint8_t* q[R];
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; ++t) {
-      acc[t] = hn::Zero(df);
-      tail[t] = 0.0f;
+    for (int r = 0; r < R; ++r) {
+      row_scales[r] = v.scales_of(n + r);
+      q[r] = v.codes(n + r, 0);
+    }
+    V acc[R][TT];
+    float tail[R][TT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int t = 0; t < TT; ++t) {
+        acc[r][t] = hn::Zero(df);
+        tail[r][t] = 0.0f;
+      }
     }
     for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* qb = q + b * block_bytes;
       // A row is one stream of codes, and the hardware prefetchers stop at every 4 KiB page:
       // read ahead in software, across pages, once per 64-byte line.
-      if constexpr (kInt4) {
-        if (((b * block_bytes) & 63) == 0) hwy::Prefetch(qb + kQuantPrefetchBytes);  // groups of 32-128 columns
-      } else {
-        for (int64_t o = (64 - (b * block_bytes) % 64) % 64; o < block_bytes; o += 64) {
-          hwy::Prefetch(qb + o + kQuantPrefetchBytes);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* qb = q[r] + b * block_bytes;
+        if constexpr (kInt4) {
+          if (((b * block_bytes) & 63) == 0) hwy::Prefetch(qb + kQuantPrefetchBytes);  // groups of 32-128 columns
+        } else {
+          for (int64_t o = (64 - (b * block_bytes) % 64) % 64; o < block_bytes; o += 64) {
+            hwy::Prefetch(qb + o + kQuantPrefetchBytes);
+          }
         }
       }
-      V a0[TT], a1[TT];
+      V a0[R][TT], a1[R][TT];
 #pragma GCC unroll 4
-      for (int t = 0; t < TT; ++t) a0[t] = a1[t] = hn::Zero(df);
-      // Two vectors of codes c0, c1 meet the activations at column offsets o0, o1 of the block.
-      auto step = [&](const V c0, const V c1, int64_t o0, int64_t o1) HWY_ATTR {
+      for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; ++t) a0[r][t] = a1[r][t] = hn::Zero(df);
+      }
+      // Two vectors of codes of row r, c0 and c1, meet the activations at column offsets o0, o1.
+      auto step = [&](int r, const V c0, const V c1, int64_t o0, int64_t o1) HWY_ATTR {
 #pragma GCC unroll 4
         for (int t = 0; t < TT; ++t) {
           const float* xt = x + t * ldx + b * bw;
-          a0[t] = hn::MulAdd(c0, hn::LoadU(df, xt + o0), a0[t]);
-          a1[t] = hn::MulAdd(c1, hn::LoadU(df, xt + o1), a1[t]);
+          a0[r][t] = hn::MulAdd(c0, hn::LoadU(df, xt + o0), a0[r][t]);
+          a1[r][t] = hn::MulAdd(c1, hn::LoadU(df, xt + o1), a1[r][t]);
         }
       };
       if constexpr (kInt4) {
         for (int64_t k = 0; k < bw; k += 32) {
           for (int64_t j = 0; j < 16; j += N) {
-            const auto c = hn::PromoteTo(du32, hn::LoadU(du8, qb + k / 2 + j));
-            step(hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(c, mask))), eight),
-                 hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(c))), eight), k + j, k + 16 + j);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+              const auto c = hn::PromoteTo(du32, hn::LoadU(du8, q[r] + b * block_bytes + k / 2 + j));
+              step(r, hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(c, mask))), eight),
+                   hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(c))), eight), k + j, k + 16 + j);
+            }
           }
         }
       } else {
         for (int64_t k = 0; k < bw; k += 2 * N) {
-          step(Fp8ToF32Folded(df, qb + k), Fp8ToF32Folded(df, qb + k + N), k, k + N);
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) {
+            const uint8_t* qb = q[r] + b * block_bytes;
+            step(r, Fp8ToF32Folded(df, qb + k), Fp8ToF32Folded(df, qb + k + N), k, k + N);
+          }
         }
       }
-      const float s = kInt4 ? Bf16ToF32(row_scales.bf16[b]) : row_scales.f32[b] * row_scales.fold;
-      const V vs = hn::Set(df, s);
 #pragma GCC unroll 4
-      for (int t = 0; t < TT; ++t) {
-        acc[t] = hn::MulAdd(hn::Add(a0[t], a1[t]), vs, acc[t]);
-        tail[t] += 0.0f * s;  // the general loop's empty scalar tail (NaN for a non-finite scale)
+      for (int r = 0; r < R; ++r) {
+        const float s = kInt4 ? Bf16ToF32(row_scales[r].bf16[b]) : row_scales[r].f32[b] * row_scales[r].fold;
+        const V vs = hn::Set(df, s);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; ++t) {
+          acc[r][t] = hn::MulAdd(hn::Add(a0[r][t], a1[r][t]), vs, acc[r][t]);
+          tail[r][t] += 0.0f * s;  // the general loop's empty scalar tail (NaN for a non-finite scale)
+        }
       }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; ++t) out[t * ldo + n] = hn::GetLane(hn::SumOfLanes(df, acc[t])) + tail[t];
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int t = 0; t < TT; ++t) out[t * ldo + n + r] = hn::GetLane(hn::SumOfLanes(df, acc[r][t])) + tail[r][t];
+    }
   }
+}
+
+// Rows [n0, n1) R at a time (the rows left over one at a time): the R rows' accumulator chains
+// are independent, so with few activation rows they cover the FMA latency that one row's chains
+// alone (two per activation row, one more per scale group) leave exposed.
+template <int TT, int R, bool kInt4>
+HWY_INLINE void QuantRowsTiledRows(const QuantView& v, const float* x, int64_t ldx, float* out, int64_t ldo,
+                                   int64_t n0, int64_t n1) {
+  const int64_t split = n0 + (n1 - n0) / R * R;
+  QuantRowsTiled<TT, R, kInt4>(v, x, ldx, out, ldo, n0, split);
+  if (R > 1) QuantRowsTiled<TT, 1, kInt4>(v, x, ldx, out, ldo, split, n1);
 }
 
 template <bool kInt4>
 HWY_INLINE void QuantRowsTiledN(int64_t tt, const QuantView& v, const float* x, int64_t ldx, float* out, int64_t ldo,
                                 int64_t n0, int64_t n1) {
+  // INT4 at batch 1 ran at the latency of its accumulator chains (one thread, weights in L2:
+  // 3.4 -> 4.6-4.9 GB/s of codes with four rows at a time). FP8 keeps one row at a time: four
+  // row streams of FP8 codes read memory more slowly than one (4.3-5.4 against 6.7-6.9 GB/s
+  // from DRAM), which costs more than the chains.
+  constexpr int kR1 = kInt4 ? 4 : 1, kR2 = kInt4 ? 2 : 1;
   switch (tt) {
-    case 1: return QuantRowsTiled<1, kInt4>(v, x, ldx, out, ldo, n0, n1);
-    case 2: return QuantRowsTiled<2, kInt4>(v, x, ldx, out, ldo, n0, n1);
-    case 3: return QuantRowsTiled<3, kInt4>(v, x, ldx, out, ldo, n0, n1);
-    default: return QuantRowsTiled<4, kInt4>(v, x, ldx, out, ldo, n0, n1);
+    case 1: return QuantRowsTiledRows<1, kR1, kInt4>(v, x, ldx, out, ldo, n0, n1);
+    case 2: return QuantRowsTiledRows<2, kR2, kInt4>(v, x, ldx, out, ldo, n0, n1);
+    case 3: return QuantRowsTiledRows<3, 1, kInt4>(v, x, ldx, out, ldo, n0, n1);
+    default: return QuantRowsTiledRows<4, 1, kInt4>(v, x, ldx, out, ldo, n0, n1);
   }
 }
 
