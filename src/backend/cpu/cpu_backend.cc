@@ -304,6 +304,15 @@ void CpuBackend::Fp8ActivationsFor(const float* x, int64_t ldx, int64_t t, const
   }
 }
 
+namespace {
+// The smallest chunk of weight rows a matmul hands to a thread. Decode (a few activation rows,
+// bound by the weight reads): 16 rows, so that the pool's shrinking chunks even out the threads'
+// finishing times. Prefill and batched decode (bound by arithmetic): 48 rows, whole blocks of
+// every blocked kernel (12 or 16 rows, 4-row tiles), and fewer chunks, each of which streams
+// its activation blocks again.
+size_t RowGrain(int64_t t) { return t >= 8 ? 48 : 16; }
+}  // namespace
+
 void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
   // Rounded once per call, read by every worker (as the INT8 policy's codes below).
   // (A lambda names a thread_local, it does not capture it: the workers get these references.)
@@ -312,7 +321,7 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
     cpu::Fp8Bf16Activations& xb = rounded;
     Fp8ActivationsFor(x, ldx, t, w, &xb);
     const cpu::Fp8BlockMatrix m = cpu::Fp8BlockOf(w);
-    pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
+    pool_.ParallelFor(static_cast<size_t>(w.rows), RowGrain(t), [&](size_t n0, size_t n1) {
       cpu::Fp8MatMulRowsBest(m, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
     });
     return;
@@ -322,7 +331,7 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
     cpu::Bf16Activations& xb = rounded;
     cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);
     const uint16_t* wp = w.data.data_as<uint16_t>();
-    pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
+    pool_.ParallelFor(static_cast<size_t>(w.rows), RowGrain(t), [&](size_t n0, size_t n1) {
       cpu::Bf16MatMulRowsBest(wp, w.cols, xb, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
     });
     return;
@@ -337,7 +346,7 @@ void CpuBackend::MatMulRawExact(const float* x, int64_t ldx, int64_t t, const We
     thread_local cpu::Int8Activations rounded;
     cpu::Int8Activations& xq = rounded;
     cpu::QuantizeActivationsInt8(x, ldx, t, w.cols, &xq);
-    pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
+    pool_.ParallelFor(static_cast<size_t>(w.rows), RowGrain(t), [&](size_t n0, size_t n1) {
       k->rows_int8(w, xq, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
     });
     return;
@@ -345,8 +354,7 @@ void CpuBackend::MatMulRawExact(const float* x, int64_t ldx, int64_t t, const We
   thread_local std::vector<float> scratch;  // INT4's permuted activations, reused across calls
   int64_t ld = 0;
   const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
-  // Chunks of 16 rows keep the per-chunk overhead small against K >= 64 columns of work.
-  pool_.ParallelFor(static_cast<size_t>(w.rows), 16, [&](size_t n0, size_t n1) {
+  pool_.ParallelFor(static_cast<size_t>(w.rows), RowGrain(t), [&](size_t n0, size_t n1) {
     cpu::MatMulWeightRows(w, xp, ld, t, out, ldo, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
   });
 }
