@@ -442,7 +442,8 @@ void AxpyFp8(float alpha, const void* x, float* y, int64_t n) {
 
 // Rows [r0, r0 + n) of an FP8 block-scaled matrix as float32: each code's value times its
 // block's scale, rounded once, which is DequantizeFp8BlockRow's arithmetic, so the floats are
-// those of the matrix dequantized at load (Fp8ToF32 is the code's exact value).
+// those of the matrix dequantized at load (Fp8ToF32 is the code's exact value; the NaN code,
+// absent from checkpoints, reads as 480 here as in every FP8 matmul path).
 void Fp8BlockRowsToF32(const uint8_t* codes, const float* scales, int64_t cols, int64_t block_rows,
                        int64_t block_cols, int64_t r0, int64_t n, float* out) {
   const DF df;
