@@ -190,6 +190,57 @@ TEST(HighwayKernels, DotAndAxpyOnEveryTarget) {
   });
 }
 
+// ToF32: bf16 and f32 exactly, FP8 codes times the scale rounded once. AccumulateRows: bit for
+// bit what Axpy row by row gives (attention's weighted values and MLA's query absorption ran as
+// Axpy calls; the tiles keep each output's operations and their order), strided operands, and
+// nothing written outside the outputs (the gaps between strided rows are compared too).
+TEST(HighwayKernels, ToF32AndAccumulateRowsOnEveryTarget) {
+  std::mt19937 rng(82);
+  ForEachTarget([&](const char*) {
+    for (int64_t n : {0, 1, 5, 17, 40}) {
+      const std::vector<float> bf = RoundToBf16(RandomNormal(static_cast<size_t>(n), rng));
+      const std::vector<uint16_t> bb = ToBf16Bits(bf);
+      std::vector<uint8_t> b8(static_cast<size_t>(n));
+      for (auto& b : b8) b = static_cast<uint8_t>(rng() & 0xFE);  // no NaN code (0x7F / 0xFF)
+      std::vector<float> y(static_cast<size_t>(n) + 1, 7.0f);
+      cpu::ToF32(1.0f, DType::kBF16, bb.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], bf[i]) << "bf16 n=" << n << " i=" << i;
+      cpu::ToF32(1.0f, DType::kF32, bf.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], bf[i]) << "f32 n=" << n << " i=" << i;
+      cpu::ToF32(0.37f, DType::kF8E4M3, b8.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], 0.37f * Fp8E4M3::ToFloat(b8[i])) << "fp8 n=" << n << " i=" << i;
+      ASSERT_EQ(y[n], 7.0f) << "ToF32 wrote past n";
+    }
+    // m outputs (1..9: whole and partial tiles of four), n rows, cols around the vector widths,
+    // strided p, v and out; compared with Axpy row by row.
+    for (int64_t m : {1, 3, 4, 9}) {
+      for (int64_t n : {0, 1, 7, 33}) {
+        for (int64_t cols : {5, 16, 40, 64, 72}) {
+          const int64_t ldp = n + 3, ldv = cols + 2, ldo = cols + 1;
+          const std::vector<float> p = RandomNormal(static_cast<size_t>(m * ldp), rng);
+          const std::vector<float> vf = RoundToBf16(RandomNormal(static_cast<size_t>(std::max<int64_t>(n, 1) * ldv), rng));
+          const std::vector<uint16_t> vb = ToBf16Bits(vf);
+          const std::vector<float> out0 = RandomNormal(static_cast<size_t>(m * ldo), rng);
+          for (DType dt : {DType::kF32, DType::kBF16}) {
+            std::vector<float> got = out0, want = out0;
+            const void* v = dt == DType::kF32 ? static_cast<const void*>(vf.data()) : vb.data();
+            cpu::AccumulateRows(p.data(), ldp, m, dt, v, ldv, n, cols, got.data(), ldo);
+            for (int64_t j = 0; j < n; ++j) {
+              for (int64_t i = 0; i < m; ++i) {
+                cpu::Axpy(p[i * ldp + j], dt, static_cast<const uint8_t*>(v) + j * ldv * DTypeSize(dt),
+                          want.data() + i * ldo, cols);
+              }
+            }
+            for (size_t k = 0; k < got.size(); ++k) {
+              ASSERT_EQ(got[k], want[k]) << DTypeName(dt) << " m=" << m << " n=" << n << " cols=" << cols << " at " << k;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 // A host-memory Weight over a copy of m's codes placed `code_offset` bytes past an aligned start
 // (the kernels read unaligned rows), as the CPU backend's PrepareWeight would view them.
 struct HostWeight {

@@ -2,6 +2,8 @@
 // Each cached position holds c = kv_a_layernorm(latent) [kv_lora] followed by the roped shared
 // key k_rope [rope]; every head scores against the same row, so the cache behaves as a single
 // key/value head of width kv_lora + rope (MQA), and per-head keys and values never materialize.
+// A work item takes one token and several heads (AttendHeads): the rows it reads are decoded
+// once, and the heads' scores and weighted values are small matmuls over them.
 
 #include <algorithm>
 #include <climits>
@@ -87,30 +89,17 @@ struct Row {
   const KvRowLayout* mixed = nullptr;
 };
 
-// sum_i q[i] * row[start + i] for i < n, over a cache row of any codec.
-float RowDot(const float* q, const Row& r, int64_t start, int64_t n) {
-  if (r.mixed != nullptr) {
-    float sum = 0.0f;
-    ForEachTiledRun(*r.mixed, r.data, start, n, [&](const KvSegment& s, float scale, int64_t v, int64_t len) {
-      const uint8_t* codes = r.data + s.byte_offset + (v - s.start) * (s.bf16 ? 2 : 1);
-      sum += cpu::Dot(q + (v - start), s.bf16 ? DType::kBF16 : DType::kF8E4M3, codes, len) * scale;
-    });
-    return sum;
-  }
-  const float s = cpu::Dot(q, r.dtype, r.data + start * DTypeSize(r.dtype), n);
-  return r.dtype == DType::kF8E4M3 ? s * r.scale : s;
-}
-
-// y[i] += alpha * row[start + i] for i < n, over a cache row of any codec.
-void RowAxpy(float alpha, const Row& r, int64_t start, int64_t n, float* y) {
+// dst[i] = row[start + i] for i < n as float32, over a cache row of any codec (FP8 codes times
+// their scale, rounded once; bf16 and f32 values exactly).
+void RowToF32(const Row& r, int64_t start, int64_t n, float* dst) {
   if (r.mixed != nullptr) {
     ForEachTiledRun(*r.mixed, r.data, start, n, [&](const KvSegment& s, float scale, int64_t v, int64_t len) {
       const uint8_t* codes = r.data + s.byte_offset + (v - s.start) * (s.bf16 ? 2 : 1);
-      cpu::Axpy(alpha * scale, s.bf16 ? DType::kBF16 : DType::kF8E4M3, codes, y + (v - start), len);
+      cpu::ToF32(scale, s.bf16 ? DType::kBF16 : DType::kF8E4M3, codes, dst + (v - start), len);
     });
     return;
   }
-  cpu::Axpy(r.dtype == DType::kF8E4M3 ? alpha * r.scale : alpha, r.dtype, r.data + start * DTypeSize(r.dtype), y, n);
+  cpu::ToF32(r.dtype == DType::kF8E4M3 ? r.scale : 1.0f, r.dtype, r.data + start * DTypeSize(r.dtype), dst, n);
 }
 
 // Where token t of the batch reads position p of its sequence: the layer's cache pages, or,
@@ -150,27 +139,81 @@ struct RowSource {
   }
 };
 
-// Softmax attention of one query over `n` positions of a paged sequence: positions
-// `selected[0..n)`, or [0, n) when `selected` is null. score(row) gives the logit of a row;
-// accumulate(weight, row) adds the row's value with its softmax weight (float32 softmax,
-// max-subtracted).
-template <typename Score, typename Accumulate>
-void AttendPaged(const RowSource& src, int64_t n, const int32_t* selected, std::vector<float>& scores, Score score,
-                 Accumulate accumulate) {
-  auto row_of = [&](int64_t i) { return src(selected != nullptr ? selected[i] : i); };
-  scores.resize(n);
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) {
-    scores[i] = score(row_of(i));
-    mx = std::max(mx, scores[i]);
+// Where one attention work item reads its keys and values in a cache row.
+struct HeadSpan {
+  int64_t k_off, kd;  // keys: values [k_off, k_off + kd) of the row
+  int64_t v_off, vd;  // values: [v_off, v_off + vd)
+};
+
+// Softmax attention of `heads` query rows of one token (q, row stride ldq), which share their
+// keys and values (an MLA token's heads, a GQA group), over `n` positions of its paged sequence:
+// positions selected[0..n), or [0, n) when `selected` is null. out (row stride ldo) gets
+// softmax(scale * q k^T) v per head: float32 scores and weights, max-subtracted, summed in double.
+//
+// The rows are decoded to float32 once per work item, in chunks that stay in L2 (one chunk when
+// the whole context fits), and each chunk's scores for every head are one small matmul
+// (MatMulRows: bit-identical whatever the number of heads), its weighted values one
+// AccumulateRows: so the rows are read once for all the heads, not once per head, and a head's
+// result does not depend on how heads are grouped into work items, nor on the batch.
+constexpr int64_t kAttendKeepFloats = 1 << 18;  // whole context decoded at once up to 1 MiB
+constexpr int64_t kAttendChunkRows = 64;
+void AttendHeads(const RowSource& src, int64_t n, const int32_t* selected, const float* q, int64_t ldq,
+                 int64_t heads, const HeadSpan& s, float scale, float* out, int64_t ldo) {
+  for (int64_t h = 0; h < heads; ++h) std::fill(out + h * ldo, out + h * ldo + s.vd, 0.0f);
+  if (n == 0) return;
+  // MLA's values are the keys' first kv_lora columns: decoded once, as part of the keys.
+  const bool shared = s.v_off >= s.k_off && s.v_off + s.vd <= s.k_off + s.kd;
+  const int64_t row_floats = s.kd + (shared ? 0 : s.vd);
+  const int64_t chunk = n * row_floats <= kAttendKeepFloats ? n : kAttendChunkRows;
+  thread_local std::vector<float> keys, values, scores;
+  keys.resize(static_cast<size_t>(chunk * s.kd));
+  if (!shared) values.resize(static_cast<size_t>(chunk * s.vd));
+  scores.resize(static_cast<size_t>(heads * n));
+  auto decode = [&](int64_t i0, int64_t cn, bool with_keys, bool with_values) {
+    for (int64_t i = 0; i < cn; ++i) {
+      const Row r = src(selected != nullptr ? selected[i0 + i] : i0 + i);
+      if (with_keys) RowToF32(r, s.k_off, s.kd, keys.data() + i * s.kd);
+      if (with_values) RowToF32(r, s.v_off, s.vd, values.data() + i * s.vd);
+    }
+  };
+  const bool once = chunk == n;
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+    const int64_t cn = std::min(chunk, n - i0);
+    decode(i0, cn, true, once && !shared);
+    cpu::MatMulRows(DType::kF32, keys.data(), s.kd, q, ldq, heads, scores.data() + i0, n, 0, cn);
   }
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    scores[i] = std::exp(scores[i] - mx);
-    sum += scores[i];
+  for (int64_t h = 0; h < heads; ++h) {
+    float* sc = scores.data() + h * n;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) {
+      sc[i] *= scale;
+      mx = std::max(mx, sc[i]);
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sc[i] = std::exp(sc[i] - mx);
+      sum += sc[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) sc[i] *= inv;
   }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) accumulate(scores[i] * inv, row_of(i));
+  const float* v = shared ? keys.data() + (s.v_off - s.k_off) : values.data();
+  const int64_t ldv = shared ? s.kd : s.vd;
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+    const int64_t cn = std::min(chunk, n - i0);
+    if (!once) decode(i0, cn, shared, !shared);
+    cpu::AccumulateRows(scores.data() + i0, n, heads, DType::kF32, v, ldv, cn, s.vd, out, ldo);
+  }
+}
+
+// How many heads one attention work item takes: enough items for the pool (decode has one token
+// per session) and at most kAttendScoreFloats scores per item. Results do not depend on it.
+constexpr int64_t kAttendScoreFloats = 1 << 20;
+int64_t HeadsPerItem(int64_t heads, int64_t tokens, int64_t max_ctx, int threads) {
+  int64_t items = std::max<int64_t>(1, (4 * threads + tokens - 1) / tokens);
+  items = std::max(items, (heads * std::max<int64_t>(max_ctx, 1) + kAttendScoreFloats - 1) / kAttendScoreFloats);
+  items = std::min(items, heads);
+  return (heads + items - 1) / items;
 }
 
 // The values of token t's row: the parts side by side, zeros after.
@@ -280,19 +323,17 @@ void CpuBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t
     const int64_t T = batch.num_tokens, group = heads / kv_heads;
     LLMRT_CHECK(cache.width == 2 * kv_heads * head_dim && q.row_size() == heads * head_dim && out.dim(0) == T);
     const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
-    pool_.ParallelFor(static_cast<size_t>(T * heads), 1, [&](size_t b, size_t e) {
-      std::vector<float> scores;
+    // Items: (token, KV head, a part of its group of query heads).
+    const int64_t per = HeadsPerItem(group, T * kv_heads, batch.max_ctx, pool_.num_threads());
+    const int64_t parts = (group + per - 1) / per;
+    pool_.ParallelFor(static_cast<size_t>(T * kv_heads * parts), 1, [&](size_t b, size_t e) {
       for (size_t i = b; i < e; ++i) {
-        const int64_t t = static_cast<int64_t>(i) / heads, h = static_cast<int64_t>(i) % heads, g = h / group;
+        const int64_t t = static_cast<int64_t>(i) / (kv_heads * parts), g = static_cast<int64_t>(i) / parts % kv_heads;
+        const int64_t h0 = g * group + static_cast<int64_t>(i) % parts * per, nh = std::min(per, (g + 1) * group - h0);
         const RowSource src(cache, layer, batch, t);
-        const float* qh = q.data_as<float>() + t * q.row_stride() + h * head_dim;
-        const int64_t k_off = g * head_dim, v_off = (kv_heads + g) * head_dim;
-        float* o = out.data_as<float>() + t * out.row_stride() + h * head_dim;
-        std::fill(o, o + head_dim, 0.0f);
-        AttendPaged(
-            src, tctx[t], /*selected=*/nullptr, scores,
-            [&](const Row& r) { return RowDot(qh, r, k_off, head_dim) * scale; },
-            [&](float w, const Row& r) { RowAxpy(w, r, v_off, head_dim, o); });
+        const HeadSpan span{g * head_dim, head_dim, (kv_heads + g) * head_dim, head_dim};
+        AttendHeads(src, tctx[t], /*selected=*/nullptr, q.data_as<float>() + t * q.row_stride() + h0 * head_dim,
+                    head_dim, nh, span, scale, out.data_as<float>() + t * out.row_stride() + h0 * head_dim, head_dim);
       }
     });
   });
@@ -304,22 +345,17 @@ void CpuBackend::MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDi
     const int64_t T = q.dim(0), qw = d.nope + d.rope, blk = d.nope + d.v;
     LLMRT_CHECK(q.row_size() == d.heads * qw && kv_b.rows == d.heads * blk && kv_b.cols == d.kv_lora);
     LLMRT_CHECK(q_lat.dim(0) == T && q_lat.row_size() == d.heads * d.kv_lora);
-    // Per head: its W_UK rows (dequantized once for all tokens when stored as FP8), then every token.
+    // Per head: its W_UK rows (dequantized once for all tokens when stored as FP8), then every
+    // token: q_lat = sum_i q_nope[i] * W_UK[i, :] over rows i of head h's block.
     pool_.ParallelFor(static_cast<size_t>(d.heads), 1, [&](size_t b, size_t e) {
       thread_local std::vector<float> scratch;
       for (size_t hh = b; hh < e; ++hh) {
         const int64_t h = static_cast<int64_t>(hh);
         const KvBRows w = KvBRowsOf(kv_b, h * blk, d.nope, scratch);
-        const size_t row_bytes = static_cast<size_t>(d.kv_lora) * DTypeSize(w.dtype);
-        for (int64_t t = 0; t < T; ++t) {
-          const float* qn = q.data_as<float>() + t * q.row_stride() + h * qw;
-          float* out = q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora;
-          std::fill(out, out + d.kv_lora, 0.0f);
-          // q_lat = sum_i q_nope[i] * W_UK[i, :], rows i of head h's block.
-          for (int64_t r = 0; r < d.nope; ++r) {
-            cpu::Axpy(qn[r], w.dtype, static_cast<const uint8_t*>(w.data) + r * row_bytes, out, d.kv_lora);
-          }
-        }
+        float* out = q_lat.data_as<float>() + h * d.kv_lora;
+        for (int64_t t = 0; t < T; ++t) std::fill(out + t * q_lat.row_stride(), out + t * q_lat.row_stride() + d.kv_lora, 0.0f);
+        cpu::AccumulateRows(q.data_as<float>() + h * qw, q.row_stride(), T, w.dtype, w.data, d.kv_lora, d.nope,
+                            d.kv_lora, out, q_lat.row_stride());
       }
     });
   });
@@ -336,28 +372,31 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
     const int64_t top_k = sparse ? selected->row_size() : 0;
     const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
     const int64_t qw = d.nope + d.rope;
-    pool_.ParallelFor(static_cast<size_t>(T * H), 1, [&](size_t b, size_t e) {
-      std::vector<float> qc(W), scores;
+    const int64_t per = HeadsPerItem(H, T, sparse ? std::min(top_k, batch.max_ctx) : batch.max_ctx, pool_.num_threads());
+    const int64_t parts = (H + per - 1) / per;
+    // Items: (token, a part of its heads); every head scores against the same rows.
+    pool_.ParallelFor(static_cast<size_t>(T * parts), 1, [&](size_t b, size_t e) {
+      thread_local std::vector<float> qc;
       for (size_t i = b; i < e; ++i) {
-        const int64_t t = static_cast<int64_t>(i) / H, h = static_cast<int64_t>(i) % H;
-        const int64_t ctx = tctx[t];
+        const int64_t t = static_cast<int64_t>(i) / parts, h0 = static_cast<int64_t>(i) % parts * per;
+        const int64_t nh = std::min(per, H - h0);
         const RowSource src(cache, layer, batch, t);
-        // The query against a cache row: [q_lat (kv_lora) | q_rope (rope)].
-        std::memcpy(qc.data(), q_lat.data_as<float>() + t * q_lat.row_stride() + h * d.kv_lora,
-                    d.kv_lora * sizeof(float));
-        std::memcpy(qc.data() + d.kv_lora, q.data_as<float>() + t * q.row_stride() + h * qw + d.nope,
-                    d.rope * sizeof(float));
-        float* out = out_lat.data_as<float>() + t * out_lat.row_stride() + h * d.kv_lora;
-        std::fill(out, out + d.kv_lora, 0.0f);
+        // The queries against a cache row: [q_lat (kv_lora) | q_rope (rope)] per head.
+        qc.resize(static_cast<size_t>(nh * W));
+        for (int64_t h = 0; h < nh; ++h) {
+          std::memcpy(qc.data() + h * W, q_lat.data_as<float>() + t * q_lat.row_stride() + (h0 + h) * d.kv_lora,
+                      d.kv_lora * sizeof(float));
+          std::memcpy(qc.data() + h * W + d.kv_lora, q.data_as<float>() + t * q.row_stride() + (h0 + h) * qw + d.nope,
+                      d.rope * sizeof(float));
+        }
         const int32_t* sel = nullptr;
-        int64_t n = ctx;
+        int64_t n = tctx[t];
         if (sparse) {
           sel = selected->data_as<int32_t>() + t * top_k;
           n = std::find(sel, sel + top_k, -1) - sel;
         }
-        AttendPaged(
-            src, n, sel, scores, [&](const Row& r) { return RowDot(qc.data(), r, 0, W) * scale; },
-            [&](float w, const Row& r) { RowAxpy(w, r, 0, d.kv_lora, out); });
+        AttendHeads(src, n, sel, qc.data(), W, nh, HeadSpan{0, W, 0, d.kv_lora}, scale,
+                    out_lat.data_as<float>() + t * out_lat.row_stride() + h0 * d.kv_lora, d.kv_lora);
       }
     });
   });
@@ -384,17 +423,23 @@ void CpuBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& 
     }
     std::vector<float> score(static_cast<size_t>(offset[T]));
     pool_.ParallelFor(chunks.size(), 1, [&](size_t b, size_t e) {
+      // A chunk's keys decoded to float32 once, then every head's dot products as one small
+      // matmul (heads x positions), so the keys are read once for all the heads.
+      thread_local std::vector<float> keys, dots;
+      keys.resize(static_cast<size_t>(kChunk * head_dim));
+      dots.resize(static_cast<size_t>(heads * kChunk));
       for (size_t c = b; c < e; ++c) {
         const int64_t t = chunks[c].first, p0 = chunks[c].second, p1 = std::min<int64_t>(p0 + kChunk, tctx[t]);
         const RowSource src(cache, layer, batch, t);
         const float* qt = q.data_as<float>() + t * q.row_stride();
         const float* wt = w.data_as<float>() + t * w.row_stride();
         float* out = score.data() + offset[t];
+        for (int64_t p = p0; p < p1; ++p) RowToF32(src(p), key_offset, head_dim, keys.data() + (p - p0) * head_dim);
+        cpu::MatMulRows(DType::kF32, keys.data(), head_dim, qt, head_dim, heads, dots.data(), kChunk, 0, p1 - p0);
         for (int64_t p = p0; p < p1; ++p) {
-          const Row r = src(p);
           float s = 0.0f;
           for (int64_t h = 0; h < heads; ++h) {
-            const float dot = RowDot(qt + h * head_dim, r, key_offset, head_dim) * key_scale;
+            const float dot = dots[h * kChunk + (p - p0)] * key_scale;
             if (dot > 0.0f) s += wt[h] * dot;  // w[h] * relu(q_h . k)
           }
           out[p] = s;

@@ -21,6 +21,16 @@ float Dot(const float* a, DType bdtype, const void* b, int64_t n);
 // y[i] += alpha * x[i]; x is float32, bfloat16 or float8 e4m3 (unscaled codes).
 void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n);
 
+// y[i] = scale * x[i]; x is float32, bfloat16 or float8 e4m3 (codes); scale 1 gives bf16 and f32
+// values exactly.
+void ToF32(float scale, DType xdtype, const void* x, float* y, int64_t n);
+// out[i * ldo + c] += sum_{j < n} p[i * ldp + j] * v[j * ldv + c] for i < m, c < cols, v float32
+// or bfloat16 (ldv in elements): each output takes one fused multiply-add per j, in increasing
+// j, so the floats are those of n Axpy calls over v's rows (attention's weighted values, MLA's
+// query absorption), at a fraction of the loads.
+void AccumulateRows(const float* p, int64_t ldp, int64_t m, DType vdtype, const void* v, int64_t ldv, int64_t n,
+                    int64_t cols, float* out, int64_t ldo);
+
 // Rows [r0, r0 + n) of an FP8 block-scaled matrix (codes [*, cols], float32 scales per
 // block_rows x block_cols block) dequantized into out [n, cols]: bit-identical to
 // DequantizeFp8BlockRow row by row.

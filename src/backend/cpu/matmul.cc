@@ -440,6 +440,105 @@ void AxpyFp8(float alpha, const void* x, float* y, int64_t n) {
   AxpyT(alpha, static_cast<const uint8_t*>(x), y, n);
 }
 
+// y[i] = scale * x[i] (for bf16 and f32 x and scale 1: the exact values).
+template <typename XT>
+void ToF32T(float scale, const XT* x, float* y, int64_t n) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vs = hn::Set(df, scale);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(vs, LoadW(df, x + i)), df, y + i);
+  for (; i < n; ++i) y[i] = scale * ScalarW(x + i);
+}
+void ToF32(float scale, DType dtype, const void* x, float* y, int64_t n) {
+  switch (dtype) {
+    case DType::kF32: ToF32T(scale, static_cast<const float*>(x), y, n); return;
+    case DType::kBF16: ToF32T(scale, static_cast<const uint16_t*>(x), y, n); return;
+    case DType::kF8E4M3: ToF32T(scale, static_cast<const uint8_t*>(x), y, n); return;
+    default: LLMRT_CHECK(false);
+  }
+}
+
+// out[m * ldo + c] += sum_j p[m * ldp + j] * v[j * ldv + c] for m < M, c < cols: for each output,
+// one fused multiply-add per j in increasing j, the operations Axpy makes row by row (the same
+// floats), but in tiles of MT output rows x CV vectors kept in registers over all j, so v is
+// loaded once per MT output rows and the outputs once per call (4 x 2: eight independent chains
+// cover the FMA latency on two ports).
+template <int MT, int CV, typename VT>
+HWY_INLINE void AccumulateTile(DF df, const float* const* pr, const VT* v, int64_t ldv, int64_t n, float* const* outs,
+                               int64_t c) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  using V = hn::Vec<DF>;
+  V a[MT][CV];  // every index a constant once unrolled: registers, not the stack
+#pragma GCC unroll 4
+  for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
+    for (int k = 0; k < CV; ++k) a[i][k] = hn::LoadU(df, outs[i] + c + k * N);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const VT* vj = v + j * ldv + c;
+    V pb[MT];
+#pragma GCC unroll 4
+    for (int i = 0; i < MT; ++i) pb[i] = hn::Set(df, pr[i][j]);
+#pragma GCC unroll 8
+    for (int k = 0; k < CV; ++k) {
+      const V vk = LoadW(df, vj + k * N);
+#pragma GCC unroll 4
+      for (int i = 0; i < MT; ++i) a[i][k] = hn::MulAdd(pb[i], vk, a[i][k]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
+    for (int k = 0; k < CV; ++k) hn::StoreU(a[i][k], df, outs[i] + c + k * N);
+  }
+}
+template <int MT, int CV, typename VT>
+HWY_INLINE void AccumulateRowGroup(DF df, const float* p, int64_t ldp, int64_t m0, const VT* v, int64_t ldv, int64_t n,
+                                   int64_t cv, float* out, int64_t ldo) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const float* pr[MT];
+  float* outs[MT];
+  for (int i = 0; i < MT; ++i) {
+    pr[i] = p + (m0 + i) * ldp;
+    outs[i] = out + (m0 + i) * ldo;
+  }
+  int64_t c = 0;
+  for (; c + CV * N <= cv; c += CV * N) AccumulateTile<MT, CV>(df, pr, v, ldv, n, outs, c);
+  for (; c < cv; c += N) AccumulateTile<MT, 1>(df, pr, v, ldv, n, outs, c);
+}
+constexpr int64_t kAccumulateRows = 64;
+template <typename VT>
+void AccumulateRowsT(const float* p, int64_t ldp, int64_t M, const VT* v, int64_t ldv, int64_t n, int64_t cols,
+                     float* out, int64_t ldo) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t cv = cols - cols % N;
+  // v in blocks of kAccumulateRows rows (in L2 for every group of output rows); the outputs
+  // pass through memory between blocks, which leaves each one's chain of operations as it is.
+  for (int64_t j0 = 0; j0 < n; j0 += kAccumulateRows) {
+    const int64_t nj = std::min(kAccumulateRows, n - j0);
+    const VT* vb = v + j0 * ldv;
+    int64_t m0 = 0;
+    for (; m0 + 4 <= M; m0 += 4) AccumulateRowGroup<4, 2>(df, p + j0, ldp, m0, vb, ldv, nj, cv, out, ldo);
+  }
+  // The last M % 4 output rows, and the columns past the last whole vector, row by row as Axpy:
+  // one or two output rows (decode's query absorption over kv_b, read from memory) stream v
+  // in order, which tiles down column strips would not.
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t c0 = m < M - M % 4 ? cv : 0;
+    for (int64_t j = 0; j < n; ++j) AxpyT(p[m * ldp + j], v + j * ldv + c0, out + m * ldo + c0, cols - c0);
+  }
+}
+void AccumulateRows(const float* p, int64_t ldp, int64_t M, DType vdtype, const void* v, int64_t ldv, int64_t n,
+                    int64_t cols, float* out, int64_t ldo) {
+  switch (vdtype) {
+    case DType::kF32: AccumulateRowsT(p, ldp, M, static_cast<const float*>(v), ldv, n, cols, out, ldo); return;
+    case DType::kBF16: AccumulateRowsT(p, ldp, M, static_cast<const uint16_t*>(v), ldv, n, cols, out, ldo); return;
+    default: LLMRT_CHECK(false);
+  }
+}
+
 // Rows [r0, r0 + n) of an FP8 block-scaled matrix as float32: each code's value times its
 // block's scale, rounded once, which is DequantizeFp8BlockRow's arithmetic, so the floats are
 // those of the matrix dequantized at load (Fp8ToF32 is the code's exact value; the NaN code,
@@ -1048,6 +1147,8 @@ HWY_EXPORT(MatMulRowsQuant);
 HWY_EXPORT(DotFp8);
 HWY_EXPORT(AxpyFp8);
 HWY_EXPORT(Fp8BlockRowsToF32);
+HWY_EXPORT(ToF32);
+HWY_EXPORT(AccumulateRows);
 
 namespace {
 
@@ -1186,6 +1287,15 @@ void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n) {
 void Fp8BlockRowsToF32(const uint8_t* codes, const float* scales, int64_t cols, int64_t block_rows,
                        int64_t block_cols, int64_t r0, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(Fp8BlockRowsToF32)(codes, scales, cols, block_rows, block_cols, r0, n, out);
+}
+
+void ToF32(float scale, DType dtype, const void* x, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ToF32)(scale, dtype, x, y, n);
+}
+
+void AccumulateRows(const float* p, int64_t ldp, int64_t m, DType vdtype, const void* v, int64_t ldv, int64_t n,
+                    int64_t cols, float* out, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(AccumulateRows)(p, ldp, m, vdtype, v, ldv, n, cols, out, ldo);
 }
 
 float DotScalar(const float* a, DType bdtype, const void* b, int64_t n) {
