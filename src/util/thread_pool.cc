@@ -1,12 +1,52 @@
 #include "src/util/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 namespace llmrt {
+namespace {
+
+// How long a handoff polls before it sleeps. Long enough to bridge the gaps between the loops of
+// a decode step (the host code between two ops, a few microseconds), short enough that an idle
+// pool stops burning its cores almost at once.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Threads of every live pool (the callers counted): the handoffs spin only while these fit the
+// hardware threads; oversubscribed, a spinning thread would take the core from the one it waits for.
+std::atomic<int> g_pool_threads{0};
+bool SpinAllowed() {
+  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return g_pool_threads.load(std::memory_order_relaxed) <= cores;
+}
+
+// Polls done() until it holds (true) or kSpin has passed (false).
+template <typename Done>
+bool SpinUntil(Done done) {
+  if (!SpinAllowed()) return done();
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      CpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  g_pool_threads.fetch_add(num_threads, std::memory_order_relaxed);
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
@@ -17,6 +57,7 @@ ThreadPool::~ThreadPool() {
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
+  g_pool_threads.fetch_sub(static_cast<int>(workers_.size()) + 1, std::memory_order_relaxed);
 }
 
 void ThreadPool::RunChunks() {
@@ -48,16 +89,17 @@ void ThreadPool::RunChunks() {
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
+    SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      work_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load(std::memory_order_relaxed);
     }
     RunChunks();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--active_ == 0) done_cv_.notify_one();
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);  // the caller may be about to wait: notify under mu_
+      done_cv_.notify_one();
     }
   }
 }
@@ -81,15 +123,16 @@ void ThreadPool::ParallelFor(size_t n, size_t min_chunk,
     next_.store(0, std::memory_order_relaxed);
     failed_.store(false, std::memory_order_relaxed);
     error_ = nullptr;
-    active_ = workers_.size();
-    ++generation_;
+    active_.store(workers_.size(), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   work_cv_.notify_all();
   RunChunks();
+  SpinUntil([&] { return active_.load(std::memory_order_acquire) == 0; });
   std::exception_ptr error;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return active_ == 0; });
+    done_cv_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
     fn_ = nullptr;
     error = std::exchange(error_, nullptr);
   }

@@ -3,6 +3,13 @@
 // ParallelFor on the same pool (nested calls run inline instead). Exception-safe: an exception
 // thrown by a chunk on any thread stops the remaining chunks and is rethrown to the caller of
 // ParallelFor once every thread has left the loop.
+//
+// Handoffs spin before they sleep: a worker that finished a loop polls for the next one for a
+// while (kSpin) before it waits on the condition variable, and the caller polls for the workers'
+// completion the same way. A decode step runs tens of loops back to back, and waking a sleeping
+// thread (a futex wake, on a virtual machine an interrupt to a halted vCPU) costs tens of
+// microseconds per loop; an idle pool still sleeps once the spin runs out. Handoffs do not spin
+// while the live pools hold more threads than the machine has hardware threads.
 #ifndef LLMRT_UTIL_THREAD_POOL_H_
 #define LLMRT_UTIL_THREAD_POOL_H_
 
@@ -46,10 +53,10 @@ class ThreadPool {
   size_t chunk_ = 1;    // the smallest chunk
   size_t divisor_ = 2;  // a chunk is (items left) / divisor_, at least chunk_
   std::atomic<size_t> next_{0};
-  size_t active_ = 0;
+  std::atomic<size_t> active_{0};  // workers still in the current loop
   std::exception_ptr error_;  // first exception of the current loop (guarded by mu_)
   std::atomic<bool> failed_{false};
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};  // written under mu_; read by spinning workers without it
   bool stop_ = false;
   std::atomic<bool> busy_{false};
 };
