@@ -174,8 +174,8 @@ TEST(Bf16Dot, EveryPathAndLoopIsBitIdenticalToTheScalarEmulation) {
           for (int64_t n = 0; n < rows; ++n) EXPECT_TRUE(std::isnan(want[4 * rows + n])) << "NaN row, K=" << K;
         }
         for (Bf16Isa isa : AvailableIsas()) {
-          for (Bf16Loop loop : {Bf16Loop::kAuto, Bf16Loop::kGemv, Bf16Loop::kGemm}) {
-            if (loop == Bf16Loop::kGemm && T < kBf16GemmMinTokens) continue;
+          for (Bf16Loop loop : {Bf16Loop::kAuto, Bf16Loop::kGemv, Bf16Loop::kGemm, Bf16Loop::kGemmDp}) {
+            if ((loop == Bf16Loop::kGemm || loop == Bf16Loop::kGemmDp) && T < kBf16GemmMinTokens) continue;
             std::vector<float> got(want.size(), -1.0f);
             const int64_t split = rows / 2;
             Bf16MatMulRows(isa, loop, w.data(), K, xb, got.data(), rows, 0, split);
@@ -208,7 +208,7 @@ TEST(Bf16Dot, LoopsFlushDenormalsAsTheInstructionDoes) {
     std::vector<float> want(static_cast<size_t>(T * rows));
     Bf16MatMulRows(Bf16Isa::kScalar, Bf16Loop::kAuto, w.data(), K, xb, want.data(), rows, 0, rows);
     for (Bf16Isa isa : AvailableIsas()) {
-      for (Bf16Loop loop : {Bf16Loop::kGemv, Bf16Loop::kGemm}) {
+      for (Bf16Loop loop : {Bf16Loop::kGemv, Bf16Loop::kGemm, Bf16Loop::kGemmDp}) {
         std::vector<float> got(want.size(), -1.0f);
         Bf16MatMulRows(isa, loop, w.data(), K, xb, got.data(), rows, 0, rows);
         for (size_t i = 0; i < want.size(); ++i) {

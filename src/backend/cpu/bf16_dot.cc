@@ -199,8 +199,11 @@ constexpr int64_t kGemmTokens = 64;
 constexpr int64_t kGemmRows = 16;   // a multiple of kMaxTileRows
 constexpr int64_t kGemmBlocks = 16;  // 512 columns
 
-void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
-  LLMRT_CHECK(x.split.size() == x.values.size());
+// kDp: the tiles run `vdpbf16ps` on the bf16 values (cores that issue it once per cycle) instead
+// of FMAs on the split halves; the same bits either way.
+template <bool kDp>
+void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  LLMRT_CHECK(kDp || x.split.size() == x.values.size());
   const int64_t nb = x.padded / kBlock;
   const bool masked = k % kBlock != 0;
   const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
@@ -214,27 +217,40 @@ void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
       std::fill(acc, acc + tb * rb * 16, 0.0f);
       // DAZ (bit 6) and FTZ (bit 15): the FMAs flush denormals as `vdpbf16ps` does.
       const unsigned csr = _mm_getcsr();
-      _mm_setcsr(csr | 0x8040u);
+      if (!kDp) _mm_setcsr(csr | 0x8040u);
       for (int64_t c0 = 0; c0 < nb; c0 += kGemmBlocks) {
         const int64_t cb = std::min(kGemmBlocks, nb - c0);
         const bool last_masked = masked && c0 + cb == nb;
         const int64_t nfull = last_masked ? cb - 1 : cb;
         for (int64_t t = 0; t < tb; t += kMaxTileTokens) {
           const int nt = static_cast<int>(std::min<int64_t>(kMaxTileTokens, tb - t));
-          const float* xs = x.split.data() + (t0 + t) * x.padded + c0 * kBlock;
+          const int64_t xo = (t0 + t) * x.padded + c0 * kBlock;
           for (int64_t r = 0; r < rb; r += kMaxTileRows) {
             const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, rb - r));
-            kFmaTiles[nr - 1][nt - 1](w + (r0 + r) * k + c0 * kBlock, k, xs, x.padded, nfull, last_masked, tail,
-                                      acc + (t * rb + r) * 16, rb);
+            const uint16_t* wb = w + (r0 + r) * k + c0 * kBlock;
+            if constexpr (kDp) {
+              kTiles[nr - 1][nt - 1](wb, k, x.values.data() + xo, x.padded, nfull, last_masked, tail,
+                                     acc + (t * rb + r) * 16, rb);
+            } else {
+              kFmaTiles[nr - 1][nt - 1](wb, k, x.split.data() + xo, x.padded, nfull, last_masked, tail,
+                                        acc + (t * rb + r) * 16, rb);
+            }
           }
         }
       }
-      _mm_setcsr(csr);  // the lane sums below are ordinary float32 adds
+      if (!kDp) _mm_setcsr(csr);  // the lane sums below are ordinary float32 adds
       for (int64_t t = 0; t < tb; ++t) {
         for (int64_t r = 0; r < rb; ++r) out[(t0 + t) * ldo + r0 + r] = ReduceLanes(acc + (t * rb + r) * 16);
       }
     }
   }
+}
+
+void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  GemmT<false>(w, k, x, out, ldo, n0, n1);
+}
+void GemmDp(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+  GemmT<true>(w, k, x, out, ldo, n0, n1);
 }
 
 // One row of RoundActivationsBf16, 32 columns at a time: F32ToBf16's integer rounding (add
@@ -707,6 +723,17 @@ bool Bf16IsaAvailable(Bf16Isa isa) {
   return false;
 }
 
+bool Bf16DpFullRate() {
+#if LLMRT_BF16_X86
+  // AMD's cores with AVX512_BF16 (Zen 4 on) issue `vdpbf16ps` as fast as an FMA, 32 products
+  // against 16; Intel's (Cooper Lake, Sapphire Rapids) once per two cycles.
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd;
+#else
+  return false;
+#endif
+}
+
 Bf16Isa BestBf16Isa() {
   static const Bf16Isa best = Bf16IsaAvailable(Bf16Isa::kAmx)          ? Bf16Isa::kAmx
                               : Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? Bf16Isa::kAvx512Bf16
@@ -740,8 +767,14 @@ void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, co
       LLMRT_CHECK(x.pairs.size() == static_cast<size_t>((x.rows + 15) / 16 * x.padded * 16));
       return bf16_amx::Rows(w, k, x, out, ldo, n0, n1);
     case Bf16Isa::kAvx512Bf16: {
-      const bool gemm = loop == Bf16Loop::kGemm || (loop == Bf16Loop::kAuto && x.rows >= kBf16GemmMinTokens);
-      return gemm ? bf16_avx512::Gemm(w, k, x, out, ldo, n0, n1) : bf16_avx512::Gemv(w, k, x, out, ldo, n0, n1);
+      if (loop == Bf16Loop::kAuto) {
+        loop = x.rows < kBf16GemmMinTokens ? Bf16Loop::kGemv
+               : Bf16DpFullRate()          ? Bf16Loop::kGemmDp
+                                           : Bf16Loop::kGemm;
+      }
+      if (loop == Bf16Loop::kGemmDp) return bf16_avx512::GemmDp(w, k, x, out, ldo, n0, n1);
+      return loop == Bf16Loop::kGemm ? bf16_avx512::Gemm(w, k, x, out, ldo, n0, n1)
+                                     : bf16_avx512::Gemv(w, k, x, out, ldo, n0, n1);
     }
 #endif
     default: return RowsScalar(w, k, x, out, ldo, n0, n1);

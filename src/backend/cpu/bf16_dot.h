@@ -119,8 +119,13 @@ Bf16Isa BestBf16Isa();
 // carry `split`); kAuto takes kGemm from kBf16GemmMinTokens rows on. They give bit-identical
 // results (the same per-lane order): the GEMV with `vdpbf16ps`, the GEMM with float32 FMAs over
 // the split halves of each block under DAZ / FTZ (the instruction's steps, at twice its rate on
-// cores with two FMA ports).
-enum class Bf16Loop { kAuto, kGemv, kGemm };
+// cores with two FMA ports). kGemmDp (kAvx512Bf16 only) is the GEMM's blocking with `vdpbf16ps`
+// tiles over the bf16 values, for cores that issue the instruction once per cycle
+// (Bf16DpFullRate); kAuto takes it there from kBf16GemmMinTokens rows on.
+enum class Bf16Loop { kAuto, kGemv, kGemm, kGemmDp };
+// Whether this CPU issues `vdpbf16ps` at the rate of a float32 FMA (AMD Zen 4 and later), where
+// the GEMM is faster on the instruction than on its FMA steps.
+bool Bf16DpFullRate();
 
 // For n in [n0, n1), t in [0, x.rows): out[t * ldo + n] = the dot of weight row n (bf16,
 // row-major [*, k], row stride k) with activation row t, computed as above.
