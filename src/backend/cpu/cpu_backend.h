@@ -136,7 +136,7 @@ class CpuBackend final : public Backend {
     struct PerExpert {
       std::vector<float> xin, g, u, y;
     };
-    std::vector<PerExpert> per_expert;  // [active]
+    std::vector<PerExpert> per_expert;  // [active] for decode-sized steps, else [1]
   };
   std::unique_ptr<MoeScratch> moe_;
 };

@@ -110,15 +110,29 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& we
       m.active.push_back(e);
       max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(m.assigned[e].size()));
     }
-    if (m.per_expert.size() < m.active.size()) m.per_expert.resize(m.active.size());
-    // y_e [n_e, hidden] per active expert, summed into `out` afterwards in expert order so the
-    // result does not depend on how the work was split.
+    // Decode-sized work (a few tokens per expert, at least one expert per thread): one expert per
+    // task, no synchronization inside, each into its own buffers. Larger batches: one expert after
+    // the other, every matmul split over all threads, all in one set of buffers.
+    const bool per_task = max_rows <= 4 && static_cast<int64_t>(m.active.size()) >= pool_.num_threads();
+    const size_t buffers = per_task ? m.active.size() : 1;
+    if (m.per_expert.size() < buffers) m.per_expert.resize(buffers);
+    // y_e [n_e, hidden] of an active expert, added into `out` in expert order (as each expert
+    // finishes, or after all of them), so the result does not depend on how the work was split.
+    auto add_into_out = [&](size_t a, const std::vector<float>& y) {
+      const auto& list = m.assigned[m.active[a]];
+      for (size_t i = 0; i < list.size(); ++i) {
+        float* o = out.data_as<float>() + list[i].first * out.row_stride();
+        const float w = list[i].second;
+        const float* yi = y.data() + i * D;
+        for (int64_t j = 0; j < D; ++j) o[j] += w * yi[j];
+      }
+    };
     auto run_expert = [&](size_t a, bool parallel_inside) {
       const int64_t e = m.active[a];
       const auto& list = m.assigned[e];
       const ExpertWeights& ew = experts[e];
       const int64_t n = static_cast<int64_t>(list.size()), I = ew.gate.rows;
-      MoeScratch::PerExpert& b = m.per_expert[a];
+      MoeScratch::PerExpert& b = m.per_expert[per_task ? a : 0];
       b.xin.resize(static_cast<size_t>(n * D));
       b.g.resize(static_cast<size_t>(n * I));
       b.u.resize(static_cast<size_t>(n * I));
@@ -140,22 +154,15 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& we
         MatMulRowsSerial(b.g.data(), I, n, ew.down, b.y.data(), D);
       }
     };
-    // Decode-sized work (a few tokens per expert, at least one expert per thread): one expert per
-    // task, no synchronization inside. Larger batches: every matmul split over all threads.
-    if (max_rows <= 4 && static_cast<int64_t>(m.active.size()) >= pool_.num_threads()) {
+    if (per_task) {
       pool_.ParallelFor(m.active.size(), 1, [&](size_t b, size_t e) {
         for (size_t a = b; a < e; ++a) run_expert(a, false);
       });
+      for (size_t a = 0; a < m.active.size(); ++a) add_into_out(a, m.per_expert[a].y);
     } else {
-      for (size_t a = 0; a < m.active.size(); ++a) run_expert(a, true);
-    }
-    for (size_t a = 0; a < m.active.size(); ++a) {
-      const auto& list = m.assigned[m.active[a]];
-      for (size_t i = 0; i < list.size(); ++i) {
-        float* o = out.data_as<float>() + list[i].first * out.row_stride();
-        const float w = list[i].second;
-        const float* y = m.per_expert[a].y.data() + i * D;
-        for (int64_t j = 0; j < D; ++j) o[j] += w * y[j];
+      for (size_t a = 0; a < m.active.size(); ++a) {
+        run_expert(a, true);
+        add_into_out(a, m.per_expert[0].y);
       }
     }
   });
