@@ -8,7 +8,8 @@
 // read in place (no widening). This is what BF16 GEMMs elsewhere compute (llama.cpp's BF16 CPU
 // path, cuBLAS with bf16 inputs and float32 accumulation), up to the summation order. (Where the
 // instruction issues only once per two cycles, as on the Sapphire Rapids cores this was measured
-// on, the GEMM forms its exact steps with float32 FMAs instead: see Bf16Loop.) Where the CPU has
+// on, the GEMM forms its exact steps with float32 FMAs instead; AMD's Zen 4 issues it once per
+// cycle and keeps it: see Bf16Loop.) Where the CPU has
 // AMX-BF16 tiles, they take every BF16 matmul instead, with their own summation (Bf16Isa::kAmx).
 //
 // What follows is the arithmetic of the vdpbf16ps paths.
