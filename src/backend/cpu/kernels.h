@@ -25,8 +25,8 @@ void Axpy(float alpha, DType xdtype, const void* x, float* y, int64_t n);
 // values exactly.
 void ToF32(float scale, DType xdtype, const void* x, float* y, int64_t n);
 // out[i * ldo + c] += sum_{j < n} p[i * ldp + j] * v[j * ldv + c] for i < m, c < cols, v float32
-// or bfloat16 (ldv in elements): each output takes one fused multiply-add per j, in increasing
-// j, so the floats are those of n Axpy calls over v's rows (attention's weighted values, MLA's
+// or bfloat16 (ldv in elements): each output takes Axpy's multiply-add per j, in increasing j,
+// so the floats are those of n Axpy calls over v's rows (attention's weighted values, MLA's
 // query absorption), at a fraction of the loads.
 void AccumulateRows(const float* p, int64_t ldp, int64_t m, DType vdtype, const void* v, int64_t ldv, int64_t n,
                     int64_t cols, float* out, int64_t ldo);
