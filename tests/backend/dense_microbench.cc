@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "src/backend/cpu/cache_line_vector.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/util/bf16.h"
 #include "tests/backend/microbench_util.h"
@@ -26,6 +27,7 @@ int Main(int argc, char** argv) {
   std::vector<int64_t> tokens = {1, 8, 16, 32, 64, 128, 512};
   std::string dtype = "bf16";
   int threads = 1, reps = 3;
+  int64_t pad = 0;
   double peak = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -40,6 +42,7 @@ int Main(int argc, char** argv) {
     else if (a == "--dtype") dtype = v;
     else if (a == "--threads") threads = std::atoi(v);
     else if (a == "--reps") reps = std::atoi(v);
+    else if (a == "--pad") pad = std::atoll(v);
     else if (a == "--peak-gflops") peak = std::atof(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
@@ -53,9 +56,9 @@ int Main(int argc, char** argv) {
   const DType wd = dtype == "bf16" ? DType::kBF16 : DType::kF32;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> wf(static_cast<size_t>(rows * cols));
+  CacheLineVector<float> wf(static_cast<size_t>(rows * cols));
   for (float& v : wf) v = nd(rng);
-  std::vector<uint16_t> wb;
+  CacheLineVector<uint16_t> wb;
   const void* w = wf.data();
   if (wd == DType::kBF16) {
     wb.resize(wf.size());
@@ -64,7 +67,7 @@ int Main(int argc, char** argv) {
   }
   int64_t tmax = 1;
   for (int64_t t : tokens) tmax = std::max(tmax, t);
-  std::vector<float> x(static_cast<size_t>(tmax * cols)), out(static_cast<size_t>(tmax * rows));
+  CacheLineVector<float> x(static_cast<size_t>(tmax * (cols + pad))), out(static_cast<size_t>(tmax * rows));
   for (float& v : x) v = nd(rng);
   std::printf("dense matmul, %s weight %lld x %lld (%.1f MiB), %d thread(s), best of %d\n\n", dtype.c_str(),
               static_cast<long long>(rows), static_cast<long long>(cols),
@@ -75,7 +78,7 @@ int Main(int argc, char** argv) {
   for (int64_t t : tokens) {
     const double s = microbench::Best(reps, [&] {
       microbench::Split(threads, rows, [&](int64_t n0, int64_t n1) {
-        MatMulRows(wd, w, cols, x.data(), cols, t, out.data(), rows, n0, n1);
+        MatMulRows(wd, w, cols, x.data(), cols + pad, t, out.data(), rows, n0, n1);
       });
     });
     const double gf = 2.0 * static_cast<double>(t * rows * cols) / s / 1e9 / threads;

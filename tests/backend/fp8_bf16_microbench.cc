@@ -91,12 +91,12 @@ void Run(int64_t cols, int64_t l2_rows, int64_t dram_mib, const std::vector<int6
     });
     for (int64_t T : tokens) {
       std::normal_distribution<float> d(0.0f, 1.0f);
-      std::vector<float> x(static_cast<size_t>(T * cols));
+      CacheLineVector<float> x(static_cast<size_t>(T * cols));
       for (auto& v : x) v = d(rng);
       std::vector<float> out(static_cast<size_t>(T * c.rows));
       const int reps = std::max(2, static_cast<int>(c.reps / std::max<int64_t>(1, T / 4)));
       // Buffers reused across calls, as the backend's are (thread_local there).
-      std::vector<float> scratch;
+      CacheLineVector<float> scratch;
       Fp8Bf16Activations xb;
       const double te = Best(reps, [&] {
         int64_t ld = 0;

@@ -285,7 +285,8 @@ TEST(HighwayKernels, MatMulWeightRowsOnEveryTarget) {
           const int64_t ldx = cols + 1;
           const std::vector<float> xs = RandomNormal(static_cast<size_t>(T * ldx + 1), rng);
           const float* x = xs.data() + 1;  // misaligned
-          std::vector<float> scratch, got(static_cast<size_t>(T * rows), -7.0f);
+          cpu::CacheLineVector<float> scratch;
+          std::vector<float> got(static_cast<size_t>(T * rows), -7.0f);
           int64_t ld = 0;
           const float* xp = cpu::PrepareActivations(hw.w, x, ldx, T, scratch, &ld);
           const int64_t mid = rows / 2 + (rows > 2 ? 1 : 0);
@@ -327,12 +328,13 @@ TEST(HighwayKernels, MatMulWeightRowsIsBitIdenticalAcrossBatchSizes) {
         for (int64_t T : {2, 3, 4, 5, 8, 13, 70, 133}) {
           const int64_t ldx = cols + 1;
           const std::vector<float> xs = RandomNormal(static_cast<size_t>(T * ldx), rng);
-          std::vector<float> scratch, batched(static_cast<size_t>(T * rows)), solo(batched.size());
+          cpu::CacheLineVector<float> scratch;
+          std::vector<float> batched(static_cast<size_t>(T * rows)), solo(batched.size());
           int64_t ld = 0;
           const float* xp = cpu::PrepareActivations(hw.w, xs.data(), ldx, T, scratch, &ld);
           cpu::MatMulWeightRows(hw.w, xp, ld, T, batched.data(), rows, 0, rows);
           for (int64_t t = 0; t < T; ++t) {
-            std::vector<float> one_scratch;
+            cpu::CacheLineVector<float> one_scratch;
             int64_t ld1 = 0;
             const float* x1 = cpu::PrepareActivations(hw.w, xs.data() + t * ldx, ldx, 1, one_scratch, &ld1);
             cpu::MatMulWeightRows(hw.w, x1, ld1, 1, solo.data() + t * rows, rows, 0, rows);

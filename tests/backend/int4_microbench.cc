@@ -105,11 +105,11 @@ void Run(int64_t cols, int64_t group, int64_t l2_rows, int64_t dram_mib, const s
     const double q_ro = read_loop(qb, cols / 2), b_ro = read_loop(bb, cols * 2);
     for (int64_t T : tokens) {
       std::normal_distribution<float> d(0.0f, 1.0f);
-      std::vector<float> x(static_cast<size_t>(T * cols));
+      CacheLineVector<float> x(static_cast<size_t>(T * cols));
       for (auto& v : x) v = d(rng);
       std::vector<float> out(static_cast<size_t>(T * c.rows));
       const int reps = std::max(2, static_cast<int>(c.reps / std::max<int64_t>(1, T / 4)));
-      std::vector<float> scratch;
+      CacheLineVector<float> scratch;
       auto exact = [&](const Weight& w) {
         return Best(reps, [&] {
           int64_t ld = 0;

@@ -149,7 +149,8 @@ void CheckQuantMatMul(const Weight& w, std::mt19937& rng, const std::string& wha
     std::vector<float> x = RandomVec(static_cast<size_t>(T * w.cols), rng);
     std::vector<float> mag;
     const std::vector<float> want = ReferenceMatMul(w, x, T, &mag);
-    std::vector<float> scratch, got(want.size(), -1.0f);
+    CacheLineVector<float> scratch;
+    std::vector<float> got(want.size(), -1.0f);
     int64_t ld = 0;
     const float* xp = PrepareActivations(w, x.data(), w.cols, T, scratch, &ld);
     // Two row ranges, as the thread pool splits them.

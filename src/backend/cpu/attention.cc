@@ -29,7 +29,7 @@ struct KvBRows {
   DType dtype;
   const void* data;
 };
-KvBRows KvBRowsOf(const Weight& w, int64_t r0, int64_t n, std::vector<float>& scratch) {
+KvBRows KvBRowsOf(const Weight& w, int64_t r0, int64_t n, cpu::CacheLineVector<float>& scratch) {
   if (w.format == kWeightFp8Block) {
     scratch.resize(static_cast<size_t>(n * w.cols));
     cpu::Fp8BlockRowsToF32(w.data.data_as<uint8_t>(), w.scales.data_as<float>(), w.cols, w.params.block_rows,
@@ -130,7 +130,7 @@ struct RowSource {
     if (p >= fresh_from) return {fresh + static_cast<size_t>(p - fresh_from) * fresh_stride, DType::kBF16, 1.0f};
     const uint8_t* row = CacheRow(cache, pages[p / cache.page_size], layer, p % cache.page_size);
     if (generic) {
-      thread_local std::vector<float> decoded;
+      thread_local cpu::CacheLineVector<float> decoded;
       decoded.resize(static_cast<size_t>(cache.width));
       cache.codec->DecodeRow(*cache.layout, row, scale, decoded.data());
       return {reinterpret_cast<const uint8_t*>(decoded.data()), DType::kF32, 1.0f};
@@ -165,7 +165,7 @@ void AttendHeads(const RowSource& src, int64_t n, const int32_t* selected, const
   const bool shared = s.v_off >= s.k_off && s.v_off + s.vd <= s.k_off + s.kd;
   const int64_t row_floats = s.kd + (shared ? 0 : s.vd);
   const int64_t chunk = n * row_floats <= kAttendKeepFloats ? n : kAttendChunkRows;
-  thread_local std::vector<float> keys, values, scores;
+  thread_local cpu::CacheLineVector<float> keys, values, scores;
   keys.resize(static_cast<size_t>(chunk * s.kd));
   if (!shared) values.resize(static_cast<size_t>(chunk * s.vd));
   scores.resize(static_cast<size_t>(heads * n));
@@ -217,7 +217,7 @@ int64_t HeadsPerItem(int64_t heads, int64_t tokens, int64_t max_ctx, int threads
 }
 
 // The values of token t's row: the parts side by side, zeros after.
-void GatherRowValues(std::initializer_list<Tensor> parts, int64_t t, std::vector<float>& values) {
+void GatherRowValues(std::initializer_list<Tensor> parts, int64_t t, cpu::CacheLineVector<float>& values) {
   std::fill(values.begin(), values.end(), 0.0f);
   float* v = values.data();
   for (const Tensor& p : parts) {
@@ -255,7 +255,7 @@ void CpuBackend::KvWrite(const KvCacheView& cache, int64_t layer, std::initializ
     const int32_t* slots = batch.slot_mapping.data_as<int32_t>();
     const float scale = LayerScale(cache, layer);
     LLMRT_CHECK(scale > 0.0f);
-    thread_local std::vector<float> values;
+    thread_local cpu::CacheLineVector<float> values;
     values.resize(static_cast<size_t>(cache.width));
     if (cache.fresh_rows > 0) {  // this pass's own rows, in BF16, for its attention
       LLMRT_CHECK(T <= cache.fresh_rows);
@@ -299,7 +299,7 @@ void CpuBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const Ten
     // The same codec at the same scale keeps the bytes as they were.
     const bool same = src_codec.id() == cache.codec->id() &&
                       (cache.codec->scale_kind() != KvScaleKind::kPerLayer || scale == src_scale);
-    thread_local std::vector<float> values;
+    thread_local cpu::CacheLineVector<float> values;
     values.resize(static_cast<size_t>(W));
     const int32_t* s = slots.data_as<int32_t>();
     for (int64_t i = 0; i < n; ++i) {
@@ -348,7 +348,7 @@ void CpuBackend::MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDi
     // Per head: its W_UK rows (dequantized once for all tokens when stored as FP8), then every
     // token: q_lat = sum_i q_nope[i] * W_UK[i, :] over rows i of head h's block.
     pool_.ParallelFor(static_cast<size_t>(d.heads), 1, [&](size_t b, size_t e) {
-      thread_local std::vector<float> scratch;
+      thread_local cpu::CacheLineVector<float> scratch;
       for (size_t hh = b; hh < e; ++hh) {
         const int64_t h = static_cast<int64_t>(hh);
         const KvBRows w = KvBRowsOf(kv_b, h * blk, d.nope, scratch);
@@ -376,7 +376,7 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
     const int64_t parts = (H + per - 1) / per;
     // Items: (token, a part of its heads); every head scores against the same rows.
     pool_.ParallelFor(static_cast<size_t>(T * parts), 1, [&](size_t b, size_t e) {
-      thread_local std::vector<float> qc;
+      thread_local cpu::CacheLineVector<float> qc;
       for (size_t i = b; i < e; ++i) {
         const int64_t t = static_cast<int64_t>(i) / parts, h0 = static_cast<int64_t>(i) % parts * per;
         const int64_t nh = std::min(per, H - h0);
@@ -425,7 +425,7 @@ void CpuBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& 
     pool_.ParallelFor(chunks.size(), 1, [&](size_t b, size_t e) {
       // A chunk's keys decoded to float32 once, then every head's dot products as one small
       // matmul (heads x positions), so the keys are read once for all the heads.
-      thread_local std::vector<float> keys, dots;
+      thread_local cpu::CacheLineVector<float> keys, dots;
       keys.resize(static_cast<size_t>(kChunk * head_dim));
       dots.resize(static_cast<size_t>(heads * kChunk));
       for (size_t c = b; c < e; ++c) {
@@ -474,7 +474,7 @@ void CpuBackend::MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const 
     const int64_t T = o_lat.dim(0), blk = d.nope + d.v;
     LLMRT_CHECK(out.dim(0) == T && out.row_size() == d.heads * d.v);
     pool_.ParallelFor(static_cast<size_t>(d.heads), 1, [&](size_t b, size_t e) {
-      thread_local std::vector<float> scratch;
+      thread_local cpu::CacheLineVector<float> scratch;
       for (size_t h = b; h < e; ++h) {
         // W_UV of head h: rows [h*blk + nope, h*blk + nope + v) of kv_b.
         const KvBRows w = KvBRowsOf(kv_b, static_cast<int64_t>(h) * blk + d.nope, d.v, scratch);

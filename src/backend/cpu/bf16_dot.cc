@@ -207,7 +207,7 @@ void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, i
   const int64_t nb = x.padded / kBlock;
   const bool masked = k % kBlock != 0;
   const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
-  thread_local std::vector<float> accs;
+  thread_local CacheLineVector<float> accs;
   accs.resize(static_cast<size_t>(kGemmTokens * kGemmRows * 16));
   float* acc = accs.data();
   for (int64_t t0 = 0; t0 < x.rows; t0 += kGemmTokens) {
@@ -404,7 +404,7 @@ void RowPair(const uint16_t* w, int64_t k, const Bf16Activations& x, int64_t n, 
 
 void Rows(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const int64_t groups = (x.rows + kGroup - 1) / kGroup;
-  thread_local std::vector<float> acc;
+  thread_local CacheLineVector<float> acc;
   thread_local std::vector<uint16_t> wtail;
   acc.resize(static_cast<size_t>(2 * groups * kGroup * kGroup));
   wtail.resize(static_cast<size_t>(2 * kGroup * x.padded));
@@ -564,7 +564,7 @@ void Gemm(const uint16_t* w, int64_t k, const float* split, int64_t rows, int64_
   constexpr int64_t kTokens = 64, kRows = 16, kBlocks = 16;
   const int64_t nb = padded / kBlock;
   const bool masked = k % kBlock != 0;
-  thread_local std::vector<float> accs;
+  thread_local CacheLineVector<float> accs;
   accs.resize(static_cast<size_t>(kTokens * kRows * 16));
   float* acc = accs.data();
   alignas(32) uint16_t tails[kRows][kBlock];

@@ -38,30 +38,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <new>
 #include <vector>
+
+#include "src/backend/cpu/cache_line_vector.h"
 
 namespace llmrt::cpu {
 
 constexpr int64_t kBf16GemmMinTokens = 8;
-
-// Storage on 64-byte boundaries: rows whose stride is a multiple of 64 bytes then never split a
-// vector load or a tile row across two cache lines (each such access costs two).
-template <typename T>
-struct CacheLineAllocator {
-  using value_type = T;
-  CacheLineAllocator() = default;
-  template <typename U>
-  CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: rebinding, as std::allocator
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
-  template <typename U>
-  bool operator==(const CacheLineAllocator<U>&) const { return true; }
-  template <typename U>
-  bool operator!=(const CacheLineAllocator<U>&) const { return false; }
-};
-template <typename T>
-using CacheLineVector = std::vector<T, CacheLineAllocator<T>>;
 
 // Activation rows rounded to bfloat16: [rows, padded], each row zero-filled past `cols`.
 struct Bf16Activations {

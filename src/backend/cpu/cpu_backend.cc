@@ -351,7 +351,7 @@ void CpuBackend::MatMulRawExact(const float* x, int64_t ldx, int64_t t, const We
     });
     return;
   }
-  thread_local std::vector<float> scratch;  // INT4's permuted activations, reused across calls
+  thread_local cpu::CacheLineVector<float> scratch;  // INT4's permuted activations, reused across calls
   int64_t ld = 0;
   const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
   pool_.ParallelFor(static_cast<size_t>(w.rows), RowGrain(t), [&](size_t n0, size_t n1) {
@@ -378,7 +378,7 @@ void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const 
     k->rows_int8(w, xq, out, ldo, 0, w.rows);
     return;
   }
-  thread_local std::vector<float> scratch;
+  thread_local cpu::CacheLineVector<float> scratch;
   int64_t ld = 0;
   const float* xp = cpu::PrepareActivations(w, x, ldx, t, scratch, &ld);
   cpu::MatMulWeightRows(w, xp, ld, t, out, ldo, 0, w.rows);

@@ -306,7 +306,7 @@ void Gemm(const Lut& l, const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, fl
   const int64_t K = w.cols, bc = w.block_cols, nbc = CeilDiv(K, bc), kp = x.padded;
   const int64_t span_blocks = std::max<int64_t>(1, kGemmSpanCols / bc), span = span_blocks * bc;
   thread_local CacheLineVector<uint16_t> panel;
-  thread_local std::vector<float> accs;
+  thread_local CacheLineVector<float> accs;
   panel.resize(static_cast<size_t>(kGemmRows * span));
   accs.resize(static_cast<size_t>(kGemmTokens * kGemmRows * 16));
   float* acc = accs.data();
@@ -552,7 +552,7 @@ void Rows(const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, float* out, int6
   const Lut l = fp8_avx512::LoadLut();
   const int64_t groups = CeilDiv(x.rows, kGroup);
   // 64-byte aligned: a vector store or a tile row that straddles two cache lines costs two.
-  thread_local std::vector<float> acc;
+  thread_local CacheLineVector<float> acc;
   thread_local std::vector<uint16_t> wb;
   acc.resize(static_cast<size_t>(2 * groups * kGroup * kGroup + 16));
   wb.resize(static_cast<size_t>(kGroup * std::max(2 * w.block_cols, std::max(kSpanCols, w.block_cols)) + 32));

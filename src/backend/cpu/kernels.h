@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/backend/backend.h"
+#include "src/backend/cpu/cache_line_vector.h"
 #include "src/backend/cpu/int8_dot.h"
 #include "src/backend/tensor.h"
 
@@ -44,7 +45,7 @@ struct MatMulKernel {
                int64_t n1) = nullptr;
   // The activation layout `rows` reads (INT4: x permuted within each 32-column chunk, in
   // `scratch`); nullptr: x as it is.
-  const float* (*prepare)(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
+  const float* (*prepare)(const Weight& w, const float* x, int64_t ldx, int64_t t, CacheLineVector<float>& scratch,
                           int64_t* ld) = nullptr;
   // Under the INT8 activation policy: rows [n0, n1) of out = x w^T over activations rounded to
   // int8 per 32 columns (int8_dot.h), for the weights `accepts_int8` admits; nullptr: the format
@@ -67,7 +68,7 @@ const MatMulKernel* FindInt8MatMulKernel(const Weight& w);
 void MatMulWeightRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* out, int64_t ldo, int64_t n0,
                       int64_t n1);
 // The activation layout w's kernel reads; sets *ld to the row stride of the returned rows.
-const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
+const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, int64_t t, CacheLineVector<float>& scratch,
                                 int64_t* ld);
 // Row `row` of w in float32, natural column order (the format's scalar reference).
 void DequantizeRow(const Weight& w, int64_t row, float* out);

@@ -42,6 +42,7 @@ inline int64_t PrefetchRowBytes() {
 #include <type_traits>
 #include <vector>
 
+#include "src/backend/cpu/cache_line_vector.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/quant/fp8.h"
 #include "src/quant/weight_quant.h"
@@ -333,7 +334,7 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
   const int64_t kv = K - K % N;
   const int64_t kc_max = (kGemmCols + N - 1) / N * N;
   constexpr bool kPanel = kWidenToPanel && !std::is_same_v<WT, float>;
-  thread_local std::vector<float> panel, accs;
+  thread_local CacheLineVector<float> panel, accs;
   if (kPanel) panel.resize(static_cast<size_t>(kDenseRows * kc_max));
   accs.resize(static_cast<size_t>(kGemmTokens * kDenseRows * N));
   float* acc = accs.data();
@@ -1013,7 +1014,7 @@ void QuantRowsGemm(const QuantView& v, const float* x, int64_t ldx, int64_t T, f
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), K = v.K, bw = v.bw;
   const int64_t blocks_per_col_block = std::max<int64_t>(1, kGemmCols / bw);
   const int64_t kc_max = blocks_per_col_block * bw;
-  thread_local std::vector<float> raw, scales, accs, tails;
+  thread_local CacheLineVector<float> raw, scales, accs, tails;
   raw.resize(static_cast<size_t>(kGemmRows * kc_max));
   scales.resize(static_cast<size_t>(kGemmRows * blocks_per_col_block));
   accs.resize(static_cast<size_t>(kGemmTokens * kGemmRows * N));
@@ -1101,7 +1102,7 @@ void MatMulRowsQuant(const Weight& w, const float* x, int64_t ldx, int64_t T, fl
   auto scale_of = [&](int64_t row, int64_t b) { return v.scale(row, b); };
   auto codes_of = [&](int64_t row, int64_t b) { return v.codes(row, b); };
   // Per-thread buffers, reused across calls (this runs once per 16-row chunk of every matmul).
-  thread_local std::vector<float> raw, accs, tails;
+  thread_local CacheLineVector<float> raw, accs, tails;
   raw.resize(static_cast<size_t>(4 * bw));
   accs.resize(static_cast<size_t>(T * 4 * N));
   tails.resize(static_cast<size_t>(T * 4));
@@ -1183,7 +1184,7 @@ void QuantRows(const Weight& w, const float* x, int64_t ldx, int64_t t, float* o
 
 // INT4 pairs codes of one byte: its kernel reads x permuted within each 32-column chunk (16 even
 // then 16 odd columns).
-const float* PermuteForInt4(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
+const float* PermuteForInt4(const Weight& w, const float* x, int64_t ldx, int64_t t, CacheLineVector<float>& scratch,
                             int64_t* ld) {
   const int64_t K = w.cols;
   scratch.resize(static_cast<size_t>(t * K));
@@ -1266,7 +1267,7 @@ void MatMulWeightRows(const Weight& w, const float* x, int64_t ldx, int64_t t, f
   k->rows(w, x, ldx, t, out, ldo, n0, n1);
 }
 
-const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, int64_t t, std::vector<float>& scratch,
+const float* PrepareActivations(const Weight& w, const float* x, int64_t ldx, int64_t t, CacheLineVector<float>& scratch,
                                 int64_t* ld) {
   *ld = ldx;
   const MatMulKernel* k = FindMatMulKernel(w.format);
