@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -343,6 +344,59 @@ TEST(HighwayKernels, MatMulWeightRowsIsBitIdenticalAcrossBatchSizes) {
             ASSERT_EQ(std::memcmp(&batched[i], &solo[i], sizeof(float)), 0)
                 << fc.name << " " << rows << "x" << cols << " T=" << T << " token " << i / rows << " row "
                 << i % rows << ": " << batched[i] << " vs " << solo[i];
+          }
+        }
+      }
+    }
+  });
+}
+
+// A block scale that is not finite (a corrupt checkpoint) makes its row NaN at every batch size
+// and leaves the other rows alone: the quantized paths sum 0 x each scale into a row's result
+// (the general loop's empty scalar tail), which the decode path, the tiled rows and the blocked
+// panels each compute their own way.
+TEST(HighwayKernels, QuantizedRowsWithANonFiniteScaleAreNaNAtEveryBatchSize) {
+  std::mt19937 rng(84);
+  const int64_t rows = 21, cols = 512;
+  ForEachTarget([&](const char*) {
+    for (const FormatCase& fc : FormatCases(cols)) {
+      if (fc.format != kWeightInt4Group && fc.format != kWeightFp8Block) continue;
+      const HostMatrix m = MakeHostMatrix(fc.format, rows, cols, fc.params, rng);
+      HostWeight hw = ViewOf(m, 0);
+      const StoredMatrix& st = m.stored;
+      std::vector<uint8_t> scales(st.scales.bytes);
+      std::memcpy(scales.data(), st.scales.data, scales.size());
+      const int64_t sshape[2] = {st.scales.shape[0], st.scales.shape[1]};
+      hw.w.scales = Tensor(nullptr, scales.data(), st.scales.dtype, sshape, 2);
+      // Row 5's last scale +inf, row 14's first NaN (FP8: the block rows holding them).
+      const int64_t nb_cols = st.scales.shape[1];
+      const bool int4 = fc.format == kWeightInt4Group;
+      const int64_t r_inf = int4 ? 5 : 5 / fc.params.block_rows, r_nan = int4 ? 14 : 14 / fc.params.block_rows;
+      auto set = [&](int64_t r, int64_t b, float v) {
+        if (int4) {
+          reinterpret_cast<uint16_t*>(scales.data())[r * nb_cols + b] = F32ToBf16(v);
+        } else {
+          reinterpret_cast<float*>(scales.data())[r * nb_cols + b] = v;
+        }
+      };
+      set(r_inf, nb_cols - 1, std::numeric_limits<float>::infinity());
+      set(r_nan, 0, std::numeric_limits<float>::quiet_NaN());
+      auto poisoned = [&](int64_t n) {
+        const int64_t br = int4 ? n : n / fc.params.block_rows;
+        return br == r_inf || br == r_nan;
+      };
+      for (int64_t T : {1, 2, 3, 4, 8, 70}) {
+        const int64_t ldx = cols + 3;
+        const std::vector<float> xs = RandomNormal(static_cast<size_t>(T * ldx), rng);
+        cpu::CacheLineVector<float> scratch;
+        std::vector<float> got(static_cast<size_t>(T * rows));
+        int64_t ld = 0;
+        const float* xp = cpu::PrepareActivations(hw.w, xs.data(), ldx, T, scratch, &ld);
+        cpu::MatMulWeightRows(hw.w, xp, ld, T, got.data(), rows, 0, rows);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t n = 0; n < rows; ++n) {
+            const float v = got[t * rows + n];
+            ASSERT_EQ(std::isnan(v), poisoned(n)) << fc.name << " T=" << T << " token " << t << " row " << n << ": " << v;
           }
         }
       }

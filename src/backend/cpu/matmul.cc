@@ -37,6 +37,7 @@ inline int64_t PrefetchRowBytes() {
 #include "hwy/highway.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <type_traits>
@@ -88,6 +89,20 @@ HWY_INLINE hn::Vec<DF> Fp8ToF32(DF df, const uint8_t* p) {
 }
 
 HWY_INLINE hn::Vec<DF> LoadW(DF df, const uint8_t* p) { return Fp8ToF32(df, p); }
+
+// INT4 codes widened to 32-bit lanes (a byte each: the low nibble one column's code q, the high
+// nibble the next column's) -> q - 8 of each nibble as floats, exactly. A nibble ORed into the
+// mantissa of 2^23 (bits 0-3) or of 2^19 (bits 4-7, where one unit of the nibble is 2^4 units
+// in the last place of 2^19) makes the float 2^k + q, and subtracting 2^k + 8 leaves q - 8
+// exactly: no integer-to-float conversion, and on AVX-512 each mask-and-OR is one vpternlogd
+// (two instructions per half, where masking or shifting, converting and subtracting took three).
+HWY_INLINE void Int4Nibbles(DF df, hn::Vec<hn::RebindToUnsigned<DF>> c, hn::Vec<DF>* lo, hn::Vec<DF>* hi) {
+  const hn::RebindToUnsigned<DF> du32;
+  *lo = hn::Sub(hn::BitCast(df, hn::OrAnd(hn::Set(du32, 0x4B000000u), c, hn::Set(du32, 0x0Fu))),
+                hn::Set(df, 8388616.0f));  // 2^23 + 8
+  *hi = hn::Sub(hn::BitCast(df, hn::OrAnd(hn::Set(du32, 0x49000000u), c, hn::Set(du32, 0xF0u))),
+                hn::Set(df, 524296.0f));  // 2^19 + 8
+}
 HWY_INLINE float ScalarW(const float* p) { return *p; }
 HWY_INLINE float ScalarW(const uint16_t* p) { return Bf16ToF32(*p); }
 HWY_INLINE float ScalarW(const uint8_t* p) { return Fp8E4M3::ToFloat(*p); }
@@ -601,18 +616,16 @@ void RawFp8(const uint8_t* q, int64_t width, float* dst) {
 
 void RawInt4(const uint8_t* q, int64_t width, float* dst) {
   const DF df;
-  const hn::RebindToSigned<DF> di32;
   const hn::Rebind<uint8_t, DF> du8;
   const hn::RebindToUnsigned<DF> du32;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto eight = hn::Set(df, 8.0f);
   for (int64_t k = 0; k < width; k += 32) {
     const uint8_t* p = q + k / 2;
     for (int64_t j = 0; j < 16; j += N) {
-      const auto b = hn::PromoteTo(du32, hn::LoadU(du8, p + j));
-      hn::StoreU(hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(b, hn::Set(du32, 0xFu)))), eight), df,
-                 dst + k + j);
-      hn::StoreU(hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(b))), eight), df, dst + k + 16 + j);
+      hn::Vec<DF> lo, hi;
+      Int4Nibbles(df, hn::PromoteTo(du32, hn::LoadU(du8, p + j)), &lo, &hi);
+      hn::StoreU(lo, df, dst + k + j);
+      hn::StoreU(hi, df, dst + k + 16 + j);
     }
   }
 }
@@ -706,6 +719,24 @@ struct QuantView {
 
 constexpr int64_t kQuantPrefetchBytes = 2048;
 
+// The general loop's scalar tail of a row whose blocks have no leftover columns: the sum, block
+// by block in order, of 0 x each block's scale, which is +0 unless a scale is not finite and
+// then the NaN that the first such 0 x scale makes (an addition keeps its first NaN operand).
+// One vector pass over the scales finds whether that NaN occurs, instead of a scalar
+// multiply-add per block.
+HWY_INLINE float EmptyTailSum(DF df, const float* scales, int64_t nb) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto any = hn::Zero(df);
+  int64_t b = 0;
+  for (; b + N <= nb; b += N) any = hn::Add(any, hn::Mul(hn::Zero(df), hn::LoadU(df, scales + b)));
+  bool finite = hn::AllFalse(df, hn::IsNaN(any));
+  for (; b < nb; ++b) finite = finite && std::isfinite(scales[b]);
+  if (finite) return 0.0f;
+  float tail = 0.0f;
+  for (b = 0; b < nb; ++b) tail += 0.0f * scales[b];
+  return tail;
+}
+
 // Whether QuantRowsTiled below takes a matrix: INT4 groups of whole 32-column chunks, or FP8
 // blocks of whole pairs of vectors, dividing the row.
 HWY_INLINE bool TiledApplies(const QuantView& v) {
@@ -728,30 +759,35 @@ HWY_INLINE void QuantRowsTiled(const QuantView& v, const float* x, int64_t ldx, 
   const DF df;
   using V = hn::Vec<DF>;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), bw = v.bw, nb = v.nb;
-  const hn::RebindToSigned<DF> di32;
   const hn::Rebind<uint8_t, DF> du8;
   const hn::RebindToUnsigned<DF> du32;
-  const auto eight = hn::Set(df, 8.0f);
-  const auto mask = hn::Set(du32, 0xFu);
   constexpr int64_t kCodesPerByte = kInt4 ? 2 : 1;
   const int64_t block_bytes = bw / kCodesPerByte;
+  // The R rows' block scales as floats, converted once per row: read from memory, a scale is
+  // broadcast by the load port (AVX-512: an FMA's broadcast operand), where one converted in a
+  // general register per block takes two vector instructions to move and broadcast.
+  thread_local CacheLineVector<float> scale_rows;
+  scale_rows.resize(static_cast<size_t>(R * nb));
   for (int64_t n = n0; n + R <= n1; n += R) {
-    QuantView::RowScales row_scales[R];
     const uint8_t* q[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      row_scales[r] = v.scales_of(n + r);
+      const QuantView::RowScales rs = v.scales_of(n + r);
+      float* sr = scale_rows.data() + r * nb;
+      int64_t b = 0;
+      if constexpr (kInt4) {
+        for (; b + N <= nb; b += N) hn::StoreU(LoadW(df, rs.bf16 + b), df, sr + b);
+      } else {
+        for (; b + N <= nb; b += N) hn::StoreU(hn::Mul(hn::LoadU(df, rs.f32 + b), hn::Set(df, rs.fold)), df, sr + b);
+      }
+      for (; b < nb; ++b) sr[b] = rs.at(b);
       q[r] = v.codes(n + r, 0);
     }
     V acc[R][TT];
-    float tail[R][TT];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-      for (int t = 0; t < TT; ++t) {
-        acc[r][t] = hn::Zero(df);
-        tail[r][t] = 0.0f;
-      }
+      for (int t = 0; t < TT; ++t) acc[r][t] = hn::Zero(df);
     }
     for (int64_t b = 0; b < nb; ++b) {
       // A row is one stream of codes, and the hardware prefetchers stop at every 4 KiB page:
@@ -787,9 +823,9 @@ HWY_INLINE void QuantRowsTiled(const QuantView& v, const float* x, int64_t ldx, 
           for (int64_t j = 0; j < 16; j += N) {
 #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-              const auto c = hn::PromoteTo(du32, hn::LoadU(du8, q[r] + b * block_bytes + k / 2 + j));
-              step(r, hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(c, mask))), eight),
-                   hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(c))), eight), k + j, k + 16 + j);
+              V lo, hi;
+              Int4Nibbles(df, hn::PromoteTo(du32, hn::LoadU(du8, q[r] + b * block_bytes + k / 2 + j)), &lo, &hi);
+              step(r, lo, hi, k + j, k + 16 + j);
             }
           }
         }
@@ -804,19 +840,17 @@ HWY_INLINE void QuantRowsTiled(const QuantView& v, const float* x, int64_t ldx, 
       }
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const float s = kInt4 ? Bf16ToF32(row_scales[r].bf16[b]) : row_scales[r].f32[b] * row_scales[r].fold;
+        const float s = scale_rows[static_cast<size_t>(r * nb + b)];
         const V vs = hn::Set(df, s);
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; ++t) {
-          acc[r][t] = hn::MulAdd(hn::Add(a0[r][t], a1[r][t]), vs, acc[r][t]);
-          tail[r][t] += 0.0f * s;  // the general loop's empty scalar tail (NaN for a non-finite scale)
-        }
+        for (int t = 0; t < TT; ++t) acc[r][t] = hn::MulAdd(hn::Add(a0[r][t], a1[r][t]), vs, acc[r][t]);
       }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
+      const float tail = EmptyTailSum(df, scale_rows.data() + r * nb, nb);
 #pragma GCC unroll 4
-      for (int t = 0; t < TT; ++t) out[t * ldo + n + r] = hn::GetLane(hn::SumOfLanes(df, acc[r][t])) + tail[r][t];
+      for (int t = 0; t < TT; ++t) out[t * ldo + n + r] = hn::GetLane(hn::SumOfLanes(df, acc[r][t])) + tail;
     }
   }
 }
@@ -855,11 +889,8 @@ void QuantRowsDirect(const QuantView& v, const float* x, int64_t ldx, int64_t T,
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), K = v.K, bw = v.bw, nb = v.nb;
   const bool int4 = v.int4;
-  const hn::RebindToSigned<DF> di32;
   const hn::Rebind<uint8_t, DF> du8;
   const hn::RebindToUnsigned<DF> du32;
-  const auto eight = hn::Set(df, 8.0f);
-  const auto mask = hn::Set(du32, 0xFu);
   const float* table = Fp8E4M3::DecodeTable();
   if (TiledApplies(v)) {
     for (int64_t t0 = 0; t0 < T; t0 += 4) {
@@ -892,9 +923,8 @@ void QuantRowsDirect(const QuantView& v, const float* x, int64_t ldx, int64_t T,
         if (int4) {
           for (int64_t k = 0; k < width; k += 32) {
             for (int64_t j = 0; j < 16; j += N) {
-              const auto c = hn::PromoteTo(du32, hn::LoadU(du8, q + k / 2 + j));
-              const auto lo = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::And(c, mask))), eight);
-              const auto hi = hn::Sub(hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(c))), eight);
+              hn::Vec<DF> lo, hi;
+              Int4Nibbles(df, hn::PromoteTo(du32, hn::LoadU(du8, q + k / 2 + j)), &lo, &hi);
               a0 = hn::MulAdd(lo, hn::LoadU(df, xt + k + j), a0);
               a1 = hn::MulAdd(hi, hn::LoadU(df, xt + k + 16 + j), a1);
             }
