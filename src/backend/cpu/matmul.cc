@@ -271,7 +271,7 @@ HWY_INLINE void InRegister(V& v) {
 // columns (a multiple of N): one vector accumulator per pair, as MatMulRowsT keeps.
 template <int TT, int RW, typename WT>
 HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
-                         int64_t ld_acc) {
+                         int64_t ld_acc, bool first) {
   static_assert(RW >= 1 && RW <= 4);
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   using V = hn::Vec<DF>;
@@ -279,7 +279,7 @@ HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
 #pragma GCC unroll 4
-    for (int r = 0; r < RW; ++r) a[t][r] = hn::LoadU(df, acc + (t * ld_acc + r) * N);
+    for (int r = 0; r < RW; ++r) a[t][r] = first ? hn::Zero(df) : hn::LoadU(df, acc + (t * ld_acc + r) * N);
   }
   for (int64_t k = 0; k < len; k += N) {
     // Named registers, not an array: GCC keeps an array of vectors on the stack as well.
@@ -315,12 +315,12 @@ HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs
 
 template <int RW, typename WT>
 HWY_INLINE void GemmTileT(DF df, int nt, const WT* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
-                          int64_t ld_acc) {
+                          int64_t ld_acc, bool first) {
   switch (nt) {
-    case 1: GemmTile<1, RW>(df, w, ldw, xs, len, acc, ld_acc); break;
-    case 2: GemmTile<2, RW>(df, w, ldw, xs, len, acc, ld_acc); break;
-    case 3: GemmTile<3, RW>(df, w, ldw, xs, len, acc, ld_acc); break;
-    case 4: GemmTile<4, RW>(df, w, ldw, xs, len, acc, ld_acc); break;
+    case 1: GemmTile<1, RW>(df, w, ldw, xs, len, acc, ld_acc, first); break;
+    case 2: GemmTile<2, RW>(df, w, ldw, xs, len, acc, ld_acc, first); break;
+    case 3: GemmTile<3, RW>(df, w, ldw, xs, len, acc, ld_acc, first); break;
+    case 4: GemmTile<4, RW>(df, w, ldw, xs, len, acc, ld_acc, first); break;
     default: LLMRT_CHECK(false);
   }
 }
@@ -328,13 +328,13 @@ HWY_INLINE void GemmTileT(DF df, int nt, const WT* w, int64_t ldw, const float* 
 // A tile of nt activation rows x nr weight rows (nr < kTileRows only for a range's last rows).
 template <typename WT>
 HWY_INLINE void GemmTileN(DF df, int nt, int nr, const WT* w, int64_t ldw, const float* const* xs, int64_t len,
-                          float* acc, int64_t ld_acc) {
+                          float* acc, int64_t ld_acc, bool first) {
   switch (nr) {
-    case kTileRows: GemmTileT<kTileRows>(df, nt, w, ldw, xs, len, acc, ld_acc); break;
-    case 1: GemmTileT<1>(df, nt, w, ldw, xs, len, acc, ld_acc); break;
-    case 2: GemmTileT<2>(df, nt, w, ldw, xs, len, acc, ld_acc); break;
+    case kTileRows: GemmTileT<kTileRows>(df, nt, w, ldw, xs, len, acc, ld_acc, first); break;
+    case 1: GemmTileT<1>(df, nt, w, ldw, xs, len, acc, ld_acc, first); break;
+    case 2: GemmTileT<2>(df, nt, w, ldw, xs, len, acc, ld_acc, first); break;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    case 3: GemmTileT<3>(df, nt, w, ldw, xs, len, acc, ld_acc); break;
+    case 3: GemmTileT<3>(df, nt, w, ldw, xs, len, acc, ld_acc, first); break;
 #endif
     default: LLMRT_CHECK(false);
   }
@@ -357,7 +357,8 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
     const int64_t tb = std::min(kGemmTokens, T - t0);
     for (int64_t r0 = n0; r0 < n1; r0 += kDenseRows) {
       const int64_t rb = std::min(kDenseRows, n1 - r0);
-      std::fill(acc, acc + tb * rb * N, 0.0f);
+      // The first column block's tiles start their accumulators at zero (no fill, no loads).
+      if (kv == 0) std::fill(acc, acc + tb * rb * N, 0.0f);
       for (int64_t k0 = 0; k0 < kv; k0 += kc_max) {
         const int64_t kc = std::min(kc_max, kv - k0);
         // The next block's codes are requested now, so that the memory fetches them while this
@@ -382,7 +383,7 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
             for (int i = 0; i < nt; ++i) xs[i] = x + (t0 + t + i) * ldx + k0;
             for (int64_t r = 0; r < rb; r += kTileRows) {
               const int nr = static_cast<int>(std::min<int64_t>(kTileRows, rb - r));
-              GemmTileN(df, nt, nr, pw + r * ldw, ldw, xs, kc, acc + (t * rb + r) * N, rb);
+              GemmTileN(df, nt, nr, pw + r * ldw, ldw, xs, kc, acc + (t * rb + r) * N, rb, k0 == 0);
             }
           }
         };
