@@ -37,8 +37,8 @@ inline int64_t PrefetchRowBytes() {
 #include "hwy/highway.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
