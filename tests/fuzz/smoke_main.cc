@@ -2,8 +2,11 @@
 // of committed seed files through every fuzz target. Not a substitute for coverage-guided
 // fuzzing (cmake -DLLMRT_FUZZ=ON with clang), but it runs in every CI build and keeps the parsers
 // honest against malformed input.
-//   llmrt_fuzz_smoke [iterations per seed]
+//   llmrt_fuzz_smoke [iterations per seed] [target | -target ...]
+// Named targets run alone; -name leaves one out. Each target draws its mutations from its own
+// stream, so a subset (ctest runs two shards side by side) replays what the full run replays.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -103,9 +106,25 @@ int main(int argc, char** argv) {
       {"model_config", llmrt::fuzz::ModelConfig, Seeds("model_config"), 20},
       {"kv_import", llmrt::fuzz::KvImport, Seeds("kv_import"), 4},
   };
-  std::mt19937_64 rng(20261129);
+  const std::vector<std::string> only(argv + std::min(argc, 2), argv + argc);
+  std::vector<std::string> run, skip;
+  for (const auto& arg : only) {
+    const std::string name = arg[0] == '-' ? arg.substr(1) : arg;
+    if (std::none_of(std::begin(targets), std::end(targets), [&](const Target& t) { return name == t.name; })) {
+      std::fprintf(stderr, "fuzz smoke: no target named '%s'\n", name.c_str());
+      return 2;
+    }
+    (arg[0] == '-' ? skip : run).push_back(name);
+  }
+  const auto listed = [](const std::vector<std::string>& v, const char* name) {
+    return std::find(v.begin(), v.end(), name) != v.end();
+  };
   long runs = 0;
-  for (auto& t : targets) {
+  for (size_t ti = 0; ti < std::size(targets); ++ti) {
+    auto& t = targets[ti];
+    if ((!run.empty() && !listed(run, t.name)) || listed(skip, t.name)) continue;
+    std::mt19937_64 rng(20261129 + ti);
+    const auto start = std::chrono::steady_clock::now();
     for (const auto& seed : t.seeds) {
       t.fn(reinterpret_cast<const uint8_t*>(seed.data()), seed.size());
       for (int i = 0; i < iterations / t.divisor; ++i) {
@@ -114,7 +133,9 @@ int main(int argc, char** argv) {
         ++runs;
       }
     }
-    std::printf("fuzz smoke: %s ok\n", t.name);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("fuzz smoke: %s ok (%.1f s)\n", t.name, s);
+    std::fflush(stdout);
   }
   std::printf("%ld passed, 0 failed\n", runs);
   return 0;
