@@ -10,7 +10,8 @@ namespace llm_bench {
 double MemcpyBandwidth(int threads, double* read_only_gbs);
 
 // Read-only streaming bandwidth: `threads` threads each sum their share of one 1 GiB buffer of
-// 64-bit words (compiler-vectorized, AVX-512 / AVX2 / SSE2 picked at load), best of 4, in GB/s
+// 64-bit words as four streams at once, the quarters of the share (compiler-vectorized,
+// AVX-512 / AVX2 / SSE2 picked at load), best of 4, in GB/s
 // of bytes read. Decode at batch 1 only reads its weights, so this is its ceiling on this
 // machine; memcpy's read half is not (its writes compete for the same bandwidth). 0 if the
 // sum comes out wrong.
