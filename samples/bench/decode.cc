@@ -11,6 +11,27 @@
 #include "modes.h"
 
 namespace llm_bench {
+namespace {
+
+// A session that returns sampled ids only, its prompt appended: prompt_len generated ids, the
+// i-th prompt of a run (distinct prompts per i). nullptr if the runtime refused either call.
+llm_session* OpenSession(llm_runtime* rt, const GeneratedModel& cfg, int prompt_len, int i, uint32_t max_new_tokens) {
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.flags = LLM_SAMPLING_NO_LOGITS;
+  so.max_new_tokens = max_new_tokens;
+  llm_session* s = nullptr;
+  if (llm_session_create(rt, &so, &s) != LLM_OK) return nullptr;
+  std::vector<int32_t> prompt(prompt_len);
+  for (int k = 0; k < prompt_len; ++k) prompt[k] = (i * 131 + k * 17 + 1) % static_cast<int>(cfg.vocab);
+  if (llm_session_append_tokens(s, prompt.data(), prompt.size()) != LLM_OK) {
+    llm_session_destroy(s);
+    return nullptr;
+  }
+  return s;
+}
+
+}  // namespace
 
 int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::vector<int>& batches, int steps,
                    int threads, int prompt_len, bool baselines) {
@@ -40,15 +61,8 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   // from the call that created the runtime (what a benchmark run on a fresh machine waits for).
   double first_token_s = -1;
   {
-    llm_sampling_options so;
-    llm_sampling_options_init(&so);
-    so.flags = LLM_SAMPLING_NO_LOGITS;
-    so.max_new_tokens = 1;
-    llm_session* s = nullptr;
-    std::vector<int32_t> prompt(prompt_len);
-    for (int k = 0; k < prompt_len; ++k) prompt[k] = (k * 17 + 1) % static_cast<int>(cfg.vocab);
-    if (llm_session_create(rt, &so, &s) == LLM_OK &&
-        llm_session_append_tokens(s, prompt.data(), prompt.size()) == LLM_OK) {
+    llm_session* s = OpenSession(rt, cfg, prompt_len, 0, 1);
+    if (s != nullptr) {
       llm_step_result r[1];
       size_t n = 0;
       for (int i = 0; i < 1 << 16 && first_token_s < 0; ++i) {
@@ -87,17 +101,8 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   std::printf("|---------:|-------------:|------------:|------------:|-------------------:|--------------------:|\n");
   double base_tps = 0, batch1_step = 0, batch1_p50 = 0;
   for (int b : batches) {
-    llm_sampling_options so;
-    llm_sampling_options_init(&so);
-    so.flags = LLM_SAMPLING_NO_LOGITS;  // only the sampled ids come back
-    so.max_new_tokens = static_cast<uint32_t>(steps + 2);
     std::vector<llm_session*> ss(b);
-    for (int i = 0; i < b; ++i) {
-      llm_session_create(rt, &so, &ss[i]);
-      std::vector<int32_t> prompt(prompt_len);
-      for (int k = 0; k < prompt_len; ++k) prompt[k] = (i * 131 + k * 17 + 1) % static_cast<int>(cfg.vocab);
-      llm_session_append_tokens(ss[i], prompt.data(), prompt.size());
-    }
+    for (int i = 0; i < b; ++i) ss[i] = OpenSession(rt, cfg, prompt_len, i, static_cast<uint32_t>(steps + 2));
     std::vector<llm_step_result> res(b);
     size_t n = 0;
     // Prefill (one step with the default budget) plus one warm-up decode step.
@@ -138,14 +143,8 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   // reported.
   std::vector<double> ratios;
   if (batch1_step > 0 && baselines) {
-    llm_sampling_options so;
-    llm_sampling_options_init(&so);
-    so.flags = LLM_SAMPLING_NO_LOGITS;
-    so.max_new_tokens = 64;
-    llm_session* s = nullptr;
-    std::vector<int32_t> prompt(prompt_len);
-    for (int k = 0; k < prompt_len; ++k) prompt[k] = (k * 29 + 3) % static_cast<int>(cfg.vocab);
-    if (llm_session_create(rt, &so, &s) != LLM_OK || llm_session_append_tokens(s, prompt.data(), prompt.size()) != LLM_OK) {
+    llm_session* s = OpenSession(rt, cfg, prompt_len, 1, 64);
+    if (s == nullptr) {
       std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
       return 1;
     }
