@@ -31,6 +31,10 @@ struct BackendOptions {
   int num_threads = 0;  // CPU worker threads; 0 = one per core
   int device = 0;       // device ordinal (device backends)
   QuantizedActivations activations = QuantizedActivations::kExact;
+  // CPU, exact policy: BF16 weights' matmuls on AMX tiles over activations split into three
+  // bf16 parts (cpu::SplitActivationsBf16x3) where the CPU has them; false keeps the float32
+  // FMA kernels (LLMRT_CPU_EXACT_TILES=0 in the environment).
+  bool exact_on_tiles = true;
 };
 
 struct BackendEntry {

@@ -170,6 +170,9 @@ absl::Status Runtime::CreateBackends(int threads) {
     BackendOptions bo;
     bo.num_threads = threads;
     bo.activations = o.activations;
+    if (const char* tiles = std::getenv("LLMRT_CPU_EXACT_TILES"); tiles != nullptr && std::string(tiles) == "0") {
+      bo.exact_on_tiles = false;
+    }
     // In-process rank r runs on device r; process rank p on device p mod the host's count (one
     // process per device, ranks numbered host by host).
     if (devices > 0) bo.device = multi_process ? o.rank % devices : r;

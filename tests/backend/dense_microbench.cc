@@ -7,6 +7,11 @@
 //
 //   llmrt_dense_microbench [--rows 4096] [--cols 4096] [--tokens 1,8,16,32,64,128,512]
 //                          [--dtype bf16|f32] [--threads 1] [--reps 3] [--peak-gflops 0]
+//                          [--path fma|tiles|bf16]
+//
+// --path (bf16 weights): fma = the exact policy's float32 FMA kernels (MatMulRows); tiles = the
+// exact policy on AMX tiles (activations split into three bf16 parts, SplitActivationsBf16x3,
+// the split timed with the matmul); bf16 = the BF16 policy (activations rounded, timed too).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "src/backend/cpu/bf16_dot.h"
 #include "src/backend/cpu/cache_line_vector.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/util/bf16.h"
@@ -25,7 +31,7 @@ namespace {
 int Main(int argc, char** argv) {
   int64_t rows = 4096, cols = 4096;
   std::vector<int64_t> tokens = {1, 8, 16, 32, 64, 128, 512};
-  std::string dtype = "bf16";
+  std::string dtype = "bf16", path = "fma";
   int threads = 1, reps = 3;
   int64_t pad = 0;
   double peak = 0;
@@ -40,6 +46,7 @@ int Main(int argc, char** argv) {
     else if (a == "--cols") cols = std::atoll(v);
     else if (a == "--tokens") tokens = microbench::ParseList(v);
     else if (a == "--dtype") dtype = v;
+    else if (a == "--path") path = v;
     else if (a == "--threads") threads = std::atoi(v);
     else if (a == "--reps") reps = std::atoi(v);
     else if (a == "--pad") pad = std::atoll(v);
@@ -51,6 +58,18 @@ int Main(int argc, char** argv) {
   }
   if (dtype != "bf16" && dtype != "f32") {
     std::fprintf(stderr, "--dtype is bf16 or f32\n");
+    return 2;
+  }
+  if (path != "fma" && path != "tiles" && path != "bf16") {
+    std::fprintf(stderr, "--path is fma, tiles or bf16\n");
+    return 2;
+  }
+  if (path != "fma" && dtype != "bf16") {
+    std::fprintf(stderr, "--path %s takes --dtype bf16\n", path.c_str());
+    return 2;
+  }
+  if (path == "tiles" && !Bf16IsaAvailable(Bf16Isa::kAmx)) {
+    std::fprintf(stderr, "--path tiles needs AMX-BF16 tiles, which this CPU (or OS) does not offer\n");
     return 2;
   }
   const DType wd = dtype == "bf16" ? DType::kBF16 : DType::kF32;
@@ -69,7 +88,9 @@ int Main(int argc, char** argv) {
   for (int64_t t : tokens) tmax = std::max(tmax, t);
   CacheLineVector<float> x(static_cast<size_t>(tmax * (cols + pad))), out(static_cast<size_t>(tmax * rows));
   for (float& v : x) v = nd(rng);
-  std::printf("dense matmul, %s weight %lld x %lld (%.1f MiB), %d thread(s), best of %d\n\n", dtype.c_str(),
+  Bf16Activations xb;
+  std::printf("dense matmul (%s), %s weight %lld x %lld (%.1f MiB), %d thread(s), best of %d\n\n", path.c_str(),
+              dtype.c_str(),
               static_cast<long long>(rows), static_cast<long long>(cols),
               static_cast<double>(rows * cols * DTypeSize(wd)) / (1 << 20), threads, reps);
   std::printf(
@@ -77,8 +98,20 @@ int Main(int argc, char** argv) {
       "|---:|---:|---:|---:|---:|\n");
   for (int64_t t : tokens) {
     const double s = microbench::Best(reps, [&] {
+      if (path == "fma") {
+        microbench::Split(threads, rows, [&](int64_t n0, int64_t n1) {
+          MatMulRows(wd, w, cols, x.data(), cols + pad, t, out.data(), rows, n0, n1);
+        });
+        return;
+      }
+      if (path == "tiles") {
+        SplitActivationsBf16x3(x.data(), cols + pad, t, cols, &xb);
+      } else {
+        RoundActivationsBf16(x.data(), cols + pad, t, cols, &xb);
+      }
+      const Bf16Isa isa = path == "tiles" ? Bf16Isa::kAmx : BestBf16Isa();
       microbench::Split(threads, rows, [&](int64_t n0, int64_t n1) {
-        MatMulRows(wd, w, cols, x.data(), cols + pad, t, out.data(), rows, n0, n1);
+        Bf16MatMulRows(isa, Bf16Loop::kAuto, wb.data(), cols, xb, out.data(), rows, n0, n1);
       });
     });
     const double gf = 2.0 * static_cast<double>(t * rows * cols) / s / 1e9 / threads;

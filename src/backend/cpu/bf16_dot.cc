@@ -285,6 +285,70 @@ void RoundRow(const float* x, int64_t k, int64_t padded, uint16_t* d, float* spl
   }
 }
 
+// One row of SplitActivationsBf16x3: the three parts of x[0, k) as bf16 rows hi, mid, lo (each
+// `padded` long, zeros past k), 16 columns at a time (the masked forms of the shifts and the
+// narrowing, as RoundRow).
+void SplitRow3(const float* x, int64_t k, int64_t padded, uint16_t* hi, uint16_t* mid, uint16_t* lo) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), exp = _mm512_set1_epi32(0x7F800000);
+  const __m512i mant = _mm512_set1_epi32(0x007FFFFF), quiet = _mm512_set1_epi32(0x00400000);
+  for (int64_t c = 0; c < padded; c += 16) {
+    const int64_t n = std::clamp<int64_t>(k - c, 0, 16);
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+    const __m512 a = _mm512_maskz_loadu_ps(m, x + c);
+    const __m512i b = _mm512_castps_si512(a);
+    const __mmask16 finite = _mm512_cmpneq_epi32_mask(_mm512_and_si512(b, exp), exp);
+    const __mmask16 nan = _mm512_mask_test_epi32_mask(static_cast<__mmask16>(~finite), b, mant);
+    const __m512i hb = _mm512_mask_or_epi32(_mm512_and_si512(b, high), nan, _mm512_and_si512(b, high), quiet);
+    const __m512 r1 = _mm512_sub_ps(a, _mm512_castsi512_ps(hb));
+    const __m512i mb = _mm512_maskz_and_epi32(finite, _mm512_castps_si512(r1), high);
+    const __m512i lb = _mm512_maskz_and_epi32(finite, _mm512_castps_si512(_mm512_sub_ps(r1, _mm512_castsi512_ps(mb))), high);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + c), _mm512_maskz_cvtepi32_epi16(kAll, _mm512_maskz_srli_epi32(kAll, hb, 16)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mid + c), _mm512_maskz_cvtepi32_epi16(kAll, _mm512_maskz_srli_epi32(kAll, mb, 16)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + c), _mm512_maskz_cvtepi32_epi16(kAll, _mm512_maskz_srli_epi32(kAll, lb, 16)));
+  }
+}
+
+// PackBf16Pairs for one group of up to 16 rows (`rows` of them; the rest zero), 16 pairs (32
+// columns) at a time: a 16 x 16 transpose of 32-bit words.
+void PackPairsGroup(const uint16_t* values, int64_t rows, int64_t padded, uint16_t* d) {
+  constexpr __mmask16 kAll = 0xFFFF;  // (the zero-masked forms: GCC 12 warns on the plain ones)
+  constexpr __mmask8 kAll8 = 0xFF;
+  for (int64_t c = 0; c < padded; c += 32) {
+    __m512i r[16];
+    for (int i = 0; i < 16; ++i) {
+      r[i] = i < rows ? _mm512_loadu_si512(values + i * padded + c) : _mm512_setzero_si512();
+    }
+    // Rows i, i + 1 interleaved by 32 bits, then by 64, then 128-bit lanes: the classic transpose.
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_maskz_unpacklo_epi32(kAll, r[i], r[i + 1]);
+      t[i + 1] = _mm512_maskz_unpackhi_epi32(kAll, r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+      r[i] = _mm512_maskz_unpacklo_epi64(kAll8, t[i], t[i + 2]);
+      r[i + 1] = _mm512_maskz_unpackhi_epi64(kAll8, t[i], t[i + 2]);
+      r[i + 2] = _mm512_maskz_unpacklo_epi64(kAll8, t[i + 1], t[i + 3]);
+      r[i + 3] = _mm512_maskz_unpackhi_epi64(kAll8, t[i + 1], t[i + 3]);
+    }
+    // Now r[4q + s] holds, in its 128-bit lane l, word 4l + s of rows 4q .. 4q + 3; output word
+    // j = 4l + s wants lane l of r[s], r[4 + s], r[8 + s], r[12 + s]: two rounds of lane shuffles.
+    for (int i = 0; i < 4; ++i) {
+      t[i] = _mm512_maskz_shuffle_i32x4(kAll, r[i], r[i + 4], 0x88);
+      t[i + 4] = _mm512_maskz_shuffle_i32x4(kAll, r[i], r[i + 4], 0xDD);
+      t[i + 8] = _mm512_maskz_shuffle_i32x4(kAll, r[i + 8], r[i + 12], 0x88);
+      t[i + 12] = _mm512_maskz_shuffle_i32x4(kAll, r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 4; ++i) {
+      r[i] = _mm512_maskz_shuffle_i32x4(kAll, t[i], t[i + 8], 0x88);
+      r[i + 8] = _mm512_maskz_shuffle_i32x4(kAll, t[i], t[i + 8], 0xDD);
+      r[i + 4] = _mm512_maskz_shuffle_i32x4(kAll, t[i + 4], t[i + 12], 0x88);
+      r[i + 12] = _mm512_maskz_shuffle_i32x4(kAll, t[i + 4], t[i + 12], 0xDD);
+    }
+    for (int j = 0; j < 16; ++j) _mm512_storeu_si512(d + (c / 2 + j) * 32, r[j]);
+  }
+}
+
 void DotLanes(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
   const __m512 s = _mm512_loadu_ps(acc);
   const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
@@ -327,6 +391,7 @@ struct alignas(64) TileConfig {
 constexpr int64_t kGroup = 16;         // rows of a tile
 constexpr int64_t kBlockPairs = 16;    // column pairs of a tile (32 columns)
 constexpr int64_t kKBlocks = 16;       // column blocks per pass over the activations (512 columns)
+constexpr int64_t kPrefetchBlocks = 4;  // how far ahead decode-sized calls request weight lines
 
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")
@@ -334,9 +399,9 @@ constexpr int64_t kKBlocks = 16;       // column blocks per pass over the activa
 // Weight rows [n, n + 32) (those below n1) x every activation row. The accumulators live in
 // `acc` ([2][groups][16][16] float32) between passes over blocks of columns, so the blocks are
 // added in column order for every output, whatever the row range or the batch.
-void RowPair(const uint16_t* w, int64_t k, const Bf16Activations& x, int64_t n, int64_t n1, float* acc,
-             uint16_t* wtail, float* out, int64_t ldo) {
-  const int64_t kp = x.padded, blocks = kp / kBlock, groups = (x.rows + kGroup - 1) / kGroup;
+void RowPair(const uint16_t* w, int64_t k, const Bf16Activations& x, int64_t gfirst, int64_t gend, int64_t n,
+             int64_t n1, float* acc, uint16_t* wtail, float* out, int64_t ldo) {
+  const int64_t kp = x.padded, blocks = kp / kBlock, groups = gend - gfirst;
   const int64_t rows0 = std::min<int64_t>(kGroup, n1 - n), rows1 = std::max<int64_t>(0, std::min<int64_t>(kGroup, n1 - n - kGroup));
   // Weight rows read in place, or, for a short row group or a row length that is not whole
   // blocks, copied zero-padded (a tile load reads whole 64-byte rows of 16 rows).
@@ -350,6 +415,10 @@ void RowPair(const uint16_t* w, int64_t k, const Bf16Activations& x, int64_t n, 
     lda = kp;
   }
   const bool two = rows1 > 0;
+  // Decode-sized calls (one or two groups of activation rows) read 32 weight rows side by side,
+  // 64 bytes of each per block and little work in between: more streams than the hardware
+  // prefetchers follow well, so each row's line kPrefetchBlocks blocks ahead is requested.
+  const bool prefetch = groups <= 2;
   const size_t ctile = kGroup * kGroup;
   for (int64_t b0 = 0; b0 < blocks; b0 += kKBlocks) {
     const int64_t b1 = std::min(blocks, b0 + kKBlocks);
@@ -370,9 +439,13 @@ void RowPair(const uint16_t* w, int64_t k, const Bf16Activations& x, int64_t n, 
           _tile_loadd(3, c10 + ctile, 64);
         }
       }
-      const uint16_t* p0 = x.pairs.data() + g * (kp / 2) * 2 * kGroup;
+      const uint16_t* p0 = x.pairs.data() + (gfirst + g) * (kp / 2) * 2 * kGroup;
       const uint16_t* p1 = p0 + (kp / 2) * 2 * kGroup;
       for (int64_t b = b0; b < b1; ++b) {
+        if (prefetch && b + kPrefetchBlocks < blocks) {
+          const char* pf = reinterpret_cast<const char*>(wa + (b + kPrefetchBlocks) * kBlock);
+          for (int64_t r = 0; r < (two ? 2 : 1) * kGroup; ++r) _mm_prefetch(pf + r * lda * 2, _MM_HINT_T0);
+        }
         _tile_loadd(4, wa + b * kBlock, lda * 2);
         if (two) _tile_loadd(5, wa + kGroup * lda + b * kBlock, lda * 2);
         _tile_loadd(6, p0 + b * kBlockPairs * 2 * kGroup, 64);
@@ -392,21 +465,41 @@ void RowPair(const uint16_t* w, int64_t k, const Bf16Activations& x, int64_t n, 
       }
     }
   }
-  // acc[h][g][r][t]: weight row n + 16h + r, activation row 16g + t.
+  // acc[h][g][r][t]: weight row n + 16h + r, activation row 16 (gfirst + g) + t.
+  const int64_t t0 = gfirst * kGroup, t1 = std::min(x.rows, gend * kGroup);
+  const auto at = [&](int64_t h, int64_t t) {
+    t -= t0;
+    return acc + ((h * groups + t / kGroup) * kGroup) * kGroup + t % kGroup;
+  };
   for (int64_t h = 0; h < (two ? 2 : 1); ++h) {
     const int64_t rows = h == 0 ? rows0 : rows1;
-    for (int64_t t = 0; t < x.rows; ++t) {
-      const float* c = acc + ((h * groups + t / kGroup) * kGroup) * kGroup + t % kGroup;
+    if (x.parts == 3) {  // (chunks hold whole tokens: see Rows)
+      for (int64_t t = t0 / 3; t < t1 / 3; ++t) {
+        const float *hi = at(h, 3 * t), *mid = at(h, 3 * t + 1), *lo = at(h, 3 * t + 2);
+        for (int64_t r = 0; r < rows; ++r) {
+          out[t * ldo + n + h * kGroup + r] = (hi[r * kGroup] + mid[r * kGroup]) + lo[r * kGroup];
+        }
+      }
+      continue;
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* c = at(h, t);
       for (int64_t r = 0; r < rows; ++r) out[t * ldo + n + h * kGroup + r] = c[r * kGroup];
     }
   }
 }
 
+// Activation rows per pass over the weight rows, in groups of 16: a multiple of 3 groups, so that
+// a chunk holds whole tokens of split activations (Bf16Activations::parts). Each weight row pair
+// reads a chunk's activations (from L2) once per block of columns; with every row of a long
+// prefill in one pass they would come from L3 instead.
+constexpr int64_t kChunkGroups = 12;
+
 void Rows(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const int64_t groups = (x.rows + kGroup - 1) / kGroup;
   thread_local CacheLineVector<float> acc;
   thread_local std::vector<uint16_t> wtail;
-  acc.resize(static_cast<size_t>(2 * groups * kGroup * kGroup));
+  acc.resize(static_cast<size_t>(2 * std::min(groups, kChunkGroups) * kGroup * kGroup));
   wtail.resize(static_cast<size_t>(2 * kGroup * x.padded));
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
@@ -414,7 +507,10 @@ void Rows(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
     cfg.colsb[i] = 64;
   }
   _tile_loadconfig(&cfg);
-  for (int64_t n = n0; n < n1; n += 2 * kGroup) RowPair(w, k, x, n, n1, acc.data(), wtail.data(), out, ldo);
+  for (int64_t g = 0; g < groups; g += kChunkGroups) {
+    const int64_t gend = std::min(groups, g + kChunkGroups);
+    for (int64_t n = n0; n < n1; n += 2 * kGroup) RowPair(w, k, x, g, gend, n, n1, acc.data(), wtail.data(), out, ldo);
+  }
   _tile_release();
 }
 
@@ -618,6 +714,16 @@ void DotLanes(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
 
 void PackBf16Pairs(const uint16_t* values, int64_t rows, int64_t padded, CacheLineVector<uint16_t>* pairs) {
   const int64_t groups = (rows + 15) / 16, half = padded / 2;
+#if LLMRT_BF16_X86
+  if (padded % 32 == 0 && Bf16IsaAvailable(Bf16Isa::kAvx512Bf16)) {
+    pairs->resize(static_cast<size_t>(groups * half * 32));  // every word written below
+    for (int64_t g = 0; g < groups; ++g) {
+      bf16_avx512::PackPairsGroup(values + g * 16 * padded, std::min<int64_t>(16, rows - 16 * g), padded,
+                                  pairs->data() + g * half * 32);
+    }
+    return;
+  }
+#endif
   pairs->assign(static_cast<size_t>(groups * half * 32), uint16_t{0});
   for (int64_t t = 0; t < rows; ++t) {
     const uint16_t* v = values + t * padded;
@@ -667,6 +773,7 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
   LLMRT_CHECK(t >= 0 && k >= 0);
   out->rows = t;
   out->cols = k;
+  out->parts = 1;
   out->padded = (k + kBlock - 1) / kBlock * kBlock;
   out->values.resize(static_cast<size_t>(t * out->padded));
   // The tiles' layout wherever the AMX path can run (it is then the best path); the FMA GEMM's
@@ -693,6 +800,58 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
   RoundRowsBf16(x, ldx, t, k, out->padded, out->values.data());
   // The GEMM's float32 layout, only where the GEMM may run.
   if (gemm) SplitBf16(out->values.data(), t, out->padded, out->split.data());
+}
+
+void SplitActivationsBf16x3(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out) {
+  LLMRT_CHECK(t >= 0 && k >= 0);
+  out->rows = 3 * t;
+  out->cols = k;
+  out->parts = 3;
+  out->padded = (k + kBlock - 1) / kBlock * kBlock;
+  const int64_t kp = out->padded;
+  out->values.resize(static_cast<size_t>(3 * t * kp));
+  out->split.clear();
+  for (int64_t r = 0; r < t; ++r) {
+    const float* xr = x + r * ldx;
+    uint16_t* hi = out->values.data() + 3 * r * kp;
+    uint16_t* mid = hi + kp;
+    uint16_t* lo = mid + kp;
+#if LLMRT_BF16_X86
+    if (Bf16IsaAvailable(Bf16Isa::kAvx512Bf16)) {
+      bf16_avx512::SplitRow3(xr, k, kp, hi, mid, lo);
+      continue;
+    }
+#endif
+    for (int64_t c = 0; c < kp; ++c) {
+      uint32_t b = 0;
+      if (c < k) std::memcpy(&b, xr + c, 4);
+      if ((b & 0x7F800000u) == 0x7F800000u) {  // infinity or NaN: hi alone (a NaN quieted)
+        hi[c] = static_cast<uint16_t>((b >> 16) | ((b & 0x007FFFFFu) != 0 ? 0x0040u : 0u));
+        mid[c] = lo[c] = 0;
+        continue;
+      }
+      const uint32_t hb = b & 0xFFFF0000u;
+      float a, hf, mf;
+      std::memcpy(&a, &b, 4);
+      std::memcpy(&hf, &hb, 4);
+      const float r1 = a - hf;  // exact: the bits of a below hi's
+      uint32_t rb;
+      std::memcpy(&rb, &r1, 4);
+      const uint32_t mb = rb & 0xFFFF0000u;
+      std::memcpy(&mf, &mb, 4);
+      const float r2 = r1 - mf;  // exact, and at most 8 significant bits: a bf16 value
+      uint32_t lb;
+      std::memcpy(&lb, &r2, 4);
+      hi[c] = static_cast<uint16_t>(hb >> 16);
+      mid[c] = static_cast<uint16_t>(mb >> 16);
+      lo[c] = static_cast<uint16_t>(lb >> 16);
+    }
+  }
+  if (Bf16IsaAvailable(Bf16Isa::kAmx)) {
+    PackBf16Pairs(out->values.data(), out->rows, kp, &out->pairs);
+  } else {
+    out->pairs.clear();
+  }
 }
 
 const char* Bf16IsaName(Bf16Isa isa) {
@@ -745,6 +904,7 @@ Bf16Isa BestBf16Isa() {
 void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, const Bf16Activations& x, float* out,
                     int64_t ldo, int64_t n0, int64_t n1) {
   LLMRT_CHECK(x.cols == k && Bf16IsaAvailable(isa) && n0 <= n1);
+  LLMRT_CHECK(x.parts == 1 || (x.parts == 3 && isa == Bf16Isa::kAmx && x.rows % 3 == 0));
   LLMRT_CHECK(loop != Bf16Loop::kGemm || isa == Bf16Isa::kAvx2Fma || x.split.size() == x.values.size());
   if (x.rows == 0 || n0 == n1) return;
   switch (isa) {

@@ -61,11 +61,29 @@ struct Bf16Activations {
   // of 16 rows, per pair of columns (2j, 2j + 1), the 16 rows' pairs (rows past `rows` zero):
   // [ceil(rows / 16), padded / 2, 16, 2]. Else empty.
   CacheLineVector<uint16_t> pairs;
+  // 1, or 3 for float32 activations split into three bf16 parts (SplitActivationsBf16x3): then
+  // `rows` is 3 x the activation rows, the parts of row t are rows 3t, 3t + 1 and 3t + 2, and a
+  // matmul's output for row t is the sum of the three parts' dots (only the AMX path reads them).
+  int parts = 1;
 };
 
 // Rounds rows [0, t) of x (row stride ldx, k columns) into *out (round to nearest even, NaN
 // kept quiet; denormals stay bf16 denormals, which the dot product then reads as zero).
 void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out);
+
+// The exact policy on AMX tiles (float32 activations, BF16 weights). A float32 value a is the
+// exact sum of three bfloat16 values: hi = its top 16 bits (truncated), mid = the top 16 bits of
+// a - hi (computed exactly), lo = a - hi - mid (at most 8 significant bits left: exactly a
+// bfloat16). Every product of a bf16 weight with one part is exact in float32, so
+//   w . x = ((w . hi) + (w . mid)) + (w . lo)
+// with float32 sums of exact products: the float32 dot product's numerics (another summation
+// order than the FMA kernels'), at three tile passes where the FMA kernels take sixteen
+// products per instruction. Edges: a non-finite a keeps hi = a (a NaN quieted) and mid = lo = 0,
+// so that an infinity stays one; the tiles read bf16 denormals as zero, so parts below 2^-126
+// (those of |a| < 2^-110 or so) drop out, relative 2^-16 of a value 2^110 times smaller than 1.
+// Rows [0, t) of x (row stride ldx, k columns) into *out with parts = 3 (values and, where the
+// AMX path is available, pairs). REQUIRES: Bf16IsaAvailable(Bf16Isa::kAmx) for a matmul on it.
+void SplitActivationsBf16x3(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out);
 
 // The rounding alone: rows [0, t) of x (row stride ldx, k columns) as bf16 into out (row stride
 // `padded`, a multiple of 32 and >= k; zeros past k), as RoundActivationsBf16 rounds them.

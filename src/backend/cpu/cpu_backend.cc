@@ -59,7 +59,9 @@ BackendEntry CpuBackendEntry() {
 }
 
 CpuBackend::CpuBackend(const BackendOptions& options)
-    : pool_(options.num_threads), activations_(options.activations) {}
+    : pool_(options.num_threads),
+      activations_(options.activations),
+      exact_tiles_(options.exact_on_tiles && cpu::Bf16IsaAvailable(cpu::Bf16Isa::kAmx)) {}
 
 void CpuBackend::Fail(absl::Status status) {
   std::lock_guard<std::mutex> lock(error_mu_);
@@ -339,7 +341,29 @@ void CpuBackend::MatMulRaw(const float* x, int64_t ldx, int64_t t, const Weight&
   MatMulRawExact(x, ldx, t, w, out, ldo);
 }
 
+void CpuBackend::MatMulExactTiles(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo,
+                                  bool pool) {
+  // Split once per call, read by every worker.
+  thread_local cpu::Bf16Activations split;
+  cpu::Bf16Activations& xs = split;
+  cpu::SplitActivationsBf16x3(x, ldx, t, w.cols, &xs);
+  const uint16_t* wp = w.data.data_as<uint16_t>();
+  const auto rows = [&](size_t n0, size_t n1) {
+    cpu::Bf16MatMulRows(cpu::Bf16Isa::kAmx, cpu::Bf16Loop::kAuto, wp, w.cols, xs, out, ldo, static_cast<int64_t>(n0),
+                        static_cast<int64_t>(n1));
+  };
+  if (pool) {
+    pool_.ParallelFor(static_cast<size_t>(w.rows), RowGrain(t), rows);
+  } else {
+    rows(0, static_cast<size_t>(w.rows));
+  }
+}
+
 void CpuBackend::MatMulRawExact(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo) {
+  if (UsesExactTiles(w)) {
+    MatMulExactTiles(x, ldx, t, w, out, ldo, /*pool=*/true);
+    return;
+  }
   if (const cpu::MatMulKernel* k = Int8KernelFor(w)) {
     // Rounded once per call, read by every worker (each token row's codes depend on that row only).
     // (A lambda names a thread_local, it does not capture it: the workers get this reference.)
@@ -370,6 +394,10 @@ void CpuBackend::MatMulRowsSerial(const float* x, int64_t ldx, int64_t t, const 
     thread_local cpu::Bf16Activations xb;
     cpu::RoundActivationsBf16(x, ldx, t, w.cols, &xb);
     cpu::Bf16MatMulRowsBest(w.data.data_as<uint16_t>(), w.cols, xb, out, ldo, 0, w.rows);
+    return;
+  }
+  if (UsesExactTiles(w)) {
+    MatMulExactTiles(x, ldx, t, w, out, ldo, /*pool=*/false);
     return;
   }
   if (const cpu::MatMulKernel* k = Int8KernelFor(w)) {

@@ -120,11 +120,17 @@ class CpuBackend final : public Backend {
   // Whether w's matmuls run on the bf16 dot paths (the BF16 or FP8 policy and a BF16 weight, or
   // an FP8 block-scaled one whose blocks are whole 32-column steps: cpu::Fp8SupportsBf16).
   bool UsesBf16Dot(const Weight& w) const;
+  // Whether w's float32-activation matmuls run on AMX tiles over split activations (a BF16
+  // weight, the CPU's tiles, not turned off; see cpu::SplitActivationsBf16x3).
+  bool UsesExactTiles(const Weight& w) const { return exact_tiles_ && w.format == kWeightBf16; }
+  // out = x w^T on the tiles (UsesExactTiles), over the pool or on the calling thread.
+  void MatMulExactTiles(const float* x, int64_t ldx, int64_t t, const Weight& w, float* out, int64_t ldo, bool pool);
   // An FP8 weight's activations under the policy: e4m3 per column block (FP8) or bf16 (BF16).
   void Fp8ActivationsFor(const float* x, int64_t ldx, int64_t t, const Weight& w, cpu::Fp8Bf16Activations* out) const;
 
   ThreadPool pool_;
   const QuantizedActivations activations_;
+  const bool exact_tiles_;
   std::atomic<bool> failed_{false};
   std::mutex error_mu_;
   absl::Status error_;
