@@ -10,7 +10,9 @@
 // instruction issues only once per two cycles, as on the Sapphire Rapids cores this was measured
 // on, the GEMM forms its exact steps with float32 FMAs instead; AMD's Zen 4 issues it once per
 // cycle and keeps it: see Bf16Loop.) Where the CPU has
-// AMX-BF16 tiles, they take every BF16 matmul instead, with their own summation (Bf16Isa::kAmx).
+// AMX-BF16 tiles, they take every BF16 matmul instead, with their own summation (Bf16Isa::kAmx),
+// and under the exact policy too, on float32 activations split into three bf16 parts
+// (SplitActivationsBf16x3 below).
 //
 // What follows is the arithmetic of the vdpbf16ps paths.
 //
