@@ -49,10 +49,11 @@ std::vector<uint16_t> NormalBf16(int64_t n, std::mt19937& rng) {
   return v;
 }
 
-// out[t * rows + n] = the tiles' exact-policy matmul of rows [n0, n1).
+// out[t * rows + n] = the tiles' exact-policy matmul of rows [n0, n1). One split buffer serves
+// every call, as the backend's does, so batch sizes that shrink and grow reuse what is left.
 void TilesMatMul(const std::vector<uint16_t>& w, int64_t K, const float* x, int64_t T, int64_t rows, float* out,
                  int64_t n0, int64_t n1) {
-  Bf16Activations xs;
+  static Bf16Activations xs;
   SplitActivationsBf16x3(x, K, T, K, &xs);
   Bf16MatMulRows(Bf16Isa::kAmx, Bf16Loop::kAuto, w.data(), K, xs, out, rows, n0, n1);
 }

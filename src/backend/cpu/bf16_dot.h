@@ -66,6 +66,8 @@ struct Bf16Activations {
   // 1, or 3 for float32 activations split into three bf16 parts (SplitActivationsBf16x3): then
   // `rows` is 3 x the activation rows, the parts of row t are rows 3t, 3t + 1 and 3t + 2, and a
   // matmul's output for row t is the sum of the three parts' dots (only the AMX path reads them).
+  // SplitActivationsBf16x3 keeps `values` and `pairs` at their largest size across calls: only
+  // their first rows x padded values (and those rows' groups of pairs) are this call's.
   int parts = 1;
 };
 
