@@ -36,18 +36,10 @@ float FromBits(uint32_t b) {
 bool Tiles() { return Bf16IsaAvailable(Bf16Isa::kAmx); }
 
 std::vector<float> Normal(int64_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(rng);
-  return v;
+  return conformance::RandomNormal(static_cast<size_t>(n), rng, scale);
 }
 
-std::vector<uint16_t> NormalBf16(int64_t n, std::mt19937& rng) {
-  std::vector<uint16_t> v(static_cast<size_t>(n));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (auto& x : v) x = F32ToBf16(d(rng));
-  return v;
-}
+std::vector<uint16_t> NormalBf16(int64_t n, std::mt19937& rng) { return conformance::ToBf16Bits(Normal(n, rng)); }
 
 // out[t * rows + n] = the tiles' exact-policy matmul of rows [n0, n1). One split buffer serves
 // every call, as the backend's does, so batch sizes that shrink and grow reuse what is left.
