@@ -712,15 +712,24 @@ void DotLanes(float acc[16], const uint16_t a[32], const uint16_t b[32]) {
 
 #endif  // LLMRT_BF16_X86
 
+#if LLMRT_BF16_X86
+namespace {
+// PackBf16Pairs' layout into d (every word of its ceil(rows / 16) groups written), on AVX-512.
+void PackPairsAvx512(const uint16_t* values, int64_t rows, int64_t padded, uint16_t* d) {
+  for (int64_t g = 0; 16 * g < rows; ++g) {
+    bf16_avx512::PackPairsGroup(values + g * 16 * padded, std::min<int64_t>(16, rows - 16 * g), padded,
+                                d + g * padded * 16);
+  }
+}
+}  // namespace
+#endif
+
 void PackBf16Pairs(const uint16_t* values, int64_t rows, int64_t padded, CacheLineVector<uint16_t>* pairs) {
   const int64_t groups = (rows + 15) / 16, half = padded / 2;
 #if LLMRT_BF16_X86
   if (padded % 32 == 0 && Bf16IsaAvailable(Bf16Isa::kAvx512Bf16)) {
     pairs->resize(static_cast<size_t>(groups * half * 32));  // every word written below
-    for (int64_t g = 0; g < groups; ++g) {
-      bf16_avx512::PackPairsGroup(values + g * 16 * padded, std::min<int64_t>(16, rows - 16 * g), padded,
-                                  pairs->data() + g * half * 32);
-    }
+    PackPairsAvx512(values, rows, padded, pairs->data());
     return;
   }
 #endif
@@ -815,13 +824,16 @@ void SplitActivationsBf16x3(const float* x, int64_t ldx, int64_t t, int64_t k, B
   const size_t nv = static_cast<size_t>(3 * t * kp);
   if (out->values.size() < nv) out->values.resize(nv);
   out->split.clear();
+#if LLMRT_BF16_X86
+  const bool avx512 = Bf16IsaAvailable(Bf16Isa::kAvx512Bf16);
+#endif
   for (int64_t r = 0; r < t; ++r) {
     const float* xr = x + r * ldx;
     uint16_t* hi = out->values.data() + 3 * r * kp;
     uint16_t* mid = hi + kp;
     uint16_t* lo = mid + kp;
 #if LLMRT_BF16_X86
-    if (Bf16IsaAvailable(Bf16Isa::kAvx512Bf16)) {
+    if (avx512) {
       bf16_avx512::SplitRow3(xr, k, kp, hi, mid, lo);
       continue;
     }
@@ -853,13 +865,9 @@ void SplitActivationsBf16x3(const float* x, int64_t ldx, int64_t t, int64_t k, B
   }
 #if LLMRT_BF16_X86
   if (Bf16IsaAvailable(Bf16Isa::kAmx)) {  // (which implies AVX-512)
-    const int64_t groups = (out->rows + 15) / 16;
-    const size_t np = static_cast<size_t>(groups * kp * 16);
+    const size_t np = static_cast<size_t>((out->rows + 15) / 16 * kp * 16);
     if (out->pairs.size() < np) out->pairs.resize(np);
-    for (int64_t g = 0; g < groups; ++g) {
-      bf16_avx512::PackPairsGroup(out->values.data() + g * 16 * kp, std::min<int64_t>(16, out->rows - 16 * g), kp,
-                                  out->pairs.data() + g * kp * 16);
-    }
+    PackPairsAvx512(out->values.data(), out->rows, kp, out->pairs.data());
     return;
   }
 #endif
