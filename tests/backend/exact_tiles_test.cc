@@ -110,15 +110,17 @@ TEST(ExactTiles, PartsSumToEachValueExactly) {
 }
 
 // The tiles' layout: per group of 16 rows, per pair of columns (2j, 2j + 1), the 16 rows' pairs,
-// rows past the last zero; row counts around the groups' edges, widths of one to three blocks.
+// rows past the last zero; row counts around the groups' edges (groups of at most four rows, as
+// decode's one token in three parts, take their own packer), widths of one to three blocks.
 TEST(ExactTiles, PairPackingIsTheTilesLayout) {
   std::mt19937 rng(72);
-  for (int64_t rows : {1, 5, 15, 16, 17, 33, 48, 50}) {
+  for (int64_t rows : {1, 2, 3, 4, 5, 15, 16, 17, 19, 20, 21, 33, 48, 50}) {
     for (int64_t padded : {32, 64, 96}) {
       std::vector<uint16_t> v(static_cast<size_t>(rows * padded));
       for (auto& x : v) x = static_cast<uint16_t>(rng());
       CacheLineVector<uint16_t> pairs;
-      pairs.assign(7, uint16_t{0xFFFF});  // stale contents must not survive
+      // Stale contents (a reused buffer's, as the split's) must not survive, padding rows included.
+      pairs.assign(static_cast<size_t>((rows + 15) / 16 * padded * 16 + 7), uint16_t{0xFFFF});
       PackBf16Pairs(v.data(), rows, padded, &pairs);
       const int64_t groups = (rows + 15) / 16, half = padded / 2;
       ASSERT_EQ(static_cast<int64_t>(pairs.size()), groups * half * 32);

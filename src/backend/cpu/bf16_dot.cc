@@ -309,9 +309,40 @@ void SplitRow3(const float* x, int64_t k, int64_t padded, uint16_t* hi, uint16_t
   }
 }
 
+// PackPairsGroup for at most four rows (decode: one token's three split parts): of each 64-byte
+// line only the first four words can be nonzero, so a 4 x 4 transpose of words within each
+// 128-bit lane gives every line's first 16 bytes, stored with the rest of the line zeroed (about
+// a third of the full transpose's instructions).
+void PackPairsFew(const uint16_t* values, int64_t rows, int64_t padded, uint16_t* d) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  constexpr __mmask8 kAll8 = 0xFF;
+  for (int64_t c = 0; c < padded; c += 32) {
+    __m512i r[4];
+    for (int i = 0; i < 4; ++i) r[i] = i < rows ? _mm512_loadu_si512(values + i * padded + c) : _mm512_setzero_si512();
+    const __m512i t0 = _mm512_maskz_unpacklo_epi32(kAll, r[0], r[1]), t1 = _mm512_maskz_unpackhi_epi32(kAll, r[0], r[1]);
+    const __m512i t2 = _mm512_maskz_unpacklo_epi32(kAll, r[2], r[3]), t3 = _mm512_maskz_unpackhi_epi32(kAll, r[2], r[3]);
+    // q[s], 128-bit lane l: words 4l + s of rows 0-3, the start of line c / 2 + 4l + s.
+    const __m512i q[4] = {_mm512_maskz_unpacklo_epi64(kAll8, t0, t2), _mm512_maskz_unpackhi_epi64(kAll8, t0, t2),
+                          _mm512_maskz_unpacklo_epi64(kAll8, t1, t3), _mm512_maskz_unpackhi_epi64(kAll8, t1, t3)};
+    uint16_t* line = d + (c / 2) * 32;
+    // Lane l of q[s] moved to lane 0, the other lanes zeroed (the mask keeps words 0-3).
+    constexpr __mmask16 kLane0 = 0x000F;
+    for (int s = 0; s < 4; ++s) {
+      _mm512_storeu_si512(line + s * 32, _mm512_maskz_shuffle_i32x4(kLane0, q[s], q[s], 0));
+      _mm512_storeu_si512(line + (4 + s) * 32, _mm512_maskz_shuffle_i32x4(kLane0, q[s], q[s], 1));
+      _mm512_storeu_si512(line + (8 + s) * 32, _mm512_maskz_shuffle_i32x4(kLane0, q[s], q[s], 2));
+      _mm512_storeu_si512(line + (12 + s) * 32, _mm512_maskz_shuffle_i32x4(kLane0, q[s], q[s], 3));
+    }
+  }
+}
+
 // PackBf16Pairs for one group of up to 16 rows (`rows` of them; the rest zero), 16 pairs (32
 // columns) at a time: a 16 x 16 transpose of 32-bit words.
 void PackPairsGroup(const uint16_t* values, int64_t rows, int64_t padded, uint16_t* d) {
+  if (rows <= 4) {
+    PackPairsFew(values, rows, padded, d);
+    return;
+  }
   constexpr __mmask16 kAll = 0xFFFF;  // (the zero-masked forms: GCC 12 warns on the plain ones)
   constexpr __mmask8 kAll8 = 0xFF;
   for (int64_t c = 0; c < padded; c += 32) {
@@ -497,10 +528,14 @@ constexpr int64_t kChunkGroups = 12;
 
 void Rows(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const int64_t groups = (x.rows + kGroup - 1) / kGroup;
+  // Grow-only buffers (RowPair writes what it reads): calls alternate between row lengths (an
+  // expert's gate and down), and growing a vector zero-fills what it adds.
   thread_local CacheLineVector<float> acc;
   thread_local std::vector<uint16_t> wtail;
-  acc.resize(static_cast<size_t>(2 * std::min(groups, kChunkGroups) * kGroup * kGroup));
-  wtail.resize(static_cast<size_t>(2 * kGroup * x.padded));
+  const size_t nacc = static_cast<size_t>(2 * std::min(groups, kChunkGroups) * kGroup * kGroup);
+  const size_t ntail = static_cast<size_t>(2 * kGroup * x.padded);
+  if (acc.size() < nacc) acc.resize(nacc);
+  if (wtail.size() < ntail) wtail.resize(ntail);
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
     cfg.rows[i] = kGroup;
