@@ -1,6 +1,7 @@
 // MoeRoute (noaux_tc routing) and MoeExperts (sparse SwiGLU experts of any weight format).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -236,6 +237,54 @@ TEST_P(MoeOps, MoeRouteTies) {
   grouped.topk_group = 2;
   be().MoeRoute(F32(x, {H, H}), w, Weight{}, grouped, idx, weights);
   EXPECT_EQ(SortByExpert(ReadI32(idx), ReadF32(weights), H, 3)[0].idx, (std::vector<int32_t>{0, 1, 2}));
+}
+
+// NaN logits (a NaN hidden state, a NaN gate row) rank below every number and tie among
+// themselves (to the lower expert): the router still names K distinct experts in range, the
+// numbered ones first, on every backend (the CUDA router once read outside its logits here).
+// A NaN anywhere in a gate row makes that expert's logit NaN for every token (NaN x 0 is NaN),
+// and a NaN in a token makes all of its logits NaN.
+TEST_P(MoeOps, MoeRouteNaNLogitsRankLast) {
+  const int64_t H = 2, E = 8, K = 3;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto make_gate = [&](const std::vector<float>& rows, Weight* w) {
+    HostMatrix gate;
+    gate.stored.format = kWeightF32;
+    gate.stored.rows = E;
+    gate.stored.cols = H;
+    gate.stored.codes = NewHostArray(DType::kF32, {E, H});
+    std::copy(rows.begin(), rows.end(), reinterpret_cast<float*>(const_cast<uint8_t*>(gate.stored.codes.data)));
+    gate.dense = rows;
+    return Prepare(gate, w);
+  };
+  RouterParams p;
+  p.num_experts = E;
+  p.top_k = K;
+  p.norm_topk_prob = false;
+  // Experts 0, 2 and 5 NaN; token 0 reads column 0, token 1 column 1, token 2 is NaN.
+  Weight a;
+  if (!make_gate({nan, 0, 2, -1, 0, nan, 1, 0.25f, 0.5f, 2, nan, 0, -1, 1, 3, -2}, &a)) {
+    GTEST_SKIP() << "F32 gates refused";
+  }
+  const std::vector<float> x = {1, 0, 0, 1, nan, 1};
+  Tensor idx = NewTensor(DType::kI32, {3, K}), weights = NewTensor(DType::kF32, {3, K});
+  be().MoeRoute(F32(x, {3, H}), a, Weight{}, p, idx, weights);
+  MustOk(be().Synchronize(), "MoeRoute");
+  std::vector<Routed> got = SortByExpert(ReadI32(idx), ReadF32(weights), 3, K);
+  EXPECT_EQ(got[0].idx, (std::vector<int32_t>{1, 3, 7}));
+  EXPECT_EQ(got[1].idx, (std::vector<int32_t>{3, 4, 6}));
+  EXPECT_EQ(got[2].idx, (std::vector<int32_t>{0, 1, 2}));
+  for (int t = 0; t < 2; ++t) {
+    for (double wk : got[t].weight) EXPECT_TRUE(std::isfinite(wk)) << "token " << t;
+  }
+  // Six NaN experts, two numbers: both numbers, then the lowest NaN expert.
+  Weight b;
+  ASSERT_TRUE(make_gate({nan, 0, nan, 0, nan, 0, nan, 0, nan, 0, 0.5f, 0, nan, 0, 1, 0}, &b));
+  be().MoeRoute(F32(x, {3, H}), b, Weight{}, p, idx, weights);
+  MustOk(be().Synchronize(), "MoeRoute");
+  got = SortByExpert(ReadI32(idx), ReadF32(weights), 3, K);
+  EXPECT_EQ(got[0].idx, (std::vector<int32_t>{0, 5, 7}));
+  EXPECT_EQ(got[2].idx, (std::vector<int32_t>{0, 1, 2}));
 }
 
 // ---- MoeExperts ----

@@ -34,6 +34,9 @@ void CpuBackend::MoeRoute(const Tensor& x, const Weight& gate, const Weight& bia
                                                  : bias.data.data_as<float>()[e];
         }
         choice[e] = s[e] + b;  // the bias only selects; weights come from s
+        // A NaN (a NaN hidden state) ranks as -infinity: it never outranks a number, and the
+        // orders below stay strict (the CUDA router's rule too).
+        if (std::isnan(choice[e])) choice[e] = -std::numeric_limits<float>::infinity();
       }
       if (p.n_group > 1) {
         // Group score: sum of the group's two best choices; keep the topk_group best groups.
@@ -49,6 +52,7 @@ void CpuBackend::MoeRoute(const Tensor& x, const Weight& gate, const Weight& bia
             }
           }
           group_score[g] = per_group >= 2 ? best + second : best;
+          if (std::isnan(group_score[g])) group_score[g] = -std::numeric_limits<float>::infinity();
         }
         std::iota(gorder.begin(), gorder.end(), 0);
         std::stable_sort(gorder.begin(), gorder.end(),

@@ -421,7 +421,13 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     LLMRT_CUDA_CHECK(idx.dim(0) == T && weights.dim(0) == T && weights.row_size() == K && K >= 1);
     const int64_t P = T * K;
     if (P == 0) return absl::OkStatus();
-    const int64_t max_tiles = (P + cuda::kGemmTileRows - 1) / cuda::kGemmTileRows + E;
+    if (K > 64) return UnsupportedError(absl::StrCat("MoE with ", K, " experts per token (at most 64 on this backend)"));
+    if (P >= (int64_t{1} << 31)) return UnsupportedError(absl::StrCat("MoE over ", P, " (token, expert) pairs in one pass"));
+    // The most tiles a routing can make: an expert with n rows takes ceil(n / tile) <= n / tile + 1
+    // tiles, so all take at most ceil(P / tile) + (active experts) <= ceil(P / tile) + min(E, P);
+    // no tile is empty, so never more than P either (at decode, P block rows, not E + 1).
+    const int64_t max_tiles =
+        std::min(P, (P + cuda::kGemmTileRows - 1) / cuda::kGemmTileRows + std::min(E, P));
     // Index scratch: perm_token [P], perm_pos [P], counts [2E], tiles 3 * max_tiles + 1.
     const size_t index_bytes = static_cast<size_t>(2 * P + 2 * E + 3 * max_tiles + 1) * sizeof(int32_t);
     LLMRT_ASSIGN_OR_RETURN(void* ip, Scratch(kScratchMoeIndex, index_bytes, "MoE routing indices"));
