@@ -169,8 +169,10 @@ __global__ void KvWriteKernel(KvRef kv, int64_t layer, KvParts parts, BatchRef b
   EncodeRow(kv.row, LayerScale(kv, layer), vals, SlotRow(kv, layer, slot));
 }
 
+constexpr int kCalibrateThreads = 1024;
+
 // One block: the largest magnitude of every part's values, then the layer's calibrated scale.
-__global__ void KvCalibrateKernel(KvRef kv, int64_t layer, KvParts parts) {
+__global__ void __launch_bounds__(kCalibrateThreads) KvCalibrateKernel(KvRef kv, int64_t layer, KvParts parts) {
   __shared__ float shared[32];
   float amax = 0.0f;
   for (int p = 0; p < parts.count; ++p) {
@@ -387,7 +389,7 @@ constexpr int kSelectThreads = 1024;
 
 // One block per token: the top_k scores (ties to the earlier position) by a radix select of the
 // threshold key, then the selected positions in ascending order by a block scan.
-__global__ void DsaTopKKernel(BatchRef b, int64_t top_k, const float* scores, int32_t* selected, int64_t ld,
+__global__ void __launch_bounds__(kSelectThreads) DsaTopKKernel(BatchRef b, int64_t top_k, const float* scores, int32_t* selected, int64_t ld,
                               int32_t* err) {
   using Reduce = cub::BlockReduce<int, kSelectThreads>;
   using Scan = cub::BlockScan<int, kSelectThreads>;
@@ -466,7 +468,7 @@ cudaError_t LaunchKvWrite(KvRef kv, int64_t layer, KvParts parts, BatchRef batch
 }
 
 cudaError_t LaunchKvCalibrate(KvRef kv, int64_t layer, KvParts parts, cudaStream_t s) {
-  KvCalibrateKernel<<<1, 1024, 0, s>>>(kv, layer, parts);
+  KvCalibrateKernel<<<1, kCalibrateThreads, 0, s>>>(kv, layer, parts);
   return cudaGetLastError();
 }
 

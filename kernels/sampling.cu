@@ -21,7 +21,9 @@
 namespace llmrt::cuda {
 namespace {
 
-constexpr int kSampleThreads = 1024;
+// (A block may hold 64K registers: SampleSortedKernel takes about 108 per thread, so 1024 threads
+// would not launch; every kernel here declares its block size in __launch_bounds__.)
+constexpr int kSampleThreads = 256;
 constexpr int kSampleItems = 4;  // consecutive candidates per thread per tile
 constexpr int64_t kSampleTile = static_cast<int64_t>(kSampleThreads) * kSampleItems;
 
@@ -57,7 +59,7 @@ struct BestOp {
   }
 };
 
-__global__ void ArgmaxKernel(ConstMat logits, const int32_t* params, int32_t* ids) {
+__global__ void __launch_bounds__(kSampleThreads) ArgmaxKernel(ConstMat logits, const int32_t* params, int32_t* ids) {
   const int64_t r = blockIdx.x;
   if (Draws(ReadParams(params, r), logits.cols)) return;
   const float* row = logits.data + r * logits.ld;
@@ -119,7 +121,7 @@ __device__ void ScanCandidates(int64_t n, F f, Visit visit) {
   }
 }
 
-__global__ void SampleSortedKernel(const float* keys, const int32_t* vals, int64_t V, const int32_t* params,
+__global__ void __launch_bounds__(kSampleThreads) SampleSortedKernel(const float* keys, const int32_t* vals, int64_t V, const int32_t* params,
                                    const int32_t* random_rows, int64_t first, int32_t* ids) {
   const int64_t j = blockIdx.x;
   const int64_t r = random_rows[first + j];
