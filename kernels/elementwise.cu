@@ -75,13 +75,15 @@ __global__ void LayerNormKernel(ConstMat x, WeightRef w, WeightRef b, float eps,
   sum = BlockSum(sum, red);
   const double mean = sum / D;
   double var = 0;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) var += (xi[i] - mean) * (xi[i] - mean);
+  // (The _rn intrinsics keep nvcc from fusing a multiply and an add into one rounding: the CPU
+  // rounds each, as here.)
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) var = __dadd_rn(var, __dmul_rn(xi[i] - mean, xi[i] - mean));
   var = BlockSum(var, red);
   const float inv = 1.0f / sqrtf(static_cast<float>(var / D) + eps);
   const float m = static_cast<float>(mean);
   float* o = out.data + t * out.ld;
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    o[i] = (xi[i] - m) * inv * LoadElem(w.data, w.type, i) + LoadElem(b.data, b.type, i);
+    o[i] = __fadd_rn(__fmul_rn(__fmul_rn(xi[i] - m, inv), LoadElem(w.data, w.type, i)), LoadElem(b.data, b.type, i));
   }
 }
 
@@ -136,8 +138,8 @@ __global__ void RopeKernel(MutMat x, int64_t heads, int64_t head_dim, int64_t of
     float* a = interleaved ? v + 2 * i : v + i;
     float* b = interleaved ? v + 2 * i + 1 : v + i + half;
     const float x1 = *a, x2 = *b;
-    *a = x1 * c - x2 * s;
-    *b = x2 * c + x1 * s;
+    *a = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));  // unfused, as the CPU rounds them
+    *b = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
   }
 }
 
