@@ -278,9 +278,13 @@ absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, S
 
   // The first algorithm (the heuristic's order: fastest first) without split-K, one needing no
   // workspace first, that also runs at the smallest T a call passes (1; 4 for FP8, whose callers
-  // pad T to a multiple of 4).
+  // pad T to a multiple of 4). An algorithm that needs workspace without split-K may be a
+  // stream-K kernel, whose division of the K loop between blocks follows the grid (so T): BF16
+  // weights never take one (their fallback is the tiled kernel); FP8 block-scaled ones may, as
+  // a second choice, logged (the GPU check's batch-invariance tests cover them).
   const int64_t t_min = ops == Operands::kFp8Block128 ? 4 : 1;
-  for (int pass = 0; pass < 2 && !s->taken; ++pass) {
+  const int passes = ops == Operands::kFp8Block128 ? 2 : 1;
+  for (int pass = 0; pass < passes && !s->taken; ++pass) {
     for (int i = 0; i < count && !s->taken; ++i) {
       const cublasLtMatmulHeuristicResult_t& r = results[i];
       if (r.state != CUBLAS_STATUS_SUCCESS) continue;
@@ -299,6 +303,11 @@ absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, S
       if (!runs_one) continue;
       s->algo = r.algo;
       s->taken = true;
+      if (pass == 1) {
+        Log(LogLevel::kInfo, absl::StrCat("cuBLASLt: the ", OperandsName(ops), " weight [", N, ", ", K,
+                                          "] takes an algorithm that needs ", r.workspaceSize,
+                                          " bytes of workspace (none without)"));
+      }
     }
   }
   if (!s->taken) {
