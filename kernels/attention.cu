@@ -74,6 +74,7 @@ __device__ __forceinline__ float RowValue(const KvRef& kv, const RowPtr& r, int6
 // this pass wrote for the sequence and its fresh row.
 struct Context {
   const int32_t* pages;
+  int64_t num_pages;  // the sequence's
   int64_t ctx;
   int64_t fresh_from = INT64_MAX;
   int64_t fresh_row = 0;
@@ -83,6 +84,7 @@ __device__ __forceinline__ Context ContextOf(const KvRef& kv, const BatchRef& b,
   Context c;
   const int32_t seq = b.token_seq[t];
   c.pages = b.page_ids + b.seq_page_start[seq];
+  c.num_pages = b.seq_page_start[seq + 1] - b.seq_page_start[seq];
   c.ctx = b.token_ctx[t];
   if (kv.fresh != nullptr) {
     const int32_t first = b.seq_first_token[seq];
@@ -101,6 +103,7 @@ __device__ __forceinline__ bool Locate(const KvRef& kv, int64_t layer, const Con
     *r = {reinterpret_cast<const uint8_t*>(kv.fresh + fr * kv.width), true};
     return true;
   }
+  if (p / kv.page_size >= c.num_pages) return false;  // past the sequence's pages
   const int32_t page = c.pages[p / kv.page_size];
   if (page < 0 || page >= kv.num_pages) return false;
   *r = {RowAt(kv, page, layer, p % kv.page_size), false};
@@ -225,6 +228,7 @@ __global__ void KvImportKernel(KvRef kv, int64_t layer, const int32_t* slots, co
 }
 
 constexpr int kAttnThreads = 128, kChunk = 32;
+static_assert(kAttnThreads >= kChunk, "a thread per position of a chunk sets its probability");
 
 // Dynamic shared memory: q [q1_len + q2_len], acc [dv], scores [kChunk]. blockIdx.x is the
 // (token, head), blockIdx.y the split of its positions.
@@ -260,6 +264,11 @@ __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
   // This split's positions [begin, end): equal shares in whole chunks.
   const int64_t share = ((n + a.splits - 1) / a.splits + kChunk - 1) / kChunk * kChunk;
   const int64_t begin = split * share, end = begin + share < n ? begin + share : n;
+  // Per chunk, shared: each position's row (found once, by the warp that scores it) and its
+  // probability under the running maximum (one expf per position, not one per output column).
+  __shared__ RowPtr rows[kChunk];
+  __shared__ bool found[kChunk];
+  __shared__ float prob[kChunk];
   float m = -INFINITY, l = 0.0f;
   bool bad = false;  // uniform over the block: every thread checks the same positions
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
@@ -268,8 +277,9 @@ __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
     for (int i = warp; i < cn; i += warps) {
       const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
       float s = -INFINITY;
-      RowPtr row;
-      if (Locate(a.kv, a.layer, cx, p, &row)) {
+      RowPtr row{nullptr, false};
+      const bool ok = Locate(a.kv, a.layer, cx, p, &row);
+      if (ok) {
         float d = 0.0f;
         for (int64_t i1 = lane; i1 < a.q1_len; i1 += 32) d = fmaf(q[i1], RowValue(a.kv, row, k1 + i1, layer_scale), d);
         for (int64_t i2 = lane; i2 < a.q2_len; i2 += 32) {
@@ -277,34 +287,35 @@ __global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
         }
         s = WarpSum(d) * a.scale;
       }
-      if (lane == 0) sc[i] = s;
+      if (lane == 0) {
+        sc[i] = s;
+        rows[i] = row;
+        found[i] = ok;
+      }
     }
     __syncthreads();
     float cmax = -INFINITY;
     for (int i = 0; i < cn; ++i) {
-      const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
-      RowPtr row;
-      if (!Locate(a.kv, a.layer, cx, p, &row)) bad = true;
+      if (!found[i]) bad = true;
       cmax = fmaxf(cmax, sc[i]);
     }
     const float new_m = fmaxf(m, cmax);
     const float factor = m == -INFINITY ? 0.0f : expf(m - new_m);
+    if (threadIdx.x < cn) prob[threadIdx.x] = sc[threadIdx.x] == -INFINITY ? 0.0f : expf(sc[threadIdx.x] - new_m);
+    __syncthreads();
     float psum = 0.0f;
-    for (int i = 0; i < cn; ++i) psum += sc[i] == -INFINITY ? 0.0f : expf(sc[i] - new_m);
+    for (int i = 0; i < cn; ++i) psum += prob[i];
     l = l * factor + psum;
     for (int64_t j = threadIdx.x; j < a.dv; j += blockDim.x) {
       float o = acc[j] * factor;
       for (int i = 0; i < cn; ++i) {
-        if (sc[i] == -INFINITY) continue;
-        const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
-        RowPtr row;
-        Locate(a.kv, a.layer, cx, p, &row);  // valid: its score is finite
-        o = fmaf(expf(sc[i] - new_m), RowValue(a.kv, row, v_off + j, layer_scale), o);
+        if (sc[i] == -INFINITY) continue;  // (its row is valid otherwise)
+        o = fmaf(prob[i], RowValue(a.kv, rows[i], v_off + j, layer_scale), o);
       }
       acc[j] = o;
     }
     m = new_m;
-    __syncthreads();  // sc is rewritten by the next chunk
+    __syncthreads();  // sc, rows and prob are rewritten by the next chunk
   }
   if (bad && threadIdx.x == 0) RaiseError(err, sel != nullptr ? kErrSelected : kErrPage);
   if (a.splits > 1) {
