@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # The prepared device check, run on the GPU machine in at most 8 minutes: builds llmrt with the
 # CUDA backend against the folder scripts/gpu_prepare.sh gathered (never the machine's /usr),
-# then runs the `gpu` conformance tests, the golden tests on the CUDA backend, compute-sanitizer
-# (memcheck) on the conformance suite, the CUDA microbenchmark and llm-bench on synthetic
-# weights at Kimi K2's layer shapes. Logs and a summary go to $OUT.
+# then runs the `gpu` conformance tests, the golden tests on the CUDA backend, the CUDA
+# microbenchmark, llm-bench on synthetic weights at Kimi K2's layer shapes, and compute-sanitizer
+# (memcheck) on the conformance suite. Logs and a summary go to $OUT.
 #
 #   bash scripts/gpu_check.sh            (OUT must name an output folder)
 #   LLMRT_GPU_CHECK_BUILD_ONLY=1 ...     configure and build only, then check that no header or
 #                                        library came from /usr (the dry run on a development
 #                                        machine, where /usr does hold the packages)
 #
-# Steps log to $OUT/<step>.log (the last 4 MiB of each); $OUT/summary.txt has one line per
-# step: name, exit status, seconds. The script exits 0 only when every step passed.
+# The device run must carry the gathered folder: run with carry [".gpu-deps"].
+#
+# Steps log into five files (the device tool returns at most eight): $OUT/setup.log (configure,
+# build, origins, device), tests.log (gpu_tests, golden), bench.log (bench, synthetic_bench),
+# sanitizer.log, each step's part headed by its name and cut to its last 3 MiB; $OUT/summary.txt
+# has one line per step: name, exit status, seconds. The script exits 0 only when every step
+# passed. A test step that skips for want of a device, finds no tests, or falls back to the CPU
+# fails (a run with an invisible device must not pass).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder for logs and the summary}"
@@ -22,6 +28,7 @@ build=$root/${LLMRT_GPU_BUILD_DIR:-build-gpu}
 jobs=$(nproc)
 summary=$OUT/summary.txt
 : > "$summary"
+for f in setup tests bench sanitizer; do : > "$OUT/$f.log"; done
 failed=0
 
 # The whole check ends within 8 minutes: every step's limit is cut to the time left.
@@ -29,7 +36,19 @@ budget=${LLMRT_GPU_CHECK_SECONDS:-470}
 [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ] && budget=${LLMRT_GPU_CHECK_SECONDS:-3600}  # two shared cores
 deadline=$((SECONDS + budget))
 
-# step NAME TIMEOUT_S COMMAND...: runs the command with a time limit, logging to $OUT/NAME.log.
+# The log file of each step.
+log_of() {
+  case "$1" in
+    configure | build | origins | device) echo setup ;;
+    gpu_tests | golden) echo tests ;;
+    bench | synthetic_bench) echo bench ;;
+    *) echo "$1" ;;
+  esac
+}
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+# step NAME TIMEOUT_S COMMAND...: runs the command with a time limit, logging to its log file.
 step() {
   local name=$1 limit=$2
   shift 2
@@ -41,10 +60,13 @@ step() {
     return 1
   fi
   # Through bash, so that the command may be one of the functions below (exported).
-  timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" > "$OUT/$name.full" 2>&1
+  timeout --kill-after=10 "$limit" bash -c '"$@"' _ "$@" > "$scratch/$name.full" 2>&1
   local rc=$?
-  tail -c 4194304 "$OUT/$name.full" > "$OUT/$name.log"
-  rm -f "$OUT/$name.full"
+  {
+    echo "==== $name (rc=$rc, $((SECONDS - start))s)"
+    tail -c 3145728 "$scratch/$name.full"
+  } >> "$OUT/$(log_of "$name").log"
+  rm -f "$scratch/$name.full"
   echo "$name rc=$rc $((SECONDS - start))s" | tee -a "$summary"
   [ "$rc" -eq 0 ] || failed=1
   return "$rc"
@@ -64,6 +86,26 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 rt=$(gcc -print-file-name=librt.so)
 [ -f "$rt" ] || rt=$(gcc -print-file-name=librt.a)
 cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+# NCCL: the toolkit's, else the system's (NVIDIA's packages: /usr/include, /usr/lib), else the
+# pip wheel PyTorch brings (nvidia/nccl); the configure step is told where (its search is
+# limited to the gathered folder and the toolkit), and the loader finds libnccl.so.2 there.
+nccl_cmake=""  # (a string: configure runs in a child bash, which gets no arrays)
+nccl_dir=""
+if [ ! -f "$cuda_root/include/nccl.h" ]; then
+  for d in /usr $(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null); do
+    lib=$(ls "$d"/lib/x86_64-linux-gnu/libnccl.so* "$d"/lib/libnccl.so* 2>/dev/null | head -1)
+    if [ -f "$d/include/nccl.h" ] && [ -n "$lib" ]; then
+      nccl_cmake="-DLLMRT_NCCL_INCLUDE=$d/include -DLLMRT_NCCL_LIBRARY=$lib"
+      nccl_dir=$(dirname "$lib")
+      break
+    fi
+  done
+fi
+[ -n "$nccl_dir" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nccl_dir
+# compute-sanitizer and nvidia-smi, on the PATH or where the toolkit and the driver put them.
+sanitizer=$(command -v compute-sanitizer || ls "$cuda_root"/bin/compute-sanitizer \
+  "$cuda_root"/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+smi=$(command -v nvidia-smi || ls /usr/local/nvidia/bin/nvidia-smi /usr/bin/nvidia-smi 2>/dev/null | head -1)
 
 configure() {
   # Programs are named explicitly: the PATH is not searched (below).
@@ -75,7 +117,23 @@ configure() {
     -DCMAKE_C_COMPILER="$(command -v gcc)" -DCMAKE_CXX_COMPILER="$(command -v g++)" \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$cuda_root" -DCUDAToolkit_rt_LIBRARY="$rt" \
     -DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF \
-    -DCMAKE_FIND_USE_SYSTEM_ENVIRONMENT_PATH=OFF -DPKG_CONFIG_EXECUTABLE="$deps/usr/bin/pkg-config"
+    -DCMAKE_FIND_USE_SYSTEM_ENVIRONMENT_PATH=OFF -DPKG_CONFIG_EXECUTABLE="$deps/usr/bin/pkg-config" $nccl_cmake
+}
+
+# A test step's command, failing where the tests did not run on the device: a skip for want of
+# a device (or of its backend), no test found, or a runtime that fell back to the CPU.
+on_device() {
+  local f rc
+  f=$(mktemp)
+  "$@" > "$f" 2>&1
+  rc=$?
+  cat "$f"
+  if grep -qiE 'no cuda device|no cuda (device|backend) here|cannot run here|using the CPU backend|No tests were found' "$f"; then
+    echo "gpu_check: tests skipped for want of the device, none found, or a CPU fallback (lines above)"
+    [ "$rc" -eq 0 ] && rc=98
+  fi
+  rm -f "$f"
+  return "$rc"
 }
 
 # Every package the build found resolves into the gathered folder; no compiled header came from
@@ -110,12 +168,12 @@ check_origins() {
   return $bad
 }
 
-export root deps build jobs nvcc cuda_root rt
-export -f configure check_origins
+export root deps build jobs nvcc cuda_root rt nccl_cmake
+export -f configure check_origins on_device
 targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench llmrt_nccl_tests llm-bench)
 step configure 60 configure || { echo "configure failed" | tee -a "$summary"; exit 1; }
 # The NCCL tests exist only where the toolkit ships NCCL (CMakeLists.txt says which at configure).
-if ! grep -q "NCCL communicator: ON" "$OUT/configure.log"; then
+if ! grep -q "NCCL communicator: ON" "$OUT/setup.log"; then
   kept=()
   for t in "${targets[@]}"; do [ "$t" = llmrt_nccl_tests ] || kept+=("$t"); done
   targets=("${kept[@]}")
@@ -140,28 +198,31 @@ if [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
 fi
 step build 240 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { cat "$summary"; exit 1; }
 step origins 60 check_origins
-step device 30 nvidia-smi
-# The conformance suite's device instances (ctest label gpu), one line per test, the BF16
+step device 30 "${smi:-nvidia-smi}"
+# The conformance suite's device instances (ctest label gpu; -V, so that skip reasons show), the BF16
 # activation policy's MatMul (Bf16MatMul.*/cuda: cuBLASLt), the FP8 policy's (Fp8Policy.*/cuda:
 # cuBLASLt block-scaled FP8, the GEMV with activation scales, the tiled fallback), and the NCCL
-# communicator and the CUDA backend's collectives over it (llmrt_nccl_tests).
-step gpu_tests 90 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
+# communicator and the CUDA backend's collectives over it (llmrt_nccl_tests). A hung test stops
+# at 20 s and the others still run.
+step gpu_tests 90 on_device ctest --test-dir "$build" -L gpu -V --timeout 20 --no-tests=error
 # The golden tests on the CUDA backend: AUTO picks the device. The quantized checkpoints, the
 # FP8 KV codecs, the BF16 and FP8 activation policies and synthetic weights generated on the
 # device are compared with the CPU engine (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv,
-# CudaBf16MatchesCpu, CudaFp8MatchesCpu, SyntheticCudaMatchesCpu), and decode passes replayed
-# from CUDA graphs against direct ones (CudaGraphs);
+# CudaBf16MatchesCpu, CudaFp8MatchesCpu, SyntheticCudaMatchesCpu), decode passes replayed
+# from CUDA graphs against direct ones (CudaGraphs), and device ranks refused clearly beyond the
+# devices present (ParallelRuntime.DeviceRanks*);
 # the transformers goldens of those checkpoints run on the CPU suite only, to keep this step short.
-step golden 150 env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
-  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
-step sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
-  "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
+step golden 150 on_device env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
+  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:ParallelRuntime.DeviceRanks*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
 step bench 45 "$build/tests/llmrt_cuda_microbench"
 # Synthetic weights at Kimi K2's real layer shapes, generated on the device (about 5.5 GB for
 # two layers and 8 experts): the header line reports the time from creation to the first token.
 # A failure is counted in the summary; nothing after it depends on it.
 step synthetic_bench 60 "$build/samples/llm-bench" --synthetic --preset k2-real --weights fp8 --layers 2 \
   --experts 8 --backend cuda --sessions 1,16 --steps 4 --no-baselines
+# Last: the step most likely to run long gets what time is left.
+step sanitizer 120 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 99 --print-limit 20 \
+  "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
 echo "failed=$failed" >> "$summary"
 cat "$summary"
 exit $failed
