@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(32 * kRouteWarps) RouteKernel(RouteArgs a) {
   }
 }
 
-// One block. Every thread counts pairs (shared atomics on the global counts: the counts do not
+// One block. Every thread counts pairs (atomic adds on the global counts: the counts do not
 // depend on the order), one thread lays out offsets and tiles, then one warp places the pairs in
 // (token, slot) order, 32 at a time: the lanes naming one expert take consecutive rows in lane
 // order (__match_any_sync) after those of earlier pairs (a cursor per expert).
