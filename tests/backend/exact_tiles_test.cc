@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -136,6 +138,32 @@ TEST(ExactTiles, PairPackingIsTheTilesLayout) {
           }
         }
       }
+    }
+  }
+}
+
+// The split over a pool: chunks of 16 tokens in any order and on any threads give the serial
+// split's parts and pairs bit for bit (token counts around the chunk and group edges, a buffer
+// reused from a larger call).
+TEST(ExactTiles, ParallelSplitIsTheSerialSplit) {
+  std::mt19937 rng(73);
+  const int64_t K = 200;  // not a whole number of blocks: padded columns too
+  Bf16Activations serial, par;
+  SplitActivationsBf16x3(Normal(120 * K, rng).data(), K, 120, K, &par);  // leftovers from a larger call
+  // Chunks one at a time, last first, each on a thread of its own.
+  const ParallelRunner runner = [](size_t n, const std::function<void(size_t, size_t)>& body) {
+    for (size_t c = n; c-- > 0;) std::thread([&] { body(c, c + 1); }).join();
+  };
+  for (int64_t T : {17, 32, 33, 48, 100}) {
+    const std::vector<float> x = Normal(T * K, rng);
+    SplitActivationsBf16x3(x.data(), K, T, K, &serial);
+    SplitActivationsBf16x3(x.data(), K, T, K, &par, &runner);
+    const size_t nv = static_cast<size_t>(3 * T * serial.padded);
+    ASSERT_EQ(par.rows, serial.rows);
+    ASSERT_EQ(std::memcmp(par.values.data(), serial.values.data(), nv * 2), 0) << "T=" << T;
+    if (Tiles()) {
+      const size_t np = static_cast<size_t>((3 * T + 15) / 16 * serial.padded * 16);
+      ASSERT_EQ(std::memcmp(par.pairs.data(), serial.pairs.data(), np * 2), 0) << "T=" << T;
     }
   }
 }

@@ -846,23 +846,16 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
   if (gemm) SplitBf16(out->values.data(), t, out->padded, out->split.data());
 }
 
-void SplitActivationsBf16x3(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out) {
-  LLMRT_CHECK(t >= 0 && k >= 0);
-  out->rows = 3 * t;
-  out->cols = k;
-  out->parts = 3;
-  out->padded = (k + kBlock - 1) / kBlock * kBlock;
+namespace {
+
+// Tokens [c0, c1) of a split (SplitActivationsBf16x3): their parts, then, on the AMX layout,
+// the groups of 16 rows that hold them (c0 a multiple of 16: a chunk's groups are its own).
+void SplitTokens(const float* x, int64_t ldx, int64_t k, int64_t c0, int64_t c1, Bf16Activations* out) {
   const int64_t kp = out->padded;
-  // The buffers only grow (every element a call uses is written): calls alternate between batch
-  // sizes (the MoE's experts each take their own tokens), and growing a std::vector zero-fills
-  // what it adds, 1.4% of a 64-session step when they were resized to each call.
-  const size_t nv = static_cast<size_t>(3 * t * kp);
-  if (out->values.size() < nv) out->values.resize(nv);
-  out->split.clear();
 #if LLMRT_BF16_X86
   const bool avx512 = Bf16IsaAvailable(Bf16Isa::kAvx512Bf16);
 #endif
-  for (int64_t r = 0; r < t; ++r) {
+  for (int64_t r = c0; r < c1; ++r) {
     const float* xr = x + r * ldx;
     uint16_t* hi = out->values.data() + 3 * r * kp;
     uint16_t* mid = hi + kp;
@@ -899,14 +892,54 @@ void SplitActivationsBf16x3(const float* x, int64_t ldx, int64_t t, int64_t k, B
     }
   }
 #if LLMRT_BF16_X86
-  if (Bf16IsaAvailable(Bf16Isa::kAmx)) {  // (which implies AVX-512)
-    const size_t np = static_cast<size_t>((out->rows + 15) / 16 * kp * 16);
-    if (out->pairs.size() < np) out->pairs.resize(np);
-    PackPairsAvx512(out->values.data(), out->rows, kp, out->pairs.data());
-    return;
+  if (!out->pairs.empty()) {  // the AMX layout (sized by the caller)
+    const int64_t rows = 3 * c1;
+    for (int64_t g = 3 * c0 / 16; 16 * g < rows; ++g) {
+      bf16_avx512::PackPairsGroup(out->values.data() + g * 16 * kp, std::min<int64_t>(16, rows - 16 * g), kp,
+                                  out->pairs.data() + g * kp * 16);
+    }
   }
 #endif
-  out->pairs.clear();
+}
+
+constexpr int64_t kSplitChunk = 16;  // tokens per parallel chunk (3 x 16 rows: whole groups)
+
+}  // namespace
+
+void SplitActivationsBf16x3(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out,
+                            const ParallelRunner* parallel) {
+  LLMRT_CHECK(t >= 0 && k >= 0);
+  out->rows = 3 * t;
+  out->cols = k;
+  out->parts = 3;
+  out->padded = (k + kBlock - 1) / kBlock * kBlock;
+  const int64_t kp = out->padded;
+  // The buffers only grow (every element a call uses is written): calls alternate between batch
+  // sizes (the MoE's experts each take their own tokens), and growing a std::vector zero-fills
+  // what it adds, 1.4% of a 64-session step when they were resized to each call.
+  const size_t nv = static_cast<size_t>(3 * t * kp);
+  if (out->values.size() < nv) out->values.resize(nv);
+  out->split.clear();
+  bool amx = false;
+#if LLMRT_BF16_X86
+  amx = Bf16IsaAvailable(Bf16Isa::kAmx);  // (which implies AVX-512)
+#endif
+  if (amx) {
+    const size_t np = static_cast<size_t>((out->rows + 15) / 16 * kp * 16);
+    if (out->pairs.size() < np) out->pairs.resize(np);
+  } else {
+    out->pairs.clear();
+  }
+  const int64_t chunks = (t + kSplitChunk - 1) / kSplitChunk;
+  const auto body = [&](size_t b, size_t e) {
+    SplitTokens(x, ldx, k, static_cast<int64_t>(b) * kSplitChunk,
+                std::min<int64_t>(t, static_cast<int64_t>(e) * kSplitChunk), out);
+  };
+  if (parallel != nullptr && chunks >= 2) {
+    (*parallel)(static_cast<size_t>(chunks), body);
+  } else {
+    body(0, static_cast<size_t>(chunks));
+  }
 }
 
 const char* Bf16IsaName(Bf16Isa isa) {

@@ -40,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "src/backend/cpu/cache_line_vector.h"
@@ -87,7 +88,12 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
 // (those of |a| < 2^-110 or so) drop out, relative 2^-16 of a value 2^110 times smaller than 1.
 // Rows [0, t) of x (row stride ldx, k columns) into *out with parts = 3 (values and, where the
 // AMX path is available, pairs). REQUIRES: Bf16IsaAvailable(Bf16Isa::kAmx) for a matmul on it.
-void SplitActivationsBf16x3(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out);
+// `parallel`, when given, runs body(c0, c1) over [0, n) split between threads (a pool's
+// ParallelFor): calls of more than 16 tokens split and pack in chunks of 16 tokens (three groups
+// of 16 rows of parts) on it; the result does not depend on the split.
+using ParallelRunner = std::function<void(size_t n, const std::function<void(size_t, size_t)>& body)>;
+void SplitActivationsBf16x3(const float* x, int64_t ldx, int64_t t, int64_t k, Bf16Activations* out,
+                            const ParallelRunner* parallel = nullptr);
 
 // The rounding alone: rows [0, t) of x (row stride ldx, k columns) as bf16 into out (row stride
 // `padded`, a multiple of 32 and >= k; zeros past k), as RoundActivationsBf16 rounds them.
