@@ -101,7 +101,9 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
     __syncthreads();  // the previous chunk has been read
     for (int e = threadIdx.x; e < rows * (S::kChunk / 4); e += kThreads) {
       const int r = e / (S::kChunk / 4), f = e % (S::kChunk / 4);
-      const float* src = x.data + xrow[r] * x.ld;
+      // (The row from x_rows again, not xrow[r]: an index known only at run time would put the
+      // xrow array in local memory for every use.)
+      const float* src = x.data + (x_rows != nullptr ? x_rows[m0 + r] : m0 + r) * x.ld;
       const int64_t k = k0 + 4 * static_cast<int64_t>(f);
       // Scalar loads: x may be a column view at any float offset.
       float4 v;
