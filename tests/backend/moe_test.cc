@@ -173,6 +173,18 @@ TEST_P(MoeOps, MoeRoute) {
   }
 }
 
+// A router gate [E, H] of these float32 values (row-major), as a checkpoint stores it.
+HostMatrix F32Gate(const std::vector<float>& values, int64_t E, int64_t H) {
+  HostMatrix gate;
+  gate.stored.format = kWeightF32;
+  gate.stored.rows = E;
+  gate.stored.cols = H;
+  gate.stored.codes = NewHostArray(DType::kF32, {E, H});
+  std::copy(values.begin(), values.end(), reinterpret_cast<float*>(const_cast<uint8_t*>(gate.stored.codes.data)));
+  gate.dense = values;
+  return gate;
+}
+
 // Exact ties, made with one-hot tokens (logit e = gate[e][j] exactly): a tie between two
 // groups at the topk_group boundary goes to the lower group; a tie between experts at the
 // top_k boundary goes to the lower expert.
@@ -192,15 +204,8 @@ TEST_P(MoeOps, MoeRouteTies) {
   for (int64_t e = 0; e < E; ++e) {
     for (int64_t j = 0; j < H; ++j) g[e * H + j] = columns[j][e];
   }
-  HostMatrix gate;
-  gate.stored.format = kWeightF32;
-  gate.stored.rows = E;
-  gate.stored.cols = H;
-  gate.stored.codes = NewHostArray(DType::kF32, {E, H});
-  std::copy(g.begin(), g.end(), reinterpret_cast<float*>(const_cast<uint8_t*>(gate.stored.codes.data)));
-  gate.dense = g;
   Weight w;
-  if (!Prepare(gate, &w)) GTEST_SKIP() << "F32 gates refused";
+  if (!Prepare(F32Gate(g, E, H), &w)) GTEST_SKIP() << "F32 gates refused";
   std::vector<float> x(static_cast<size_t>(H * H), 0.0f);
   for (int64_t j = 0; j < H; ++j) x[j * H + j] = 1.0f;
   for (const RouteCase& c : std::vector<RouteCase>{{E, 3, 4, 2, true, 1.0f, false}, {E, 3, 1, 1, false, 1.0f, false},
@@ -247,16 +252,7 @@ TEST_P(MoeOps, MoeRouteTies) {
 TEST_P(MoeOps, MoeRouteNaNLogitsRankLast) {
   const int64_t H = 2, E = 8, K = 3;
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  auto make_gate = [&](const std::vector<float>& rows, Weight* w) {
-    HostMatrix gate;
-    gate.stored.format = kWeightF32;
-    gate.stored.rows = E;
-    gate.stored.cols = H;
-    gate.stored.codes = NewHostArray(DType::kF32, {E, H});
-    std::copy(rows.begin(), rows.end(), reinterpret_cast<float*>(const_cast<uint8_t*>(gate.stored.codes.data)));
-    gate.dense = rows;
-    return Prepare(gate, w);
-  };
+  auto make_gate = [&](const std::vector<float>& rows, Weight* w) { return Prepare(F32Gate(rows, E, H), w); };
   RouterParams p;
   p.num_experts = E;
   p.top_k = K;
