@@ -11,104 +11,23 @@
 //
 // Attention is computed in chunks of positions with a running maximum (the online softmax of
 // FlashAttention): for each chunk the scores, then the rescaled accumulation of the value rows.
-// One block per (token, head). Every value is rounded to float32 as the CPU does; the order of
-// the sums differs from the CPU's (it normalizes the probabilities before the weighted sum), well
-// inside the conformance tolerance (tests/backend/attention_scenario.h).
+// The scalar kernel here runs one block per (token, head) on the CUDA cores: every value is
+// rounded to float32 as the CPU does; the order of the sums differs from the CPU's (it normalizes
+// the probabilities before the weighted sum), well inside the conformance tolerance
+// (tests/backend/attention_scenario.h). LaunchAttention runs the tensor-core kernel
+// (attention_tc.cu) instead wherever it applies and is chosen (AttentionKernel).
 #include <cfloat>
 #include <cmath>
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include "kernels/attention_tc.h"
 #include "kernels/common.cuh"
+#include "kernels/kv_access.cuh"
 
 namespace llmrt::cuda {
 namespace {
-
-__device__ __forceinline__ const uint8_t* RowAt(const KvRef& kv, int64_t page, int64_t layer, int64_t row) {
-  return kv.pages + ((page * kv.num_layers + layer) * kv.page_size + row) * kv.row_bytes;
-}
-
-__device__ __forceinline__ bool SlotOk(const KvRef& kv, int32_t slot) {
-  return slot >= 0 && slot / kv.page_size < kv.num_pages;
-}
-
-__device__ __forceinline__ uint8_t* SlotRow(const KvRef& kv, int64_t layer, int32_t slot) {
-  return const_cast<uint8_t*>(RowAt(kv, slot / kv.page_size, layer, slot % kv.page_size));
-}
-
-__device__ __forceinline__ float LayerScale(const KvRef& kv, int64_t layer) {
-  return kv.layer_scales != nullptr ? kv.layer_scales[layer] : 1.0f;
-}
-
-// Value i of a row of layout r, as the codec's DecodeRow gives it (one float32 product of an FP8
-// code and its scale).
-__device__ __forceinline__ float KvValue(const KvRowRef& r, const uint8_t* row, int64_t i, float layer_scale) {
-  if (r.nseg == 0) {
-    if (r.type == kElemFp8E4M3) return Fp8ToFloat(row[i]) * layer_scale;
-    return LoadElem(row, r.type, i);
-  }
-  for (int k = 0; k < r.nseg; ++k) {
-    const KvSegRef& g = r.seg[k];
-    if (i < g.start || i >= g.start + g.count) continue;
-    const int64_t j = i - g.start;
-    if (g.bf16) return Bf16Bits(reinterpret_cast<const uint16_t*>(row + g.byte_offset)[j]);
-    const float scale = reinterpret_cast<const float*>(row + r.scale_offset)[g.first_scale + j / g.tile];
-    return Fp8ToFloat(row[g.byte_offset + j]) * scale;
-  }
-  return 0.0f;  // past the segments (not reached: they cover the width)
-}
-
-// A row attention reads: a cache row, or under the phase policy a BF16 fresh row.
-struct RowPtr {
-  const uint8_t* data;
-  bool fresh;
-};
-
-__device__ __forceinline__ float RowValue(const KvRef& kv, const RowPtr& r, int64_t i, float layer_scale) {
-  if (r.fresh) return Bf16Bits(reinterpret_cast<const uint16_t*>(r.data)[i]);
-  return KvValue(kv.row, r.data, i, layer_scale);
-}
-
-// Where token t reads the positions of its sequence: pages, and (fresh rows) the first position
-// this pass wrote for the sequence and its fresh row.
-struct Context {
-  const int32_t* pages;
-  int64_t num_pages;  // the sequence's
-  int64_t ctx;
-  int64_t fresh_from = INT64_MAX;
-  int64_t fresh_row = 0;
-};
-
-__device__ __forceinline__ Context ContextOf(const KvRef& kv, const BatchRef& b, int64_t t) {
-  Context c;
-  const int32_t seq = b.token_seq[t];
-  c.pages = b.page_ids + b.seq_page_start[seq];
-  c.num_pages = b.seq_page_start[seq + 1] - b.seq_page_start[seq];
-  c.ctx = b.token_ctx[t];
-  if (kv.fresh != nullptr) {
-    const int32_t first = b.seq_first_token[seq];
-    c.fresh_row = first;
-    c.fresh_from = b.token_ctx[first] - 1;
-  }
-  return c;
-}
-
-// Position p of the context, or false when p or its page is out of range.
-__device__ __forceinline__ bool Locate(const KvRef& kv, int64_t layer, const Context& c, int64_t p, RowPtr* r) {
-  if (p < 0 || p >= c.ctx) return false;
-  if (p >= c.fresh_from) {
-    const int64_t fr = c.fresh_row + (p - c.fresh_from);
-    if (fr >= kv.fresh_rows) return false;
-    *r = {reinterpret_cast<const uint8_t*>(kv.fresh + fr * kv.width), true};
-    return true;
-  }
-  if (p / kv.page_size >= c.num_pages) return false;  // past the sequence's pages
-  const int32_t page = c.pages[p / kv.page_size];
-  if (page < 0 || page >= kv.num_pages) return false;
-  *r = {RowAt(kv, page, layer, p % kv.page_size), false};
-  return true;
-}
 
 // Encodes `vals` (r.width floats in shared memory) into `row` by layout r: flat rows value by
 // value (FP8: e4m3(x * (1 / layer_scale))), tiled rows per segment (BF16 values, or FP8 tiles
@@ -232,7 +151,7 @@ static_assert(kAttnThreads >= kChunk, "a thread per position of a chunk sets its
 
 // Dynamic shared memory: q [q1_len + q2_len], acc [dv], scores [kChunk]. blockIdx.x is the
 // (token, head), blockIdx.y the split of its positions.
-__global__ void AttentionKernel(AttentionArgs a, int32_t* err) {
+__global__ void ScalarAttentionKernel(AttentionArgs a, int32_t* err) {
   extern __shared__ float smem[];
   const int64_t t = blockIdx.x / a.heads, h = blockIdx.x % a.heads, g = h / a.kv_group;
   const int64_t split = blockIdx.y;
@@ -500,17 +419,28 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
   return cudaGetLastError();
 }
 
+int64_t AttentionBlocksPerToken(const AttentionArgs& a) {
+  TcPlan plan;
+  return PlanTensorCoreAttention(a, &plan) ? plan.head_tiles : a.heads;
+}
+
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s) {
   const int64_t blocks = a.batch.num_tokens * a.heads;
   if (blocks == 0) return cudaSuccess;
+  if (TcPlan plan; PlanTensorCoreAttention(a, &plan)) {
+    const cudaError_t e = LaunchTensorCoreAttention(a, plan, err, s);
+    if (e != cudaSuccess || a.splits == 1) return e;
+    AttentionCombineKernel<<<static_cast<unsigned>(blocks), kAttnThreads, 0, s>>>(a);
+    return cudaGetLastError();
+  }
   const size_t smem = static_cast<size_t>(a.q1_len + a.q2_len + a.dv + kChunk) * sizeof(float);
   if (smem > 48 * 1024) {
     const cudaError_t e =
-        cudaFuncSetAttribute(AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        cudaFuncSetAttribute(ScalarAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.splits));
-  AttentionKernel<<<grid, kAttnThreads, smem, s>>>(a, err);
+  ScalarAttentionKernel<<<grid, kAttnThreads, smem, s>>>(a, err);
   if (a.splits == 1) return cudaGetLastError();
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;

@@ -218,6 +218,17 @@ cudaError_t LaunchKvExportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, int64_t n, const uint8_t* src,
                                KvRowRef src_row, float src_scale, bool same_codec, int32_t* err, cudaStream_t s);
 
+// Which attention kernel runs (BackendOptions::attention).
+//   kTensorCore: heads that share a K/V row in blocks of 16 on the tensor cores (bf16 MMA,
+//     float32 accumulation) with the query and the probabilities carried as two bfloat16 parts
+//     each (16 significant bits: a relative error of at most 2^-16 per product past float32's);
+//     flat BF16 and FP8 rows (codes, exact in bfloat16, times the row's scale after the sum).
+//   kTensorCoreBf16: the same kernel with one bfloat16 part (FlashMLA's numerics; 2^-8).
+//   kScalar: one block per (token, head) on the CUDA cores in float32; what every case the
+//     tensor-core kernel does not take runs (F32 and tiled FP8 rows, dv above 512, rows wider
+//     than its shared memory).
+enum class AttentionKernel : int32_t { kTensorCore = 0, kTensorCoreBf16 = 1, kScalar = 2 };
+
 // Softmax attention of each (token, head) over its paged context (or its selected positions):
 // score = (q1 . row[k1_off ..] + q2 . row[k2_off ..]) * scale, out = sum prob * row[v_off .. +dv].
 struct AttentionArgs {
@@ -245,7 +256,11 @@ struct AttentionArgs {
   // `out` directly.
   int64_t splits = 1;
   float* partial = nullptr;
+  AttentionKernel kernel = AttentionKernel::kTensorCore;
 };
+// Blocks per token per split of the kernel that runs `a`: heads (scalar kernel) or head tiles
+// (tensor cores); sizes the split over the KV length.
+int64_t AttentionBlocksPerToken(const AttentionArgs& a);
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s);
 
 // DSA: scores [T, max_ctx] (workspace) then the top_k per token into selected [T, top_k].

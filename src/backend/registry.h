@@ -35,6 +35,12 @@ struct BackendOptions {
   // bf16 parts (cpu::SplitActivationsBf16x3) where the CPU has them; false keeps the float32
   // FMA kernels (LLMRT_CPU_EXACT_TILES=0 in the environment).
   bool exact_on_tiles = true;
+  // CUDA: which attention kernel runs (kernels/kernels.h, AttentionKernel; LLMRT_CUDA_ATTENTION
+  // in the environment: "tc", "tc-bf16" or "scalar"). kTensorCore: bf16 MMAs with the query and
+  // the probabilities in two bf16 parts each (within the float32 conformance bounds);
+  // kTensorCoreBf16: one part (FlashMLA's numerics, faster); kScalar: float32 on the CUDA cores.
+  enum class DeviceAttention { kTensorCore, kTensorCoreBf16, kScalar };
+  DeviceAttention device_attention = DeviceAttention::kTensorCore;
 };
 
 struct BackendEntry {

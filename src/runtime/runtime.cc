@@ -173,6 +173,19 @@ absl::Status Runtime::CreateBackends(int threads) {
     if (const char* tiles = std::getenv("LLMRT_CPU_EXACT_TILES"); tiles != nullptr && std::string(tiles) == "0") {
       bo.exact_on_tiles = false;
     }
+    if (const char* attn = std::getenv("LLMRT_CUDA_ATTENTION"); attn != nullptr && *attn != '\0') {
+      const std::string v = attn;
+      if (v == "tc") {
+        bo.device_attention = BackendOptions::DeviceAttention::kTensorCore;
+      } else if (v == "tc-bf16") {
+        bo.device_attention = BackendOptions::DeviceAttention::kTensorCoreBf16;
+      } else if (v == "scalar") {
+        bo.device_attention = BackendOptions::DeviceAttention::kScalar;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("LLMRT_CUDA_ATTENTION=", v, " in the environment: expected tc, tc-bf16 or scalar"));
+      }
+    }
     // In-process rank r runs on device r; process rank p on device p mod the host's count (one
     // process per device, ranks numbered host by host).
     if (devices > 0) bo.device = multi_process ? o.rank % devices : r;

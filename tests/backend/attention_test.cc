@@ -20,7 +20,9 @@ struct GqaCase {
   KvShape Shape() const { return GqaKvShape(2, kv_heads, head_dim); }
 };
 
-std::vector<GqaCase> GqaCases() { return {{2, 16, 4, 4}, {1, 7, 3, 3}, {2, 16, 2, 5}}; }
+// The last case has groups of 20 query heads: on CUDA's tensor cores, a full and a partial tile of
+// 16 heads per KV head.
+std::vector<GqaCase> GqaCases() { return {{2, 16, 4, 4}, {1, 7, 3, 3}, {2, 16, 2, 5}, {2, 32, 40, 4}}; }
 
 struct MlaCase {
   int64_t kv_lora, rope, index_dim, tile, index_tile, heads, page_size;
@@ -30,7 +32,8 @@ struct MlaCase {
 std::vector<MlaCase> MlaCases() {
   return {{512, 64, 0, 128, 128, 2, 4},  // Kimi K2 / DeepSeek-V3 rows
           {32, 7, 10, 5, 4, 3, 3},       // odd, partial FP8 tiles, an indexer key after the row (ignored here)
-          {33, 7, 9, 5, 4, 2, 3}};       // an odd FP8 part before the BF16 rope key
+          {33, 7, 9, 5, 4, 2, 3},        // an odd FP8 part before the BF16 rope key
+          {64, 16, 0, 32, 32, 20, 4}};   // 20 heads: two tiles of CUDA's tensor-core kernel
 }
 
 struct DsaCase {
@@ -42,6 +45,28 @@ struct DsaCase {
 
 class AttentionOps : public BackendTest {
  protected:
+  // The relative error per product that the backend's attention adds to float32's: CUDA's
+  // tensor-core kernels carry the query and the probabilities as bfloat16 parts (two: 2^-16;
+  // one: 2^-8, kernels/kernels.h), the CPU and CUDA's scalar kernel compute in float32.
+  double ProductEps() const {
+    if (GetParam() != BackendKind::kCuda) return 0.0;
+    switch (cuda_attention_) {
+      case BackendOptions::DeviceAttention::kTensorCore: return 0x1p-16;
+      case BackendOptions::DeviceAttention::kTensorCoreBf16: return 0x1p-8;
+      case BackendOptions::DeviceAttention::kScalar: return 0.0;
+    }
+    return 0.0;
+  }
+  // Replaces the backend by one running `attention` (CUDA).
+  void UseCudaAttention(BackendOptions::DeviceAttention attention) {
+    MustOk(be().Synchronize(), "Synchronize");
+    BackendOptions options;
+    options.device_attention = attention;
+    be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
+    cuda_attention_ = attention;
+  }
+  BackendOptions::DeviceAttention cuda_attention_ = BackendOptions::DeviceAttention::kTensorCore;
+
   // seqs: (history, new tokens) per sequence; empty: MixedSeqs(page_size).
   void CheckGqa(const KvCodec* codec, const GqaCase& c, bool fresh, std::mt19937& rng,
                 std::vector<std::pair<int64_t, int64_t>> seqs = {});
@@ -52,10 +77,12 @@ class AttentionOps : public BackendTest {
 
 // One query's softmax attention in double over `positions`: scores[i] with magnitudes mags[i]
 // (sum of |products| times the scale) from dot products of dot_len terms, values[i] of dv
-// elements. Appends dv outputs and their tolerances.
+// elements. Appends dv outputs and their tolerances. `eps`: a relative error per product of the
+// scores and of the weighted sum beyond float32's (ProductEps): eps * mags[i] more on a score,
+// and 2 eps * sum_p prob_p |v_p| on an output (the factor 2 as AttentionTolerance's headroom).
 void ReferenceAttention(const std::vector<double>& scores, const std::vector<double>& mags, int64_t dot_len,
                         const std::vector<const float*>& values, int64_t dv, std::vector<double>* out,
-                        std::vector<double>* tol) {
+                        std::vector<double>* tol, double eps) {
   const size_t n = scores.size();
   const double mx = *std::max_element(scores.begin(), scores.end());
   std::vector<double> prob(n);
@@ -63,7 +90,7 @@ void ReferenceAttention(const std::vector<double>& scores, const std::vector<dou
   for (size_t i = 0; i < n; ++i) {
     prob[i] = std::exp(scores[i] - mx);
     sum += prob[i];
-    max_err = std::max(max_err, (dot_len + 4) * kU * mags[i]);
+    max_err = std::max(max_err, ((dot_len + 4) * kU + eps) * mags[i]);
   }
   for (double& p : prob) p /= sum;
   for (int64_t j = 0; j < dv; ++j) {
@@ -73,7 +100,7 @@ void ReferenceAttention(const std::vector<double>& scores, const std::vector<dou
       wabs += prob[i] * std::fabs(values[i][j]);
     }
     out->push_back(o);
-    tol->push_back(AttentionTolerance(wabs, max_err, static_cast<int64_t>(n)));
+    tol->push_back(AttentionTolerance(wabs, max_err, static_cast<int64_t>(n)) + 2.0 * eps * wabs);
   }
 }
 
@@ -123,7 +150,7 @@ void AttentionOps::CheckGqa(const KvCodec* codec, const GqaCase& c, bool fresh, 
         mags.push_back(mag * scale);
         values.push_back(row + (c.kv_heads + g) * D);
       }
-      ReferenceAttention(scores, mags, D, values, D, &want, &tol);
+      ReferenceAttention(scores, mags, D, values, D, &want, &tol, ProductEps());
     }
   }
   EXPECT_TRUE(AllNear(ReadF32(out), want, tol)) << spec.Describe() << " heads " << H << " kv_heads " << c.kv_heads
@@ -227,7 +254,7 @@ void AttentionOps::CheckMla(const KvCodec* codec, const MlaCase& c, bool fresh, 
         mags.push_back(mag * scale);
         values.push_back(row);
       }
-      ReferenceAttention(scores, mags, W, values, L, &want, &tol);
+      ReferenceAttention(scores, mags, W, values, L, &want, &tol, ProductEps());
     }
   }
   EXPECT_TRUE(AllNear(ReadF32(out), want, tol)) << spec.Describe() << (sparse ? " sparse" : " dense");
@@ -260,6 +287,27 @@ TEST_P(AttentionOps, LongContextsMatchTheReference) {
       CheckGqa(codec, GqaCase{2, 128, 4, 16}, fresh, rng, seqs);
       CheckMla(codec, MlaCases()[0], fresh, /*sparse=*/false, rng, seqs);
       CheckMla(codec, MlaCases()[1], fresh, /*sparse=*/true, rng, seqs);
+    }
+  }
+}
+
+// CUDA's other attention kernels (the default, kTensorCore, runs every test above): the scalar
+// float32 kernel and the tensor-core kernel with one bfloat16 part, over the same cases.
+TEST_P(AttentionOps, EveryCudaAttentionKernelMatchesTheReference) {
+  if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's attention kernels";
+  std::mt19937 rng(54);
+  for (const auto attention :
+       {BackendOptions::DeviceAttention::kScalar, BackendOptions::DeviceAttention::kTensorCoreBf16}) {
+    UseCudaAttention(attention);
+    for (const KvCodec* codec : KvCodecs()) {
+      for (bool fresh : {false, true}) {
+        if (fresh && !codec->lossy()) continue;
+        for (const GqaCase& c : GqaCases()) CheckGqa(codec, c, fresh, rng);
+        for (const MlaCase& c : MlaCases()) {
+          for (bool sparse : {false, true}) CheckMla(codec, c, fresh, sparse, rng);
+        }
+        CheckMla(codec, MlaCases()[0], fresh, /*sparse=*/false, rng, {{700, 1}, {1500, 1}, {300, 2}});
+      }
     }
   }
 }

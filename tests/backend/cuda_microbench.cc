@@ -10,8 +10,10 @@
 //  - MatMul with the same weight in INT4 g32 and FP8 128x128 blocks at T = 1 (the quantized
 //    bytes per second as a fraction of the copy bandwidth: the GEMV is meant to be memory-bound),
 //    16 and 256;
-//  - MLA decode attention of one token, 64 heads, kv_lora 512 + rope 64, BF16 KV at 4K, 32K and
-//    128K positions (the cache bytes, read once, per second as a fraction of the copy bandwidth).
+//  - MLA decode attention of one token, 64 heads, kv_lora 512 + rope 64, BF16 and FP8 (per-layer
+//    scale) KV at 4K, 32K and 128K positions, for each attention kernel (tc, tc-bf16, scalar:
+//    LLMRT_CUDA_ATTENTION): the cache bytes, read once, per second as a fraction of the copy
+//    bandwidth.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -176,7 +178,7 @@ int Main() {
     }
   }
 
-  // MLA decode attention, one token, BF16 KV.
+  // MLA decode attention, one token, over the attention kernels and KV codecs.
   const int64_t H = 64, L = 512, R = 64, page = 64;
   MlaDims d;
   d.heads = H;
@@ -184,46 +186,64 @@ int Main() {
   d.rope = R;
   d.v = 128;
   d.kv_lora = L;
-  std::printf("\nMLA decode attention, %lld heads, BF16 KV [%lld + %lld], one token\n%8s %12s %16s\n",
-              static_cast<long long>(H), static_cast<long long>(L), static_cast<long long>(R), "context", "ms",
-              "KV GB/s (once)");
-  for (int64_t ctx : {4096, 32768, 131072}) {
-    KvStoreOptions o;
-    o.codec = FindKvCodec(kKvCodecBf16);
-    o.shape.num_layers = 1;
-    o.shape.parts = {{L, 128, false}, {R, 128, true}};
-    o.page_size = page;
-    o.num_pages = ctx / page;
-    std::unique_ptr<KvStore> store = Must(KvStore::Create(*be, o), "KvStore");
-    std::vector<int32_t> meta;
-    const int64_t pages = ctx / page;
-    // token_seq [1], token_ctx [1], seq_page_start [2], page_ids [pages], slot [1], first [1]
-    meta.push_back(0);
-    meta.push_back(static_cast<int32_t>(ctx));
-    meta.push_back(0);
-    meta.push_back(static_cast<int32_t>(pages));
-    for (int64_t p = 0; p < pages; ++p) meta.push_back(static_cast<int32_t>(p));
-    meta.push_back(static_cast<int32_t>(ctx - 1));
-    meta.push_back(0);
-    Tensor m = Must(be->Allocate(DType::kI32, {static_cast<int64_t>(meta.size())}), "Allocate");
-    MustOk(be->Upload(meta.data(), meta.size() * 4, m), "Upload");
-    AttentionBatch batch;
-    batch.token_seq = m.Rows(0, 1);
-    batch.token_ctx = m.Rows(1, 2);
-    batch.seq_page_start = m.Rows(2, 4);
-    batch.page_ids = m.Rows(4, 4 + pages);
-    batch.slot_mapping = m.Rows(4 + pages, 5 + pages);
-    batch.seq_first_token = m.Rows(5 + pages, 6 + pages);
-    batch.num_tokens = 1;
-    batch.num_seqs = 1;
-    batch.max_ctx = ctx;
-    Tensor q_lat = Random(*be, DType::kF32, {1, H * L}, rng);
-    Tensor q = Random(*be, DType::kF32, {1, H * (d.nope + R)}, rng);
-    Tensor out = Must(be->Allocate(DType::kF32, {1, H * L}), "Allocate");
-    const double t = Time(*be, 5, [&] { be->MlaAttention(q_lat, q, store->view(), 0, batch, d, 0.1f, nullptr, out); });
-    const double kv_bw = static_cast<double>(ctx * (L + R) * 2) / t;
-    std::printf("%8lld %12.3f %16.0f   (%.0f%% of the copy bandwidth)\n", static_cast<long long>(ctx), t * 1e3,
-                kv_bw / 1e9, 100.0 * kv_bw / copy_bw);
+  struct Kernel {
+    const char* name;
+    BackendOptions::DeviceAttention kind;
+  };
+  const Kernel kernels[] = {{"tc", BackendOptions::DeviceAttention::kTensorCore},
+                            {"tc-bf16", BackendOptions::DeviceAttention::kTensorCoreBf16},
+                            {"scalar", BackendOptions::DeviceAttention::kScalar}};
+  std::printf("\nMLA decode attention, %lld heads, KV [%lld + %lld], one token (LLMRT_CUDA_ATTENTION kernels)\n"
+              "%8s %8s %8s %12s %16s\n",
+              static_cast<long long>(H), static_cast<long long>(L), static_cast<long long>(R), "kernel", "KV",
+              "context", "ms", "KV GB/s (once)");
+  for (const Kernel& k : kernels) {
+    BackendOptions bo;
+    bo.device_attention = k.kind;
+    std::unique_ptr<Backend> ab = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
+    for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
+      for (int64_t ctx : {4096, 32768, 131072}) {
+        KvStoreOptions o;
+        o.codec = FindKvCodec(codec);
+        o.shape.num_layers = 1;
+        o.shape.parts = {{L, 128, false}, {R, 128, true}};
+        o.page_size = page;
+        o.num_pages = ctx / page;
+        std::unique_ptr<KvStore> store = Must(KvStore::Create(*ab, o), "KvStore");
+        if (codec == kKvCodecFp8) MustOk(store->SetScale(0, 0.05f), "SetScale");
+        std::vector<int32_t> meta;
+        const int64_t pages = ctx / page;
+        // token_seq [1], token_ctx [1], seq_page_start [2], page_ids [pages], slot [1], first [1]
+        meta.push_back(0);
+        meta.push_back(static_cast<int32_t>(ctx));
+        meta.push_back(0);
+        meta.push_back(static_cast<int32_t>(pages));
+        for (int64_t p = 0; p < pages; ++p) meta.push_back(static_cast<int32_t>(p));
+        meta.push_back(static_cast<int32_t>(ctx - 1));
+        meta.push_back(0);
+        Tensor m = Must(ab->Allocate(DType::kI32, {static_cast<int64_t>(meta.size())}), "Allocate");
+        MustOk(ab->Upload(meta.data(), meta.size() * 4, m), "Upload");
+        AttentionBatch batch;
+        batch.token_seq = m.Rows(0, 1);
+        batch.token_ctx = m.Rows(1, 2);
+        batch.seq_page_start = m.Rows(2, 4);
+        batch.page_ids = m.Rows(4, 4 + pages);
+        batch.slot_mapping = m.Rows(4 + pages, 5 + pages);
+        batch.seq_first_token = m.Rows(5 + pages, 6 + pages);
+        batch.num_tokens = 1;
+        batch.num_seqs = 1;
+        batch.max_ctx = ctx;
+        Tensor q_lat = Random(*ab, DType::kF32, {1, H * L}, rng);
+        Tensor q = Random(*ab, DType::kF32, {1, H * (d.nope + R)}, rng);
+        Tensor out = Must(ab->Allocate(DType::kF32, {1, H * L}), "Allocate");
+        const double t =
+            Time(*ab, 5, [&] { ab->MlaAttention(q_lat, q, store->view(), 0, batch, d, 0.1f, nullptr, out); });
+        const double kv_bw = static_cast<double>(ctx * store->view().row_bytes) / t;
+        std::printf("%8s %8s %8lld %12.3f %16.0f   (%.0f%% of the copy bandwidth)\n", k.name,
+                    codec == kKvCodecFp8 ? "FP8" : "BF16", static_cast<long long>(ctx), t * 1e3, kv_bw / 1e9,
+                    100.0 * kv_bw / copy_bw);
+      }
+    }
   }
   return 0;
 }

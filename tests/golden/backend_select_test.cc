@@ -111,6 +111,68 @@ INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpu,
                                            Model{"tiny_glm_moe_dsa", "tiny_glm_moe_dsa.golden.json"}),
                          ModelName);
 
+// The CUDA attention kernels (LLMRT_CUDA_ATTENTION; the default, `tc`, ran above): the scalar
+// float32 kernel is held to the same bounds against the CPU engine. `tc-bf16` rounds the
+// attention's query and probabilities to bfloat16 (2^-8 relative), a smaller perturbation than
+// the BF16 activation policy's rounding of every matmul input, which moves these models' logits by
+// at most 0.143 on the CPU (bf16_activations_test.cc): its logits must stay within that test's
+// 0.3 while the tokens agree, and its tokens must agree wherever the CPU's top-1 margin exceeds
+// 0.6.
+TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
+  const std::string dir = TestData(GetParam().dir);
+  if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+  const std::vector<std::vector<int32_t>> prompts = GoldenPrompts(GetParam().golden);
+  RunConfig cpu_cfg;
+  cpu_cfg.kv_dtype = LLM_KV_DTYPE_BF16;
+  cpu_cfg.backend = LLM_BACKEND_CPU;
+  RunConfig cuda_cfg = cpu_cfg;
+  cuda_cfg.backend = LLM_BACKEND_CUDA;
+  const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
+  for (const char* kernel : {"scalar", "tc-bf16"}) {
+    setenv("LLMRT_CUDA_ATTENTION", kernel, 1);
+    const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
+    unsetenv("LLMRT_CUDA_ATTENTION");
+    const bool exact = std::string(kernel) == "scalar";
+    ASSERT_EQ(cpu.size(), gpu.size());
+    float worst = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      if (exact) {
+        EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << kernel << " prompt " << i;
+      }
+      const size_t steps = std::min(gpu[i].logits.size(), cpu[i].logits.size());
+      for (size_t j = 0; j < steps; ++j) {
+        const float d = MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]);
+        worst = std::max(worst, d);
+        EXPECT_LE(d, exact ? 5e-3f : 0.3f) << kernel << " prompt " << i << " step " << j;
+        std::vector<float> top = cpu[i].logits[j];
+        std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+        if (top[0] - top[1] > 0.6f) {
+          EXPECT_EQ(gpu[i].tokens[j], cpu[i].tokens[j]) << kernel << " prompt " << i << " step " << j;
+        }
+        if (gpu[i].tokens[j] != cpu[i].tokens[j]) break;  // the histories differ from here on
+      }
+    }
+    std::printf("[%s] LLMRT_CUDA_ATTENTION=%s: max |logit diff| vs CPU %.3g\n", GetParam().dir, kernel, worst);
+  }
+}
+
+// A value the runtime does not know is refused at creation, naming the variable, whichever
+// backend runs.
+TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
+  setenv("LLMRT_CUDA_ATTENTION", "flash", 1);
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.backend = LLM_BACKEND_CPU;
+  llm_runtime* rt = nullptr;
+  const llm_status st = llm_runtime_create(TestData("tiny_glm4_moe").c_str(), &ro, &rt);
+  const std::string msg = llm_last_error();
+  unsetenv("LLMRT_CUDA_ATTENTION");
+  EXPECT_EQ(st, LLM_ERR_INVALID_ARGUMENT) << msg;
+  EXPECT_EQ(rt, nullptr);
+  EXPECT_NE(msg.find("LLMRT_CUDA_ATTENTION=flash"), std::string::npos) << msg;
+  if (rt != nullptr) llm_runtime_destroy(rt);
+}
+
 // Synthetic weights (llm_runtime_create_synthetic over the config.json alone): the CUDA backend
 // generates them on the device, bit for bit what the CPU runtime makes on the host, so the two
 // runtimes hold the same model: the same greedy tokens, logits within the bound above, and the

@@ -143,7 +143,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> DoAllocate(DType dtype, const int64_t* shape, int rank) override;
 
  private:
-  CudaBackend(int device, QuantizedActivations activations) : device_(device), activations_(activations) {}
+  CudaBackend(int device, QuantizedActivations activations, BackendOptions::DeviceAttention attention)
+      : device_(device), activations_(activations), attention_(attention) {}
   absl::Status Init();
   // out = x w^T for a BF16 weight under the BF16 activation policy (MatMul, the router).
   absl::Status Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
@@ -169,8 +170,9 @@ class CudaBackend final : public Backend {
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
   // Per-op device scratch `slot`, grown to at least `bytes` (synchronizing before a reallocation).
   absl::StatusOr<void*> Scratch(int slot, size_t bytes, const char* what);
-  // Splits each (token, head) of an attention over `a->splits` blocks when there are too few of
-  // them to fill the device and the contexts are long (at most `length` positions attended).
+  // Sets the attention kernel (BackendOptions::device_attention), then splits each block of it
+  // over `a->splits` blocks when there are too few of them to fill the device and the contexts
+  // are long (at most `length` positions attended).
   absl::Status SplitAttention(cuda::AttentionArgs* a, int64_t length);
   // Waits for the stream: cudaStreamSynchronize, or with a communicator of several ranks a
   // polling wait that also fails when the communicator reports an asynchronous failure.
@@ -180,6 +182,7 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   QuantizedActivations activations_ = QuantizedActivations::kExact;
+  BackendOptions::DeviceAttention attention_ = BackendOptions::DeviceAttention::kTensorCore;
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,
   // CublasLtGemm::kWorkspaceBytes, allocated at Init).
   std::unique_ptr<CublasLtGemm> cublaslt_;

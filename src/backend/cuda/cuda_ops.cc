@@ -120,11 +120,19 @@ bool FlatWeight(const Weight& w) { return DenseWeight(w); }
 }  // namespace
 
 absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length) {
+  switch (attention_) {
+    case BackendOptions::DeviceAttention::kTensorCore: a->kernel = cuda::AttentionKernel::kTensorCore; break;
+    case BackendOptions::DeviceAttention::kTensorCoreBf16: a->kernel = cuda::AttentionKernel::kTensorCoreBf16; break;
+    case BackendOptions::DeviceAttention::kScalar: a->kernel = cuda::AttentionKernel::kScalar; break;
+  }
   // Two blocks per multiprocessor, splits of at least 256 positions, at most 64 splits.
-  const int64_t pairs = a->batch.num_tokens * a->heads, target = 2 * static_cast<int64_t>(sm_count_);
+  const int64_t blocks = a->batch.num_tokens * cuda::AttentionBlocksPerToken(*a),
+                target = 2 * static_cast<int64_t>(sm_count_);
   a->splits = 1;
-  if (pairs == 0 || pairs >= target || length < 512) return absl::OkStatus();
-  a->splits = std::min<int64_t>({(target + pairs - 1) / pairs, (length + 255) / 256, 64});
+  if (blocks == 0 || blocks >= target || length < 512) return absl::OkStatus();
+  a->splits = std::min<int64_t>({(target + blocks - 1) / blocks, (length + 255) / 256, 64});
+  // The partial results are per (token, head) whichever kernel runs.
+  const int64_t pairs = a->batch.num_tokens * a->heads;
   const size_t bytes = static_cast<size_t>(pairs * a->splits * (a->dv + 2)) * sizeof(float);
   LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchAttention, bytes, "attention splits"));
   a->partial = static_cast<float*>(p);

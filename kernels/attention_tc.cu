@@ -1,0 +1,79 @@
+// Attention on the tensor cores, FlashMLA's design in mma.sync form: one block per (token, tile of
+// up to 16 heads sharing a K/V row region, split of the positions), so an MLA layer reads each
+// latent row once per 16 heads instead of once per head. Per chunk of 32 positions:
+//   load   each warp decodes 8 rows into a shared K tile (and a V tile unless the values are the
+//          keys' first columns, as MLA's latent is): BF16 values as they are, FP8 codes to their
+//          exact bfloat16 values (the layer scale is applied after the sums); missing rows zero;
+//   scores each warp multiplies the 16 query rows by its 8 positions (m16n8k16, float32
+//          accumulation), scales, takes the running maximum across warps (shared memory);
+//   values the probabilities (times the row scale) go to shared memory and every warp multiplies
+//          them by its quarter of the value columns, rescaling its accumulators as the maximum
+//          moves (FlashAttention's online softmax).
+// The query and the probabilities are carried as `terms` bfloat16 parts (x = p1 + p2 + residual,
+// |residual| <= 2^-16 |x| for two parts), so each product is exact to 16 significant bits; keys
+// and values are exact (BF16 rows, or e4m3 codes, which bfloat16 holds exactly). Splits write
+// (max, sum, unnormalized output) per head as the scalar kernel does, and share its combine.
+#include <cstdint>
+
+#include "kernels/attention_tc.h"
+
+namespace llmrt::cuda::tc {
+
+__device__ __forceinline__ void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two 8x8 bfloat16 matrices transposed into a B fragment: lanes 0-15 give the addresses of rows
+// k0 .. k0 + 15 (16-byte aligned), each holding the 8 columns of the fragment's n.
+__device__ __forceinline__ void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(addr));
+}
+
+__device__ __forceinline__ uint8_t* TcSharedMemory() {
+  extern __shared__ __align__(16) uint8_t smem[];
+  return smem;
+}
+
+}  // namespace llmrt::cuda::tc
+
+#include "kernels/attention_tc_kernel.cuh"
+
+namespace llmrt::cuda {
+namespace {
+
+template <int kDv, int kTerms>
+cudaError_t Launch(const AttentionArgs& a, const TcPlan& pl, int32_t* err, cudaStream_t s) {
+  auto kernel = tc::TcAttentionKernel<kDv, kTerms>;
+  if (pl.bytes > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pl.bytes);
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid(static_cast<unsigned>(a.batch.num_tokens * pl.head_tiles), static_cast<unsigned>(a.splits));
+  kernel<<<grid, tc::kThreads, static_cast<size_t>(pl.bytes), s>>>(a, pl, err);
+  return cudaGetLastError();
+}
+
+template <int kTerms>
+cudaError_t LaunchTerms(const AttentionArgs& a, const TcPlan& pl, int32_t* err, cudaStream_t s) {
+  switch (pl.dv_tile) {
+    case 32: return Launch<32, kTerms>(a, pl, err, s);
+    case 64: return Launch<64, kTerms>(a, pl, err, s);
+    case 128: return Launch<128, kTerms>(a, pl, err, s);
+    case 256: return Launch<256, kTerms>(a, pl, err, s);
+    case 512: return Launch<512, kTerms>(a, pl, err, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchTensorCoreAttention(const AttentionArgs& a, const TcPlan& pl, int32_t* err, cudaStream_t s) {
+  return pl.terms == 1 ? LaunchTerms<1>(a, pl, err, s) : LaunchTerms<2>(a, pl, err, s);
+}
+
+}  // namespace llmrt::cuda

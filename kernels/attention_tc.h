@@ -1,0 +1,44 @@
+// The tensor-core attention kernel's plan (kernels/attention_tc.cu), shared with the launcher in
+// kernels/attention.cu. Plain C++: no CUDA syntax.
+#ifndef LLMRT_KERNELS_ATTENTION_TC_H_
+#define LLMRT_KERNELS_ATTENTION_TC_H_
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/kernels.h"
+
+namespace llmrt::cuda {
+
+namespace tc {
+inline constexpr int kWarps = 4, kThreads = 32 * kWarps;
+inline constexpr int kRows = 16;           // query heads per block: the MMA's M
+inline constexpr int kChunk = 8 * kWarps;  // positions per chunk: one n8 tile of scores per warp
+inline constexpr int kPad = 8;             // elements after each shared row: conflict-free fragment loads
+inline constexpr int kPs = kChunk + kPad;  // probability row stride
+inline constexpr int kMaxShared = 160 * 1024;
+}  // namespace tc
+
+// How a call runs on the tensor cores: blocks of up to 16 heads that share their K/V row
+// region (an MLA layer's heads all share the latent row; a GQA group shares its KV head), the
+// query and each chunk of rows as bfloat16 in shared memory, padded to whole MMA steps.
+struct TcPlan {
+  int32_t dv_tile = 0;  // dv rounded up to 32, 64, 128, 256 or 512 (the kernel's instance)
+  int32_t terms = 0;    // bfloat16 parts of the query and the probabilities (1 or 2)
+  int32_t group = 0, tiles_per_group = 0, head_tiles = 0;  // heads per shared row region; blocks
+  int32_t q1_pad = 0, kpad = 0;  // q1 in columns [0, q1_len), q2 from q1_pad; kpad columns in all
+  int32_t ks = 0;                // K tile (and query) row stride in elements
+  int32_t vs = 0;                // V tile row stride; 0: the values are the K tile's first columns
+  int32_t fp8 = 0;               // flat FP8 rows: codes, times the layer scale after the sums
+  int32_t off_k = 0, off_v = 0, off_p = 0, off_f = 0, bytes = 0;  // shared memory layout
+};
+
+// False when the scalar kernel runs `a` (chosen, or a case the tensor-core kernel does not take).
+bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* plan);
+// The attention kernel (not the combine of splits) on the tensor cores.
+cudaError_t LaunchTensorCoreAttention(const AttentionArgs& a, const TcPlan& plan, int32_t* err, cudaStream_t s);
+
+}  // namespace llmrt::cuda
+
+#endif  // LLMRT_KERNELS_ATTENTION_TC_H_

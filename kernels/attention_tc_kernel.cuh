@@ -1,0 +1,303 @@
+// The tensor-core attention kernel's body (kernels/attention_tc.cu describes the design), in a
+// header of its own so that it compiles twice: for the device in attention_tc.cu, and on the host
+// in tests/cuda_emulation/, where a few CUDA features are emulated (threads, barriers, shuffles,
+// and the two tensor-core instructions by their PTX fragment tables) so that every CI machine
+// checks this kernel's indexing without a GPU.
+//
+// The includer defines, before including this file, in namespace llmrt::cuda::tc:
+//   void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1)
+//       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d;
+//   void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1)
+//       ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 (lanes 0-15 give the row addresses);
+//   uint8_t* TcSharedMemory()   the block's dynamic shared memory.
+#ifndef LLMRT_KERNELS_ATTENTION_TC_KERNEL_CUH_
+#define LLMRT_KERNELS_ATTENTION_TC_KERNEL_CUH_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention_tc.h"
+#include "kernels/common.cuh"
+#include "kernels/kv_access.cuh"
+
+namespace llmrt::cuda::tc {
+
+__device__ __forceinline__ uint32_t LoadPair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// x as kTerms bfloat16 parts, largest first; each subtraction is exact.
+template <int kTerms>
+__device__ __forceinline__ void SplitBf16(float x, uint16_t (&parts)[kTerms]) {
+#pragma unroll
+  for (int i = 0; i < kTerms; ++i) {
+    parts[i] = ToBf16Bits(x);
+    x -= Bf16Bits(parts[i]);
+  }
+}
+
+// Values [from, from + n) of a row into dst[0, n) as bfloat16 bits, zeros in [n, n_pad): BF16
+// values as they are, FP8 codes through `table`. One warp; dst is 16-byte aligned.
+__device__ inline void CopyRowValues(const uint8_t* row, bool codes, const uint16_t* table, int64_t from, int n, int n_pad,
+                              uint16_t* dst, int lane) {
+  if (codes) {
+    const uint8_t* src = row + from;
+    int done = 0;
+    if ((reinterpret_cast<uintptr_t>(src) & 3) == 0) {
+      done = n & ~3;
+      for (int i = lane * 4; i < done; i += 128) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(src + i);
+        const uint32_t lo = table[w & 0xffu] | (static_cast<uint32_t>(table[(w >> 8) & 0xffu]) << 16);
+        const uint32_t hi = table[(w >> 16) & 0xffu] | (static_cast<uint32_t>(table[w >> 24]) << 16);
+        *reinterpret_cast<uint2*>(dst + i) = make_uint2(lo, hi);
+      }
+    }
+    for (int i = done + lane; i < n; i += 32) dst[i] = table[src[i]];
+  } else {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(row) + from;
+    int done = 0;
+    if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+      done = n & ~7;
+      for (int i = lane * 8; i < done; i += 256) {
+        *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(src + i);
+      }
+    } else if ((reinterpret_cast<uintptr_t>(src) & 3) == 0) {
+      done = n & ~1;
+      for (int i = lane * 2; i < done; i += 64) {
+        *reinterpret_cast<uint32_t*>(dst + i) = *reinterpret_cast<const uint32_t*>(src + i);
+      }
+    }
+    for (int i = done + lane; i < n; i += 32) dst[i] = src[i];
+  }
+  for (int i = n + lane; i < n_pad; i += 32) dst[i] = 0;
+}
+
+template <int kDv, int kTerms>
+__global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, TcPlan pl, int32_t* err) {
+  constexpr int kNt = kDv / (8 * kWarps);  // n8 tiles of value columns per warp
+  static_assert(kNt >= 1 && kDv % (8 * kWarps) == 0, "value columns split evenly over the warps");
+  uint8_t* smem = TcSharedMemory();
+  uint16_t* qs = reinterpret_cast<uint16_t*>(smem);               // [kTerms][kRows][ks]
+  uint16_t* kt = reinterpret_cast<uint16_t*>(smem + pl.off_k);    // [kChunk][ks]
+  uint16_t* vt = pl.vs > 0 ? reinterpret_cast<uint16_t*>(smem + pl.off_v) : kt;
+  const int vstride = pl.vs > 0 ? pl.vs : pl.ks;
+  uint16_t* pt = reinterpret_cast<uint16_t*>(smem + pl.off_p);    // [kTerms][kRows][kPs]
+  float* rs = reinterpret_cast<float*>(smem + pl.off_f);          // [kChunk] row scale
+  int* valid = reinterpret_cast<int*>(rs + kChunk);               // [kChunk]
+  float* red_max = reinterpret_cast<float*>(valid + kChunk);      // [kWarps][kRows]
+  float* red_sum = red_max + kWarps * kRows;                      // [kWarps][kRows]
+  uint16_t* table = reinterpret_cast<uint16_t*>(red_sum + kWarps * kRows);  // [256] e4m3 -> bf16
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int64_t t = blockIdx.x / pl.head_tiles, tile = blockIdx.x % pl.head_tiles;
+  const int64_t in_group = (tile % pl.tiles_per_group) * kRows;
+  const int64_t h0 = (tile / pl.tiles_per_group) * pl.group + in_group;
+  const int nh = static_cast<int>(pl.group - in_group < kRows ? pl.group - in_group : kRows);
+  const int64_t split = blockIdx.y;
+
+  // The query rows in kTerms bfloat16 parts, zero-padded to kpad columns and 16 rows.
+  for (int e = threadIdx.x; e < kRows * pl.kpad; e += kThreads) {
+    const int r = e / pl.kpad, col = e % pl.kpad;
+    float x = 0.0f;
+    if (r < nh) {
+      const int64_t h = h0 + r;
+      if (col < a.q1_len) {
+        x = a.q1[t * a.q1_ld + h * a.q1_head + col];
+      } else if (col >= pl.q1_pad && col - pl.q1_pad < a.q2_len) {
+        x = a.q2[t * a.q2_ld + h * a.q2_head + (col - pl.q1_pad)];
+      }
+    }
+    uint16_t parts[kTerms];
+    SplitBf16<kTerms>(x, parts);
+#pragma unroll
+    for (int i = 0; i < kTerms; ++i) qs[(i * kRows + r) * pl.ks + col] = parts[i];
+  }
+  if (pl.fp8) {
+    for (int i = threadIdx.x; i < 256; i += kThreads) table[i] = ToBf16Bits(Fp8ToFloat(static_cast<uint32_t>(i)));
+  }
+  __syncthreads();
+
+  const BatchRef& b = a.batch;
+  const Context cx = ContextOf(a.kv, b, t);
+  const float layer_scale = LayerScale(a.kv, a.layer);
+  const int32_t* sel = a.selected != nullptr ? a.selected + t * a.top_k : nullptr;
+  int64_t n = cx.ctx;
+  if (sel != nullptr) {
+    n = 0;
+    while (n < a.top_k && sel[n] != -1) ++n;
+  }
+  const int64_t kv_index = h0 / a.kv_group;  // MLA: any (its head steps are 0)
+  const int64_t k1 = a.k1_off + kv_index * a.k_head_step, v_off = a.v_off + kv_index * a.v_head_step;
+  // This split's positions [begin, end): equal shares in whole chunks.
+  const int64_t share = ((n + a.splits - 1) / a.splits + kChunk - 1) / kChunk * kChunk;
+  const int64_t begin = split * share, end = begin + share < n ? begin + share : n;
+
+  float o[kNt][4];
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
+  bool bad = false;
+  const int j0 = warp * 8 + 2 * c;  // this thread's two score columns: j0, j0 + 1
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    // Load: warp w decodes rows w, w + kWarps, ...
+    for (int i = warp; i < kChunk; i += kWarps) {
+      RowPtr row{nullptr, false};
+      bool ok = false;
+      if (c0 + i < end) {
+        const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
+        ok = Locate(a.kv, a.layer, cx, p, &row);
+        if (!ok) bad = true;
+      }
+      uint16_t* krow = kt + i * pl.ks;
+      const bool codes = pl.fp8 && !row.fresh;
+      if (ok) {
+        CopyRowValues(row.data, codes, table, k1, static_cast<int>(a.q1_len), pl.q1_pad, krow, lane);
+        if (pl.kpad > pl.q1_pad) {
+          CopyRowValues(row.data, codes, table, a.k2_off, static_cast<int>(a.q2_len), pl.kpad - pl.q1_pad,
+                        krow + pl.q1_pad, lane);
+        }
+        if (pl.vs > 0) CopyRowValues(row.data, codes, table, v_off, static_cast<int>(a.dv), kDv, vt + i * pl.vs, lane);
+      } else {
+        for (int j = lane; j < pl.kpad; j += 32) krow[j] = 0;
+        if (pl.vs > 0) {
+          for (int j = lane; j < kDv; j += 32) vt[i * pl.vs + j] = 0;
+        }
+      }
+      if (lane == 0) {
+        valid[i] = ok ? 1 : 0;
+        rs[i] = ok && codes ? layer_scale : 1.0f;
+      }
+    }
+    __syncthreads();
+
+    // Scores of the 16 rows at this warp's 8 positions.
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint16_t* kb = kt + (warp * 8 + g) * pl.ks + 2 * c;
+    const uint16_t* qa = qs + g * pl.ks + 2 * c;
+    for (int k0 = 0; k0 < pl.kpad; k0 += 16) {
+      const uint32_t b0 = LoadPair(kb + k0), b1 = LoadPair(kb + k0 + 8);
+#pragma unroll
+      for (int i = 0; i < kTerms; ++i) {
+        const uint16_t* q = qa + i * kRows * pl.ks + k0;
+        const uint32_t af[4] = {LoadPair(q), LoadPair(q + 8 * pl.ks), LoadPair(q + 8), LoadPair(q + 8 * pl.ks + 8)};
+        Mma16816(acc, af, b0, b1);
+      }
+    }
+    float s[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = j0 + (e & 1);
+      s[e] = valid[j] ? acc[e] * rs[j] * a.scale : -INFINITY;
+    }
+    float mx0 = fmaxf(s[0], s[1]), mx1 = fmaxf(s[2], s[3]);
+    for (int x = 1; x <= 2; x <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+    }
+    if (c == 0) {
+      red_max[warp * kRows + g] = mx0;
+      red_max[warp * kRows + g + 8] = mx1;
+    }
+    __syncthreads();
+    float cm0 = -INFINITY, cm1 = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) {
+      cm0 = fmaxf(cm0, red_max[w * kRows + g]);
+      cm1 = fmaxf(cm1, red_max[w * kRows + g + 8]);
+    }
+    const float nm0 = fmaxf(m0, cm0), nm1 = fmaxf(m1, cm1);
+    const float f0 = m0 == -INFINITY ? 0.0f : expf(m0 - nm0), f1 = m1 == -INFINITY ? 0.0f : expf(m1 - nm1);
+    float p[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[e] = s[e] == -INFINITY ? 0.0f : expf(s[e] - (e < 2 ? nm0 : nm1));
+    float ps0 = p[0] + p[1], ps1 = p[2] + p[3];
+    for (int x = 1; x <= 2; x <<= 1) {
+      ps0 += __shfl_xor_sync(0xffffffffu, ps0, x);
+      ps1 += __shfl_xor_sync(0xffffffffu, ps1, x);
+    }
+    if (c == 0) {
+      red_sum[warp * kRows + g] = ps0;
+      red_sum[warp * kRows + g + 8] = ps1;
+    }
+    // The probabilities times the row scales, in parts, as the A operand of the value product.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint16_t lo[kTerms], hi[kTerms];
+      SplitBf16<kTerms>(p[2 * half] * rs[j0], lo);
+      SplitBf16<kTerms>(p[2 * half + 1] * rs[j0 + 1], hi);
+#pragma unroll
+      for (int i = 0; i < kTerms; ++i) {
+        *reinterpret_cast<uint32_t*>(pt + (i * kRows + g + 8 * half) * kPs + j0) =
+            lo[i] | (static_cast<uint32_t>(hi[i]) << 16);
+      }
+    }
+    __syncthreads();
+    float cs0 = 0.0f, cs1 = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      cs0 += red_sum[w * kRows + g];
+      cs1 += red_sum[w * kRows + g + 8];
+    }
+    l0 = l0 * f0 + cs0;
+    l1 = l1 * f1 + cs1;
+    m0 = nm0;
+    m1 = nm1;
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      o[nt][0] *= f0;
+      o[nt][1] *= f0;
+      o[nt][2] *= f1;
+      o[nt][3] *= f1;
+    }
+    // Values: this warp's kDv / kWarps columns over the chunk's positions.
+#pragma unroll
+    for (int k0 = 0; k0 < kChunk; k0 += 16) {
+      uint32_t af[kTerms][4];
+#pragma unroll
+      for (int i = 0; i < kTerms; ++i) {
+        const uint16_t* pa = pt + (i * kRows + g) * kPs + k0 + 2 * c;
+        af[i][0] = LoadPair(pa);
+        af[i][1] = LoadPair(pa + 8 * kPs);
+        af[i][2] = LoadPair(pa + 8);
+        af[i][3] = LoadPair(pa + 8 * kPs + 8);
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        const int n0 = warp * (kDv / kWarps) + nt * 8;
+        uint32_t b0, b1;
+        LdMatrixTrans2(vt + (k0 + (lane & 15)) * vstride + n0, &b0, &b1);
+#pragma unroll
+        for (int i = 0; i < kTerms; ++i) Mma16816(o[nt], af[i], b0, b1);
+      }
+    }
+    __syncthreads();  // the tiles, scales and probabilities are rewritten by the next chunk
+  }
+  if (bad) RaiseError(err, sel != nullptr ? kErrSelected : kErrPage);
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = g + 8 * half;
+    if (r >= nh) continue;
+    const int64_t h = h0 + r;
+    const float m = half == 0 ? m0 : m1, l = half == 0 ? l0 : l1;
+    float* dst;
+    float mul = 1.0f;
+    if (a.splits > 1) {
+      float* part = a.partial + ((t * a.heads + h) * a.splits + split) * (a.dv + 2);
+      if (warp == 0 && c == 0) {
+        part[0] = m;
+        part[1] = l;
+      }
+      dst = part + 2;
+    } else {
+      dst = a.out + t * a.out_ld + h * a.dv;
+      mul = l > 0.0f ? 1.0f / l : 0.0f;  // no position: zeros, as the CPU
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      const int col = warp * (kDv / kWarps) + nt * 8 + 2 * c;
+      if (col < a.dv) dst[col] = a.splits > 1 ? o[nt][2 * half] : o[nt][2 * half] * mul;
+      if (col + 1 < a.dv) dst[col + 1] = a.splits > 1 ? o[nt][2 * half + 1] : o[nt][2 * half + 1] * mul;
+    }
+  }
+}
+
+}  // namespace llmrt::cuda::tc
+
+#endif  // LLMRT_KERNELS_ATTENTION_TC_KERNEL_CUH_

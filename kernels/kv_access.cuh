@@ -1,0 +1,101 @@
+// Device access to the paged KV cache shared by the attention kernels: rows by page and slot, a
+// layer's FP8 scale, values decoded as the codecs' DecodeRow gives them, and where a token finds
+// each position of its context (a cache row, or under the phase policy its pass's BF16 fresh row).
+#ifndef LLMRT_KERNELS_KV_ACCESS_CUH_
+#define LLMRT_KERNELS_KV_ACCESS_CUH_
+
+#include <climits>
+#include <cstdint>
+
+#include "kernels/common.cuh"
+
+namespace llmrt::cuda {
+
+__device__ __forceinline__ const uint8_t* RowAt(const KvRef& kv, int64_t page, int64_t layer, int64_t row) {
+  return kv.pages + ((page * kv.num_layers + layer) * kv.page_size + row) * kv.row_bytes;
+}
+
+__device__ __forceinline__ bool SlotOk(const KvRef& kv, int32_t slot) {
+  return slot >= 0 && slot / kv.page_size < kv.num_pages;
+}
+
+__device__ __forceinline__ uint8_t* SlotRow(const KvRef& kv, int64_t layer, int32_t slot) {
+  return const_cast<uint8_t*>(RowAt(kv, slot / kv.page_size, layer, slot % kv.page_size));
+}
+
+__device__ __forceinline__ float LayerScale(const KvRef& kv, int64_t layer) {
+  return kv.layer_scales != nullptr ? kv.layer_scales[layer] : 1.0f;
+}
+
+// Value i of a row of layout r, as the codec's DecodeRow gives it (one float32 product of an FP8
+// code and its scale).
+__device__ __forceinline__ float KvValue(const KvRowRef& r, const uint8_t* row, int64_t i, float layer_scale) {
+  if (r.nseg == 0) {
+    if (r.type == kElemFp8E4M3) return Fp8ToFloat(row[i]) * layer_scale;
+    return LoadElem(row, r.type, i);
+  }
+  for (int k = 0; k < r.nseg; ++k) {
+    const KvSegRef& g = r.seg[k];
+    if (i < g.start || i >= g.start + g.count) continue;
+    const int64_t j = i - g.start;
+    if (g.bf16) return Bf16Bits(reinterpret_cast<const uint16_t*>(row + g.byte_offset)[j]);
+    const float scale = reinterpret_cast<const float*>(row + r.scale_offset)[g.first_scale + j / g.tile];
+    return Fp8ToFloat(row[g.byte_offset + j]) * scale;
+  }
+  return 0.0f;  // past the segments (not reached: they cover the width)
+}
+
+// A row attention reads: a cache row, or under the phase policy a BF16 fresh row.
+struct RowPtr {
+  const uint8_t* data;
+  bool fresh;
+};
+
+__device__ __forceinline__ float RowValue(const KvRef& kv, const RowPtr& r, int64_t i, float layer_scale) {
+  if (r.fresh) return Bf16Bits(reinterpret_cast<const uint16_t*>(r.data)[i]);
+  return KvValue(kv.row, r.data, i, layer_scale);
+}
+
+// Where token t reads the positions of its sequence: pages, and (fresh rows) the first position
+// this pass wrote for the sequence and its fresh row.
+struct Context {
+  const int32_t* pages;
+  int64_t num_pages;  // the sequence's
+  int64_t ctx;
+  int64_t fresh_from = INT64_MAX;
+  int64_t fresh_row = 0;
+};
+
+__device__ __forceinline__ Context ContextOf(const KvRef& kv, const BatchRef& b, int64_t t) {
+  Context c;
+  const int32_t seq = b.token_seq[t];
+  c.pages = b.page_ids + b.seq_page_start[seq];
+  c.num_pages = b.seq_page_start[seq + 1] - b.seq_page_start[seq];
+  c.ctx = b.token_ctx[t];
+  if (kv.fresh != nullptr) {
+    const int32_t first = b.seq_first_token[seq];
+    c.fresh_row = first;
+    c.fresh_from = b.token_ctx[first] - 1;
+  }
+  return c;
+}
+
+// Position p of the context, or false when p or its page is out of range.
+__device__ __forceinline__ bool Locate(const KvRef& kv, int64_t layer, const Context& c, int64_t p, RowPtr* r) {
+  if (p < 0 || p >= c.ctx) return false;
+  if (p >= c.fresh_from) {
+    const int64_t fr = c.fresh_row + (p - c.fresh_from);
+    if (fr >= kv.fresh_rows) return false;
+    *r = {reinterpret_cast<const uint8_t*>(kv.fresh + fr * kv.width), true};
+    return true;
+  }
+  if (p / kv.page_size >= c.num_pages) return false;  // past the sequence's pages
+  const int32_t page = c.pages[p / kv.page_size];
+  if (page < 0 || page >= kv.num_pages) return false;
+  *r = {RowAt(kv, page, layer, p % kv.page_size), false};
+  return true;
+}
+
+}  // namespace llmrt::cuda
+
+#endif  // LLMRT_KERNELS_KV_ACCESS_CUH_
