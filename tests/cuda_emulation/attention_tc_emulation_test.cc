@@ -1,0 +1,385 @@
+// The CUDA backend's tensor-core attention kernel (kernels/attention_tc_kernel.cuh), run on the
+// host: its blocks' threads are host threads (cuda_emulation.h) and the two tensor-core
+// instructions are computed from the PTX ISA's fragment tables for mma.m16n8k16 (.bf16, f32
+// accumulators) and ldmatrix .x2 .trans:
+//   A (16x16): a0,a1 row g cols 2c,2c+1; a2,a3 row g+8; a4,a5 row g cols 2c+8,2c+9; a6,a7 row g+8
+//   B (16x8):  b0,b1 rows 2c,2c+1 col g; b2,b3 rows 2c+8,2c+9 col g
+//   C (16x8):  c0,c1 row g cols 2c,2c+1; c2,c3 row g+8
+//   (g = lane / 4, c = lane % 4; register i holds elements 2i (low half) and 2i+1);
+//   ldmatrix .trans: matrix j's eight rows come from the addresses of lanes 8j .. 8j+7, and lane
+//   t receives (row 2(t%4), col t/4) and (row 2(t%4)+1, col t/4) of it.
+// So every CI machine checks the kernel's fragment indexing, tiling, online softmax, splits,
+// paging, FP8 codes, fresh rows and selections against a float64 reference, with the tolerance
+// the device conformance suite states (tests/backend/attention_test.cc); what only a GPU can
+// check (timing, the real instructions' rounding, shared memory limits) stays with the `gpu`
+// tests.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/cuda_emulation/cuda_emulation.h"
+
+namespace llmrt::cuda::tc {
+
+inline float HalfOf(uint32_t reg, int e) { return __uint_as_float(((reg >> (16 * e)) & 0xffffu) << 16); }
+
+inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  emulation::Warp& w = emulation::ThisWarp();
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (int i = 0; i < 4; ++i) w.words[lane][i] = a[i];
+  w.words[lane][4] = b0;
+  w.words[lane][5] = b1;
+  w.bar.ArriveAndWait();
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, c = l & 3;
+    for (int e = 0; e < 2; ++e) {
+      A[g][2 * c + e] = HalfOf(w.words[l][0], e);
+      A[g + 8][2 * c + e] = HalfOf(w.words[l][1], e);
+      A[g][2 * c + 8 + e] = HalfOf(w.words[l][2], e);
+      A[g + 8][2 * c + 8 + e] = HalfOf(w.words[l][3], e);
+      B[2 * c + e][g] = HalfOf(w.words[l][4], e);
+      B[2 * c + 8 + e][g] = HalfOf(w.words[l][5], e);
+    }
+  }
+  w.bar.ArriveAndWait();
+  const int g = lane >> 2, c = lane & 3;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * c + (i & 1);
+    float s = d[i];
+    for (int k = 0; k < 16; ++k) s = std::fma(A[row][k], B[k][col], s);
+    d[i] = s;
+  }
+}
+
+inline void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
+  emulation::Warp& w = emulation::ThisWarp();
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(row) % 16, 0u) << "ldmatrix rows are 16-byte aligned";
+  w.ptrs[lane] = row;
+  w.bar.ArriveAndWait();
+  const int g = lane >> 2, c = lane & 3;
+  uint32_t r[2];
+  for (int j = 0; j < 2; ++j) {
+    const uint16_t* r0 = static_cast<const uint16_t*>(w.ptrs[8 * j + 2 * c]);
+    const uint16_t* r1 = static_cast<const uint16_t*>(w.ptrs[8 * j + 2 * c + 1]);
+    r[j] = r0[g] | (static_cast<uint32_t>(r1[g]) << 16);
+  }
+  w.bar.ArriveAndWait();
+  *b0 = r[0];
+  *b1 = r[1];
+}
+
+inline uint8_t* TcSharedMemory() { return emulation::g_block->shared; }
+
+}  // namespace llmrt::cuda::tc
+
+#include "kernels/attention_tc_kernel.cuh"
+
+namespace llmrt::cuda {
+namespace {
+
+template <int kDv, int kTerms>
+void RunKernel(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
+  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * pl.head_tiles), static_cast<unsigned>(a.splits), 1},
+                     tc::kThreads, static_cast<size_t>(pl.bytes),
+                     [&] { tc::TcAttentionKernel<kDv, kTerms>(a, pl, err); });
+}
+
+void Run(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
+  const int key = pl.dv_tile * 4 + pl.terms;
+  switch (key) {
+    case 32 * 4 + 1: return RunKernel<32, 1>(a, pl, err);
+    case 32 * 4 + 2: return RunKernel<32, 2>(a, pl, err);
+    case 64 * 4 + 1: return RunKernel<64, 1>(a, pl, err);
+    case 64 * 4 + 2: return RunKernel<64, 2>(a, pl, err);
+    case 128 * 4 + 2: return RunKernel<128, 2>(a, pl, err);
+    case 512 * 4 + 2: return RunKernel<512, 2>(a, pl, err);
+    default: FAIL() << "no emulated instance for dv_tile " << pl.dv_tile << " terms " << pl.terms;
+  }
+}
+
+// The scalar kernel's combine of splits (kernels/attention.cu), in the same float operations.
+void Combine(const AttentionArgs& a) {
+  for (int64_t b = 0; b < a.batch.num_tokens * a.heads; ++b) {
+    const int64_t t = b / a.heads, h = b % a.heads;
+    const float* parts = a.partial + b * a.splits * (a.dv + 2);
+    float mx = -INFINITY, denom = 0.0f;
+    for (int64_t s = 0; s < a.splits; ++s) {
+      if (parts[s * (a.dv + 2) + 1] > 0.0f) mx = std::max(mx, parts[s * (a.dv + 2)]);
+    }
+    for (int64_t s = 0; s < a.splits; ++s) {
+      const float* p = parts + s * (a.dv + 2);
+      if (p[1] > 0.0f) denom += p[1] * std::exp(p[0] - mx);
+    }
+    const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
+    for (int64_t j = 0; j < a.dv; ++j) {
+      float o = 0.0f;
+      for (int64_t s = 0; s < a.splits; ++s) {
+        const float* p = parts + s * (a.dv + 2);
+        if (p[1] > 0.0f) o = std::fma(p[2 + j], std::exp(p[0] - mx), o);
+      }
+      a.out[t * a.out_ld + h * a.dv + j] = o * inv;
+    }
+  }
+}
+
+struct Case {
+  bool mla;
+  int64_t heads;
+  int64_t kv_heads, head_dim;  // GQA
+  int64_t kv_lora, rope;       // MLA: latent and rope key of each row (3 more values after them)
+  bool fp8, fresh, sparse;
+  int64_t page_size;
+  std::vector<std::pair<int64_t, int64_t>> seqs;  // (cached history, new tokens)
+  int64_t splits;
+  AttentionKernel kernel;
+  std::string Describe() const {
+    std::string s = mla ? "MLA kv_lora " + std::to_string(kv_lora) + " rope " + std::to_string(rope)
+                        : "GQA kv_heads " + std::to_string(kv_heads) + " head_dim " + std::to_string(head_dim);
+    s += " heads " + std::to_string(heads) + (fp8 ? " FP8" : " BF16") + (fresh ? " fresh" : "") +
+         (sparse ? " sparse" : "") + " splits " + std::to_string(splits) +
+         (kernel == AttentionKernel::kTensorCoreBf16 ? " one bf16 part" : " two bf16 parts");
+    return s;
+  }
+};
+
+// A paged layer of random rows (BF16 values, or FP8 codes with a layer scale; under `fresh`
+// the pass's own positions read from BF16 fresh rows), queries, the kernel's output, and the
+// float64 reference over the values each position reads as.
+void Check(const Case& cs, std::mt19937& rng) {
+  SCOPED_TRACE(cs.Describe());
+  std::normal_distribution<float> normal;
+  const int64_t H = cs.heads, layers = 2, layer = 1, ps = cs.page_size;
+  const int64_t W = cs.mla ? cs.kv_lora + cs.rope + 3 : 2 * cs.kv_heads * cs.head_dim;
+  const int64_t row_bytes = cs.fp8 ? (W + 3) / 4 * 4 : (2 * W + 15) / 16 * 16;
+  std::vector<int32_t> token_seq, token_ctx, seq_page_start{0}, seq_first;
+  int64_t pages_used = 0;
+  for (size_t s = 0; s < cs.seqs.size(); ++s) {
+    seq_first.push_back(static_cast<int32_t>(token_seq.size()));
+    for (int64_t i = 0; i < cs.seqs[s].second; ++i) {
+      token_seq.push_back(static_cast<int32_t>(s));
+      token_ctx.push_back(static_cast<int32_t>(cs.seqs[s].first + i + 1));
+    }
+    pages_used += (cs.seqs[s].first + cs.seqs[s].second + ps - 1) / ps;
+    seq_page_start.push_back(static_cast<int32_t>(pages_used));
+  }
+  const int64_t num_pages = pages_used + 3, T = static_cast<int64_t>(token_seq.size());
+  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  std::shuffle(page_ids.begin(), page_ids.end(), rng);
+  page_ids.resize(static_cast<size_t>(pages_used));
+  std::vector<uint8_t> pages(static_cast<size_t>(num_pages * layers * ps * row_bytes), 0xff);
+  const std::vector<float> layer_scales = {1.0f, 0.37f};
+  std::vector<uint16_t> fresh(static_cast<size_t>(T * W));
+  std::vector<std::vector<std::vector<float>>> read(cs.seqs.size());
+  for (size_t s = 0; s < cs.seqs.size(); ++s) {
+    const int64_t len = cs.seqs[s].first + cs.seqs[s].second;
+    for (int64_t p = 0; p < len; ++p) {
+      const int64_t page = page_ids[seq_page_start[s] + p / ps];
+      uint8_t* row = pages.data() + ((page * layers + layer) * ps + p % ps) * row_bytes;
+      std::vector<float> v(static_cast<size_t>(W));
+      const bool from_fresh = cs.fresh && p >= cs.seqs[s].first;
+      for (int64_t i = 0; i < W; ++i) {
+        const float x = normal(rng);
+        if (cs.fp8) {
+          row[i] = Fp8E4M3::FromFloat(x / layer_scales[layer]);
+          v[i] = Fp8ToFloat(row[i]) * layer_scales[layer];
+        } else {
+          const uint16_t b = F32ToBf16(x);
+          std::memcpy(row + 2 * i, &b, sizeof(b));
+          v[i] = Bf16ToF32(b);
+        }
+        if (from_fresh) {
+          fresh[(seq_first[s] + p - cs.seqs[s].first) * W + i] = F32ToBf16(x);
+          v[i] = Bf16ToF32(F32ToBf16(x));
+        }
+      }
+      read[s].push_back(std::move(v));
+    }
+  }
+  const int64_t q1_len = cs.mla ? cs.kv_lora : cs.head_dim, nope = 5, qw = cs.mla ? nope + cs.rope : 0;
+  const int64_t dv = q1_len, top_k = 6;
+  std::vector<float> q1(static_cast<size_t>(T * H * q1_len)), q2(static_cast<size_t>(std::max<int64_t>(T * H * qw, 1)));
+  for (float& x : q1) x = normal(rng);
+  for (float& x : q2) x = normal(rng);
+  const float scale = cs.mla ? 0.07f : 1.0f / std::sqrt(static_cast<float>(cs.head_dim));
+  std::vector<int32_t> selected;
+  std::vector<std::vector<int64_t>> attended(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int64_t>& pos = attended[t];
+    pos.resize(static_cast<size_t>(token_ctx[t]));
+    std::iota(pos.begin(), pos.end(), 0);
+    if (!cs.sparse) continue;
+    std::shuffle(pos.begin(), pos.end(), rng);
+    pos.resize(std::min<size_t>(static_cast<size_t>(top_k - 1), pos.size()));  // then -1
+    std::sort(pos.begin(), pos.end());
+    for (int64_t i = 0; i < top_k; ++i) {
+      selected.push_back(i < static_cast<int64_t>(pos.size()) ? static_cast<int32_t>(pos[i]) : -1);
+    }
+  }
+
+  AttentionArgs a{};
+  a.kv.pages = pages.data();
+  a.kv.type = cs.fp8 ? kElemFp8E4M3 : kElemBf16;
+  a.kv.num_pages = num_pages;
+  a.kv.num_layers = layers;
+  a.kv.page_size = ps;
+  a.kv.row_bytes = row_bytes;
+  a.kv.width = W;
+  a.kv.row.type = a.kv.type;
+  a.kv.row.row_bytes = row_bytes;
+  a.kv.row.width = W;
+  if (cs.fp8) a.kv.layer_scales = layer_scales.data();
+  if (cs.fresh) {
+    a.kv.fresh = fresh.data();
+    a.kv.fresh_rows = T;
+  }
+  a.layer = layer;
+  a.batch = BatchRef{token_seq.data(), token_ctx.data(), seq_page_start.data(), page_ids.data(), nullptr, T,
+                     *std::max_element(token_ctx.begin(), token_ctx.end())};
+  a.batch.seq_first_token = seq_first.data();
+  a.heads = H;
+  a.q1 = q1.data();
+  a.q1_ld = H * q1_len;
+  a.q1_head = q1_len;
+  a.q1_len = q1_len;
+  if (cs.mla) {  // as CudaBackend::MlaAttention
+    a.kv_group = 1;
+    a.q2 = q2.data() + nope;
+    a.q2_ld = H * qw;
+    a.q2_head = qw;
+    a.q2_len = cs.rope;
+    a.k2_off = cs.kv_lora;
+  } else {  // as CudaBackend::GqaAttention
+    a.kv_group = H / cs.kv_heads;
+    a.k_head_step = cs.head_dim;
+    a.v_off = cs.kv_heads * cs.head_dim;
+    a.v_head_step = cs.head_dim;
+  }
+  a.dv = dv;
+  a.scale = scale;
+  if (cs.sparse) {
+    a.selected = selected.data();
+    a.top_k = top_k;
+  }
+  std::vector<float> out(static_cast<size_t>(T * H * dv), -7.0f);
+  std::vector<float> partial(static_cast<size_t>(T * H * cs.splits * (dv + 2)), -9.0f);
+  a.out = out.data();
+  a.out_ld = H * dv;
+  a.splits = cs.splits;
+  a.partial = partial.data();
+  a.kernel = cs.kernel;
+  TcPlan plan;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  int32_t err = 0;
+  Run(a, plan, &err);
+  if (cs.splits > 1) Combine(a);
+  EXPECT_EQ(err, 0);
+
+  // Reference: AttentionTolerance's bound plus the bfloat16 parts' 2^-16 (2^-8 for one part).
+  const double u = 0x1p-24, eps = cs.kernel == AttentionKernel::kTensorCoreBf16 ? 0x1p-8 : 0x1p-16;
+  int bad = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t s = token_seq[t];
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = cs.mla ? 0 : h / (H / cs.kv_heads);
+      std::vector<double> scores, mags;
+      std::vector<const float*> values;
+      for (int64_t p : attended[t]) {
+        const float* row = read[s][p].data();
+        double d = 0, m = 0;
+        for (int64_t i = 0; i < q1_len; ++i) {
+          const double x = static_cast<double>(q1[(t * H + h) * q1_len + i]) * row[(cs.mla ? 0 : g * cs.head_dim) + i];
+          d += x;
+          m += std::fabs(x);
+        }
+        for (int64_t i = 0; cs.mla && i < cs.rope; ++i) {
+          const double x = static_cast<double>(q2[(t * H + h) * qw + nope + i]) * row[cs.kv_lora + i];
+          d += x;
+          m += std::fabs(x);
+        }
+        scores.push_back(d * scale);
+        mags.push_back(m * scale);
+        values.push_back(row + (cs.mla ? 0 : (cs.kv_heads + g) * cs.head_dim));
+      }
+      const size_t n = scores.size();
+      const double mx = *std::max_element(scores.begin(), scores.end());
+      double sum = 0, max_err = 0;
+      std::vector<double> prob(n);
+      for (size_t i = 0; i < n; ++i) {
+        prob[i] = std::exp(scores[i] - mx);
+        sum += prob[i];
+        max_err = std::max(max_err, ((q1_len + a.q2_len + 4) * u + eps) * mags[i]);
+      }
+      for (int64_t j = 0; j < dv; ++j) {
+        double want = 0, wabs = 0;
+        for (size_t i = 0; i < n; ++i) {
+          want += prob[i] / sum * values[i][j];
+          wabs += prob[i] / sum * std::fabs(values[i][j]);
+        }
+        const double tol = 2 * wabs * (2 * max_err + (2.0 * static_cast<double>(n) + 16) * u) + 2 * eps * wabs + 1e-30;
+        const double got = out[(t * H + h) * dv + j];
+        if (!(std::fabs(got - want) <= tol) && bad++ < 3) {
+          ADD_FAILURE() << "token " << t << " head " << h << " column " << j << ": " << got << ", want " << want
+                        << " within " << tol;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+using Seqs = std::vector<std::pair<int64_t, int64_t>>;
+// A prefill from scratch, a decode with history, a chunk crossing pages, a short decode.
+const Seqs kMixed = {{0, 4}, {9, 1}, {3, 6}, {5, 1}};
+// Contexts of several chunks of 32 positions.
+const Seqs kLonger = {{70, 1}, {45, 2}};
+constexpr AttentionKernel kTwo = AttentionKernel::kTensorCore, kOne = AttentionKernel::kTensorCoreBf16;
+
+TEST(TensorCoreAttentionEmulated, MlaRows) {
+  std::mt19937 rng(71);
+  for (bool fp8 : {false, true}) {
+    for (bool fresh : {false, true}) {
+      if (fresh && !fp8) continue;
+      Check({true, 2, 0, 0, 32, 7, fp8, fresh, false, 4, kMixed, 1, kTwo}, rng);   // odd rope: padding
+      Check({true, 3, 0, 0, 33, 7, fp8, fresh, true, 3, kMixed, 1, kTwo}, rng);    // odd latent, selected
+      Check({true, 20, 0, 0, 64, 16, fp8, fresh, false, 4, kLonger, 1, kTwo}, rng); // two head tiles
+      Check({true, 2, 0, 0, 64, 16, fp8, fresh, false, 5, kLonger, 3, kTwo}, rng);  // splits
+    }
+  }
+}
+
+TEST(TensorCoreAttentionEmulated, GqaRows) {
+  std::mt19937 rng(72);
+  for (bool fp8 : {false, true}) {
+    for (bool fresh : {false, true}) {
+      if (fresh && !fp8) continue;
+      Check({false, 4, 2, 16, 0, 0, fp8, fresh, false, 4, kMixed, 1, kTwo}, rng);
+      Check({false, 3, 1, 7, 0, 0, fp8, fresh, false, 3, kMixed, 1, kTwo}, rng);    // unaligned rows
+      Check({false, 40, 2, 32, 0, 0, fp8, fresh, false, 4, kLonger, 2, kTwo}, rng); // groups of 20 heads
+    }
+  }
+}
+
+TEST(TensorCoreAttentionEmulated, OneBf16Part) {
+  std::mt19937 rng(73);
+  Check({true, 3, 0, 0, 33, 7, true, true, true, 3, kMixed, 1, kOne}, rng);
+  Check({false, 4, 2, 16, 0, 0, false, false, false, 4, kMixed, 1, kOne}, rng);
+}
+
+// Kimi K2's rows (latent 512, rope 64) and GLM-4.5's heads (128 values, 12 query heads per KV
+// head): the kernel's largest instances.
+TEST(TensorCoreAttentionEmulated, RealLayerShapes) {
+  std::mt19937 rng(74);
+  Check({true, 18, 0, 0, 512, 64, true, true, false, 16, {{70, 1}, {33, 2}}, 2, kTwo}, rng);
+  Check({false, 12, 1, 128, 0, 0, false, false, false, 16, {{40, 1}}, 1, kTwo}, rng);
+}
+
+}  // namespace
+}  // namespace llmrt::cuda

@@ -1,0 +1,183 @@
+// Runs a CUDA kernel's body on the host, one block at a time, each CUDA thread a fiber (ucontext)
+// of one host thread, scheduled round-robin: __syncthreads is a barrier of the block's fibers (a
+// fiber yields until the last one arrives), warp shuffles exchange through a warp's slots
+// between two barriers of its 32 fibers. Deterministic, and exact in what it checks: which
+// thread reads and writes what, in which order barriers allow. A barrier some fibers never reach
+// (a divergent __syncthreads) is reported as a deadlock. The tensor-core instructions are
+// emulated by their PTX fragment tables in the test that uses them
+// (attention_tc_emulation_test.cc), not here.
+#ifndef LLMRT_TESTS_CUDA_EMULATION_CUDA_EMULATION_H_
+#define LLMRT_TESTS_CUDA_EMULATION_CUDA_EMULATION_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include <ucontext.h>
+
+#include "tests/cuda_emulation/fake/cuda_runtime_api.h"
+
+#define __device__
+#define __global__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __align__(n)
+
+namespace llmrt::emulation {
+
+struct Index3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+// A barrier of n fibers.
+struct Barrier {
+  unsigned n = 0, count = 0;
+  uint64_t generation = 0;
+  void ArriveAndWait();
+};
+
+// One warp's exchange slots and barrier.
+struct Warp {
+  Barrier bar{32};
+  uint32_t words[32][8] = {};
+  const void* ptrs[32] = {};
+  float floats[32] = {};
+};
+
+struct Fiber {
+  ucontext_t context{};
+  std::vector<uint8_t> stack;
+  bool done = false;
+};
+
+// The block being run.
+struct Block {
+  Barrier bar;
+  std::vector<Warp> warps;
+  uint8_t* shared = nullptr;
+  std::vector<Fiber> fibers;
+  ucontext_t scheduler{};
+  Fiber* current = nullptr;
+  const std::function<void()>* body = nullptr;
+  uint64_t progress = 0;  // barriers completed and fibers finished
+};
+
+inline Block* g_block = nullptr;
+
+inline Warp& ThisWarp();
+
+// Runs body() on `threads` fibers (a multiple of 32) as one block with `shared_bytes` of shared
+// memory (filled with 0xff bytes: a float NaN, a bfloat16 NaN, so that reading what no thread
+// wrote shows), for each block index in grid (x fastest). Aborts on a barrier deadlock.
+void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& body);
+
+}  // namespace llmrt::emulation
+
+inline llmrt::emulation::Index3 threadIdx;
+inline llmrt::emulation::Index3 blockIdx;
+inline llmrt::emulation::Index3 blockDim;
+
+inline void __syncthreads() { llmrt::emulation::g_block->bar.ArriveAndWait(); }
+
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
+  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
+  const unsigned lane = threadIdx.x % 32;
+  w.floats[lane] = v;
+  w.bar.ArriveAndWait();
+  const float r = w.floats[lane ^ static_cast<unsigned>(lane_mask)];
+  w.bar.ArriveAndWait();
+  return r;
+}
+
+inline int32_t atomicCAS(int32_t* p, int32_t compare, int32_t value) {  // fibers never preempt
+  const int32_t old = *p;
+  if (old == compare) *p = value;
+  return old;
+}
+
+namespace llmrt::emulation {
+
+inline Warp& ThisWarp() { return g_block->warps[threadIdx.x / 32]; }
+
+inline void Barrier::ArriveAndWait() {
+  const uint64_t mine = generation;
+  if (++count == n) {
+    count = 0;
+    ++generation;
+    ++g_block->progress;
+    return;
+  }
+  while (generation == mine) swapcontext(&g_block->current->context, &g_block->scheduler);
+}
+
+inline void FiberMain() {
+  (*g_block->body)();
+  g_block->current->done = true;
+  ++g_block->progress;
+}  // returns to uc_link: the scheduler
+
+inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& body) {
+  std::vector<uint8_t> shared(shared_bytes + 16);
+  uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 15) & ~uintptr_t{15});
+  Block block;
+  block.fibers.resize(threads);
+  for (Fiber& f : block.fibers) f.stack.resize(256 * 1024);
+  g_block = &block;
+  for (unsigned z = 0; z < (grid.z == 0 ? 1 : grid.z); ++z) {
+    for (unsigned y = 0; y < (grid.y == 0 ? 1 : grid.y); ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) {
+        std::memset(aligned, 0xff, shared_bytes);
+        block.bar = Barrier{threads};
+        block.warps = std::vector<Warp>(threads / 32);
+        block.shared = aligned;
+        block.body = &body;
+        for (Fiber& f : block.fibers) {
+          f.done = false;
+          getcontext(&f.context);
+          f.context.uc_stack.ss_sp = f.stack.data();
+          f.context.uc_stack.ss_size = f.stack.size();
+          f.context.uc_link = &block.scheduler;
+          makecontext(&f.context, FiberMain, 0);
+        }
+        blockIdx = Index3{x, y, z};
+        blockDim = Index3{threads, 1, 1};
+        for (bool running = true; running;) {
+          running = false;
+          const uint64_t before = block.progress;
+          for (unsigned t = 0; t < threads; ++t) {
+            Fiber& f = block.fibers[t];
+            if (f.done) continue;
+            running = true;
+            threadIdx = Index3{t, 0, 0};
+            block.current = &f;
+            swapcontext(&block.scheduler, &f.context);
+          }
+          if (running && block.progress == before) {
+            std::fprintf(stderr, "emulated block (%u, %u, %u): barrier deadlock\n", x, y, z);
+            std::abort();
+          }
+        }
+      }
+    }
+  }
+  g_block = nullptr;
+}
+
+}  // namespace llmrt::emulation
+
+#endif  // LLMRT_TESTS_CUDA_EMULATION_CUDA_EMULATION_H_
