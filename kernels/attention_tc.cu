@@ -3,12 +3,14 @@
 // latent row once per 16 heads instead of once per head. Per chunk of 32 positions:
 //   load   each warp decodes 8 rows into a shared K tile (and a V tile unless the values are the
 //          keys' first columns, as MLA's latent is): BF16 values as they are, FP8 codes to their
-//          exact bfloat16 values (the layer scale is applied after the sums); missing rows zero;
+//          exact bfloat16 values (flat rows' layer scale and tiled rows' tile scales are applied
+//          after the products); missing rows zero;
 //   scores each warp multiplies the 16 query rows by its 8 positions (m16n8k16, float32
-//          accumulation), scales, takes the running maximum across warps (shared memory);
-//   values the probabilities (times the row scale) go to shared memory and every warp multiplies
-//          them by its quarter of the value columns, rescaling its accumulators as the maximum
-//          moves (FlashAttention's online softmax).
+//          accumulation; tiled rows: each 16-column step times its tile's scale), scales, takes
+//          the running maximum across warps (shared memory);
+//   values the probabilities go to shared memory and every warp multiplies them (times the rows'
+//          scales for its value tile) by its quarter of the value columns, rescaling its
+//          accumulators as the maximum moves (FlashAttention's online softmax).
 // The query and the probabilities are carried as `terms` bfloat16 parts (x = p1 + p2 + residual,
 // |residual| <= 2^-16 |x| for two parts), so each product is exact to 16 significant bits; keys
 // and values are exact (BF16 rows, or e4m3 codes, which bfloat16 holds exactly). Splits write

@@ -16,13 +16,15 @@ inline constexpr int kWarps = 4, kThreads = 32 * kWarps;
 inline constexpr int kRows = 16;           // query heads per block: the MMA's M
 inline constexpr int kChunk = 8 * kWarps;  // positions per chunk: one n8 tile of scores per warp
 inline constexpr int kPad = 8;             // elements after each shared row: conflict-free fragment loads
-inline constexpr int kPs = kChunk + kPad;  // probability row stride
+inline constexpr int kPf = kChunk + 4;     // probability row stride (floats)
 inline constexpr int kMaxShared = 160 * 1024;
 }  // namespace tc
 
 // How a call runs on the tensor cores: blocks of up to 16 heads that share their K/V row
 // region (an MLA layer's heads all share the latent row; a GQA group shares its KV head), the
-// query and each chunk of rows as bfloat16 in shared memory, padded to whole MMA steps.
+// query and each chunk of rows as bfloat16 in shared memory, padded to whole MMA steps. Tiled
+// FP8 rows are taken when every 16-column step of the keys and every 8-column tile of the values
+// lies within one scale tile (or one BF16 segment), for every KV head.
 struct TcPlan {
   int32_t dv_tile = 0;  // dv rounded up to 32, 64, 128, 256 or 512 (the kernel's instance)
   int32_t terms = 0;    // bfloat16 parts of the query and the probabilities (1 or 2)
@@ -31,6 +33,8 @@ struct TcPlan {
   int32_t ks = 0;                // K tile (and query) row stride in elements
   int32_t vs = 0;                // V tile row stride; 0: the values are the K tile's first columns
   int32_t fp8 = 0;               // flat FP8 rows: codes, times the layer scale after the sums
+  int32_t tiled = 0;             // tiled FP8 rows: codes, times their tiles' scales (per step / tile)
+  int32_t nks = 0;               // 16-column steps of the keys (kpad / 16)
   int32_t off_k = 0, off_v = 0, off_p = 0, off_f = 0, bytes = 0;  // shared memory layout
 };
 

@@ -13,6 +13,7 @@
 #ifndef LLMRT_KERNELS_ATTENTION_TC_KERNEL_CUH_
 #define LLMRT_KERNELS_ATTENTION_TC_KERNEL_CUH_
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -35,13 +36,14 @@ __device__ __forceinline__ void SplitBf16(float x, uint16_t (&parts)[kTerms]) {
 }
 
 // Values [from, from + n) of a row into dst[0, n) as bfloat16 bits, zeros in [n, n_pad): BF16
-// values as they are, FP8 codes through `table`. One warp; dst is 16-byte aligned.
-__device__ inline void CopyRowValues(const uint8_t* row, bool codes, const uint16_t* table, int64_t from, int n, int n_pad,
+// values as they are, FP8 codes through `table`. One warp; wide loads and stores where both
+// sides are aligned for them.
+__device__ __forceinline__ void CopyRowValues(const uint8_t* row, bool codes, const uint16_t* table, int64_t from, int n, int n_pad,
                               uint16_t* dst, int lane) {
   if (codes) {
     const uint8_t* src = row + from;
     int done = 0;
-    if ((reinterpret_cast<uintptr_t>(src) & 3) == 0) {
+    if ((reinterpret_cast<uintptr_t>(src) & 3) == 0 && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
       done = n & ~3;
       for (int i = lane * 4; i < done; i += 128) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(src + i);
@@ -54,12 +56,12 @@ __device__ inline void CopyRowValues(const uint8_t* row, bool codes, const uint1
   } else {
     const uint16_t* src = reinterpret_cast<const uint16_t*>(row) + from;
     int done = 0;
-    if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    if ((reinterpret_cast<uintptr_t>(src) & 15) == 0 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
       done = n & ~7;
       for (int i = lane * 8; i < done; i += 256) {
         *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(src + i);
       }
-    } else if ((reinterpret_cast<uintptr_t>(src) & 3) == 0) {
+    } else if ((reinterpret_cast<uintptr_t>(src) & 3) == 0 && (reinterpret_cast<uintptr_t>(dst) & 3) == 0) {
       done = n & ~1;
       for (int i = lane * 2; i < done; i += 64) {
         *reinterpret_cast<uint32_t*>(dst + i) = *reinterpret_cast<const uint32_t*>(src + i);
@@ -68,6 +70,49 @@ __device__ inline void CopyRowValues(const uint8_t* row, bool codes, const uint1
     for (int i = done + lane; i < n; i += 32) dst[i] = src[i];
   }
   for (int i = n + lane; i < n_pad; i += 32) dst[i] = 0;
+}
+
+// The same for a tiled row (layout r): each segment's part of [from, from + n), codes or BF16
+// values by the segment.
+__device__ __forceinline__ void CopyTiledValues(const uint8_t* row, const KvRowRef& r, const uint16_t* table, int64_t from,
+                                       int n, int n_pad, uint16_t* dst, int lane) {
+  for (int k = 0; k < r.nseg; ++k) {
+    const KvSegRef& sg = r.seg[k];
+    const int64_t lo = from > sg.start ? from : sg.start;
+    const int64_t hi = from + n < sg.start + sg.count ? from + n : sg.start + sg.count;
+    if (lo >= hi) continue;
+    const int cnt = static_cast<int>(hi - lo);
+    CopyRowValues(row + sg.byte_offset, !sg.bf16, table, lo - sg.start, cnt, cnt, dst + (lo - from), lane);
+  }
+  for (int i = n + lane; i < n_pad; i += 32) dst[i] = 0;
+}
+
+// The A fragments (16 rows x 16 positions from k0) of the probabilities pf [kRows][kPf] times
+// the positions' scales (scales[position * stride]), in kTerms bfloat16 parts: registers (row g,
+// positions 2c, 2c+1), (g + 8, same), (g, 2c + 8, 2c + 9), (g + 8, same).
+template <int kTerms>
+__device__ __forceinline__ void ProbabilityFragments(const float* pf, int k0, int g, int c, const float* scales,
+                                                     int stride, uint32_t (&af)[kTerms][4]) {
+#pragma unroll
+  for (int reg = 0; reg < 4; ++reg) {
+    const int r = g + 8 * (reg & 1), p0 = k0 + 2 * c + 8 * (reg >> 1);
+    uint16_t lo[kTerms], hi[kTerms];
+    SplitBf16<kTerms>(pf[r * kPf + p0] * scales[p0 * stride], lo);
+    SplitBf16<kTerms>(pf[r * kPf + p0 + 1] * scales[(p0 + 1) * stride], hi);
+#pragma unroll
+    for (int i = 0; i < kTerms; ++i) af[i][reg] = lo[i] | (static_cast<uint32_t>(hi[i]) << 16);
+  }
+}
+
+// The scale slot of value v of a tiled row: its tile's index among the row's float32 scales, or
+// -1 for a BF16 segment (and past the segments).
+__device__ __forceinline__ int TiledSlot(const KvRowRef& r, int64_t v) {
+  for (int k = 0; k < r.nseg; ++k) {
+    const KvSegRef& sg = r.seg[k];
+    if (v < sg.start || v >= sg.start + sg.count) continue;
+    return sg.bf16 ? -1 : static_cast<int>(sg.first_scale + (v - sg.start) / sg.tile);
+  }
+  return -1;
 }
 
 template <int kDv, int kTerms>
@@ -79,12 +124,19 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
   uint16_t* kt = reinterpret_cast<uint16_t*>(smem + pl.off_k);    // [kChunk][ks]
   uint16_t* vt = pl.vs > 0 ? reinterpret_cast<uint16_t*>(smem + pl.off_v) : kt;
   const int vstride = pl.vs > 0 ? pl.vs : pl.ks;
-  uint16_t* pt = reinterpret_cast<uint16_t*>(smem + pl.off_p);    // [kTerms][kRows][kPs]
-  float* rs = reinterpret_cast<float*>(smem + pl.off_f);          // [kChunk] row scale
+  constexpr int kNv = kDv / 8;                                    // n8 tiles of value columns
+  float* pf = reinterpret_cast<float*>(smem + pl.off_p);          // [kRows][kPf] probabilities
+  float* rs = reinterpret_cast<float*>(smem + pl.off_f);          // [kChunk] row scale (flat rows)
   int* valid = reinterpret_cast<int*>(rs + kChunk);               // [kChunk]
   float* red_max = reinterpret_cast<float*>(valid + kChunk);      // [kWarps][kRows]
   float* red_sum = red_max + kWarps * kRows;                      // [kWarps][kRows]
   uint16_t* table = reinterpret_cast<uint16_t*>(red_sum + kWarps * kRows);  // [256] e4m3 -> bf16
+  // Tiled rows: the scale slot of each 16-column step of the keys and of each 8-column tile of the
+  // values (-1: BF16), and each chunk row's scales for them.
+  int* kslot = reinterpret_cast<int*>(table + 256);               // [nks]
+  int* vslot = kslot + pl.nks;                                    // [kNv]
+  float* kscale = reinterpret_cast<float*>(vslot + kNv);          // [kChunk][nks]
+  float* vscale = kscale + kChunk * pl.nks;                       // [kChunk][kNv]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t t = blockIdx.x / pl.head_tiles, tile = blockIdx.x % pl.head_tiles;
@@ -110,8 +162,21 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
 #pragma unroll
     for (int i = 0; i < kTerms; ++i) qs[(i * kRows + r) * pl.ks + col] = parts[i];
   }
-  if (pl.fp8) {
+  if (pl.fp8 || pl.tiled) {
     for (int i = threadIdx.x; i < 256; i += kThreads) table[i] = ToBf16Bits(Fp8ToFloat(static_cast<uint32_t>(i)));
+  }
+  const int64_t kv_index = h0 / a.kv_group;  // MLA: any (its head steps are 0)
+  const int64_t k1 = a.k1_off + kv_index * a.k_head_step, v_off = a.v_off + kv_index * a.v_head_step;
+  if (pl.tiled) {  // the plan checked each step and tile lies in one scale tile
+    for (int ks = threadIdx.x; ks < pl.nks; ks += kThreads) {
+      const int col = ks * 16;
+      kslot[ks] = TiledSlot(a.kv.row, col < pl.q1_pad ? k1 + col : a.k2_off + (col - pl.q1_pad));
+    }
+    for (int nv = threadIdx.x; nv < kNv; nv += kThreads) {
+      const int col = nv * 8;
+      const int64_t v = pl.vs > 0 ? v_off + col : (col < pl.q1_pad ? k1 + col : a.k2_off + (col - pl.q1_pad));
+      vslot[nv] = col < a.dv ? TiledSlot(a.kv.row, v) : -1;
+    }
   }
   __syncthreads();
 
@@ -124,8 +189,6 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
     n = 0;
     while (n < a.top_k && sel[n] != -1) ++n;
   }
-  const int64_t kv_index = h0 / a.kv_group;  // MLA: any (its head steps are 0)
-  const int64_t k1 = a.k1_off + kv_index * a.k_head_step, v_off = a.v_off + kv_index * a.v_head_step;
   // This split's positions [begin, end): equal shares in whole chunks.
   const int64_t share = ((n + a.splits - 1) / a.splits + kChunk - 1) / kChunk * kChunk;
   const int64_t begin = split * share, end = begin + share < n ? begin + share : n;
@@ -147,8 +210,17 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
         if (!ok) bad = true;
       }
       uint16_t* krow = kt + i * pl.ks;
-      const bool codes = pl.fp8 && !row.fresh;
-      if (ok) {
+      const bool codes = pl.fp8 && !row.fresh, tiled = pl.tiled && !row.fresh;
+      if (ok && tiled) {
+        CopyTiledValues(row.data, a.kv.row, table, k1, static_cast<int>(a.q1_len), pl.q1_pad, krow, lane);
+        if (pl.kpad > pl.q1_pad) {
+          CopyTiledValues(row.data, a.kv.row, table, a.k2_off, static_cast<int>(a.q2_len), pl.kpad - pl.q1_pad,
+                          krow + pl.q1_pad, lane);
+        }
+        if (pl.vs > 0) {
+          CopyTiledValues(row.data, a.kv.row, table, v_off, static_cast<int>(a.dv), kDv, vt + i * pl.vs, lane);
+        }
+      } else if (ok) {
         CopyRowValues(row.data, codes, table, k1, static_cast<int>(a.q1_len), pl.q1_pad, krow, lane);
         if (pl.kpad > pl.q1_pad) {
           CopyRowValues(row.data, codes, table, a.k2_off, static_cast<int>(a.q2_len), pl.kpad - pl.q1_pad,
@@ -165,6 +237,15 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
         valid[i] = ok ? 1 : 0;
         rs[i] = ok && codes ? layer_scale : 1.0f;
       }
+      if (pl.tiled) {  // fresh and missing rows: 1
+        const float* scales = ok && tiled ? reinterpret_cast<const float*>(row.data + a.kv.row.scale_offset) : nullptr;
+        for (int ks = lane; ks < pl.nks; ks += 32) {
+          kscale[i * pl.nks + ks] = ok && tiled && kslot[ks] >= 0 ? scales[kslot[ks]] : 1.0f;
+        }
+        for (int nv = lane; nv < kNv; nv += 32) {
+          vscale[i * kNv + nv] = ok && tiled && vslot[nv] >= 0 ? scales[vslot[nv]] : 1.0f;
+        }
+      }
     }
     __syncthreads();
 
@@ -172,13 +253,28 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const uint16_t* kb = kt + (warp * 8 + g) * pl.ks + 2 * c;
     const uint16_t* qa = qs + g * pl.ks + 2 * c;
-    for (int k0 = 0; k0 < pl.kpad; k0 += 16) {
-      const uint32_t b0 = LoadPair(kb + k0), b1 = LoadPair(kb + k0 + 8);
+    if (pl.tiled) {  // each step's products times its tile's scale (one per position)
+      for (int k0 = 0; k0 < pl.kpad; k0 += 16) {
+        const uint32_t b0 = LoadPair(kb + k0), b1 = LoadPair(kb + k0 + 8);
+        float step[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int i = 0; i < kTerms; ++i) {
-        const uint16_t* q = qa + i * kRows * pl.ks + k0;
-        const uint32_t af[4] = {LoadPair(q), LoadPair(q + 8 * pl.ks), LoadPair(q + 8), LoadPair(q + 8 * pl.ks + 8)};
-        Mma16816(acc, af, b0, b1);
+        for (int i = 0; i < kTerms; ++i) {
+          const uint16_t* q = qa + i * kRows * pl.ks + k0;
+          const uint32_t af[4] = {LoadPair(q), LoadPair(q + 8 * pl.ks), LoadPair(q + 8), LoadPair(q + 8 * pl.ks + 8)};
+          Mma16816(step, af, b0, b1);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] = fmaf(step[e], kscale[(j0 + (e & 1)) * pl.nks + k0 / 16], acc[e]);
+      }
+    } else {
+      for (int k0 = 0; k0 < pl.kpad; k0 += 16) {
+        const uint32_t b0 = LoadPair(kb + k0), b1 = LoadPair(kb + k0 + 8);
+#pragma unroll
+        for (int i = 0; i < kTerms; ++i) {
+          const uint16_t* q = qa + i * kRows * pl.ks + k0;
+          const uint32_t af[4] = {LoadPair(q), LoadPair(q + 8 * pl.ks), LoadPair(q + 8), LoadPair(q + 8 * pl.ks + 8)};
+          Mma16816(acc, af, b0, b1);
+        }
       }
     }
     float s[4];
@@ -216,18 +312,10 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
       red_sum[warp * kRows + g] = ps0;
       red_sum[warp * kRows + g + 8] = ps1;
     }
-    // The probabilities times the row scales, in parts, as the A operand of the value product.
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      uint16_t lo[kTerms], hi[kTerms];
-      SplitBf16<kTerms>(p[2 * half] * rs[j0], lo);
-      SplitBf16<kTerms>(p[2 * half + 1] * rs[j0 + 1], hi);
-#pragma unroll
-      for (int i = 0; i < kTerms; ++i) {
-        *reinterpret_cast<uint32_t*>(pt + (i * kRows + g + 8 * half) * kPs + j0) =
-            lo[i] | (static_cast<uint32_t>(hi[i]) << 16);
-      }
-    }
+    pf[g * kPf + j0] = p[0];
+    pf[g * kPf + j0 + 1] = p[1];
+    pf[(g + 8) * kPf + j0] = p[2];
+    pf[(g + 8) * kPf + j0 + 1] = p[3];
     __syncthreads();
     float cs0 = 0.0f, cs1 = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
@@ -245,25 +333,34 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
       o[nt][2] *= f1;
       o[nt][3] *= f1;
     }
-    // Values: this warp's kDv / kWarps columns over the chunk's positions.
+    // Values: this warp's kDv / kWarps columns over the chunk's positions. The A operand is the
+    // probabilities times the rows' scales for the columns (flat rows: one per row; tiled rows:
+    // one per row and value tile, rebuilt where the tile changes), in kTerms bfloat16 parts.
 #pragma unroll
     for (int k0 = 0; k0 < kChunk; k0 += 16) {
       uint32_t af[kTerms][4];
+      if (!pl.tiled) {
+        ProbabilityFragments<kTerms>(pf, k0, g, c, rs, 1, af);
 #pragma unroll
-      for (int i = 0; i < kTerms; ++i) {
-        const uint16_t* pa = pt + (i * kRows + g) * kPs + k0 + 2 * c;
-        af[i][0] = LoadPair(pa);
-        af[i][1] = LoadPair(pa + 8 * kPs);
-        af[i][2] = LoadPair(pa + 8);
-        af[i][3] = LoadPair(pa + 8 * kPs + 8);
-      }
+        for (int nt = 0; nt < kNt; ++nt) {
+          const int n0 = warp * (kDv / kWarps) + nt * 8;
+          uint32_t b0, b1;
+          LdMatrixTrans2(vt + (k0 + (lane & 15)) * vstride + n0, &b0, &b1);
 #pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-        const int n0 = warp * (kDv / kWarps) + nt * 8;
-        uint32_t b0, b1;
-        LdMatrixTrans2(vt + (k0 + (lane & 15)) * vstride + n0, &b0, &b1);
+          for (int i = 0; i < kTerms; ++i) Mma16816(o[nt], af[i], b0, b1);
+        }
+      } else {
 #pragma unroll
-        for (int i = 0; i < kTerms; ++i) Mma16816(o[nt], af[i], b0, b1);
+        for (int nt = 0; nt < kNt; ++nt) {
+          const int n0 = warp * (kDv / kWarps) + nt * 8;
+          if (nt == 0 || vslot[n0 / 8] != vslot[n0 / 8 - 1]) {  // uniform over the block
+            ProbabilityFragments<kTerms>(pf, k0, g, c, vscale + n0 / 8, kNv, af);
+          }
+          uint32_t b0, b1;
+          LdMatrixTrans2(vt + (k0 + (lane & 15)) * vstride + n0, &b0, &b1);
+#pragma unroll
+          for (int i = 0; i < kTerms; ++i) Mma16816(o[nt], af[i], b0, b1);
+        }
       }
     }
     __syncthreads();  // the tiles, scales and probabilities are rewritten by the next chunk

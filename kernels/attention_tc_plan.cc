@@ -1,5 +1,6 @@
 // Which calls the tensor-core attention kernel takes, and its shared memory layout.
 #include <cstdint>
+#include <utility>
 
 #include "kernels/attention_tc.h"
 
@@ -8,19 +9,45 @@ namespace {
 
 int32_t Round16(int64_t n) { return static_cast<int32_t>((n + 15) / 16 * 16); }
 
+// (segment, tile) of value v of a tiled row: tile -1 for a BF16 segment; segment -1 past them.
+std::pair<int, int64_t> TileOf(const KvRowRef& r, int64_t v) {
+  for (int k = 0; k < r.nseg; ++k) {
+    const KvSegRef& s = r.seg[k];
+    if (v >= s.start && v < s.start + s.count) return {k, s.bf16 ? -1 : (v - s.start) / s.tile};
+  }
+  return {-1, 0};
+}
+
+// Whether the values `col_value(col)` of the valid columns [c0, c0 + n) share one tile.
+template <typename ColumnValue>
+bool OneTile(const KvRowRef& r, int c0, int n, const ColumnValue& col_value) {
+  bool first = true;
+  std::pair<int, int64_t> key{-1, 0};
+  for (int col = c0; col < c0 + n; ++col) {
+    const int64_t v = col_value(col);
+    if (v < 0) continue;  // padding
+    const std::pair<int, int64_t> k = TileOf(r, v);
+    if (k.first < 0) return false;
+    if (!first && k != key) return false;
+    key = k;
+    first = false;
+  }
+  return true;
+}
+
 }  // namespace
 
 using tc::kChunk;
 using tc::kMaxShared;
 using tc::kPad;
-using tc::kPs;
+using tc::kPf;
 using tc::kRows;
 using tc::kWarps;
 
 bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
   if (a.kernel == AttentionKernel::kScalar) return false;
   const KvRowRef& r = a.kv.row;
-  if (r.nseg != 0 || (r.type != kElemBf16 && r.type != kElemFp8E4M3)) return false;
+  if (r.nseg == 0 && r.type != kElemBf16 && r.type != kElemFp8E4M3) return false;
   if (a.dv <= 0 || a.dv > 512 || a.q1_len <= 0 || a.heads <= 0) return false;
   const int64_t q2_len = a.q2 != nullptr ? a.q2_len : 0;
   if (a.q1_len + q2_len > 4096) return false;
@@ -38,12 +65,39 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
   p.ks = p.kpad + kPad;
   const bool v_in_k = a.v_off == a.k1_off && a.v_head_step == a.k_head_step && a.dv <= a.q1_len && p.dv_tile <= p.kpad;
   p.vs = v_in_k ? 0 : p.dv_tile + kPad;
-  p.fp8 = r.type == kElemFp8E4M3 ? 1 : 0;
+  p.fp8 = r.nseg == 0 && r.type == kElemFp8E4M3 ? 1 : 0;
+  p.tiled = r.nseg > 0 ? 1 : 0;
+  p.nks = p.tiled ? p.kpad / 16 : 0;
+  if (p.tiled) {
+    if (p.nks > 256) return false;
+    // Every KV head's steps of keys and tiles of values, each within one scale tile.
+    for (int64_t gi = 0; gi < a.heads / group; ++gi) {
+      const int64_t kv_index = gi * group / a.kv_group;
+      const int64_t k1 = a.k1_off + kv_index * a.k_head_step, v_off = a.v_off + kv_index * a.v_head_step;
+      const auto key_value = [&](int col) -> int64_t {
+        if (col < a.q1_len) return k1 + col;
+        if (col >= p.q1_pad && col - p.q1_pad < q2_len) return a.k2_off + (col - p.q1_pad);
+        return -1;
+      };
+      const auto value_value = [&](int col) -> int64_t {
+        if (col >= a.dv) return -1;
+        return p.vs > 0 ? v_off + col : k1 + col;  // dv <= q1_len when the values are the keys
+      };
+      for (int c0 = 0; c0 < p.kpad; c0 += 16) {
+        if (!OneTile(r, c0, 16, key_value)) return false;
+      }
+      for (int c0 = 0; c0 < p.dv_tile; c0 += 8) {
+        if (!OneTile(r, c0, 8, value_value)) return false;
+      }
+    }
+  }
   p.off_k = p.terms * kRows * p.ks * 2;
   p.off_v = p.off_k + kChunk * p.ks * 2;
   p.off_p = p.off_v + kChunk * p.vs * 2;
-  p.off_f = p.off_p + p.terms * kRows * kPs * 2;
-  p.bytes = p.off_f + kChunk * 4 + kChunk * 4 + 2 * kWarps * kRows * 4 + 256 * 2;
+  p.off_f = p.off_p + kRows * kPf * 4;
+  // rs, valid, red_max, red_sum, the code table, kslot, vslot, kscale, vscale
+  p.bytes = p.off_f + kChunk * 4 + kChunk * 4 + 2 * kWarps * kRows * 4 + 256 * 2 + p.nks * 4 + (p.dv_tile / 8) * 4 +
+            kChunk * p.nks * 4 + (p.tiled ? kChunk * (p.dv_tile / 8) * 4 : 0);
   if (p.bytes > kMaxShared) return false;
   *pl = p;
   return true;

@@ -222,11 +222,12 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 //   kTensorCore: heads that share a K/V row in blocks of 16 on the tensor cores (bf16 MMA,
 //     float32 accumulation) with the query and the probabilities carried as two bfloat16 parts
 //     each (16 significant bits: a relative error of at most 2^-16 per product past float32's);
-//     flat BF16 and FP8 rows (codes, exact in bfloat16, times the row's scale after the sum).
+//     BF16, flat FP8 and tiled FP8 rows (codes, exact in bfloat16, times their scales after the
+//     products).
 //   kTensorCoreBf16: the same kernel with one bfloat16 part (FlashMLA's numerics; 2^-8).
 //   kScalar: one block per (token, head) on the CUDA cores in float32; what every case the
-//     tensor-core kernel does not take runs (F32 and tiled FP8 rows, dv above 512, rows wider
-//     than its shared memory).
+//     tensor-core kernel does not take runs (F32 rows, tiles that split a 16-column step, dv
+//     above 512, rows wider than its shared memory).
 enum class AttentionKernel : int32_t { kTensorCore = 0, kTensorCoreBf16 = 1, kScalar = 2 };
 
 // Softmax attention of each (token, head) over its paged context (or its selected positions):

@@ -9,7 +9,8 @@
 //   ldmatrix .trans: matrix j's eight rows come from the addresses of lanes 8j .. 8j+7, and lane
 //   t receives (row 2(t%4), col t/4) and (row 2(t%4)+1, col t/4) of it.
 // So every CI machine checks the kernel's fragment indexing, tiling, online softmax, splits,
-// paging, FP8 codes, fresh rows and selections against a float64 reference, with the tolerance
+// paging, the three codecs it reads (BF16, FP8 with a layer scale, FP8 with per-tile scales
+// and a BF16 rope key), fresh rows and selections against a float64 reference, with the tolerance
 // the device conformance suite states (tests/backend/attention_test.cc); what only a GPU can
 // check (timing, the real instructions' rounding, shared memory limits) stays with the `gpu`
 // tests.
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "src/quant/kv_codec.h"
 #include "tests/cuda_emulation/cuda_emulation.h"
 
 namespace llmrt::cuda::tc {
@@ -133,8 +135,9 @@ struct Case {
   bool mla;
   int64_t heads;
   int64_t kv_heads, head_dim;  // GQA
-  int64_t kv_lora, rope;       // MLA: latent and rope key of each row (3 more values after them)
-  bool fp8, fresh, sparse;
+  int64_t kv_lora, rope;       // MLA: latent and rope key of each row (an indexer key after them)
+  uint32_t codec;              // kKvCodecBf16, kKvCodecFp8 (scale per layer) or kKvCodecFp8Tiled
+  bool fresh, sparse;
   int64_t page_size;
   std::vector<std::pair<int64_t, int64_t>> seqs;  // (cached history, new tokens)
   int64_t splits;
@@ -142,22 +145,31 @@ struct Case {
   std::string Describe() const {
     std::string s = mla ? "MLA kv_lora " + std::to_string(kv_lora) + " rope " + std::to_string(rope)
                         : "GQA kv_heads " + std::to_string(kv_heads) + " head_dim " + std::to_string(head_dim);
-    s += " heads " + std::to_string(heads) + (fp8 ? " FP8" : " BF16") + (fresh ? " fresh" : "") +
+    s += " heads " + std::to_string(heads) + " " + FindKvCodec(codec)->name() + (fresh ? " fresh" : "") +
          (sparse ? " sparse" : "") + " splits " + std::to_string(splits) +
          (kernel == AttentionKernel::kTensorCoreBf16 ? " one bf16 part" : " two bf16 parts");
     return s;
   }
 };
 
-// A paged layer of random rows (BF16 values, or FP8 codes with a layer scale; under `fresh`
-// the pass's own positions read from BF16 fresh rows), queries, the kernel's output, and the
-// float64 reference over the values each position reads as.
+// A paged layer of random rows encoded by the codec's scalar reference (under `fresh` the pass's
+// own positions read from BF16 fresh rows), queries, the kernel's output, and the float64
+// reference over the values each position reads as (the codec's DecodeRow).
 void Check(const Case& cs, std::mt19937& rng) {
   SCOPED_TRACE(cs.Describe());
   std::normal_distribution<float> normal;
   const int64_t H = cs.heads, layers = 2, layer = 1, ps = cs.page_size;
-  const int64_t W = cs.mla ? cs.kv_lora + cs.rope + 3 : 2 * cs.kv_heads * cs.head_dim;
-  const int64_t row_bytes = cs.fp8 ? (W + 3) / 4 * 4 : (2 * W + 15) / 16 * 16;
+  const KvCodec& codec = *FindKvCodec(cs.codec);
+  KvShape shape;
+  shape.num_layers = layers;
+  if (cs.mla) {  // the rows of MlaKvShape: latent in tiles of 128 (or less), BF16 rope, indexer key
+    shape.parts = {{cs.kv_lora, std::min<int64_t>(cs.kv_lora, 128), false}, {cs.rope, 128, true}, {10, 5, false}};
+  } else {  // GQA: keys then values, a scale per head
+    shape.parts = {{cs.kv_heads * cs.head_dim, cs.head_dim, false}, {cs.kv_heads * cs.head_dim, cs.head_dim, false}};
+  }
+  const KvRowLayout layout = codec.Layout(shape);
+  const int64_t W = layout.width, row_bytes = layout.row_bytes;
+  const bool fp8 = cs.codec == kKvCodecFp8;
   std::vector<int32_t> token_seq, token_ctx, seq_page_start{0}, seq_first;
   int64_t pages_used = 0;
   for (size_t s = 0; s < cs.seqs.size(); ++s) {
@@ -183,21 +195,14 @@ void Check(const Case& cs, std::mt19937& rng) {
     for (int64_t p = 0; p < len; ++p) {
       const int64_t page = page_ids[seq_page_start[s] + p / ps];
       uint8_t* row = pages.data() + ((page * layers + layer) * ps + p % ps) * row_bytes;
-      std::vector<float> v(static_cast<size_t>(W));
-      const bool from_fresh = cs.fresh && p >= cs.seqs[s].first;
-      for (int64_t i = 0; i < W; ++i) {
-        const float x = normal(rng);
-        if (cs.fp8) {
-          row[i] = Fp8E4M3::FromFloat(x / layer_scales[layer]);
-          v[i] = Fp8ToFloat(row[i]) * layer_scales[layer];
-        } else {
-          const uint16_t b = F32ToBf16(x);
-          std::memcpy(row + 2 * i, &b, sizeof(b));
-          v[i] = Bf16ToF32(b);
-        }
-        if (from_fresh) {
-          fresh[(seq_first[s] + p - cs.seqs[s].first) * W + i] = F32ToBf16(x);
-          v[i] = Bf16ToF32(F32ToBf16(x));
+      std::vector<float> x(static_cast<size_t>(W)), v(static_cast<size_t>(W));
+      for (float& e : x) e = normal(rng);
+      codec.EncodeRow(layout, x.data(), layer_scales[layer], row);
+      codec.DecodeRow(layout, row, layer_scales[layer], v.data());
+      if (cs.fresh && p >= cs.seqs[s].first) {
+        for (int64_t i = 0; i < W; ++i) {
+          fresh[(seq_first[s] + p - cs.seqs[s].first) * W + i] = F32ToBf16(x[i]);
+          v[i] = Bf16ToF32(F32ToBf16(x[i]));
         }
       }
       read[s].push_back(std::move(v));
@@ -226,7 +231,7 @@ void Check(const Case& cs, std::mt19937& rng) {
 
   AttentionArgs a{};
   a.kv.pages = pages.data();
-  a.kv.type = cs.fp8 ? kElemFp8E4M3 : kElemBf16;
+  a.kv.type = cs.codec == kKvCodecBf16 ? kElemBf16 : kElemFp8E4M3;
   a.kv.num_pages = num_pages;
   a.kv.num_layers = layers;
   a.kv.page_size = ps;
@@ -235,7 +240,13 @@ void Check(const Case& cs, std::mt19937& rng) {
   a.kv.row.type = a.kv.type;
   a.kv.row.row_bytes = row_bytes;
   a.kv.row.width = W;
-  if (cs.fp8) a.kv.layer_scales = layer_scales.data();
+  a.kv.row.scale_offset = layout.scale_offset;
+  a.kv.row.nseg = static_cast<int32_t>(layout.segments.size());  // as CudaBackend's RowRefOf
+  for (size_t i = 0; i < layout.segments.size(); ++i) {
+    const KvSegment& sg = layout.segments[i];
+    a.kv.row.seg[i] = {sg.start, sg.count, sg.tile, sg.byte_offset, sg.first_scale, sg.bf16 ? 1 : 0};
+  }
+  if (fp8) a.kv.layer_scales = layer_scales.data();
   if (cs.fresh) {
     a.kv.fresh = fresh.data();
     a.kv.fresh_rows = T;
@@ -342,43 +353,86 @@ const Seqs kMixed = {{0, 4}, {9, 1}, {3, 6}, {5, 1}};
 const Seqs kLonger = {{70, 1}, {45, 2}};
 constexpr AttentionKernel kTwo = AttentionKernel::kTensorCore, kOne = AttentionKernel::kTensorCoreBf16;
 
+constexpr uint32_t kCodecs[] = {kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled};
+
 TEST(TensorCoreAttentionEmulated, MlaRows) {
   std::mt19937 rng(71);
-  for (bool fp8 : {false, true}) {
+  for (uint32_t codec : kCodecs) {
     for (bool fresh : {false, true}) {
-      if (fresh && !fp8) continue;
-      Check({true, 2, 0, 0, 32, 7, fp8, fresh, false, 4, kMixed, 1, kTwo}, rng);   // odd rope: padding
-      Check({true, 3, 0, 0, 33, 7, fp8, fresh, true, 3, kMixed, 1, kTwo}, rng);    // odd latent, selected
-      Check({true, 20, 0, 0, 64, 16, fp8, fresh, false, 4, kLonger, 1, kTwo}, rng); // two head tiles
-      Check({true, 2, 0, 0, 64, 16, fp8, fresh, false, 5, kLonger, 3, kTwo}, rng);  // splits
+      if (fresh && codec == kKvCodecBf16) continue;
+      Check({true, 2, 0, 0, 32, 7, codec, fresh, false, 4, kMixed, 1, kTwo}, rng);    // odd rope: padding
+      Check({true, 3, 0, 0, 48, 7, codec, fresh, true, 3, kMixed, 1, kTwo}, rng);     // selected positions
+      Check({true, 20, 0, 0, 64, 16, codec, fresh, false, 4, kLonger, 1, kTwo}, rng);  // two head tiles
+      Check({true, 2, 0, 0, 64, 16, codec, fresh, false, 5, kLonger, 3, kTwo}, rng);   // splits
     }
+  }
+}
+
+// Odd widths: unaligned flat rows (a latent of 33); the tiled codec's tiles of 33 do not fit 16
+// columns, so the plan leaves such rows to the scalar kernel.
+TEST(TensorCoreAttentionEmulated, OddWidths) {
+  std::mt19937 rng(75);
+  for (uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
+    Check({true, 3, 0, 0, 33, 7, codec, codec != kKvCodecBf16, true, 3, kMixed, 1, kTwo}, rng);
+    Check({false, 3, 1, 7, 0, 0, codec, false, false, 3, kMixed, 1, kTwo}, rng);
   }
 }
 
 TEST(TensorCoreAttentionEmulated, GqaRows) {
   std::mt19937 rng(72);
-  for (bool fp8 : {false, true}) {
+  for (uint32_t codec : kCodecs) {
     for (bool fresh : {false, true}) {
-      if (fresh && !fp8) continue;
-      Check({false, 4, 2, 16, 0, 0, fp8, fresh, false, 4, kMixed, 1, kTwo}, rng);
-      Check({false, 3, 1, 7, 0, 0, fp8, fresh, false, 3, kMixed, 1, kTwo}, rng);    // unaligned rows
-      Check({false, 40, 2, 32, 0, 0, fp8, fresh, false, 4, kLonger, 2, kTwo}, rng); // groups of 20 heads
+      if (fresh && codec == kKvCodecBf16) continue;
+      Check({false, 4, 2, 16, 0, 0, codec, fresh, false, 4, kMixed, 1, kTwo}, rng);
+      Check({false, 40, 2, 32, 0, 0, codec, fresh, false, 4, kLonger, 2, kTwo}, rng);  // groups of 20 heads
     }
   }
 }
 
 TEST(TensorCoreAttentionEmulated, OneBf16Part) {
   std::mt19937 rng(73);
-  Check({true, 3, 0, 0, 33, 7, true, true, true, 3, kMixed, 1, kOne}, rng);
-  Check({false, 4, 2, 16, 0, 0, false, false, false, 4, kMixed, 1, kOne}, rng);
+  Check({true, 3, 0, 0, 48, 7, kKvCodecFp8, true, true, 3, kMixed, 1, kOne}, rng);
+  Check({true, 3, 0, 0, 64, 16, kKvCodecFp8Tiled, false, false, 3, kLonger, 2, kOne}, rng);
+  Check({false, 4, 2, 16, 0, 0, kKvCodecBf16, false, false, 4, kMixed, 1, kOne}, rng);
 }
 
-// Kimi K2's rows (latent 512, rope 64) and GLM-4.5's heads (128 values, 12 query heads per KV
-// head): the kernel's largest instances.
+// Kimi K2's rows (latent 512 in FP8 tiles of 128, BF16 rope 64) and GLM-4.5's heads (128 values,
+// 12 query heads per KV head): the kernel's largest instances.
 TEST(TensorCoreAttentionEmulated, RealLayerShapes) {
   std::mt19937 rng(74);
-  Check({true, 18, 0, 0, 512, 64, true, true, false, 16, {{70, 1}, {33, 2}}, 2, kTwo}, rng);
-  Check({false, 12, 1, 128, 0, 0, false, false, false, 16, {{40, 1}}, 1, kTwo}, rng);
+  Check({true, 18, 0, 0, 512, 64, kKvCodecFp8Tiled, true, false, 16, {{70, 1}, {33, 2}}, 2, kTwo}, rng);
+  Check({true, 18, 0, 0, 512, 64, kKvCodecBf16, false, false, 16, {{40, 1}}, 1, kTwo}, rng);
+  Check({false, 12, 1, 128, 0, 0, kKvCodecFp8Tiled, false, false, 16, {{40, 1}}, 1, kTwo}, rng);
+}
+
+// What the plan leaves to the scalar kernel: F32 rows, tiles that do not fit whole MMA steps,
+// values wider than 512, and the scalar kernel's own choice.
+TEST(TensorCoreAttentionEmulated, ThePlanRefusesWhatTheKernelDoesNotTake) {
+  AttentionArgs a{};
+  a.kv.row.type = kElemBf16;
+  a.heads = 4;
+  a.kv_group = 1;
+  a.q1_len = 64;
+  a.dv = 64;
+  TcPlan plan;
+  EXPECT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.head_tiles, 1);
+  a.kernel = AttentionKernel::kScalar;
+  EXPECT_FALSE(PlanTensorCoreAttention(a, &plan));
+  a.kernel = AttentionKernel::kTensorCore;
+  a.kv.row.type = kElemF32;
+  EXPECT_FALSE(PlanTensorCoreAttention(a, &plan));
+  a.kv.row.type = kElemFp8E4M3;
+  a.kv.row.nseg = 1;
+  a.kv.row.seg[0] = {0, 64, 24, 0, 0, 0};  // tiles of 24 values: a step of 16 straddles two
+  EXPECT_FALSE(PlanTensorCoreAttention(a, &plan));
+  a.kv.row.seg[0].tile = 32;
+  EXPECT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_TRUE(plan.tiled);
+  a.dv = 1024;
+  a.q1_len = 1024;
+  a.kv.row.seg[0].count = 1024;
+  EXPECT_FALSE(PlanTensorCoreAttention(a, &plan));
 }
 
 }  // namespace
