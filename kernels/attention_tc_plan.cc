@@ -98,7 +98,7 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
   // rs, valid, red_max, red_sum, the code table, kslot, vslot, kscale, vscale
   p.bytes = p.off_f + kChunk * 4 + kChunk * 4 + 2 * kWarps * kRows * 4 + 256 * 2 + p.nks * 4 + (p.dv_tile / 8) * 4 +
             kChunk * p.nks * 4 + (p.tiled ? kChunk * (p.dv_tile / 8) * 4 : 0);
-  if (p.bytes > kMaxShared) return false;
+  if (p.bytes > kMaxShared || (a.max_shared_bytes > 0 && p.bytes > a.max_shared_bytes)) return false;
   *pl = p;
   return true;
 }

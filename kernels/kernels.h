@@ -258,6 +258,7 @@ struct AttentionArgs {
   int64_t splits = 1;
   float* partial = nullptr;
   AttentionKernel kernel = AttentionKernel::kTensorCore;
+  int64_t max_shared_bytes = 0;  // the device's opt-in limit per block (0: the kernels' own cap)
 };
 // Blocks per token per split of the kernel that runs `a`: heads (scalar kernel) or head tiles
 // (tensor cores); sizes the split over the KV length.

@@ -406,7 +406,8 @@ TEST(TensorCoreAttentionEmulated, RealLayerShapes) {
 }
 
 // What the plan leaves to the scalar kernel: F32 rows, tiles that do not fit whole MMA steps,
-// values wider than 512, and the scalar kernel's own choice.
+// more shared memory than the device allows a block, values wider than 512, and the scalar
+// kernel's own choice.
 TEST(TensorCoreAttentionEmulated, ThePlanRefusesWhatTheKernelDoesNotTake) {
   AttentionArgs a{};
   a.kv.row.type = kElemBf16;
@@ -429,6 +430,9 @@ TEST(TensorCoreAttentionEmulated, ThePlanRefusesWhatTheKernelDoesNotTake) {
   a.kv.row.seg[0].tile = 32;
   EXPECT_TRUE(PlanTensorCoreAttention(a, &plan));
   EXPECT_TRUE(plan.tiled);
+  a.max_shared_bytes = plan.bytes - 1;  // a device that cannot give the block its shared memory
+  EXPECT_FALSE(PlanTensorCoreAttention(a, &plan));
+  a.max_shared_bytes = 0;
   a.dv = 1024;
   a.q1_len = 1024;
   a.kv.row.seg[0].count = 1024;

@@ -111,6 +111,12 @@ absl::Status CudaBackend::Init() {
   if (cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_) != cudaSuccess || sm_count_ < 1) {
     sm_count_ = 1;
   }
+  // The most dynamic shared memory a block may opt into (227 KiB on Hopper, 99 KiB on the
+  // consumer chips): kernels that need more take another path.
+  if (cudaDeviceGetAttribute(&shared_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_) != cudaSuccess ||
+      shared_optin_ < 48 * 1024) {
+    shared_optin_ = 48 * 1024;
+  }
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
     Log(LogLevel::kInfo, absl::StrCat("cuda backend: device ", device_, " ", prop.name, ", compute capability ", prop.major, ".",

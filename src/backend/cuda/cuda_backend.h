@@ -190,6 +190,7 @@ class CudaBackend final : public Backend {
   // Whether the FP8 policy offers cuBLASLt's block-scaled FP8 GEMM (a Hopper device).
   bool fp8_cublaslt_ = false;
   int sm_count_ = 1;
+  int shared_optin_ = 48 * 1024;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
   void* stream_ = nullptr;       // cudaStream_t
   int32_t* error_word_ = nullptr;  // device: the first kernel-detected failure (kernels/kernels.h ErrorCode)
   int32_t* error_host_ = nullptr;  // pinned: its copy at Synchronize

@@ -125,6 +125,7 @@ absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length)
     case BackendOptions::DeviceAttention::kTensorCoreBf16: a->kernel = cuda::AttentionKernel::kTensorCoreBf16; break;
     case BackendOptions::DeviceAttention::kScalar: a->kernel = cuda::AttentionKernel::kScalar; break;
   }
+  a->max_shared_bytes = shared_optin_;
   // Two blocks per multiprocessor, splits of at least 256 positions, at most 64 splits.
   const int64_t blocks = a->batch.num_tokens * cuda::AttentionBlocksPerToken(*a),
                 target = 2 * static_cast<int64_t>(sm_count_);
