@@ -9,11 +9,13 @@
 #ifndef LLMRT_TESTS_CUDA_EMULATION_CUDA_EMULATION_H_
 #define LLMRT_TESTS_CUDA_EMULATION_CUDA_EMULATION_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include <ucontext.h>
@@ -24,8 +26,10 @@
 #define __global__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __align__(n)
+// A kernel's static shared arrays: one instance, which the blocks (run one after another) reuse.
+#define __shared__ static
 
 namespace llmrt::emulation {
 
@@ -50,9 +54,10 @@ struct Warp {
 
 struct Fiber {
   ucontext_t context{};
-  std::vector<uint8_t> stack;
+  std::unique_ptr<uint8_t[]> stack;  // uninitialized: only the pages a fiber touches are used
   bool done = false;
 };
+inline constexpr size_t kFiberStack = 128 * 1024;
 
 // The block being run.
 struct Block {
@@ -104,6 +109,47 @@ inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
   return r;
 }
 
+inline int32_t __shfl_xor_sync(unsigned /*mask*/, int32_t v, int lane_mask) {
+  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
+  const unsigned lane = threadIdx.x % 32;
+  w.words[lane][7] = static_cast<uint32_t>(v);
+  w.bar.ArriveAndWait();
+  const int32_t r = static_cast<int32_t>(w.words[lane ^ static_cast<unsigned>(lane_mask)][7]);
+  w.bar.ArriveAndWait();
+  return r;
+}
+
+// The lanes (all 32 take part) whose value equals this lane's.
+inline unsigned __match_any_sync(unsigned /*mask*/, int32_t v) {
+  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
+  const unsigned lane = threadIdx.x % 32;
+  w.words[lane][7] = static_cast<uint32_t>(v);
+  w.bar.ArriveAndWait();
+  unsigned same = 0;
+  for (unsigned l = 0; l < 32; ++l) same |= (w.words[l][7] == static_cast<uint32_t>(v) ? 1u : 0u) << l;
+  w.bar.ArriveAndWait();
+  return same;
+}
+
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) { llmrt::emulation::ThisWarp().bar.ArriveAndWait(); }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+using std::isnan;  // CUDA's math functions are global
+inline int __ffs(int v) { return __builtin_ffs(v); }
+template <typename T>
+inline T min(T a, T b) {
+  return b < a ? b : a;
+}
+template <typename T>
+inline T max(T a, T b) {
+  return a < b ? b : a;
+}
+
+inline int32_t atomicAdd(int32_t* p, int32_t v) {  // fibers never preempt
+  const int32_t old = *p;
+  *p = old + v;
+  return old;
+}
+
 inline int32_t atomicCAS(int32_t* p, int32_t compare, int32_t value) {  // fibers never preempt
   const int32_t old = *p;
   if (old == compare) *p = value;
@@ -136,7 +182,7 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
   uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 15) & ~uintptr_t{15});
   Block block;
   block.fibers.resize(threads);
-  for (Fiber& f : block.fibers) f.stack.resize(256 * 1024);
+  for (Fiber& f : block.fibers) f.stack.reset(new uint8_t[kFiberStack]);
   g_block = &block;
   for (unsigned z = 0; z < (grid.z == 0 ? 1 : grid.z); ++z) {
     for (unsigned y = 0; y < (grid.y == 0 ? 1 : grid.y); ++y) {
@@ -149,8 +195,8 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
         for (Fiber& f : block.fibers) {
           f.done = false;
           getcontext(&f.context);
-          f.context.uc_stack.ss_sp = f.stack.data();
-          f.context.uc_stack.ss_size = f.stack.size();
+          f.context.uc_stack.ss_sp = f.stack.get();
+          f.context.uc_stack.ss_size = kFiberStack;
           f.context.uc_link = &block.scheduler;
           makecontext(&f.context, FiberMain, 0);
         }
