@@ -23,196 +23,19 @@
 // holds, so results are batch-invariant as the dense kernels are. Prefill (T > 16) takes the same
 // kernel: CUDA-core float32 FMAs, exact against the CPU; a tensor-core path (BF16 or FP8
 // activations) would round the activations and is later work.
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
-#include "kernels/common.cuh"
+#include "kernels/quant_matmul_kernels.cuh"
 
 namespace llmrt::cuda {
-namespace {
-
-constexpr int kWarps = 4, kThreads = 32 * kWarps, kOutPerWarp = 2, kOutPerBlock = kWarps * kOutPerWarp;
-constexpr int kMaxRows = 8;  // activation rows per block
-
-// Columns per lane per k-step: one 16-byte load of codes.
-template <int kBits>
-struct Step {
-  static constexpr int kCols = kBits == 4 ? 32 : 16;
-  static constexpr int kVec = kCols / 4;  // float4 of activations per lane
-  static constexpr int kChunk = 32 * kCols;
-  // Lane l's j-th float4 sits at slot (j + l / kSwizzle) mod kVec of its run: the 8 lanes of a
-  // quarter-warp then read 8 distinct 16-byte bank groups.
-  static constexpr int kSwizzle = 8 / kVec;
-  static __device__ __forceinline__ int Slot(int lane, int j) { return lane * kVec + (j + lane / kSwizzle) % kVec; }
-};
-
-// Column i (0 .. 31) of 16 bytes of INT4 codes as the float q = nibble - 8: 2^23 + nibble built
-// from the bits, minus 2^23 + 8, exact (one logic op and one add instead of a conversion).
-__device__ __forceinline__ float Int4At(const uint4& c, int i) {
-  const uint32_t word = i < 8 ? c.x : i < 16 ? c.y : i < 24 ? c.z : c.w;
-  const uint32_t nib = (word >> (4 * (i & 7))) & 0xfu;
-  return __uint_as_float(0x4b000000u | nib) - 8388616.0f;
-}
-
-// The 16 FP8 codes of c as floats (hardware e4m3x2 -> f16x2 conversion, exact, then f16 ->
-// f32, exact).
-__device__ __forceinline__ void Fp8Decode16(const uint4& c, float* w) {
-  const uint32_t words[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(words[j] >> (16 * h));
-      const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-      const float2 f = __half22float2(__half2(raw));
-      w[4 * j + 2 * h] = f.x;
-      w[4 * j + 2 * h + 1] = f.y;
-    }
-  }
-}
-
-// The scale of weight row n for the lane's columns [k, k + kCols).
-template <int kBits>
-__device__ __forceinline__ float ScaleAt(const void* scales, const WeightRef& l, int64_t n, int64_t k, int64_t K) {
-  if (kBits == 4) return Bf16Bits(static_cast<const uint16_t*>(scales)[n * (K / l.group) + k / l.group]);
-  const int64_t nbc = (K + l.block_cols - 1) / l.block_cols;
-  return static_cast<const float*>(scales)[(n / l.block_rows) * nbc + k / l.block_cols];
-}
-
-// out rows [m0, m1) (at most kMaxRows; x row of output row m: x_rows ? x_rows[m] : m) x the
-// block's kOutPerBlock columns from n_first, for one weight. With activation scales (the FP8
-// policy: x holds e4m3 values, FP8 weights only) a lane's fold multiplies its weight scale by its
-// x row's scale of the column block first: acc = fma(part, s(n, b) * sa(row, b), acc); without,
-// the factor is 1 and the bits are the exact path's.
-template <int kBits>
-__device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t m0, int64_t m1, const uint8_t* codes,
-                              const void* scales, const WeightRef& l, int64_t N, int64_t K, int64_t n_first,
-                              const MutMat& out, const ActScales& act) {
-  using S = Step<kBits>;
-  __shared__ float4 xs[kMaxRows][S::kChunk / 4];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int rows = static_cast<int>(m1 - m0);
-  const int64_t row_bytes = K * kBits / 8;
-  float acc[kMaxRows][kOutPerWarp] = {};
-  int64_t xrow[kMaxRows];
-#pragma unroll
-  for (int t = 0; t < kMaxRows; ++t) xrow[t] = t < rows ? (x_rows != nullptr ? x_rows[m0 + t] : m0 + t) : 0;
-  for (int64_t k0 = 0; k0 < K; k0 += S::kChunk) {
-    __syncthreads();  // the previous chunk has been read
-    for (int e = threadIdx.x; e < rows * (S::kChunk / 4); e += kThreads) {
-      const int r = e / (S::kChunk / 4), f = e % (S::kChunk / 4);
-      // (The row from x_rows again, not xrow[r]: an index known only at run time would put the
-      // xrow array in local memory for every use.)
-      const float* src = x.data + (x_rows != nullptr ? x_rows[m0 + r] : m0 + r) * x.ld;
-      const int64_t k = k0 + 4 * static_cast<int64_t>(f);
-      // Scalar loads: x may be a column view at any float offset.
-      float4 v;
-      v.x = k < K ? src[k] : 0.0f;
-      v.y = k + 1 < K ? src[k + 1] : 0.0f;
-      v.z = k + 2 < K ? src[k + 2] : 0.0f;
-      v.w = k + 3 < K ? src[k + 3] : 0.0f;
-      xs[r][S::Slot(f / S::kVec, f % S::kVec)] = v;
-    }
-    __syncthreads();
-    const int64_t kl = k0 + static_cast<int64_t>(lane) * S::kCols;
-    if (kl >= K) continue;  // K is a multiple of kCols: a lane's columns are all in or all out
-    uint4 c[kOutPerWarp];
-    float scale[kOutPerWarp];
-#pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) {
-      const int64_t n = n_first + warp * kOutPerWarp + o;
-      if (n < N) {
-        c[o] = *reinterpret_cast<const uint4*>(codes + n * row_bytes + kl * kBits / 8);
-        scale[o] = ScaleAt<kBits>(scales, l, n, kl, K);
-      } else {
-        c[o] = make_uint4(0, 0, 0, 0);
-        scale[o] = 0.0f;
-      }
-    }
-    float w[kOutPerWarp][S::kCols];
-#pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) {
-      if constexpr (kBits == 4) {
-#pragma unroll
-        for (int i = 0; i < S::kCols; ++i) w[o][i] = Int4At(c[o], i);
-      } else {
-        Fp8Decode16(c[o], w[o]);
-      }
-    }
-    float part[kMaxRows][kOutPerWarp] = {};
-#pragma unroll
-    for (int j = 0; j < S::kVec; ++j) {
-#pragma unroll
-      for (int t = 0; t < kMaxRows; ++t) {
-        if (t >= rows) break;
-        const float4 v = xs[t][S::Slot(lane, j)];
-#pragma unroll
-        for (int o = 0; o < kOutPerWarp; ++o) {
-          float p = part[t][o];
-          p = fmaf(v.x, w[o][4 * j], p);
-          p = fmaf(v.y, w[o][4 * j + 1], p);
-          p = fmaf(v.z, w[o][4 * j + 2], p);
-          p = fmaf(v.w, w[o][4 * j + 3], p);
-          part[t][o] = p;
-        }
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kMaxRows; ++t) {
-      float sa = 1.0f;
-      if (kBits == 8 && act.data != nullptr && t < rows) sa = act.data[(kl / l.block_cols) * act.ld + xrow[t]];
-#pragma unroll
-      for (int o = 0; o < kOutPerWarp; ++o) acc[t][o] = fmaf(part[t][o], scale[o] * sa, acc[t][o]);
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < kMaxRows; ++t) {
-    if (t >= rows) break;
-#pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) {
-      const float sum = WarpSum(acc[t][o]);
-      const int64_t n = n_first + warp * kOutPerWarp + o;
-      if (lane == 0 && n < N) out.data[(m0 + t) * out.ld + n] = sum;
-    }
-  }
-}
-
-template <int kBits>
-__global__ void __launch_bounds__(kThreads) QuantGemvKernel(ConstMat x, WeightRef w, MutMat out, ActScales act) {
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMaxRows;
-  const int64_t m1 = m0 + kMaxRows < x.rows ? m0 + kMaxRows : x.rows;
-  QuantGemvTile<kBits>(x, nullptr, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, w.rows, w.cols,
-                       static_cast<int64_t>(blockIdx.x) * kOutPerBlock, out, act);
-}
-
-// One block per (column block, tile); a tile's rows (at most kGemmTileRows) in runs of kMaxRows.
-template <int kBits>
-__global__ void __launch_bounds__(kThreads)
-    GroupedQuantGemvKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                           TileTable tiles, MutMat out, ActScales act) {
-  const int64_t tile = blockIdx.y;
-  if (tile >= tiles.count[0]) return;
-  const int32_t e = tiles.expert[tile];
-  const int64_t r0 = tiles.row0[tile], r1 = tiles.row1[tile];
-  for (int64_t m0 = r0; m0 < r1; m0 += kMaxRows) {
-    const int64_t m1 = m0 + kMaxRows < r1 ? m0 + kMaxRows : r1;
-    const WeightRef& w = experts.weights[e];
-    QuantGemvTile<kBits>(x, x_rows, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, N, K,
-                         static_cast<int64_t>(blockIdx.x) * kOutPerBlock, out, act);
-  }
-}
-
-}  // namespace
 
 cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s, ActScales act) {
   if (x.rows == 0 || w.rows == 0) return cudaSuccess;
   if (act.data != nullptr && w.type != kElemFp8E4M3) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>((w.rows + kOutPerBlock - 1) / kOutPerBlock),
-                  static_cast<unsigned>((x.rows + kMaxRows - 1) / kMaxRows));
+  const dim3 grid(static_cast<unsigned>((w.rows + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock),
+                  static_cast<unsigned>((x.rows + qmm::kMaxRows - 1) / qmm::kMaxRows));
   if (w.type == kElemInt4) {
-    QuantGemvKernel<4><<<grid, kThreads, 0, s>>>(x, w, out, act);
+    qmm::QuantGemvKernel<4><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act);
   } else {
-    QuantGemvKernel<8><<<grid, kThreads, 0, s>>>(x, w, out, act);
+    qmm::QuantGemvKernel<8><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act);
   }
   return cudaGetLastError();
 }
@@ -221,11 +44,12 @@ cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTabl
                                    TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
   if (act.data != nullptr && experts.gemv_bits != 8) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>((N + kOutPerBlock - 1) / kOutPerBlock), static_cast<unsigned>(tiles.max_tiles));
+  const dim3 grid(static_cast<unsigned>((N + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock),
+                  static_cast<unsigned>(tiles.max_tiles));
   if (experts.gemv_bits == 4) {
-    GroupedQuantGemvKernel<4><<<grid, kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
+    qmm::GroupedQuantGemvKernel<4><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
   } else {
-    GroupedQuantGemvKernel<8><<<grid, kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
+    qmm::GroupedQuantGemvKernel<8><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
   }
   return cudaGetLastError();
 }

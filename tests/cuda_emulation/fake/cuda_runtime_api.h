@@ -15,5 +15,12 @@ struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
 inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+struct alignas(8) float2 {
+  float x, y;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 
 #endif  // LLMRT_TESTS_CUDA_EMULATION_FAKE_CUDA_RUNTIME_API_H_

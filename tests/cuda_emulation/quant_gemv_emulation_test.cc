@@ -1,0 +1,188 @@
+// The CUDA backend's dequantizing GEMV (kernels/quant_matmul_kernels.cuh: INT4 group-scaled and
+// FP8 block-scaled weights, plain and grouped by expert) run on the host (cuda_emulation.h).
+// References in float64 over the weights' exact values; tolerance the float32 dot-product bound
+// (K + 8) u sum |w x| that the device conformance suite uses for these kernels: every lane sums
+// its columns in float32, scales once per group, and the warp adds the lanes, so a wrong column,
+// nibble, scale or row moves an output by whole units.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/cuda_emulation/cuda_emulation.h"
+#include "kernels/quant_matmul_kernels.cuh"
+
+namespace llmrt::cuda {
+namespace {
+
+constexpr double kU = 0x1p-24;
+
+// A quantized weight [N, K] and the float values it stands for.
+struct HostWeight {
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> bf16_scales;  // INT4: [N][K / group]
+  std::vector<float> f32_scales;      // FP8: [ceil(N / br)][ceil(K / bc)]
+  std::vector<double> values;         // [N][K]
+  WeightRef ref{};
+};
+
+HostWeight Int4Weight(int64_t N, int64_t K, int64_t group, std::mt19937& rng) {
+  HostWeight w;
+  w.codes.resize(static_cast<size_t>(N * K / 2));
+  for (uint8_t& c : w.codes) c = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> s(0.01f, 0.2f);
+  for (int64_t i = 0; i < N * (K / group); ++i) w.bf16_scales.push_back(F32ToBf16(s(rng)));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < K; ++k) {
+      const uint8_t b = w.codes[n * (K / 2) + k / 2];
+      const int q = ((k & 1) != 0 ? b >> 4 : b & 0xf) - 8;  // column 2j: the low nibble of byte j
+      w.values.push_back(q * static_cast<double>(Bf16ToF32(w.bf16_scales[n * (K / group) + k / group])));
+    }
+  }
+  w.ref = WeightRef{w.codes.data(), kElemInt4, N, K, w.bf16_scales.data(), group, 0, 0};
+  return w;
+}
+
+HostWeight Fp8Weight(int64_t N, int64_t K, int64_t br, int64_t bc, std::mt19937& rng) {
+  HostWeight w;
+  w.codes.resize(static_cast<size_t>(N * K));
+  for (uint8_t& c : w.codes) {
+    do {
+      c = static_cast<uint8_t>(rng());
+    } while ((c & 0x7f) == 0x7f);  // no NaN codes
+  }
+  const int64_t nbr = (N + br - 1) / br, nbc = (K + bc - 1) / bc;
+  std::uniform_real_distribution<float> s(0.001f, 0.01f);
+  for (int64_t i = 0; i < nbr * nbc; ++i) w.f32_scales.push_back(s(rng));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < K; ++k) {
+      w.values.push_back(static_cast<double>(EmulatedE4M3(w.codes[n * K + k])) *
+                         w.f32_scales[(n / br) * nbc + k / bc]);
+    }
+  }
+  w.ref = WeightRef{w.codes.data(), kElemFp8E4M3, N, K, w.f32_scales.data(), 0, br, bc};
+  return w;
+}
+
+// Checks out row r (rows [0, M)) against x row xr(r) times weight wt(r), optional activation
+// scales act(r, b) per column block of bc.
+template <typename XRow, typename WeightOf, typename ActScale>
+void Expect(const std::vector<float>& out, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx,
+            const XRow& xr, const WeightOf& wt, const ActScale& act, int64_t bc) {
+  int bad = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    const HostWeight& w = wt(r);
+    for (int64_t n = 0; n < N; ++n) {
+      double want = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = w.values[n * K + k] * x[xr(r) * ldx + k] * act(r, k / bc);
+        want += p;
+        mag += std::fabs(p);
+      }
+      const double got = out[r * N + n], tol = (K + 8) * kU * mag + 1e-30;
+      if (!(std::fabs(got - want) <= tol) && bad++ < 3) {
+        ADD_FAILURE() << "row " << r << " column " << n << ": " << got << ", want " << want << " within " << tol;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+void RunGemv(int bits, const ConstMat& x, const WeightRef& w, const MutMat& out, ActScales act = {}) {
+  const emulation::Index3 grid{static_cast<unsigned>((w.rows + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock),
+                               static_cast<unsigned>((x.rows + qmm::kMaxRows - 1) / qmm::kMaxRows), 1};
+  emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
+    if (bits == 4) {
+      qmm::QuantGemvKernel<4>(x, w, out, act);
+    } else {
+      qmm::QuantGemvKernel<8>(x, w, out, act);
+    }
+  });
+}
+
+TEST(QuantGemvEmulated, Int4AndFp8RowsTimesActivations) {
+  std::mt19937 rng(91);
+  std::normal_distribution<float> normal;
+  const int64_t N = 19, K = 256;  // a partial block of output columns
+  std::vector<HostWeight> weights;
+  weights.push_back(Int4Weight(N, K, 32, rng));
+  weights.push_back(Int4Weight(N, K, 128, rng));
+  weights.push_back(Fp8Weight(N, K, 128, 128, rng));
+  weights.push_back(Fp8Weight(N, K, 5, 32, rng));  // blocks of 5 rows, 32 columns
+  for (const HostWeight& w : weights) {
+    for (int64_t T : {1, 3, 11}) {  // 11: two blocks of rows
+      SCOPED_TRACE(::testing::Message() << (w.ref.type == kElemInt4 ? "INT4 group " : "FP8 blocks ")
+                                        << (w.ref.type == kElemInt4 ? w.ref.group : w.ref.block_rows) << " T " << T);
+      // x a column view: rows of K + 3 floats, starting at column 1 (unaligned loads).
+      const int64_t ldx = K + 3;
+      std::vector<float> xbuf(static_cast<size_t>(T * ldx + 1));
+      for (float& v : xbuf) v = normal(rng);
+      std::vector<float> out(static_cast<size_t>(T * N), NAN);
+      RunGemv(w.ref.type == kElemInt4 ? 4 : 8, ConstMat{xbuf.data() + 1, T, K, ldx}, w.ref,
+              MutMat{out.data(), T, N, N});
+      Expect(
+          out, T, N, K, xbuf.data() + 1, ldx, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
+          [](int64_t, int64_t) { return 1.0; }, 1);
+    }
+  }
+}
+
+// The FP8 activation policy: x holds e4m3 values and each row has a scale per column block.
+TEST(QuantGemvEmulated, Fp8WithActivationScales) {
+  std::mt19937 rng(92);
+  const int64_t N = 16, K = 256, T = 5, bc = 128;
+  const HostWeight w = Fp8Weight(N, K, 128, bc, rng);
+  std::vector<float> x(static_cast<size_t>(T * K));
+  for (float& v : x) v = EmulatedE4M3(rng() & 0x7e);  // positive codes, no NaN
+  const int64_t lda = 8;  // >= T
+  std::vector<float> sa(static_cast<size_t>((K / bc) * lda));
+  std::uniform_real_distribution<float> s(0.5f, 2.0f);
+  for (float& v : sa) v = s(rng);
+  std::vector<float> out(static_cast<size_t>(T * N), NAN);
+  RunGemv(8, ConstMat{x.data(), T, K, K}, w.ref, MutMat{out.data(), T, N, N}, ActScales{sa.data(), lda});
+  Expect(
+      out, T, N, K, x.data(), K, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
+      [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + r]); }, bc);
+}
+
+// Grouped by expert: tiles of rows permuted by expert, each row's activation row from x_rows.
+TEST(QuantGemvEmulated, GroupedByExpert) {
+  std::mt19937 rng(93);
+  std::normal_distribution<float> normal;
+  const int64_t N = 24, K = 128, M = 12;
+  for (int bits : {4, 8}) {
+    SCOPED_TRACE(bits == 4 ? "INT4 experts" : "FP8 experts");
+    std::vector<HostWeight> experts;
+    for (int e = 0; e < 3; ++e) experts.push_back(bits == 4 ? Int4Weight(N, K, 32, rng) : Fp8Weight(N, K, 128, 128, rng));
+    std::vector<WeightRef> refs;
+    for (const HostWeight& w : experts) refs.push_back(w.ref);
+    // Rows 0-4 expert 2, rows 5-11 expert 0 (two tiles of it); expert 1 has none. A fifth tile
+    // past count[0] must not run.
+    const std::vector<int32_t> tile_expert = {2, 0, 0, 1}, row0 = {0, 5, 9, 0}, row1 = {5, 9, 12, 12}, count = {3};
+    std::vector<int32_t> x_rows(static_cast<size_t>(M));
+    for (int64_t r = 0; r < M; ++r) x_rows[r] = static_cast<int32_t>((r * 5) % M);
+    std::vector<float> x(static_cast<size_t>(M * K));
+    for (float& v : x) v = normal(rng);
+    std::vector<float> out(static_cast<size_t>(M * N), NAN);
+    const ExpertTable table{refs.data(), bits};
+    const TileTable tiles{tile_expert.data(), row0.data(), row1.data(), count.data(), 4};
+    const emulation::Index3 grid{static_cast<unsigned>((N + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock), 4, 1};
+    emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
+      if (bits == 4) {
+        qmm::GroupedQuantGemvKernel<4>(ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K, tiles,
+                                       MutMat{out.data(), M, N, N}, ActScales{});
+      } else {
+        qmm::GroupedQuantGemvKernel<8>(ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K, tiles,
+                                       MutMat{out.data(), M, N, N}, ActScales{});
+      }
+    });
+    Expect(
+        out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
+        [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; }, [](int64_t, int64_t) { return 1.0; },
+        1);
+  }
+}
+
+}  // namespace
+}  // namespace llmrt::cuda
