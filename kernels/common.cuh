@@ -97,6 +97,16 @@ __device__ T BlockSum(T v, T* shared) {
 
 inline unsigned BlocksFor(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
+#ifndef LLMRT_CUDA_EMULATION
+// The block's dynamic shared memory (the launch's third parameter), 16-byte aligned. (The host
+// emulation of tests/cuda_emulation/ defines its own.)
+template <typename T>
+__device__ __forceinline__ T* DynamicShared() {
+  extern __shared__ __align__(16) unsigned char llmrt_dynamic_shared[];
+  return reinterpret_cast<T*>(llmrt_dynamic_shared);
+}
+#endif
+
 }  // namespace llmrt::cuda
 
 #endif  // LLMRT_KERNELS_COMMON_CUH_

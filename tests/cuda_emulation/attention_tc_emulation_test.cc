@@ -82,6 +82,7 @@ inline uint8_t* TcSharedMemory() { return emulation::g_block->shared; }
 }  // namespace llmrt::cuda::tc
 
 #include "kernels/attention_tc_kernel.cuh"
+#include "kernels/kv_kernels.cuh"
 
 namespace llmrt::cuda {
 namespace {
@@ -106,29 +107,17 @@ void Run(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
   }
 }
 
-// The scalar kernel's combine of splits (kernels/attention.cu), in the same float operations.
+// The combine of splits (kvk::AttentionCombineKernel), one block per (token, head).
 void Combine(const AttentionArgs& a) {
-  for (int64_t b = 0; b < a.batch.num_tokens * a.heads; ++b) {
-    const int64_t t = b / a.heads, h = b % a.heads;
-    const float* parts = a.partial + b * a.splits * (a.dv + 2);
-    float mx = -INFINITY, denom = 0.0f;
-    for (int64_t s = 0; s < a.splits; ++s) {
-      if (parts[s * (a.dv + 2) + 1] > 0.0f) mx = std::max(mx, parts[s * (a.dv + 2)]);
-    }
-    for (int64_t s = 0; s < a.splits; ++s) {
-      const float* p = parts + s * (a.dv + 2);
-      if (p[1] > 0.0f) denom += p[1] * std::exp(p[0] - mx);
-    }
-    const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
-    for (int64_t j = 0; j < a.dv; ++j) {
-      float o = 0.0f;
-      for (int64_t s = 0; s < a.splits; ++s) {
-        const float* p = parts + s * (a.dv + 2);
-        if (p[1] > 0.0f) o = std::fma(p[2 + j], std::exp(p[0] - mx), o);
-      }
-      a.out[t * a.out_ld + h * a.dv + j] = o * inv;
-    }
-  }
+  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * a.heads), 1, 1}, kvk::kAttnThreads, 0,
+                     [&] { kvk::AttentionCombineKernel(a); });
+}
+
+// The scalar float32 kernel (kvk::ScalarAttentionKernel): one block per (token, head).
+void RunScalar(const AttentionArgs& a, int32_t* err) {
+  const size_t smem = static_cast<size_t>(a.q1_len + a.q2_len + a.dv + kvk::kChunk) * sizeof(float);
+  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * a.heads), static_cast<unsigned>(a.splits), 1},
+                     kvk::kAttnThreads, smem, [&] { kvk::ScalarAttentionKernel(a, err); });
 }
 
 struct Case {
@@ -147,7 +136,9 @@ struct Case {
                         : "GQA kv_heads " + std::to_string(kv_heads) + " head_dim " + std::to_string(head_dim);
     s += " heads " + std::to_string(heads) + " " + FindKvCodec(codec)->name() + (fresh ? " fresh" : "") +
          (sparse ? " sparse" : "") + " splits " + std::to_string(splits) +
-         (kernel == AttentionKernel::kTensorCoreBf16 ? " one bf16 part" : " two bf16 parts");
+         (kernel == AttentionKernel::kTensorCoreBf16 ? " one bf16 part"
+          : kernel == AttentionKernel::kTensorCore   ? " two bf16 parts"
+                                                     : " scalar kernel");
     return s;
   }
 };
@@ -286,15 +277,21 @@ void Check(const Case& cs, std::mt19937& rng) {
   a.splits = cs.splits;
   a.partial = partial.data();
   a.kernel = cs.kernel;
-  TcPlan plan;
-  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
   int32_t err = 0;
-  Run(a, plan, &err);
+  if (cs.kernel == AttentionKernel::kScalar) {
+    RunScalar(a, &err);
+  } else {
+    TcPlan plan;
+    ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+    Run(a, plan, &err);
+  }
   if (cs.splits > 1) Combine(a);
   EXPECT_EQ(err, 0);
 
   // Reference: AttentionTolerance's bound plus the bfloat16 parts' 2^-16 (2^-8 for one part).
-  const double u = 0x1p-24, eps = cs.kernel == AttentionKernel::kTensorCoreBf16 ? 0x1p-8 : 0x1p-16;
+  const double u = 0x1p-24, eps = cs.kernel == AttentionKernel::kTensorCoreBf16 ? 0x1p-8
+                                   : cs.kernel == AttentionKernel::kTensorCore   ? 0x1p-16
+                                                                                 : 0.0;
   int bad = 0;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t s = token_seq[t];
@@ -394,6 +391,19 @@ TEST(TensorCoreAttentionEmulated, OneBf16Part) {
   Check({true, 3, 0, 0, 48, 7, kKvCodecFp8, true, true, 3, kMixed, 1, kOne}, rng);
   Check({true, 3, 0, 0, 64, 16, kKvCodecFp8Tiled, false, false, 3, kLonger, 2, kOne}, rng);
   Check({false, 4, 2, 16, 0, 0, kKvCodecBf16, false, false, 4, kMixed, 1, kOne}, rng);
+}
+
+// The scalar float32 kernel (what runs F32 rows, odd tiles, LLMRT_CUDA_ATTENTION=scalar) over
+// the same rows, odd tiles of the tiled codec included, in float32's own bound.
+TEST(TensorCoreAttentionEmulated, ScalarKernel) {
+  std::mt19937 rng(76);
+  constexpr AttentionKernel kScalar = AttentionKernel::kScalar;
+  for (uint32_t codec : kCodecs) {
+    Check({true, 3, 0, 0, 48, 7, codec, codec != kKvCodecBf16, true, 3, kMixed, 1, kScalar}, rng);
+    Check({true, 2, 0, 0, 64, 16, codec, false, false, 5, kLonger, 3, kScalar}, rng);
+    Check({false, 4, 2, 16, 0, 0, codec, codec != kKvCodecBf16, false, 4, kMixed, 1, kScalar}, rng);
+  }
+  Check({true, 3, 0, 0, 33, 7, kKvCodecFp8Tiled, true, false, 3, kMixed, 1, kScalar}, rng);  // tiles of 33
 }
 
 // Kimi K2's rows (latent 512 in FP8 tiles of 128, BF16 rope 64) and GLM-4.5's heads (128 values,

@@ -23,7 +23,7 @@
 #include "tests/cuda_emulation/fake/cuda_runtime_api.h"
 
 #define __device__
-#define __global__
+#define __global__ inline  // kernel bodies in headers: one definition for every test file
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
@@ -225,5 +225,14 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
 }
 
 }  // namespace llmrt::emulation
+
+// The kernels' helper for their dynamic shared memory (kernels/common.cuh has the device one).
+#define LLMRT_CUDA_EMULATION 1
+namespace llmrt::cuda {
+template <typename T>
+inline T* DynamicShared() {
+  return reinterpret_cast<T*>(emulation::g_block->shared);
+}
+}  // namespace llmrt::cuda
 
 #endif  // LLMRT_TESTS_CUDA_EMULATION_CUDA_EMULATION_H_

@@ -1,0 +1,297 @@
+// The KV cache and attention kernels' bodies (kernels/attention.cu describes them and launches
+// them; the DSA top-k, built on cub, stays there), in a header of their own so that they compile
+// twice: for the device, and on the host in tests/cuda_emulation/ (see attention_tc_kernel.cuh).
+#ifndef LLMRT_KERNELS_KV_KERNELS_CUH_
+#define LLMRT_KERNELS_KV_KERNELS_CUH_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kernels/kv_access.cuh"
+
+namespace llmrt::cuda::kvk {
+
+// Encodes `vals` (r.width floats in shared memory) into `row` by layout r: flat rows value by
+// value (FP8: e4m3(x * (1 / layer_scale))), tiled rows per segment (BF16 values, or FP8 tiles
+// with scale = largest magnitude / 448, 1 for an all-zero tile, codes e4m3(x * (1 / scale))):
+// the CPU codecs' EncodeRow, operation for operation. The whole block calls it.
+__device__ inline void EncodeRow(const KvRowRef& r, float layer_scale, const float* vals, uint8_t* row) {
+  if (r.nseg == 0) {
+    if (r.type == kElemFp8E4M3) {
+      const float inv = 1.0f / layer_scale;
+      for (int64_t i = threadIdx.x; i < r.width; i += blockDim.x) row[i] = FloatToFp8(vals[i] * inv);
+    } else {
+      for (int64_t i = threadIdx.x; i < r.width; i += blockDim.x) StoreElem(row, r.type, i, vals[i]);
+    }
+    return;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  float* scales = reinterpret_cast<float*>(row + r.scale_offset);
+  for (int k = 0; k < r.nseg; ++k) {
+    const KvSegRef& g = r.seg[k];
+    if (g.bf16) {
+      uint16_t* dst = reinterpret_cast<uint16_t*>(row + g.byte_offset);
+      for (int64_t i = threadIdx.x; i < g.count; i += blockDim.x) dst[i] = ToBf16Bits(vals[g.start + i]);
+      continue;
+    }
+    // One warp per tile.
+    const int64_t tiles = (g.count + g.tile - 1) / g.tile;
+    for (int64_t tile = warp; tile < tiles; tile += warps) {
+      const int64_t t0 = tile * g.tile, n = g.count - t0 < g.tile ? g.count - t0 : g.tile;
+      float amax = 0.0f;
+      for (int64_t i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(vals[g.start + t0 + i]));
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      if (lane == 0) scales[g.first_scale + tile] = scale;
+      const float inv = 1.0f / scale;
+      for (int64_t i = lane; i < n; i += 32) row[g.byte_offset + t0 + i] = FloatToFp8(vals[g.start + t0 + i] * inv);
+    }
+  }
+}
+
+// One block per token: the parts side by side from column 0 (zeros after them) in shared memory,
+// the BF16 fresh row when there are fresh rows, then the row encoded by the cache's codec.
+__global__ void KvWriteKernel(KvRef kv, int64_t layer, KvParts parts, BatchRef batch, int32_t* err) {
+  float* vals = DynamicShared<float>();
+  const int64_t t = blockIdx.x;
+  int64_t width = 0;
+  for (int p = 0; p < parts.count; ++p) {
+    const ConstMat& m = parts.part[p];
+    for (int64_t i = threadIdx.x; i < m.cols; i += blockDim.x) vals[width + i] = m.data[t * m.ld + i];
+    width += m.cols;
+  }
+  for (int64_t i = width + threadIdx.x; i < kv.width; i += blockDim.x) vals[i] = 0.0f;
+  __syncthreads();
+  if (kv.fresh != nullptr && t < kv.fresh_rows) {
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) kv.fresh[t * kv.width + i] = ToBf16Bits(vals[i]);
+  }
+  const int32_t slot = batch.slot_mapping[t];
+  if (!SlotOk(kv, slot)) {
+    if (threadIdx.x == 0) RaiseError(err, kErrSlot);
+    return;
+  }
+  EncodeRow(kv.row, LayerScale(kv, layer), vals, SlotRow(kv, layer, slot));
+}
+
+constexpr int kCalibrateThreads = 1024;
+
+// One block: the largest magnitude of every part's values, then the layer's calibrated scale.
+__global__ void __launch_bounds__(kCalibrateThreads) KvCalibrateKernel(KvRef kv, int64_t layer, KvParts parts) {
+  __shared__ float shared[32];
+  float amax = 0.0f;
+  for (int p = 0; p < parts.count; ++p) {
+    const ConstMat& m = parts.part[p];
+    for (int64_t e = threadIdx.x; e < m.rows * m.cols; e += blockDim.x) {
+      amax = fmaxf(amax, fabsf(m.data[(e / m.cols) * m.ld + e % m.cols]));
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) amax = fmaxf(amax, shared[w]);
+  // Fp8Codec::CalibratedScale: 2x headroom over the largest magnitude.
+  const_cast<float*>(kv.layer_scales)[layer] = amax > 0.0f ? amax * 2.0f / 448.0f : 1.0f;
+}
+
+__global__ void KvExportKernel(KvRef kv, int64_t layer, const int32_t* slots, uint8_t* dst, int32_t* err) {
+  const int64_t i = blockIdx.x;
+  const int32_t slot = slots[i];
+  if (!SlotOk(kv, slot)) {
+    RaiseError(err, kErrSlot);
+    return;
+  }
+  const uint8_t* row = SlotRow(kv, layer, slot);
+  for (int64_t b = threadIdx.x; b < kv.row_bytes; b += blockDim.x) dst[i * kv.row_bytes + b] = row[b];
+}
+
+// One block per row: the bytes as they are for the cache's own codec at its scale, else decoded
+// by the source layout into shared memory and encoded by the cache's.
+__global__ void KvImportKernel(KvRef kv, int64_t layer, const int32_t* slots, const uint8_t* src, KvRowRef src_row,
+                               float src_scale, bool same_codec, int32_t* err) {
+  float* vals = DynamicShared<float>();
+  const int64_t i = blockIdx.x;
+  const int32_t slot = slots[i];
+  if (!SlotOk(kv, slot)) {
+    if (threadIdx.x == 0) RaiseError(err, kErrSlot);
+    return;
+  }
+  uint8_t* row = SlotRow(kv, layer, slot);
+  const uint8_t* in = src + i * src_row.row_bytes;
+  const float scale = LayerScale(kv, layer);
+  if (same_codec && (kv.layer_scales == nullptr || scale == src_scale)) {
+    for (int64_t b = threadIdx.x; b < kv.row_bytes; b += blockDim.x) row[b] = in[b];
+    return;
+  }
+  for (int64_t v = threadIdx.x; v < kv.width; v += blockDim.x) vals[v] = KvValue(src_row, in, v, src_scale);
+  __syncthreads();
+  EncodeRow(kv.row, scale, vals, row);
+}
+
+constexpr int kAttnThreads = 128, kChunk = 32;
+static_assert(kAttnThreads >= kChunk, "a thread per position of a chunk sets its probability");
+
+// Dynamic shared memory: q [q1_len + q2_len], acc [dv], scores [kChunk]. blockIdx.x is the
+// (token, head), blockIdx.y the split of its positions.
+__global__ void ScalarAttentionKernel(AttentionArgs a, int32_t* err) {
+  float* smem = DynamicShared<float>();
+  const int64_t t = blockIdx.x / a.heads, h = blockIdx.x % a.heads, g = h / a.kv_group;
+  const int64_t split = blockIdx.y;
+  const int64_t qlen = a.q1_len + a.q2_len;
+  float* q = smem;
+  float* acc = q + qlen;
+  float* sc = acc + a.dv;
+  const float* q1 = a.q1 + t * a.q1_ld + h * a.q1_head;
+  for (int64_t i = threadIdx.x; i < a.q1_len; i += blockDim.x) q[i] = q1[i];
+  if (a.q2 != nullptr) {
+    const float* q2 = a.q2 + t * a.q2_ld + h * a.q2_head;
+    for (int64_t i = threadIdx.x; i < a.q2_len; i += blockDim.x) q[a.q1_len + i] = q2[i];
+  }
+  for (int64_t j = threadIdx.x; j < a.dv; j += blockDim.x) acc[j] = 0.0f;
+  __syncthreads();
+
+  const BatchRef& b = a.batch;
+  const Context cx = ContextOf(a.kv, b, t);
+  const int64_t ctx = cx.ctx;
+  const float layer_scale = LayerScale(a.kv, a.layer);
+  const int32_t* sel = a.selected != nullptr ? a.selected + t * a.top_k : nullptr;
+  int64_t n = ctx;
+  if (sel != nullptr) {
+    n = 0;
+    while (n < a.top_k && sel[n] != -1) ++n;
+  }
+  const int64_t k1 = a.k1_off + g * a.k_head_step, v_off = a.v_off + g * a.v_head_step;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  // This split's positions [begin, end): equal shares in whole chunks.
+  const int64_t share = ((n + a.splits - 1) / a.splits + kChunk - 1) / kChunk * kChunk;
+  const int64_t begin = split * share, end = begin + share < n ? begin + share : n;
+  // Per chunk, shared: each position's row (found once, by the warp that scores it) and its
+  // probability under the running maximum (one expf per position, not one per output column).
+  __shared__ RowPtr rows[kChunk];
+  __shared__ bool found[kChunk];
+  __shared__ float prob[kChunk];
+  float m = -INFINITY, l = 0.0f;
+  bool bad = false;  // uniform over the block: every thread checks the same positions
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const int cn = static_cast<int>(end - c0 < kChunk ? end - c0 : kChunk);
+    // Scores: one warp per position.
+    for (int i = warp; i < cn; i += warps) {
+      const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
+      float s = -INFINITY;
+      RowPtr row{nullptr, false};
+      const bool ok = Locate(a.kv, a.layer, cx, p, &row);
+      if (ok) {
+        float d = 0.0f;
+        for (int64_t i1 = lane; i1 < a.q1_len; i1 += 32) d = fmaf(q[i1], RowValue(a.kv, row, k1 + i1, layer_scale), d);
+        for (int64_t i2 = lane; i2 < a.q2_len; i2 += 32) {
+          d = fmaf(q[a.q1_len + i2], RowValue(a.kv, row, a.k2_off + i2, layer_scale), d);
+        }
+        s = WarpSum(d) * a.scale;
+      }
+      if (lane == 0) {
+        sc[i] = s;
+        rows[i] = row;
+        found[i] = ok;
+      }
+    }
+    __syncthreads();
+    float cmax = -INFINITY;
+    for (int i = 0; i < cn; ++i) {
+      if (!found[i]) bad = true;
+      cmax = fmaxf(cmax, sc[i]);
+    }
+    const float new_m = fmaxf(m, cmax);
+    const float factor = m == -INFINITY ? 0.0f : expf(m - new_m);
+    if (threadIdx.x < cn) prob[threadIdx.x] = sc[threadIdx.x] == -INFINITY ? 0.0f : expf(sc[threadIdx.x] - new_m);
+    __syncthreads();
+    float psum = 0.0f;
+    for (int i = 0; i < cn; ++i) psum += prob[i];
+    l = l * factor + psum;
+    for (int64_t j = threadIdx.x; j < a.dv; j += blockDim.x) {
+      float o = acc[j] * factor;
+      for (int i = 0; i < cn; ++i) {
+        if (sc[i] == -INFINITY) continue;  // (its row is valid otherwise)
+        o = fmaf(prob[i], RowValue(a.kv, rows[i], v_off + j, layer_scale), o);
+      }
+      acc[j] = o;
+    }
+    m = new_m;
+    __syncthreads();  // sc, rows and prob are rewritten by the next chunk
+  }
+  if (bad && threadIdx.x == 0) RaiseError(err, sel != nullptr ? kErrSelected : kErrPage);
+  if (a.splits > 1) {
+    float* part = a.partial + (static_cast<int64_t>(blockIdx.x) * a.splits + split) * (a.dv + 2);
+    if (threadIdx.x == 0) {
+      part[0] = m;
+      part[1] = l;
+    }
+    for (int64_t j = threadIdx.x; j < a.dv; j += blockDim.x) part[2 + j] = acc[j];
+    return;
+  }
+  float* out = a.out + t * a.out_ld + h * a.dv;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no position: zeros, as the CPU
+  for (int64_t j = threadIdx.x; j < a.dv; j += blockDim.x) out[j] = acc[j] * inv;
+}
+
+// The splits of one (token, head): rescaled to their common maximum and normalized by the
+// rescaled sum. Splits without positions (l == 0) contribute nothing.
+__global__ void AttentionCombineKernel(AttentionArgs a) {
+  const int64_t t = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
+  const float* parts = a.partial + static_cast<int64_t>(blockIdx.x) * a.splits * (a.dv + 2);
+  float mx = -INFINITY;
+  for (int64_t s = 0; s < a.splits; ++s) {
+    const float* p = parts + s * (a.dv + 2);
+    if (p[1] > 0.0f) mx = fmaxf(mx, p[0]);
+  }
+  float denom = 0.0f;
+  for (int64_t s = 0; s < a.splits; ++s) {
+    const float* p = parts + s * (a.dv + 2);
+    if (p[1] > 0.0f) denom += p[1] * expf(p[0] - mx);
+  }
+  const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
+  float* out = a.out + t * a.out_ld + h * a.dv;
+  for (int64_t j = threadIdx.x; j < a.dv; j += blockDim.x) {
+    float o = 0.0f;
+    for (int64_t s = 0; s < a.splits; ++s) {
+      const float* p = parts + s * (a.dv + 2);
+      if (p[1] > 0.0f) o = fmaf(p[2 + j], expf(p[0] - mx), o);
+    }
+    out[j] = o * inv;
+  }
+}
+
+// I(t, p) = sum_h w[t,h] * relu(q[t,h] . k_p * key_scale), one thread per (token, position), for
+// tokens whose context exceeds top_k. The same float operations as the CPU (RowDot * key_scale,
+// then `if (dot > 0) s += w * dot`), summed over heads in order.
+__global__ void DsaScoreKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef b, int64_t heads,
+                               int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
+                               int32_t* err) {
+  const int64_t t = blockIdx.y, p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t ctx = b.token_ctx[t];
+  if (ctx <= top_k || p >= ctx || p >= b.max_ctx) return;
+  const Context cx = ContextOf(kv, b, t);
+  RowPtr row;
+  if (!Locate(kv, layer, cx, p, &row)) {
+    RaiseError(err, kErrPage);
+    scores[t * b.max_ctx + p] = 0.0f;
+    return;
+  }
+  const float layer_scale = LayerScale(kv, layer);
+  const float* qt = q.data + t * q.ld;
+  const float* wt = w.data + t * w.ld;
+  float s = 0.0f;
+  for (int64_t h = 0; h < heads; ++h) {
+    float d = 0.0f;
+    for (int64_t i = 0; i < head_dim; ++i) {
+      d = fmaf(qt[h * head_dim + i], RowValue(kv, row, key_offset + i, layer_scale), d);
+    }
+    const float dot = d * key_scale;
+    if (dot > 0.0f) s += wt[h] * dot;
+  }
+  scores[t * b.max_ctx + p] = s == 0.0f ? 0.0f : s;  // -0 and +0 are one score (ties by position)
+}
+
+}  // namespace llmrt::cuda::kvk
+
+#endif  // LLMRT_KERNELS_KV_KERNELS_CUH_

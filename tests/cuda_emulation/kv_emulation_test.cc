@@ -1,0 +1,164 @@
+// The CUDA backend's KV cache kernels (kernels/kv_kernels.cuh) run on the host
+// (cuda_emulation.h): rows written, exported and imported must be the CPU codecs' bytes exactly
+// (the device encoder is EncodeRow operation for operation), the phase policy's fresh rows the
+// values' bfloat16, and a layer's calibrated FP8 scale the codec's CalibratedScale.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "src/quant/kv_codec.h"
+#include "tests/cuda_emulation/cuda_emulation.h"
+#include "kernels/kv_kernels.cuh"
+
+namespace llmrt::cuda {
+namespace {
+
+// MLA-like rows: a latent in tiles of 32 (the tiled codec's scales), a BF16 rope key, an
+// indexer key in tiles of 5 (a partial last tile).
+KvShape Shape() {
+  KvShape s;
+  s.num_layers = 2;
+  s.parts = {{64, 32, false}, {16, 128, true}, {12, 5, false}};
+  return s;
+}
+
+KvRowRef RowRefOf(const KvCodec& c, const KvRowLayout& l) {  // as CudaBackend's
+  KvRowRef r{};
+  r.type = c.id() == kKvCodecBf16 ? kElemBf16 : c.id() == kKvCodecF32 ? kElemF32 : kElemFp8E4M3;
+  r.row_bytes = l.row_bytes;
+  r.width = l.width;
+  r.scale_offset = l.scale_offset;
+  r.nseg = static_cast<int32_t>(l.segments.size());
+  for (size_t i = 0; i < l.segments.size(); ++i) {
+    const KvSegment& s = l.segments[i];
+    r.seg[i] = {s.start, s.count, s.tile, s.byte_offset, s.first_scale, s.bf16 ? 1 : 0};
+  }
+  return r;
+}
+
+struct Cache {
+  const KvCodec* codec;
+  KvRowLayout layout;
+  std::vector<uint8_t> pages;
+  std::vector<float> layer_scales = {1.0f, 0.0f};
+  std::vector<uint16_t> fresh;
+  KvRef ref{};
+  Cache(uint32_t id, int64_t num_pages, int64_t page_size, int64_t fresh_rows) : codec(FindKvCodec(id)) {
+    layout = codec->Layout(Shape());
+    pages.assign(static_cast<size_t>(num_pages * 2 * page_size * layout.row_bytes), 0xee);
+    fresh.assign(static_cast<size_t>(std::max<int64_t>(fresh_rows, 1) * layout.width), 0);
+    ref.pages = pages.data();
+    ref.type = RowRefOf(*codec, layout).type;
+    ref.num_pages = num_pages;
+    ref.num_layers = 2;
+    ref.page_size = page_size;
+    ref.row_bytes = layout.row_bytes;
+    ref.width = layout.width;
+    ref.row = RowRefOf(*codec, layout);
+    if (codec->scale_kind() == KvScaleKind::kPerLayer) ref.layer_scales = layer_scales.data();
+    if (fresh_rows > 0) {
+      ref.fresh = fresh.data();
+      ref.fresh_rows = fresh_rows;
+    }
+  }
+  const uint8_t* Row(int64_t layer, int32_t slot) const {
+    return pages.data() + (((slot / ref.page_size) * 2 + layer) * ref.page_size + slot % ref.page_size) * ref.row_bytes;
+  }
+};
+
+TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
+  std::mt19937 rng(101);
+  std::normal_distribution<float> normal;
+  const int64_t T = 5, page_size = 4, num_pages = 4, layer = 1;
+  const std::vector<int32_t> slots = {13, 2, 7, 0, 9};
+  for (uint32_t id : {kKvCodecF32, kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled}) {
+    for (bool fresh : {false, true}) {
+      Cache cache(id, num_pages, page_size, fresh ? T : 0);
+      if (fresh && !cache.codec->lossy()) continue;
+      SCOPED_TRACE(::testing::Message() << cache.codec->name() << (fresh ? " fresh" : ""));
+      const int64_t W = cache.layout.width;
+      // The parts side by side: latent, rope, indexer key (one value past the indexer key is 0).
+      std::vector<float> latent(T * 64), rope(T * 16), index(T * 11);
+      for (float& v : latent) v = normal(rng);
+      for (float& v : rope) v = normal(rng);
+      for (float& v : index) v = 4.0f * normal(rng);
+      KvParts parts{};
+      parts.part[0] = ConstMat{latent.data(), T, 64, 64};
+      parts.part[1] = ConstMat{rope.data(), T, 16, 16};
+      parts.part[2] = ConstMat{index.data(), T, 11, 11};  // 11 of the 12 values: the last one 0
+      parts.count = 3;
+      std::vector<int32_t> token_seq(T, 0), token_ctx(T, 1), page_start = {0, num_pages}, page_ids = {0, 1, 2, 3};
+      BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), page_ids.data(), slots.data(), T, 1};
+      if (cache.codec->scale_kind() == KvScaleKind::kPerLayer) {
+        emulation::RunGrid({1, 1, 1}, kvk::kCalibrateThreads, 0, [&] { kvk::KvCalibrateKernel(cache.ref, layer, parts); });
+        float amax = 0.0f;
+        for (const auto* v : {&latent, &rope, &index}) {
+          for (float x : *v) amax = std::max(amax, std::fabs(x));
+        }
+        EXPECT_EQ(cache.layer_scales[layer], cache.codec->CalibratedScale(amax));
+      }
+      int32_t err = 0;
+      emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, 128, W * sizeof(float),
+                         [&] { kvk::KvWriteKernel(cache.ref, layer, parts, batch, &err); });
+      EXPECT_EQ(err, 0);
+      std::vector<std::vector<float>> rows(T, std::vector<float>(W, 0.0f));
+      for (int64_t t = 0; t < T; ++t) {
+        std::copy_n(latent.data() + t * 64, 64, rows[t].data());
+        std::copy_n(rope.data() + t * 16, 16, rows[t].data() + 64);
+        std::copy_n(index.data() + t * 11, 11, rows[t].data() + 80);
+        std::vector<uint8_t> want(cache.layout.row_bytes);
+        cache.codec->EncodeRow(cache.layout, rows[t].data(), cache.layer_scales[layer], want.data());
+        const uint8_t* got = cache.Row(layer, slots[t]);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << "token " << t;
+        if (fresh) {
+          for (int64_t i = 0; i < W; ++i) EXPECT_EQ(cache.fresh[t * W + i], F32ToBf16(rows[t][i])) << t << " " << i;
+        }
+      }
+
+      // Export: the rows as they are.
+      std::vector<uint8_t> exported(T * cache.layout.row_bytes);
+      emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, 128, 0,
+                         [&] { kvk::KvExportKernel(cache.ref, layer, slots.data(), exported.data(), &err); });
+      for (int64_t t = 0; t < T; ++t) {
+        EXPECT_TRUE(std::equal(exported.begin() + t * cache.layout.row_bytes,
+                               exported.begin() + (t + 1) * cache.layout.row_bytes, cache.Row(layer, slots[t])));
+      }
+
+      // Import rows of FP8 with a layer scale: decoded, then encoded by this cache's codec.
+      const KvCodec& fp8 = *FindKvCodec(kKvCodecFp8);
+      const KvRowLayout src_layout = fp8.Layout(Shape());
+      const float src_scale = 0.03f;
+      std::vector<uint8_t> src(T * src_layout.row_bytes);
+      for (int64_t t = 0; t < T; ++t) fp8.EncodeRow(src_layout, rows[t].data(), src_scale, src.data() + t * src_layout.row_bytes);
+      const std::vector<int32_t> import_slots = {1, 3, 5, 8, 15};
+      const bool same = id == kKvCodecFp8;
+      emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, 128, W * sizeof(float), [&] {
+        kvk::KvImportKernel(cache.ref, layer, import_slots.data(), src.data(), RowRefOf(fp8, src_layout), src_scale,
+                            same, &err);
+      });
+      EXPECT_EQ(err, 0);
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> decoded(W);
+        fp8.DecodeRow(src_layout, src.data() + t * src_layout.row_bytes, src_scale, decoded.data());
+        std::vector<uint8_t> want(cache.layout.row_bytes);
+        cache.codec->EncodeRow(cache.layout, decoded.data(), cache.layer_scales[layer], want.data());
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), cache.Row(layer, import_slots[t]))) << "imported row " << t;
+      }
+
+      // A slot outside the cache is reported, and nothing is written.
+      std::vector<int32_t> bad_slots = slots;
+      bad_slots[2] = static_cast<int32_t>(num_pages * page_size);
+      batch.slot_mapping = bad_slots.data();
+      err = 0;
+      emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, 128, W * sizeof(float),
+                         [&] { kvk::KvWriteKernel(cache.ref, layer, parts, batch, &err); });
+      EXPECT_EQ(err, kErrSlot);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace llmrt::cuda
