@@ -160,5 +160,63 @@ TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
   }
 }
 
+// The DSA indexer's scores over each codec's rows: I(t, p) = sum over heads of w * relu(q . k_p *
+// key_scale) in the CPU's float operations (an fmaf chain per head, heads in order), so equal
+// to the reference bit for bit; tokens whose context fits top_k are left alone (dense).
+TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
+  std::mt19937 rng(102);
+  std::normal_distribution<float> normal;
+  const int64_t page_size = 4, num_pages = 8, layer = 1, heads = 3, hd = 12, key_offset = 80, top_k = 5;
+  // Tokens of two sequences: contexts 9 and 4 (dense: no scores) of sequence 0 ... and 13 of 1.
+  const std::vector<int32_t> token_seq = {0, 0, 1}, token_ctx = {9, 4, 13}, page_start = {0, 3, 7};
+  const std::vector<int32_t> page_ids = {5, 0, 2, 7, 1, 6, 3};
+  const int64_t T = 3, max_ctx = 13;
+  for (uint32_t id : {kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled}) {
+    Cache cache(id, num_pages, page_size, 0);
+    SCOPED_TRACE(cache.codec->name());
+    cache.layer_scales[layer] = 0.05f;
+    const int64_t W = cache.layout.width;
+    std::vector<std::vector<std::vector<float>>> read(2);
+    for (int64_t sq = 0; sq < 2; ++sq) {
+      for (int64_t p = 0; p < (sq == 0 ? 9 : 13); ++p) {
+        std::vector<float> x(W), v(W);
+        for (float& e : x) e = normal(rng);
+        const int32_t slot = page_ids[page_start[sq] + p / page_size] * page_size + p % page_size;
+        uint8_t* row = const_cast<uint8_t*>(cache.Row(layer, slot));
+        cache.codec->EncodeRow(cache.layout, x.data(), cache.layer_scales[layer], row);
+        cache.codec->DecodeRow(cache.layout, row, cache.layer_scales[layer], v.data());
+        read[sq].push_back(v);
+      }
+    }
+    std::vector<float> q(T * heads * hd), w(T * heads), scores(T * max_ctx, -3.0f);
+    for (float& e : q) e = normal(rng);
+    for (float& e : w) e = std::fabs(normal(rng));
+    BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), page_ids.data(), nullptr, T, max_ctx};
+    int32_t err = 0;
+    emulation::RunGrid({BlocksFor(max_ctx, 128), static_cast<unsigned>(T), 1}, 128, 0, [&] {
+      kvk::DsaScoreKernel(ConstMat{q.data(), T, heads * hd, heads * hd}, ConstMat{w.data(), T, heads, heads}, cache.ref,
+                          layer, batch, heads, hd, key_offset, 0.5f, top_k, scores.data(), &err);
+    });
+    EXPECT_EQ(err, 0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t p = 0; p < max_ctx; ++p) {
+        if (token_ctx[t] <= top_k || p >= token_ctx[t]) {
+          EXPECT_EQ(scores[t * max_ctx + p], -3.0f) << "token " << t << " position " << p << " written";
+          continue;
+        }
+        const float* k = read[token_seq[t]][p].data() + key_offset;
+        float want = 0.0f;
+        for (int64_t h = 0; h < heads; ++h) {
+          float d = 0.0f;
+          for (int64_t i = 0; i < hd; ++i) d = std::fma(q[(t * heads + h) * hd + i], k[i], d);
+          const float dot = d * 0.5f;
+          if (dot > 0.0f) want += w[t * heads + h] * dot;
+        }
+        EXPECT_EQ(scores[t * max_ctx + p], want == 0.0f ? 0.0f : want) << "token " << t << " position " << p;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace llmrt::cuda
