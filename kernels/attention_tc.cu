@@ -36,11 +36,6 @@ __device__ __forceinline__ void LdMatrixTrans2(const uint16_t* row, uint32_t* b0
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(addr));
 }
 
-__device__ __forceinline__ uint8_t* TcSharedMemory() {
-  extern __shared__ __align__(16) uint8_t smem[];
-  return smem;
-}
-
 }  // namespace llmrt::cuda::tc
 
 #include "kernels/attention_tc_kernel.cuh"

@@ -8,8 +8,7 @@
 //   void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1)
 //       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d;
 //   void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1)
-//       ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 (lanes 0-15 give the row addresses);
-//   uint8_t* TcSharedMemory()   the block's dynamic shared memory.
+//       ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 (lanes 0-15 give the row addresses).
 #ifndef LLMRT_KERNELS_ATTENTION_TC_KERNEL_CUH_
 #define LLMRT_KERNELS_ATTENTION_TC_KERNEL_CUH_
 
@@ -119,7 +118,7 @@ template <int kDv, int kTerms>
 __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, TcPlan pl, int32_t* err) {
   constexpr int kNt = kDv / (8 * kWarps);  // n8 tiles of value columns per warp
   static_assert(kNt >= 1 && kDv % (8 * kWarps) == 0, "value columns split evenly over the warps");
-  uint8_t* smem = TcSharedMemory();
+  uint8_t* smem = DynamicShared<uint8_t>();
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);               // [kTerms][kRows][ks]
   uint16_t* kt = reinterpret_cast<uint16_t*>(smem + pl.off_k);    // [kChunk][ks]
   uint16_t* vt = pl.vs > 0 ? reinterpret_cast<uint16_t*>(smem + pl.off_v) : kt;

@@ -77,8 +77,6 @@ inline void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
   *b1 = r[1];
 }
 
-inline uint8_t* TcSharedMemory() { return emulation::g_block->shared; }
-
 }  // namespace llmrt::cuda::tc
 
 #include "kernels/attention_tc_kernel.cuh"
