@@ -33,13 +33,13 @@ failed=0
 
 # The whole check ends within 8 minutes: every step's limit is cut to the time left.
 budget=${LLMRT_GPU_CHECK_SECONDS:-470}
-[ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ] && budget=${LLMRT_GPU_CHECK_SECONDS:-3600}  # two shared cores
+[ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ] && budget=${LLMRT_GPU_CHECK_SECONDS:-9000}  # two shared cores
 deadline=$((SECONDS + budget))
 
 # The log file of each step.
 log_of() {
   case "$1" in
-    configure | build | origins | device) echo setup ;;
+    unpack | configure | build | origins | device) echo setup ;;
     gpu_tests | golden) echo tests ;;
     bench | synthetic_bench) echo bench ;;
     *) echo "$1" ;;
@@ -72,6 +72,12 @@ step() {
   return "$rc"
 }
 
+# What scripts/gpu_prepare.sh packed for the trip (the folder below, carried instead of the
+# unpacked one): the gathered packages, and with --prebuild the binaries built here.
+carried=$root/.gpu-carry
+if [ ! -d "$deps/usr" ] && [ -f "$carried/deps.tar.xz" ]; then
+  tar -C "$root" -xJf "$carried/deps.tar.xz" || { echo "cannot unpack $carried/deps.tar.xz" | tee -a "$summary"; exit 1; }
+fi
 if [ ! -d "$deps/usr" ]; then
   echo "no $deps: run scripts/gpu_prepare.sh on a development machine first" | tee -a "$summary"
   exit 1
@@ -168,9 +174,45 @@ check_origins() {
   return $bad
 }
 
-export root deps build jobs nvcc cuda_root rt nccl_cmake
-export -f configure check_origins on_device
+# Prebuilt binaries (scripts/gpu_prepare.sh --prebuild): unpacked over $build, and used when
+# they load here. Their build recorded absolute paths (test data, CTest files, the library's
+# RUNPATH) under the development machine's checkout; where that path is free here it becomes a
+# link to this checkout. A binary that does not load sends the check back to building here.
+unpack_prebuilt() {
+  tar -C "$root" -xJf "$carried/prebuilt.tar.xz" || return 1
+  local src
+  src=$(cat "$build/prebuilt_source") || return 1
+  if [ "$src" != "$root" ] && [ "$(readlink -f "$src")" != "$root" ]; then
+    [ -e "$src" ] && { echo "$src exists and is not this checkout"; return 1; }
+    mkdir -p "$(dirname "$src")" && ln -s "$root" "$src" || return 1
+    echo "linked $src -> $root"
+  fi
+  local b bad=0
+  for b in "$build"/tests/llmrt_backend_tests "$build"/tests/llmrt_golden_tests \
+    "$build"/tests/llmrt_cuda_microbench "$build"/samples/llm-bench "$build"/tests/llmrt_nccl_tests; do
+    [ -f "$b" ] || continue
+    if ldd "$b" | grep "not found"; then
+      echo "$b does not load"
+      bad=1
+    fi
+  done
+  "$build/tests/llmrt_backend_tests" --gtest_list_tests > /dev/null || bad=1
+  [ "$bad" -eq 0 ]
+}
+
+export root deps build jobs nvcc cuda_root rt nccl_cmake carried
+export -f configure check_origins on_device unpack_prebuilt
 targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench llmrt_nccl_tests llm-bench)
+# cuBLASLt (dlopen'ed) from this machine's toolkit.
+for d in "$cuda_root/lib64" "$cuda_root/targets/x86_64-linux/lib"; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+done
+prebuilt=0
+if [ -z "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ] && [ -f "$carried/prebuilt.tar.xz" ]; then
+  step unpack 60 unpack_prebuilt && prebuilt=1
+  [ "$prebuilt" -eq 1 ] || { failed=0; echo "the prebuilt binaries do not run here: building" | tee -a "$summary"; }
+fi
+if [ "$prebuilt" -eq 0 ]; then
 step configure 60 configure || { echo "configure failed" | tee -a "$summary"; exit 1; }
 # The NCCL tests exist only where the toolkit ships NCCL (CMakeLists.txt says which at configure).
 if ! grep -q "NCCL communicator: ON" "$OUT/setup.log"; then
@@ -179,7 +221,12 @@ if ! grep -q "NCCL communicator: ON" "$OUT/setup.log"; then
   targets=("${kept[@]}")
   echo "no NCCL in this toolkit: the NCCL tests are not built" | tee -a "$summary"
 fi
-if [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
+if [ "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" = full ]; then
+  # Every target the device run needs (scripts/gpu_prepare.sh --prebuild packs them).
+  step build 7200 cmake --build "$build" -j"$jobs" --target "${targets[@]}"
+  step origins 60 check_origins
+  exit $failed
+elif [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
   # The dry run builds what exercises every gathered package, and little more (a development
   # machine has two cores): absl and nlohmann (util), Highway (the CPU backend), Oniguruma
   # (tokenizer), the CUDA code (the backend), and one GoogleTest source.
@@ -198,6 +245,7 @@ if [ -n "${LLMRT_GPU_CHECK_BUILD_ONLY:-}" ]; then
 fi
 step build 240 cmake --build "$build" -j"$jobs" --target "${targets[@]}" || { cat "$summary"; exit 1; }
 step origins 60 check_origins
+fi
 step device 30 "${smi:-nvidia-smi}"
 # The conformance suite's device instances (ctest label gpu; -V, so that skip reasons show), the BF16
 # activation policy's MatMul (Bf16MatMul.*/cuda: cuBLASLt), the FP8 policy's (Fp8Policy.*/cuda:
@@ -218,8 +266,13 @@ step bench 45 "$build/tests/llmrt_cuda_microbench"
 # Synthetic weights at Kimi K2's real layer shapes, generated on the device (about 5.5 GB for
 # two layers and 8 experts): the header line reports the time from creation to the first token.
 # A failure is counted in the summary; nothing after it depends on it.
-step synthetic_bench 60 "$build/samples/llm-bench" --synthetic --preset k2-real --weights fp8 --layers 2 \
-  --experts 8 --backend cuda --sessions 1,16 --steps 4 --no-baselines
+synthetic_bench() {
+  local bench=$build/samples/llm-bench common=(--synthetic --preset k2-real --layers 2 --experts 8 --backend cuda)
+  "$bench" "${common[@]}" --weights fp8 --sessions 1,16,64,256 --steps 4 --no-baselines || return 1
+  "$bench" "${common[@]}" --weights bf16 --prefill-lens 512,4096 --repeats 2
+}
+export -f synthetic_bench
+step synthetic_bench 75 synthetic_bench
 # Last: the step most likely to run long gets what time is left.
 step sanitizer 120 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 99 --print-limit 20 \
   "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1

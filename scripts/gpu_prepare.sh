@@ -5,11 +5,22 @@
 # CMake and a compiler but none of these packages and no network. scripts/gpu_check.sh builds
 # against that folder only.
 #
-# Usage: bash scripts/gpu_prepare.sh [FOLDER]     (default .gpu-deps)
-# The folder and the tracked files travel together, at most 64 MiB in all (the device tool's
-# limit): the script checks the sum. A device run must name the folder in its `carry`.
+# Usage: bash scripts/gpu_prepare.sh [--prebuild] [FOLDER]     (default .gpu-deps)
+# The folder is also packed (xz) into .gpu-carry/deps.tar.xz, which scripts/gpu_check.sh unpacks
+# where the folder is missing: carry either (the packed one is a seventh of the size). With
+# --prebuild, the binaries the device run needs are also built here, against the folder exactly as
+# the device would build them (scripts/gpu_check.sh's configure), and packed with their CTest
+# files into .gpu-carry/prebuilt.tar.xz (debug info stripped, symbols kept): the device run then
+# spends no time compiling, and builds only if they do not load there. The tracked files and
+# what travels must stay within 64 MiB (the device tool's limit): the script checks the sum. A
+# device run names the folder it carries in `carry`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+prebuild=0
+if [ "${1:-}" = --prebuild ]; then
+  prebuild=1
+  shift
+fi
 bash scripts/setup.sh
 out=${1:-.gpu-deps}
 travel_limit_mib=62  # of 64, with room for a few untracked files
@@ -76,3 +87,44 @@ fi
 git check-ignore -q "$out" || { echo "gpu_prepare: $out is not git-ignored" >&2; exit 1; }
 echo "gpu_prepare: $out holds $size MiB ($(find "$out" -type f | wc -l) files) from ${dev_pkgs[*]} and pkg-config;" \
   "with the tracked files ($tracked_mib MiB) it travels in $((size + tracked_mib)) of 64 MiB"
+
+carry=.gpu-carry
+mkdir -p "$carry"
+git check-ignore -q "$carry" || { echo "gpu_prepare: $carry is not git-ignored" >&2; exit 1; }
+rm -f "$carry/prebuilt.tar.xz"
+tar -cf - "$out" | xz -T2 -6 > "$carry/deps.tar.xz"
+if [ "$prebuild" -eq 1 ]; then
+  build=${LLMRT_GPU_BUILD_DIR:-build-gpu}
+  log=$(mktemp -d)
+  if ! LLMRT_GPU_DEPS=$out LLMRT_GPU_CHECK_BUILD_ONLY=full OUT=$log bash scripts/gpu_check.sh; then
+    cat "$log/setup.log" >&2
+    echo "gpu_prepare: the build against $out failed (above)" >&2
+    exit 1
+  fi
+  stage=$(mktemp -d)
+  mkdir -p "$stage/$build/tests" "$stage/$build/samples"
+  # The binaries, debug info stripped (symbols stay, for compute-sanitizer's stacks).
+  for b in tests/llmrt_backend_tests tests/llmrt_golden_tests tests/llmrt_cuda_microbench \
+    tests/llmrt_nccl_tests samples/llm-bench samples/llm-make-bench-model; do
+    [ -f "$build/$b" ] && strip --strip-debug -o "$stage/$build/$b" "$build/$b"
+  done
+  for l in "$build"/libllmrt.so*; do
+    if [ -L "$l" ]; then cp -a "$l" "$stage/$l"; else strip --strip-debug -o "$stage/$l" "$l"; fi
+  done
+  # What CTest reads (gtest_discover_tests' lists included), and the configuration.
+  (cd "$build" && find . \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) \
+    -exec cp --parents {} "$stage/$build/" \;)
+  cp "$build/CMakeCache.txt" "$stage/$build/"
+  # The checkout the paths recorded in them point into (a link on the device when it differs).
+  readlink -f . > "$stage/$build/prebuilt_source"
+  git rev-parse HEAD > "$stage/$build/prebuilt_commit"
+  git status --porcelain --untracked-files=no | sed 's/^/changed: /' >> "$stage/$build/prebuilt_commit"
+  tar -C "$stage" -cf - "$build" | xz -T2 -6 > "$carry/prebuilt.tar.xz"
+  rm -rf "$stage" "$log"
+fi
+packed=$(du -cb "$carry"/*.tar.xz | tail -1 | cut -f1)
+if [ $((tracked + packed)) -gt $((travel_limit_mib * 1048576)) ]; then
+  echo "gpu_prepare: $carry ($((packed / 1048576)) MiB) and the tracked files exceed $travel_limit_mib MiB" >&2
+  exit 1
+fi
+echo "gpu_prepare: $carry holds $(ls "$carry" | tr '\n' ' ')($((packed / 1024)) KiB); carry $carry (or $out) in the device run"
