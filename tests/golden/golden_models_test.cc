@@ -32,7 +32,9 @@ constexpr float kF32Tolerance = 1e-4f;
 // leaves room for other SIMD widths while staying below the smallest reference margin (1e-2).
 // tiny_kimi_k2_qlora_yarn is the exception: on an AVX2-only CPU (Highway's 8-lane sums; an AMD
 // Zen 3) one flip in prompt 2's prefill moves every later logit of that prompt by up to 5.4e-3
-// (its F32 KV logits stay within 1e-4 there), so it takes the wider tolerance below.
+// (its F32 KV logits stay within 1e-4 there), so it takes the wider tolerance below, as does
+// tiny_deepseek_noqlora_f32: on the CUDA backend (an H200) one flip in prompt 2's prefill moves
+// step 2 by 9.2e-3 and the next three steps by 2.4e-3 to 2.8e-3, with F32 KV within 2.6e-5.
 constexpr float kBf16KvTolerance = 2e-3f;
 
 // A checkpoint and its golden file (tests/data/<golden>.golden.json).
@@ -191,7 +193,7 @@ TEST_P(GoldenTest, BatchedFp8KvRunsEveryArchitecture) {
 INSTANTIATE_TEST_SUITE_P(
     Models, GoldenTest,
     ::testing::Values(ModelCase{"tests/data/tiny_kimi_k2_qlora_yarn", "tiny_kimi_k2_qlora_yarn", kWideBf16KvTolerance},
-                      ModelCase{"tests/data/tiny_deepseek_noqlora_f32", "tiny_deepseek_noqlora_f32"},
+                      ModelCase{"tests/data/tiny_deepseek_noqlora_f32", "tiny_deepseek_noqlora_f32", kWideBf16KvTolerance},
                       ModelCase{"tests/data/tiny_glm4_moe", "tiny_glm4_moe"},
                       // GLM-5 DSA, index_topk 8: sparse in prefill of the 41-token prompt and in decode.
                       ModelCase{"tests/data/tiny_glm_moe_dsa", "tiny_glm_moe_dsa", kWideBf16KvTolerance},
