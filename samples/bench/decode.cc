@@ -102,11 +102,27 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   double base_tps = 0, batch1_step = 0, batch1_p50 = 0;
   for (int b : batches) {
     std::vector<llm_session*> ss(b);
-    for (int i = 0; i < b; ++i) ss[i] = OpenSession(rt, cfg, prompt_len, i, static_cast<uint32_t>(steps + 2));
+    // Sessions that finish their prefill early decode while the others prefill: room for those
+    // tokens too (at most kWarmupSteps).
+    constexpr int kWarmupSteps = 64;
+    for (int i = 0; i < b; ++i) {
+      ss[i] = OpenSession(rt, cfg, prompt_len, i, static_cast<uint32_t>(steps + 2 + kWarmupSteps));
+    }
     std::vector<llm_step_result> res(b);
     size_t n = 0;
-    // Prefill (one step with the default budget) plus one warm-up decode step.
-    for (int w = 0; w < 2; ++w) llm_decode_step(rt, res.data(), res.size(), &n);
+    // Prefill (as many steps as the step budget needs: b * prompt_len tokens may exceed one step's
+    // max_tokens_per_step) until every session samples in the same step, plus one warm-up decode step.
+    int warm = 0;
+    for (; warm < kWarmupSteps; ++warm) {
+      st = llm_decode_step(rt, res.data(), res.size(), &n);
+      if (st != LLM_OK || n == static_cast<size_t>(b)) break;
+    }
+    if (st != LLM_OK || n != static_cast<size_t>(b)) {
+      std::fprintf(stderr, "llm-bench: %d sessions did not all reach decoding in %d steps: %s\n", b, warm,
+                   st != LLM_OK ? llm_last_error() : "fewer results than sessions");
+      return 1;
+    }
+    llm_decode_step(rt, res.data(), res.size(), &n);
     std::vector<double> times;
     llm_runtime_info before;
     before.struct_size = sizeof(before);
@@ -116,7 +132,8 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
       st = llm_decode_step(rt, res.data(), res.size(), &n);
       times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       if (st != LLM_OK || n != static_cast<size_t>(b)) {
-        std::fprintf(stderr, "llm-bench: step failed: %s\n", llm_last_error());
+        std::fprintf(stderr, "llm-bench: step failed: %s\n",
+                     st != LLM_OK ? llm_last_error() : "fewer results than sessions (a session ended early)");
         return 1;
       }
     }
