@@ -1,10 +1,11 @@
 // Attention on the tensor cores, FlashMLA's design in mma.sync form: one block per (token, tile of
 // up to 16 heads sharing a K/V row region, split of the positions), so an MLA layer reads each
 // latent row once per 16 heads instead of once per head. Per chunk of 32 positions:
-//   load   each warp decodes 8 rows into a shared K tile (and a V tile unless the values are the
-//          keys' first columns, as MLA's latent is): BF16 values as they are, FP8 codes to their
-//          exact bfloat16 values (flat rows' layer scale and tiled rows' tile scales are applied
-//          after the products); missing rows zero;
+//   load   all 32 rows in flight at once (cp.async, where offsets allow): BF16 rows straight
+//          into a shared K tile (and a V tile unless the values are the keys' first columns, as
+//          MLA's latent is), FP8 rows whole into a staging area, whose codes each warp then
+//          decodes (8 rows each) to their exact bfloat16 values (flat rows' layer scale and
+//          tiled rows' tile scales are applied after the products); missing rows zero;
 //   scores each warp multiplies the 16 query rows by its 8 positions (m16n8k16, float32
 //          accumulation; tiled rows: each 16-column step times its tile's scale), scales, takes
 //          the running maximum across warps (shared memory);
@@ -35,6 +36,13 @@ __device__ __forceinline__ void LdMatrixTrans2(const uint16_t* row, uint32_t* b0
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(addr));
 }
+
+__device__ __forceinline__ void CpAsync16(void* shared_dst, const void* global_src) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(global_src) : "memory");
+}
+
+__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 }  // namespace llmrt::cuda::tc
 

@@ -35,7 +35,9 @@ struct TcPlan {
   int32_t fp8 = 0;               // flat FP8 rows: codes, times the layer scale after the sums
   int32_t tiled = 0;             // tiled FP8 rows: codes, times their tiles' scales (per step / tile)
   int32_t nks = 0;               // 16-column steps of the keys (kpad / 16)
-  int32_t off_k = 0, off_v = 0, off_p = 0, off_f = 0, bytes = 0;  // shared memory layout
+  int32_t async = 0;             // rows loaded by cp.async (every offset and stride 16-byte aligned)
+  int32_t ss = 0;                // staged FP8 row stride in bytes (the cache's row_bytes)
+  int32_t off_k = 0, off_v = 0, off_p = 0, off_f = 0, off_r = 0, off_s = 0, bytes = 0;  // shared memory
 };
 
 // False when the scalar kernel runs `a` (chosen, or a case the tensor-core kernel does not take).

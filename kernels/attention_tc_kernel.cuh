@@ -8,7 +8,11 @@
 //   void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1)
 //       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d;
 //   void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1)
-//       ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 (lanes 0-15 give the row addresses).
+//       ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 (lanes 0-15 give the row addresses);
+//   void CpAsync16(void* shared_dst, const void* global_src)
+//       cp.async.cg.shared.global of 16 bytes (both 16-byte aligned);
+//   void CpAsyncWaitAll()
+//       cp.async.wait_all: this thread's copies have landed (a barrier then publishes them).
 #ifndef LLMRT_KERNELS_ATTENTION_TC_KERNEL_CUH_
 #define LLMRT_KERNELS_ATTENTION_TC_KERNEL_CUH_
 
@@ -136,6 +140,11 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
   int* vslot = kslot + pl.nks;                                    // [kNv]
   float* kscale = reinterpret_cast<float*>(vslot + kNv);          // [kChunk][nks]
   float* vscale = kscale + kChunk * pl.nks;                       // [kChunk][kNv]
+  // Asynchronous loads (pl.async): each chunk's row addresses (null: missing) and whether each is
+  // a fresh row, and FP8 cache rows' bytes as stored, decoded from there.
+  const uint8_t** rptr = reinterpret_cast<const uint8_t**>(smem + pl.off_r);  // [kChunk]
+  int* rfresh = reinterpret_cast<int*>(rptr + kChunk);                        // [kChunk]
+  uint8_t* stage = smem + pl.off_s;                                           // [kChunk][ss]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t t = blockIdx.x / pl.head_tiles, tile = blockIdx.x % pl.head_tiles;
@@ -177,6 +186,12 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
       vslot[nv] = col < a.dv ? TiledSlot(a.kv.row, v) : -1;
     }
   }
+  if (pl.async) {  // rows copied in place leave the padding columns alone: zero them once
+    for (int e = threadIdx.x; e < kChunk * pl.ks; e += kThreads) kt[e] = 0;
+    if (pl.vs > 0) {
+      for (int e = threadIdx.x; e < kChunk * pl.vs; e += kThreads) vt[e] = 0;
+    }
+  }
   __syncthreads();
 
   const BatchRef& b = a.batch;
@@ -198,19 +213,75 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
   bool bad = false;
   const int j0 = warp * 8 + 2 * c;  // this thread's two score columns: j0, j0 + 1
+  const bool staged_codec = pl.fp8 || pl.tiled;
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
-    // Load: warp w decodes rows w, w + kWarps, ...
+    if (pl.async) {
+      // Every row of the chunk in flight at once: one thread per row finds it, then the block
+      // issues 16-byte asynchronous copies (BF16 rows' key and value columns straight into the
+      // tiles, FP8 rows whole into the staging area) and waits for all of them together.
+      if (threadIdx.x < kChunk) {
+        const int i = threadIdx.x;
+        RowPtr row{nullptr, false};
+        bool ok = false;
+        if (c0 + i < end) {
+          const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
+          ok = Locate(a.kv, a.layer, cx, p, &row);
+          if (!ok) bad = true;
+        }
+        rptr[i] = ok ? row.data : nullptr;
+        rfresh[i] = ok && row.fresh ? 1 : 0;
+      }
+      __syncthreads();
+      const int pk1 = static_cast<int>(a.q1_len / 8), pk2 = pl.kpad > pl.q1_pad ? static_cast<int>(a.q2_len / 8) : 0;
+      const int pd = pk1 + pk2 + (pl.vs > 0 ? static_cast<int>(a.dv / 8) : 0);
+      for (int e = threadIdx.x; e < kChunk * pd; e += kThreads) {
+        const int i = e / pd, j = e % pd;
+        const uint8_t* src = rptr[i];
+        if (src == nullptr || (staged_codec && !rfresh[i])) continue;
+        int64_t from;
+        uint16_t* dst;
+        if (j < pk1) {
+          from = k1 + 8 * j;
+          dst = kt + i * pl.ks + 8 * j;
+        } else if (j < pk1 + pk2) {
+          from = a.k2_off + 8 * (j - pk1);
+          dst = kt + i * pl.ks + pl.q1_pad + 8 * (j - pk1);
+        } else {
+          from = v_off + 8 * (j - pk1 - pk2);
+          dst = vt + i * pl.vs + 8 * (j - pk1 - pk2);
+        }
+        CpAsync16(dst, src + from * 2);
+      }
+      if (staged_codec) {
+        const int ps = pl.ss / 16;
+        for (int e = threadIdx.x; e < kChunk * ps; e += kThreads) {
+          const int i = e / ps, j = e % ps;
+          const uint8_t* src = rptr[i];
+          if (src == nullptr || rfresh[i]) continue;
+          CpAsync16(stage + i * pl.ss + 16 * j, src + 16 * j);
+        }
+      }
+      CpAsyncWaitAll();
+      __syncthreads();
+    }
+    // Decode: warp w takes rows w, w + kWarps, ... (loading them itself without pl.async).
     for (int i = warp; i < kChunk; i += kWarps) {
       RowPtr row{nullptr, false};
       bool ok = false;
-      if (c0 + i < end) {
+      if (pl.async) {
+        ok = rptr[i] != nullptr;
+        row.fresh = rfresh[i] != 0;
+        row.data = ok && staged_codec && !row.fresh ? stage + i * pl.ss : rptr[i];
+      } else if (c0 + i < end) {
         const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
         ok = Locate(a.kv, a.layer, cx, p, &row);
         if (!ok) bad = true;
       }
       uint16_t* krow = kt + i * pl.ks;
       const bool codes = pl.fp8 && !row.fresh, tiled = pl.tiled && !row.fresh;
-      if (ok && tiled) {
+      if (ok && pl.async && !codes && !tiled) {
+        // BF16 values, already in place
+      } else if (ok && tiled) {
         CopyTiledValues(row.data, a.kv.row, table, k1, static_cast<int>(a.q1_len), pl.q1_pad, krow, lane);
         if (pl.kpad > pl.q1_pad) {
           CopyTiledValues(row.data, a.kv.row, table, a.k2_off, static_cast<int>(a.q2_len), pl.kpad - pl.q1_pad,

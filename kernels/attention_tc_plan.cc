@@ -98,7 +98,31 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
   // rs, valid, red_max, red_sum, the code table, kslot, vslot, kscale, vscale
   p.bytes = p.off_f + kChunk * 4 + kChunk * 4 + 2 * kWarps * kRows * 4 + 256 * 2 + p.nks * 4 + (p.dv_tile / 8) * 4 +
             kChunk * p.nks * 4 + (p.tiled ? kChunk * (p.dv_tile / 8) * 4 : 0);
-  if (p.bytes > kMaxShared || (a.max_shared_bytes > 0 && p.bytes > a.max_shared_bytes)) return false;
+  const auto fits = [&](int32_t bytes) {
+    return bytes <= kMaxShared && (a.max_shared_bytes <= 0 || bytes <= a.max_shared_bytes);
+  };
+  if (!fits(p.bytes)) return false;
+  // Asynchronous row loads: BF16 values copied in place in 16-byte pieces need every column
+  // offset and length in whole pieces (8 values) and rows starting 16-byte aligned; FP8 rows are
+  // staged whole (row_bytes a multiple of 16). Past the shared memory limit, the warps load.
+  const auto whole = [](int64_t x) { return x % 8 == 0; };
+  const bool staged = p.fp8 || p.tiled;
+  const bool aligned = whole(a.k1_off) && whole(a.k_head_step) && whole(a.q1_len) &&
+                       (q2_len == 0 || (whole(a.k2_off) && whole(q2_len))) &&
+                       (p.vs == 0 || (whole(a.v_off) && whole(a.v_head_step) && whole(a.dv))) &&
+                       a.kv.row_bytes % 16 == 0 && whole(a.kv.width);
+  if (aligned) {
+    TcPlan q = p;
+    q.async = 1;
+    q.off_r = Round16(p.bytes);
+    q.bytes = q.off_r + kChunk * 8 + kChunk * 4;
+    if (staged) {
+      q.ss = static_cast<int32_t>(a.kv.row_bytes);
+      q.off_s = Round16(q.bytes);
+      q.bytes = q.off_s + kChunk * q.ss;
+    }
+    if (a.kv.row_bytes <= (int64_t{1} << 16) && fits(q.bytes)) p = q;
+  }
   *pl = p;
   return true;
 }

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -76,6 +77,15 @@ inline void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
   *b0 = r[0];
   *b1 = r[1];
 }
+
+// cp.async copies at once here; the kernel's barrier after CpAsyncWaitAll still orders them.
+inline void CpAsync16(void* shared_dst, const void* global_src) {
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(shared_dst) % 16, 0u) << "cp.async destinations are 16-byte aligned";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(global_src) % 16, 0u) << "cp.async sources are 16-byte aligned";
+  std::memcpy(shared_dst, global_src, 16);
+}
+
+inline void CpAsyncWaitAll() {}
 
 }  // namespace llmrt::cuda::tc
 
@@ -152,7 +162,10 @@ void Check(const Case& cs, std::mt19937& rng) {
   KvShape shape;
   shape.num_layers = layers;
   if (cs.mla) {  // the rows of MlaKvShape: latent in tiles of 128 (or less), BF16 rope, indexer key
-    shape.parts = {{cs.kv_lora, std::min<int64_t>(cs.kv_lora, 128), false}, {cs.rope, 128, true}, {10, 5, false}};
+    // (16 values where the latent and rope are whole 16-byte pieces, as the released models'
+    // rows are: the kernel's asynchronous loads; 10 otherwise: the warps' own loads)
+    const int64_t index = cs.kv_lora % 16 == 0 && cs.rope % 16 == 0 ? 16 : 10;
+    shape.parts = {{cs.kv_lora, std::min<int64_t>(cs.kv_lora, 128), false}, {cs.rope, 128, true}, {index, index / 2, false}};
   } else {  // GQA: keys then values, a scale per head
     shape.parts = {{cs.kv_heads * cs.head_dim, cs.head_dim, false}, {cs.kv_heads * cs.head_dim, cs.head_dim, false}};
   }
@@ -415,7 +428,7 @@ TEST(TensorCoreAttentionEmulated, RealLayerShapes) {
 
 // What the plan leaves to the scalar kernel: F32 rows, tiles that do not fit whole MMA steps,
 // more shared memory than the device allows a block, values wider than 512, and the scalar
-// kernel's own choice.
+// kernel's own choice; and when it gives up the asynchronous loads.
 TEST(TensorCoreAttentionEmulated, ThePlanRefusesWhatTheKernelDoesNotTake) {
   AttentionArgs a{};
   a.kv.row.type = kElemBf16;
@@ -438,7 +451,13 @@ TEST(TensorCoreAttentionEmulated, ThePlanRefusesWhatTheKernelDoesNotTake) {
   a.kv.row.seg[0].tile = 32;
   EXPECT_TRUE(PlanTensorCoreAttention(a, &plan));
   EXPECT_TRUE(plan.tiled);
-  a.max_shared_bytes = plan.bytes - 1;  // a device that cannot give the block its shared memory
+  EXPECT_TRUE(plan.async);
+  // A device short of shared memory for the asynchronous loads' addresses and staging area: the
+  // warps load the rows themselves; one short even of that: the scalar kernel.
+  a.max_shared_bytes = plan.bytes - 1;
+  EXPECT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_FALSE(plan.async);
+  a.max_shared_bytes = plan.bytes - 1;
   EXPECT_FALSE(PlanTensorCoreAttention(a, &plan));
   a.max_shared_bytes = 0;
   a.dv = 1024;
