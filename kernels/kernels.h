@@ -99,7 +99,8 @@ cudaError_t LaunchSampleTokens(const SampleArgs& a, void* scratch, cudaStream_t 
 // The routed experts of a grouped GEMM: weight pointers and types per expert (device arrays).
 // The routed experts of one projection of a grouped GEMM: each expert's weight (device array,
 // any format, experts may differ), and whether every expert takes the GEMV kernel in one format
-// (gemv_bits 4: all INT4, 8: all FP8, each QuantGemvApplies; 0: the tiled kernel).
+// (gemv_bits 4: all INT4, 8: all FP8, 16: all BF16, 32: all F32, each GemvApplies; 0: the tiled
+// kernel).
 struct ExpertTable {
   const WeightRef* weights;  // [E]
   int32_t gemv_bits;
@@ -115,10 +116,10 @@ struct TileTable {
 };
 inline constexpr int64_t kGemmTileRows = 32;
 // out [M, N] = x [M, K] w^T with float32 accumulation; a row's result does not depend on the
-// other rows of the call. F32 / BF16 weights: one sum in k order per element (the tiled
-// kernel). Quantized weights whose rows are 16-byte aligned (INT4: group a multiple of 32; FP8:
-// cols and block_cols multiples of 16): the dequantizing GEMV kernel (quant_matmul.cu); other
-// quantized shapes: the tiled kernel, dequantizing each element as its scalar reference does.
+// other rows of the call. Weights whose rows are 16-byte aligned (INT4: group a multiple of 32;
+// FP8: cols and block_cols multiples of 16; BF16 / F32: cols a multiple of 16): the GEMV kernel
+// (quant_matmul.cu); other shapes: the tiled kernel, one sum in k order per element,
+// dequantizing each element as its scalar reference does.
 cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s);
 // The FP8 activation policy's per-row scales for the GEMV (x then holds e4m3 values): the scale
 // of x row r for column block b of the weight is data[b * ld + r]. data null: none.
@@ -141,6 +142,14 @@ inline bool QuantGemvApplies(const WeightRef& w) {
   }
   return false;
 }
+// Dense rows (BF16, F32) take the same kernel when their rows are 16-byte aligned and split into
+// whole 16-column steps: a row's sum is then the same tree of lane partials whatever the batch,
+// for every T (LaunchGemm uses it for all of them, so rows do not depend on the batch).
+inline bool DenseGemvApplies(const WeightRef& w) {
+  return (w.type == kElemBf16 || w.type == kElemF32) && w.cols % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+inline bool GemvApplies(const WeightRef& w) { return QuantGemvApplies(w) || DenseGemvApplies(w); }
 // Activation scales: FP8 weights only (cudaErrorInvalidValue otherwise).
 cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s, ActScales act = {});
 cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,

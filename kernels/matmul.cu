@@ -123,7 +123,7 @@ __global__ void MlaProjectKernel(ConstMat o_lat, WeightRef kv_b, int64_t heads, 
 
 cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s) {
   if (x.rows == 0 || w.rows == 0) return cudaSuccess;
-  if (QuantGemvApplies(w)) return LaunchQuantGemv(x, w, out, s);
+  if (GemvApplies(w)) return LaunchQuantGemv(x, w, out, s);
   const unsigned col_tiles = static_cast<unsigned>((w.rows + kBN - 1) / kBN);
   if (x.rows <= kSkinnyBM) {
     GemmKernel<kSkinnyBM, 1, 2><<<dim3(col_tiles, 1), kThreads, 0, s>>>(x, w, out);

@@ -1,4 +1,5 @@
-// The dequantizing GEMV of quantized weights (INT4 group-scaled, FP8 block-scaled): codes are read
+// The GEMV of quantized weights (INT4 group-scaled, FP8 block-scaled) and, in the same form, of
+// dense BF16 / F32 rows (16 columns per lane step, two or four 16-byte loads, no scale): codes are read
 // once per block of activation rows, dequantized in registers and multiplied with float32
 // activations in float32; nothing dequantized is ever written to memory, so a decode step moves
 // only the quantized bytes (INT4: half a byte per weight plus a bfloat16 scale per group).
@@ -32,10 +33,13 @@ cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s,
   if (act.data != nullptr && w.type != kElemFp8E4M3) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((w.rows + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock),
                   static_cast<unsigned>((x.rows + qmm::kMaxRows - 1) / qmm::kMaxRows));
-  if (w.type == kElemInt4) {
-    qmm::QuantGemvKernel<4><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act);
-  } else {
-    qmm::QuantGemvKernel<8><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act);
+  // Shared memory for the rows a block holds (one row at batch 1: more blocks per multiprocessor).
+  switch (w.type) {
+    case kElemInt4: qmm::QuantGemvKernel<4><<<grid, qmm::kThreads, qmm::SharedBytes(4, x.rows), s>>>(x, w, out, act); break;
+    case kElemFp8E4M3: qmm::QuantGemvKernel<8><<<grid, qmm::kThreads, qmm::SharedBytes(8, x.rows), s>>>(x, w, out, act); break;
+    case kElemBf16: qmm::QuantGemvKernel<16><<<grid, qmm::kThreads, qmm::SharedBytes(16, x.rows), s>>>(x, w, out, act); break;
+    case kElemF32: qmm::QuantGemvKernel<32><<<grid, qmm::kThreads, qmm::SharedBytes(32, x.rows), s>>>(x, w, out, act); break;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -46,10 +50,15 @@ cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTabl
   if (act.data != nullptr && experts.gemv_bits != 8) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((N + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock),
                   static_cast<unsigned>(tiles.max_tiles));
-  if (experts.gemv_bits == 4) {
-    qmm::GroupedQuantGemvKernel<4><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
-  } else {
-    qmm::GroupedQuantGemvKernel<8><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
+  // A tile's rows are known on the device only: room for a whole run of kMaxRows (at most the
+  // rows of the call).
+  const size_t smem = qmm::SharedBytes(experts.gemv_bits, x.rows);
+  switch (experts.gemv_bits) {
+    case 4: qmm::GroupedQuantGemvKernel<4><<<grid, qmm::kThreads, smem, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
+    case 8: qmm::GroupedQuantGemvKernel<8><<<grid, qmm::kThreads, smem, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
+    case 16: qmm::GroupedQuantGemvKernel<16><<<grid, qmm::kThreads, smem, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
+    case 32: qmm::GroupedQuantGemvKernel<32><<<grid, qmm::kThreads, smem, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

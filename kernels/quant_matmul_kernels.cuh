@@ -14,10 +14,12 @@ namespace llmrt::cuda::qmm {
 constexpr int kWarps = 4, kThreads = 32 * kWarps, kOutPerWarp = 2, kOutPerBlock = kWarps * kOutPerWarp;
 constexpr int kMaxRows = 8;  // activation rows per block
 
-// Columns per lane per k-step: one 16-byte load of codes.
+// Columns per lane per k-step: one 16-byte load of codes (INT4: 32 columns, FP8: 16), or for dense
+// rows 16 columns in two (BF16) or four (F32) 16-byte loads. kBits 16 and 32 are BF16 and F32.
 template <int kBits>
 struct Step {
   static constexpr int kCols = kBits == 4 ? 32 : 16;
+  static constexpr int kLoads = kCols * kBits / 128;  // 16-byte loads per lane and weight row
   static constexpr int kVec = kCols / 4;  // float4 of activations per lane
   static constexpr int kChunk = 32 * kCols;
   // Lane l's j-th float4 sits at slot (j + l / kSwizzle) mod kVec of its run: the 8 lanes of a
@@ -51,9 +53,41 @@ __device__ __forceinline__ void Fp8Decode16(const uint4& c, float* w) {
   }
 }
 
+// The 16 BF16 (kBits 16) or F32 (kBits 32) values of a lane's loads as floats, exact.
+template <int kBits>
+__device__ __forceinline__ void DenseDecode16(const uint4* c, float* w) {
+#pragma unroll
+  for (int q = 0; q < Step<kBits>::kLoads; ++q) {
+    const uint32_t words[4] = {c[q].x, c[q].y, c[q].z, c[q].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (kBits == 16) {
+        w[8 * q + 2 * j] = __uint_as_float(words[j] << 16);
+        w[8 * q + 2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
+      } else {
+        w[4 * q + j] = __uint_as_float(words[j]);
+      }
+    }
+  }
+}
+
+// Dynamic shared memory of a block holding `rows` activation rows (at most kMaxRows): one
+// chunk of k of each, as float32.
+inline constexpr size_t SharedBytes(int bits, int64_t rows) {
+  return static_cast<size_t>(rows < kMaxRows ? (rows < 1 ? 1 : rows) : kMaxRows) * (bits == 4 ? 32 * 32 : 32 * 16) *
+         sizeof(float);
+}
+
+static_assert(SharedBytes(4, kMaxRows) == sizeof(float) * kMaxRows * Step<4>::kChunk &&
+                  SharedBytes(8, kMaxRows) == sizeof(float) * kMaxRows * Step<8>::kChunk &&
+                  SharedBytes(16, kMaxRows) == sizeof(float) * kMaxRows * Step<16>::kChunk &&
+                  SharedBytes(32, kMaxRows) == sizeof(float) * kMaxRows * Step<32>::kChunk,
+              "SharedBytes holds a chunk of k of each row");
+
 // The scale of weight row n for the lane's columns [k, k + kCols).
 template <int kBits>
 __device__ __forceinline__ float ScaleAt(const void* scales, const WeightRef& l, int64_t n, int64_t k, int64_t K) {
+  if (kBits >= 16) return 1.0f;  // dense rows: the fold below adds the partial sum exactly
   if (kBits == 4) return Bf16Bits(static_cast<const uint16_t*>(scales)[n * (K / l.group) + k / l.group]);
   const int64_t nbc = (K + l.block_cols - 1) / l.block_cols;
   return static_cast<const float*>(scales)[(n / l.block_rows) * nbc + k / l.block_cols];
@@ -69,7 +103,7 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
                               const void* scales, const WeightRef& l, int64_t N, int64_t K, int64_t n_first,
                               const MutMat& out, const ActScales& act) {
   using S = Step<kBits>;
-  __shared__ float4 xs[kMaxRows][S::kChunk / 4];
+  float4* xs = DynamicShared<float4>();  // [rows][S::kChunk / 4]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows = static_cast<int>(m1 - m0);
   const int64_t row_bytes = K * kBits / 8;
@@ -77,7 +111,27 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
   int64_t xrow[kMaxRows];
 #pragma unroll
   for (int t = 0; t < kMaxRows; ++t) xrow[t] = t < rows ? (x_rows != nullptr ? x_rows[m0 + t] : m0 + t) : 0;
+  // The lane's codes and scales of chunk k0 (zeros past K or N). Each chunk's are loaded a chunk
+  // ahead, so that their memory latency overlaps the activations' staging and the FMAs before.
+  const auto load = [&](int64_t k0, uint4 (*c)[S::kLoads], float* scale) {
+    const int64_t kl = k0 + static_cast<int64_t>(lane) * S::kCols;
+#pragma unroll
+    for (int o = 0; o < kOutPerWarp; ++o) {
+      const int64_t n = n_first + warp * kOutPerWarp + o;
+      const bool in = n < N && kl < K;
+      const uint4* src = reinterpret_cast<const uint4*>(codes + (in ? n * row_bytes + kl * kBits / 8 : 0));
+#pragma unroll
+      for (int q = 0; q < S::kLoads; ++q) c[o][q] = in ? src[q] : make_uint4(0, 0, 0, 0);
+      scale[o] = in ? ScaleAt<kBits>(scales, l, n, kl, K) : 0.0f;
+    }
+  };
+  uint4 c[kOutPerWarp][S::kLoads];
+  float scale[kOutPerWarp];
+  load(0, c, scale);
   for (int64_t k0 = 0; k0 < K; k0 += S::kChunk) {
+    uint4 c_next[kOutPerWarp][S::kLoads];
+    float scale_next[kOutPerWarp];
+    load(k0 + S::kChunk, c_next, scale_next);
     __syncthreads();  // the previous chunk has been read
     for (int e = threadIdx.x; e < rows * (S::kChunk / 4); e += kThreads) {
       const int r = e / (S::kChunk / 4), f = e % (S::kChunk / 4);
@@ -91,58 +145,54 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
       v.y = k + 1 < K ? src[k + 1] : 0.0f;
       v.z = k + 2 < K ? src[k + 2] : 0.0f;
       v.w = k + 3 < K ? src[k + 3] : 0.0f;
-      xs[r][S::Slot(f / S::kVec, f % S::kVec)] = v;
+      xs[r * (S::kChunk / 4) + S::Slot(f / S::kVec, f % S::kVec)] = v;
     }
     __syncthreads();
     const int64_t kl = k0 + static_cast<int64_t>(lane) * S::kCols;
-    if (kl >= K) continue;  // K is a multiple of kCols: a lane's columns are all in or all out
-    uint4 c[kOutPerWarp];
-    float scale[kOutPerWarp];
+    if (kl < K) {  // K is a multiple of kCols: a lane's columns are all in or all out
+      float w[kOutPerWarp][S::kCols];
 #pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) {
-      const int64_t n = n_first + warp * kOutPerWarp + o;
-      if (n < N) {
-        c[o] = *reinterpret_cast<const uint4*>(codes + n * row_bytes + kl * kBits / 8);
-        scale[o] = ScaleAt<kBits>(scales, l, n, kl, K);
-      } else {
-        c[o] = make_uint4(0, 0, 0, 0);
-        scale[o] = 0.0f;
-      }
-    }
-    float w[kOutPerWarp][S::kCols];
+      for (int o = 0; o < kOutPerWarp; ++o) {
+        if constexpr (kBits == 4) {
 #pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) {
-      if constexpr (kBits == 4) {
-#pragma unroll
-        for (int i = 0; i < S::kCols; ++i) w[o][i] = Int4At(c[o], i);
-      } else {
-        Fp8Decode16(c[o], w[o]);
-      }
-    }
-    float part[kMaxRows][kOutPerWarp] = {};
-#pragma unroll
-    for (int j = 0; j < S::kVec; ++j) {
-#pragma unroll
-      for (int t = 0; t < kMaxRows; ++t) {
-        if (t >= rows) break;
-        const float4 v = xs[t][S::Slot(lane, j)];
-#pragma unroll
-        for (int o = 0; o < kOutPerWarp; ++o) {
-          float p = part[t][o];
-          p = fmaf(v.x, w[o][4 * j], p);
-          p = fmaf(v.y, w[o][4 * j + 1], p);
-          p = fmaf(v.z, w[o][4 * j + 2], p);
-          p = fmaf(v.w, w[o][4 * j + 3], p);
-          part[t][o] = p;
+          for (int i = 0; i < S::kCols; ++i) w[o][i] = Int4At(c[o][0], i);
+        } else if constexpr (kBits == 8) {
+          Fp8Decode16(c[o][0], w[o]);
+        } else {
+          DenseDecode16<kBits>(c[o], w[o]);
         }
       }
+      float part[kMaxRows][kOutPerWarp] = {};
+#pragma unroll
+      for (int j = 0; j < S::kVec; ++j) {
+#pragma unroll
+        for (int t = 0; t < kMaxRows; ++t) {
+          if (t >= rows) break;
+          const float4 v = xs[t * (S::kChunk / 4) + S::Slot(lane, j)];
+#pragma unroll
+          for (int o = 0; o < kOutPerWarp; ++o) {
+            float p = part[t][o];
+            p = fmaf(v.x, w[o][4 * j], p);
+            p = fmaf(v.y, w[o][4 * j + 1], p);
+            p = fmaf(v.z, w[o][4 * j + 2], p);
+            p = fmaf(v.w, w[o][4 * j + 3], p);
+            part[t][o] = p;
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kMaxRows; ++t) {
+        float sa = 1.0f;
+        if (kBits == 8 && act.data != nullptr && t < rows) sa = act.data[(kl / l.block_cols) * act.ld + xrow[t]];
+#pragma unroll
+        for (int o = 0; o < kOutPerWarp; ++o) acc[t][o] = fmaf(part[t][o], scale[o] * sa, acc[t][o]);
+      }
     }
 #pragma unroll
-    for (int t = 0; t < kMaxRows; ++t) {
-      float sa = 1.0f;
-      if (kBits == 8 && act.data != nullptr && t < rows) sa = act.data[(kl / l.block_cols) * act.ld + xrow[t]];
+    for (int o = 0; o < kOutPerWarp; ++o) {
 #pragma unroll
-      for (int o = 0; o < kOutPerWarp; ++o) acc[t][o] = fmaf(part[t][o], scale[o] * sa, acc[t][o]);
+      for (int q = 0; q < S::kLoads; ++q) c[o][q] = c_next[o][q];
+      scale[o] = scale_next[o];
     }
   }
 #pragma unroll

@@ -1,11 +1,13 @@
-// The CUDA backend's dequantizing GEMV (kernels/quant_matmul_kernels.cuh: INT4 group-scaled and
-// FP8 block-scaled weights, plain and grouped by expert) run on the host (cuda_emulation.h).
+// The CUDA backend's GEMV (kernels/quant_matmul_kernels.cuh: INT4 group-scaled and FP8
+// block-scaled weights, and dense BF16 / F32 rows, plain and grouped by expert) run on the host
+// (cuda_emulation.h).
 // References in float64 over the weights' exact values; tolerance the float32 dot-product bound
 // (K + 8) u sum |w x| that the device conformance suite uses for these kernels: every lane sums
 // its columns in float32, scales once per group, and the warp adds the lanes, so a wrong column,
 // nibble, scale or row moves an output by whole units.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -65,6 +67,30 @@ HostWeight Fp8Weight(int64_t N, int64_t K, int64_t br, int64_t bc, std::mt19937&
   return w;
 }
 
+// Dense rows (the GEMV's kBits 16: BF16, 32: F32) with random values.
+HostWeight DenseWeight(int64_t N, int64_t K, int bits, std::mt19937& rng) {
+  HostWeight w;
+  std::normal_distribution<float> normal;
+  w.codes.resize(static_cast<size_t>(N * K * bits / 8));
+  for (int64_t i = 0; i < N * K; ++i) {
+    const float v = normal(rng);
+    if (bits == 16) {
+      const uint16_t b = F32ToBf16(v);
+      std::memcpy(w.codes.data() + 2 * i, &b, 2);
+      w.values.push_back(Bf16ToF32(b));
+    } else {
+      std::memcpy(w.codes.data() + 4 * i, &v, 4);
+      w.values.push_back(v);
+    }
+  }
+  w.ref = WeightRef{w.codes.data(), bits == 16 ? kElemBf16 : kElemF32, N, K, nullptr, 0, 0, 0};
+  return w;
+}
+
+int BitsOf(const WeightRef& w) {
+  return w.type == kElemInt4 ? 4 : w.type == kElemFp8E4M3 ? 8 : w.type == kElemBf16 ? 16 : 32;
+}
+
 // Checks out row r (rows [0, M)) against x row xr(r) times weight wt(r), optional activation
 // scales act(r, b) per column block of bc.
 template <typename XRow, typename WeightOf, typename ActScale>
@@ -92,11 +118,12 @@ void Expect(const std::vector<float>& out, int64_t M, int64_t N, int64_t K, cons
 void RunGemv(int bits, const ConstMat& x, const WeightRef& w, const MutMat& out, ActScales act = {}) {
   const emulation::Index3 grid{static_cast<unsigned>((w.rows + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock),
                                static_cast<unsigned>((x.rows + qmm::kMaxRows - 1) / qmm::kMaxRows), 1};
-  emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
-    if (bits == 4) {
-      qmm::QuantGemvKernel<4>(x, w, out, act);
-    } else {
-      qmm::QuantGemvKernel<8>(x, w, out, act);
+  emulation::RunGrid(grid, qmm::kThreads, qmm::SharedBytes(bits, x.rows), [&] {
+    switch (bits) {
+      case 4: qmm::QuantGemvKernel<4>(x, w, out, act); break;
+      case 8: qmm::QuantGemvKernel<8>(x, w, out, act); break;
+      case 16: qmm::QuantGemvKernel<16>(x, w, out, act); break;
+      default: qmm::QuantGemvKernel<32>(x, w, out, act); break;
     }
   });
 }
@@ -104,26 +131,33 @@ void RunGemv(int bits, const ConstMat& x, const WeightRef& w, const MutMat& out,
 TEST(QuantGemvEmulated, Int4AndFp8RowsTimesActivations) {
   std::mt19937 rng(91);
   std::normal_distribution<float> normal;
-  const int64_t N = 19, K = 256;  // a partial block of output columns
-  std::vector<HostWeight> weights;
-  weights.push_back(Int4Weight(N, K, 32, rng));
-  weights.push_back(Int4Weight(N, K, 128, rng));
-  weights.push_back(Fp8Weight(N, K, 128, 128, rng));
-  weights.push_back(Fp8Weight(N, K, 5, 32, rng));  // blocks of 5 rows, 32 columns
-  for (const HostWeight& w : weights) {
-    for (int64_t T : {1, 3, 11}) {  // 11: two blocks of rows
-      SCOPED_TRACE(::testing::Message() << (w.ref.type == kElemInt4 ? "INT4 group " : "FP8 blocks ")
-                                        << (w.ref.type == kElemInt4 ? w.ref.group : w.ref.block_rows) << " T " << T);
-      // x a column view: rows of K + 3 floats, starting at column 1 (unaligned loads).
-      const int64_t ldx = K + 3;
-      std::vector<float> xbuf(static_cast<size_t>(T * ldx + 1));
-      for (float& v : xbuf) v = normal(rng);
-      std::vector<float> out(static_cast<size_t>(T * N), NAN);
-      RunGemv(w.ref.type == kElemInt4 ? 4 : 8, ConstMat{xbuf.data() + 1, T, K, ldx}, w.ref,
-              MutMat{out.data(), T, N, N});
-      Expect(
-          out, T, N, K, xbuf.data() + 1, ldx, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
-          [](int64_t, int64_t) { return 1.0; }, 1);
+  const int64_t N = 19;  // a partial block of output columns
+  // K of one chunk of k per lane step, and of several with a partial last one (INT4: 1024
+  // columns per chunk, FP8: 512), whose codes the kernel loads a chunk ahead.
+  for (const int64_t K : {256, 1280}) {
+    std::vector<HostWeight> weights;
+    weights.push_back(Int4Weight(N, K, 32, rng));
+    weights.push_back(Int4Weight(N, K, 128, rng));
+    weights.push_back(Fp8Weight(N, K, 128, 128, rng));
+    weights.push_back(Fp8Weight(N, K, 5, 32, rng));  // blocks of 5 rows, 32 columns
+    weights.push_back(DenseWeight(N, K, 16, rng));
+    weights.push_back(DenseWeight(N, K, 32, rng));
+    for (const HostWeight& w : weights) {
+      for (int64_t T : {1, 3, 11}) {  // 11: two blocks of rows
+        SCOPED_TRACE(::testing::Message() << BitsOf(w.ref) << "-bit rows, group or block rows "
+                                          << (w.ref.type == kElemInt4 ? w.ref.group : w.ref.block_rows) << " K " << K
+                                          << " T " << T);
+        // x a column view: rows of K + 3 floats, starting at column 1 (unaligned loads).
+        const int64_t ldx = K + 3;
+        std::vector<float> xbuf(static_cast<size_t>(T * ldx + 1));
+        for (float& v : xbuf) v = normal(rng);
+        std::vector<float> out(static_cast<size_t>(T * N), NAN);
+        RunGemv(BitsOf(w.ref), ConstMat{xbuf.data() + 1, T, K, ldx}, w.ref,
+                MutMat{out.data(), T, N, N});
+        Expect(
+            out, T, N, K, xbuf.data() + 1, ldx, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
+            [](int64_t, int64_t) { return 1.0; }, 1);
+      }
     }
   }
 }
@@ -151,10 +185,14 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
   std::mt19937 rng(93);
   std::normal_distribution<float> normal;
   const int64_t N = 24, K = 128, M = 12;
-  for (int bits : {4, 8}) {
-    SCOPED_TRACE(bits == 4 ? "INT4 experts" : "FP8 experts");
+  for (int bits : {4, 8, 16}) {
+    SCOPED_TRACE(::testing::Message() << bits << "-bit experts");
     std::vector<HostWeight> experts;
-    for (int e = 0; e < 3; ++e) experts.push_back(bits == 4 ? Int4Weight(N, K, 32, rng) : Fp8Weight(N, K, 128, 128, rng));
+    for (int e = 0; e < 3; ++e) {
+      experts.push_back(bits == 4   ? Int4Weight(N, K, 32, rng)
+                        : bits == 8 ? Fp8Weight(N, K, 128, 128, rng)
+                                    : DenseWeight(N, K, bits, rng));
+    }
     std::vector<WeightRef> refs;
     for (const HostWeight& w : experts) refs.push_back(w.ref);
     // Rows 0-4 expert 2, rows 5-11 expert 0 (two tiles of it); expert 1 has none. A fifth tile
@@ -168,13 +206,13 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
     const ExpertTable table{refs.data(), bits};
     const TileTable tiles{tile_expert.data(), row0.data(), row1.data(), count.data(), 4};
     const emulation::Index3 grid{static_cast<unsigned>((N + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock), 4, 1};
-    emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
-      if (bits == 4) {
-        qmm::GroupedQuantGemvKernel<4>(ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K, tiles,
-                                       MutMat{out.data(), M, N, N}, ActScales{});
-      } else {
-        qmm::GroupedQuantGemvKernel<8>(ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K, tiles,
-                                       MutMat{out.data(), M, N, N}, ActScales{});
+    emulation::RunGrid(grid, qmm::kThreads, qmm::SharedBytes(bits, M), [&] {
+      const ConstMat xm{x.data(), M, K, K};
+      const MutMat om{out.data(), M, N, N};
+      switch (bits) {
+        case 4: qmm::GroupedQuantGemvKernel<4>(xm, x_rows.data(), table, N, K, tiles, om, ActScales{}); break;
+        case 8: qmm::GroupedQuantGemvKernel<8>(xm, x_rows.data(), table, N, K, tiles, om, ActScales{}); break;
+        default: qmm::GroupedQuantGemvKernel<16>(xm, x_rows.data(), table, N, K, tiles, om, ActScales{}); break;
       }
     });
     Expect(

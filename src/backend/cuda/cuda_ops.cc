@@ -168,11 +168,15 @@ absl::StatusOr<std::unique_ptr<ExpertBank>> CudaBackend::PrepareExperts(std::vec
   // other mix runs the tiled kernel, which dequantizes each expert's format element by element.
   for (int j = 0; j < 3; ++j) {
     const cuda::Elem type = refs[j * E].type;
-    bool gemv = type == cuda::kElemInt4 || type == cuda::kElemFp8E4M3;
+    bool gemv = true;
     for (int64_t e = 0; e < E && gemv; ++e) {
-      gemv = refs[j * E + e].type == type && cuda::QuantGemvApplies(refs[j * E + e]);
+      gemv = refs[j * E + e].type == type && cuda::GemvApplies(refs[j * E + e]);
     }
-    bank->gemv_bits_[j] = !gemv ? 0 : type == cuda::kElemInt4 ? 4 : 8;
+    bank->gemv_bits_[j] = !gemv                        ? 0
+                          : type == cuda::kElemInt4    ? 4
+                          : type == cuda::kElemFp8E4M3 ? 8
+                          : type == cuda::kElemBf16    ? 16
+                                                       : 32;
     bool bf16 = true;
     for (int64_t e = 0; e < E && bf16; ++e) bf16 = refs[j * E + e].type == cuda::kElemBf16;
     bank->bf16_[j] = bf16;
