@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# The prepared device check, run on the GPU machine in at most 8 minutes: builds llmrt with the
-# CUDA backend against the folder scripts/gpu_prepare.sh gathered (never the machine's /usr),
-# then runs the `gpu` conformance tests, the golden tests on the CUDA backend, the CUDA
-# microbenchmark, llm-bench on synthetic weights at Kimi K2's layer shapes, and compute-sanitizer
-# (memcheck) on the conformance suite. Logs and a summary go to $OUT.
+# The prepared device check, run on the GPU machine in at most 8 minutes: uses the binaries
+# scripts/gpu_prepare.sh --prebuild packed (or builds llmrt with the CUDA backend against the
+# folder scripts/gpu_prepare.sh gathered, never the machine's /usr), then runs the `gpu`
+# conformance tests, the golden tests on the CUDA backend, the CUDA microbenchmark, llm-bench on
+# synthetic weights at Kimi K2's layer shapes, compute-sanitizer (memcheck) on the conformance
+# suite, and the technique tables (weights, KV codecs, GLM shapes, integrity). Logs and a summary
+# go to $OUT.
 #
 #   bash scripts/gpu_check.sh            (OUT must name an output folder)
 #   LLMRT_GPU_CHECK_BUILD_ONLY=1 ...     configure and build only, then check that no header or
 #                                        library came from /usr (the dry run on a development
 #                                        machine, where /usr does hold the packages)
+#   LLMRT_GPU_CHECK_BUILD_ONLY=full ...  the same for every target the device run needs (what
+#                                        gpu_prepare.sh --prebuild packs)
 #
-# The device run must carry the gathered folder: run with carry [".gpu-deps"].
+# The device run carries what gpu_prepare.sh made: carry [".gpu-carry"] (packed) or [".gpu-deps"].
 #
-# Steps log into five files (the device tool returns at most eight): $OUT/setup.log (configure,
-# build, origins, device), tests.log (gpu_tests, golden), bench.log (bench, synthetic_bench),
-# sanitizer.log, each step's part headed by its name and cut to its last 3 MiB; $OUT/summary.txt
-# has one line per step: name, exit status, seconds. The script exits 0 only when every step
-# passed. A test step that skips for want of a device, finds no tests, or falls back to the CPU
-# fails (a run with an invisible device must not pass).
+# Steps log into four files (the device tool returns at most eight): $OUT/setup.log (unpack,
+# configure, build, origins, device), tests.log (gpu_tests, golden), bench.log (bench,
+# synthetic_bench, tables), sanitizer.log, each step's part headed by its name and cut to its
+# last 3 MiB; $OUT/summary.txt has one line per step: name, exit status, seconds. The script
+# exits 0 only when every step passed. A test step that skips for want of a device, finds no
+# tests, or falls back to the CPU fails (a run with an invisible device must not pass).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder for logs and the summary}"
@@ -41,7 +45,7 @@ log_of() {
   case "$1" in
     unpack | configure | build | origins | device) echo setup ;;
     gpu_tests | golden) echo tests ;;
-    bench | synthetic_bench) echo bench ;;
+    bench | synthetic_bench | tables) echo bench ;;
     *) echo "$1" ;;
   esac
 }
@@ -273,9 +277,37 @@ synthetic_bench() {
 }
 export -f synthetic_bench
 step synthetic_bench 75 synthetic_bench
-# Last: the step most likely to run long gets what time is left.
 step sanitizer 120 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exitcode 99 --print-limit 20 \
   "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
+# The tables of the seed's techniques at real layer shapes (synthetic weights, two layers and 8
+# experts): weight formats (decode at 1 and 64 sessions, prefill 4096), KV codecs (decode over
+# 2048-token prompts), the GLM-5 and GLM-4.5 shapes, and the integrity checker against the no-op
+# tracker. Each run's failure is logged and the next still runs. Last: it gets what time is left.
+gpu_tables() {
+  local bench=$build/samples/llm-bench k2=(--synthetic --preset k2-real --layers 2 --experts 8 --backend cuda)
+  local rc=0 w kv p
+  for w in bf16 fp8 int4-g32; do
+    echo "#### weights $w"
+    "$bench" "${k2[@]}" --weights "$w" --sessions 1,64 --steps 8 --no-baselines || { echo "#### decode $w failed"; rc=1; }
+    "$bench" "${k2[@]}" --weights "$w" --prefill-lens 4096 --repeats 2 || { echo "#### prefill $w failed"; rc=1; }
+  done
+  for kv in bf16 fp8 fp8-tiled; do
+    echo "#### KV $kv"
+    "$bench" "${k2[@]}" --weights fp8 --kv "$kv" --kv-gib 4 --prompt 2048 --sessions 1,64 --steps 8 --no-baselines ||
+      { echo "#### KV $kv failed"; rc=1; }
+  done
+  for p in glm5-real glm45-real; do
+    echo "#### $p"
+    "$bench" --synthetic --preset "$p" --layers 2 --experts 8 --backend cuda --weights fp8 --sessions 1,64 --steps 8 \
+      --no-baselines || { echo "#### $p failed"; rc=1; }
+  done
+  echo "#### integrity"
+  "$bench" "${k2[@]}" --integrity --weights fp8 --sessions 1,64 --steps 16 --repeats 3 ||
+    { echo "#### integrity failed"; rc=1; }
+  return $rc
+}
+export -f gpu_tables
+step tables 240 gpu_tables
 echo "failed=$failed" >> "$summary"
 cat "$summary"
 exit $failed

@@ -31,6 +31,10 @@ double Percentile(std::vector<double> v, double p);
 inline uint32_t g_tensor_parallel = 1;
 // llm_runtime_options.quantized_activations of the runtimes OpenBenchRuntime opens.
 inline int32_t g_quantized_activations = LLM_ACTIVATIONS_EXACT;
+// --kv: llm_runtime_options.kv_dtype of the decode and prefill modes (-1: each mode's default).
+inline int32_t g_kv_dtype = -1;
+// --kv-gib: the decode mode's KV budget.
+inline double g_kv_gib = 0.5;
 
 // --backend cpu|cuda|auto: llm_runtime_options.backend of every runtime the benchmark opens.
 inline int32_t g_backend = LLM_BACKEND_AUTO;

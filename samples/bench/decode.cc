@@ -46,7 +46,8 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   llm_runtime_options ro;
   llm_runtime_options_init(&ro);
   ro.num_threads = threads;
-  ro.kv_budget_bytes = 512ull << 20;
+  ro.kv_budget_bytes = static_cast<uint64_t>(g_kv_gib * (1ull << 30));
+  if (g_kv_dtype >= 0) ro.kv_dtype = g_kv_dtype;
   ro.tensor_parallel = g_tensor_parallel;
   ro.quantized_activations = g_quantized_activations;
   llm_runtime* rt = nullptr;
@@ -87,8 +88,15 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
               dir.c_str(), info.architecture, g_synthetic ? ", synthetic weights" : "", BackendName(info.backend),
               info.num_parameters / 1e9, info.weight_bytes / 1e9, g_synthetic ? "generated" : "loaded", load_s,
               first_token_s, nthreads, info.tensor_parallel, info.rank_weight_bytes / 1e9);
-  std::printf("weights read per decode token at batch 1: %.3f GB; KV %llu B/token\n", per_token / 1e9,
-              static_cast<unsigned long long>(info.kv_bytes_per_token));
+  const int kv = info.kv_dtype;
+  std::printf("weights read per decode token at batch 1: %.3f GB; KV %s, %llu B/token, %llu tokens in %.2f GiB\n",
+              per_token / 1e9,
+              kv == LLM_KV_DTYPE_F32              ? "F32"
+              : kv == LLM_KV_DTYPE_FP8_E4M3       ? "FP8"
+              : kv == LLM_KV_DTYPE_FP8_E4M3_TILED ? "FP8 tiled"
+                                                  : "BF16",
+              static_cast<unsigned long long>(info.kv_bytes_per_token),
+              static_cast<unsigned long long>(info.kv_capacity_tokens), g_kv_gib);
   if (baselines) {
     std::printf("read-only streaming bandwidth (%d threads, sum over 1 GiB): %.2f GB/s\n", nthreads, stream_gbs);
   std::printf("memcpy bandwidth (%d threads, 1 GiB): %.2f GB/s read+write, %.2f GB/s read\n", nthreads,
@@ -103,17 +111,21 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   for (int b : batches) {
     std::vector<llm_session*> ss(b);
     // Sessions that finish their prefill early decode while the others prefill: room for those
-    // tokens too (at most kWarmupSteps).
-    constexpr int kWarmupSteps = 64;
+    // tokens too (at most warmup_steps; a step prefills at least 128 tokens).
+    const int warmup_steps = 64 + b * prompt_len / 128;
     for (int i = 0; i < b; ++i) {
-      ss[i] = OpenSession(rt, cfg, prompt_len, i, static_cast<uint32_t>(steps + 2 + kWarmupSteps));
+      ss[i] = OpenSession(rt, cfg, prompt_len, i, static_cast<uint32_t>(steps + 2 + warmup_steps));
+      if (ss[i] == nullptr) {
+        std::fprintf(stderr, "llm-bench: session %d of %d: %s\n", i, b, llm_last_error());
+        return 1;
+      }
     }
     std::vector<llm_step_result> res(b);
     size_t n = 0;
     // Prefill (as many steps as the step budget needs: b * prompt_len tokens may exceed one step's
     // max_tokens_per_step) until every session samples in the same step, plus one warm-up decode step.
     int warm = 0;
-    for (; warm < kWarmupSteps; ++warm) {
+    for (; warm < warmup_steps; ++warm) {
       st = llm_decode_step(rt, res.data(), res.size(), &n);
       if (st != LLM_OK || n == static_cast<size_t>(b)) break;
     }

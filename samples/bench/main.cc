@@ -7,11 +7,13 @@
 //             [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]
 //             [--activations exact|int8|bf16|fp8] (llm_runtime_options.quantized_activations; every mode)
 //             [--backend cpu|cuda|auto]         (llm_runtime_options.backend; every mode, default auto)
+//             [--kv bf16|f32|fp8|fp8-tiled]     (llm_runtime_options.kv_dtype; decode and prefill modes)
+//             [--kv-gib G]                      (the decode mode's KV budget, default 0.5 GiB)
 //   llm-bench --synthetic [--preset k2|glm45|glm5|k2-real|glm5-real|glm45-real] [--weights W] [--layers N]
 //             [--hidden N] [--experts N] [--seed N] [decode or --prefill-lens options]
 //   llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] [--threads N]
 //   llm-bench --tokens DIR --text TEXT   (the ids of TEXT, comma-separated; TEXT itself, not a file)
-//   llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]
+//   llm-bench --integrity [--model DIR | --synthetic ...] [--sessions 1,8,64] [--steps N] [--repeats N]
 //   llm-bench --tokenize DIR --text FILE [--repeats N]
 //   llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]
 //   llm-bench --kv-table DIR[,DIR...] --tp N --device-gib G   (per-device weights and KV under TP)
@@ -128,6 +130,18 @@ int Main(int argc, char** argv) {
       }
       g_backend = v == "cpu" ? LLM_BACKEND_CPU : v == "cuda" ? LLM_BACKEND_CUDA : LLM_BACKEND_AUTO;
     }
+    else if (a == "--kv") {
+      const std::string v = argv[i + 1];
+      if (v != "bf16" && v != "f32" && v != "fp8" && v != "fp8-tiled") {
+        std::fprintf(stderr, "llm-bench: --kv wants bf16, f32, fp8 or fp8-tiled, got '%s'\n", v.c_str());
+        return 2;
+      }
+      g_kv_dtype = v == "bf16"  ? LLM_KV_DTYPE_BF16
+                   : v == "f32" ? LLM_KV_DTYPE_F32
+                   : v == "fp8" ? LLM_KV_DTYPE_FP8_E4M3
+                                : LLM_KV_DTYPE_FP8_E4M3_TILED;
+    }
+    else if (a == "--kv-gib") g_kv_gib = std::atof(argv[i + 1]);
     else if (a == "--experts") experts = std::atoi(argv[i + 1]);
     else if (a == "--seed") g_synthetic_seed = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--prompt") prompt_len = std::atoi(argv[i + 1]);
@@ -145,7 +159,8 @@ int Main(int argc, char** argv) {
                            "                 [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]\n"
                            "       llm-bench --synthetic [--preset k2|glm45|glm5|k2-real|glm5-real|glm45-real] [--weights W] "
                            "[--layers N] [--hidden N] [--experts N] [--seed N] [decode or --prefill-lens options]\n"
-                           "       (every mode takes [--backend cpu|cuda|auto] and [--activations exact|int8|bf16|fp8])\n"
+                           "       (every mode takes [--backend cpu|cuda|auto] and [--activations exact|int8|bf16|fp8];\n"
+                           "        decode and prefill take [--kv bf16|f32|fp8|fp8-tiled], decode [--kv-gib G])\n"
                            "       llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] "
                            "[--threads N]\n"
                            "       llm-bench --tokens DIR --text TEXT\n"
@@ -170,8 +185,8 @@ int Main(int argc, char** argv) {
   gen.SetSize(layers, hidden);
   gen.SetExperts(experts);
   if (synthetic) {
-    if (!model.empty() || integrity || !formats.empty() || !contexts.empty()) {
-      std::fprintf(stderr, "llm-bench: --synthetic makes the --preset model for the decode and prefill modes\n");
+    if (!model.empty() || !formats.empty() || !contexts.empty()) {
+      std::fprintf(stderr, "llm-bench: --synthetic makes the --preset model for the decode, prefill and integrity modes\n");
       return 2;
     }
     // Only config.json, in a directory of its own that goes when the run ends.
@@ -185,8 +200,13 @@ int Main(int argc, char** argv) {
     int rc = 1;
     if (gen.EnsureConfig(tmp, preset, weights, &cfg)) {
       g_synthetic = true;
-      rc = !prefill_lens.empty() ? RunPrefillBench(tmp, cfg, prefill_lens, repeats, threads)
-                                 : RunDecodeBench(tmp, cfg, batches, steps, threads, prompt_len, baselines);
+      if (integrity) {
+        std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 8, 64} : batches;
+        rc = RunIntegrityBench(tmp.string(), b, steps, repeats, threads);
+      } else {
+        rc = !prefill_lens.empty() ? RunPrefillBench(tmp, cfg, prefill_lens, repeats, threads)
+                                   : RunDecodeBench(tmp, cfg, batches, steps, threads, prompt_len, baselines);
+      }
     }
     std::error_code ec;
     fs::remove_all(tmp, ec);

@@ -22,7 +22,7 @@ int RunPrefillBench(const fs::path& dir, const GeneratedModel& cfg, const std::v
   if (repeats < 1) repeats = 1;
   llm_runtime_info info;
   const uint32_t per_step = static_cast<uint32_t>(std::min(longest, 2048));
-  llm_runtime* rt = OpenBenchRuntime(dir, threads, 1ull << 30, LLM_KV_DTYPE_BF16, per_step, &info);
+  llm_runtime* rt = OpenBenchRuntime(dir, threads, 1ull << 30, g_kv_dtype >= 0 ? g_kv_dtype : LLM_KV_DTYPE_BF16, per_step, &info);
   if (rt == nullptr) return 1;
   std::printf("llm-bench --prefill-lens: %s (%s%s), %s backend, %d threads, up to %u tokens per forward pass, "
               "%d repeats\n\n",
