@@ -234,31 +234,28 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
       __syncthreads();
       const int pk1 = static_cast<int>(a.q1_len / 8), pk2 = pl.kpad > pl.q1_pad ? static_cast<int>(a.q2_len / 8) : 0;
       const int pd = pk1 + pk2 + (pl.vs > 0 ? static_cast<int>(a.dv / 8) : 0);
-      for (int e = threadIdx.x; e < kChunk * pd; e += kThreads) {
-        const int i = e / pd, j = e % pd;
+      // Warp w copies rows w, w + kWarps, ...: a row's pieces over the lanes, contiguous.
+      for (int i = warp; i < kChunk; i += kWarps) {
         const uint8_t* src = rptr[i];
-        if (src == nullptr || (staged_codec && !rfresh[i])) continue;
-        int64_t from;
-        uint16_t* dst;
-        if (j < pk1) {
-          from = k1 + 8 * j;
-          dst = kt + i * pl.ks + 8 * j;
-        } else if (j < pk1 + pk2) {
-          from = a.k2_off + 8 * (j - pk1);
-          dst = kt + i * pl.ks + pl.q1_pad + 8 * (j - pk1);
+        if (src == nullptr) continue;
+        if (!staged_codec || rfresh[i]) {
+          for (int j = lane; j < pd; j += 32) {
+            int64_t from;
+            uint16_t* dst;
+            if (j < pk1) {
+              from = k1 + 8 * j;
+              dst = kt + i * pl.ks + 8 * j;
+            } else if (j < pk1 + pk2) {
+              from = a.k2_off + 8 * (j - pk1);
+              dst = kt + i * pl.ks + pl.q1_pad + 8 * (j - pk1);
+            } else {
+              from = v_off + 8 * (j - pk1 - pk2);
+              dst = vt + i * pl.vs + 8 * (j - pk1 - pk2);
+            }
+            CpAsync16(dst, src + from * 2);
+          }
         } else {
-          from = v_off + 8 * (j - pk1 - pk2);
-          dst = vt + i * pl.vs + 8 * (j - pk1 - pk2);
-        }
-        CpAsync16(dst, src + from * 2);
-      }
-      if (staged_codec) {
-        const int ps = pl.ss / 16;
-        for (int e = threadIdx.x; e < kChunk * ps; e += kThreads) {
-          const int i = e / ps, j = e % ps;
-          const uint8_t* src = rptr[i];
-          if (src == nullptr || rfresh[i]) continue;
-          CpAsync16(stage + i * pl.ss + 16 * j, src + 16 * j);
+          for (int j = lane; j < pl.ss / 16; j += 32) CpAsync16(stage + i * pl.ss + 16 * j, src + 16 * j);
         }
       }
       CpAsyncWaitAll();
@@ -337,15 +334,26 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
         for (int e = 0; e < 4; ++e) acc[e] = fmaf(step[e], kscale[(j0 + (e & 1)) * pl.nks + k0 / 16], acc[e]);
       }
     } else {
-      for (int k0 = 0; k0 < pl.kpad; k0 += 16) {
+      // Two accumulators (even and odd steps), so that consecutive MMAs do not wait on each other.
+      float acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int k0 = 0; k0 < pl.kpad; k0 += 32) {
         const uint32_t b0 = LoadPair(kb + k0), b1 = LoadPair(kb + k0 + 8);
+        const bool odd = k0 + 16 < pl.kpad;
+        const uint32_t b2 = odd ? LoadPair(kb + k0 + 16) : 0u, b3 = odd ? LoadPair(kb + k0 + 24) : 0u;
 #pragma unroll
         for (int i = 0; i < kTerms; ++i) {
           const uint16_t* q = qa + i * kRows * pl.ks + k0;
           const uint32_t af[4] = {LoadPair(q), LoadPair(q + 8 * pl.ks), LoadPair(q + 8), LoadPair(q + 8 * pl.ks + 8)};
           Mma16816(acc, af, b0, b1);
+          if (odd) {
+            const uint32_t ag[4] = {LoadPair(q + 16), LoadPair(q + 8 * pl.ks + 16), LoadPair(q + 24),
+                                    LoadPair(q + 8 * pl.ks + 24)};
+            Mma16816(acc2, ag, b2, b3);
+          }
         }
       }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += acc2[e];
     }
     float s[4];
 #pragma unroll

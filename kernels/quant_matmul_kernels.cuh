@@ -11,22 +11,29 @@
 
 namespace llmrt::cuda::qmm {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps, kOutPerWarp = 2, kOutPerBlock = kWarps * kOutPerWarp;
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kMaxRows = 8;  // activation rows per block
 
 // Columns per lane per k-step: one 16-byte load of codes (INT4: 32 columns, FP8: 16), or for dense
 // rows 16 columns in two (BF16) or four (F32) 16-byte loads. kBits 16 and 32 are BF16 and F32.
+// A warp computes kOut output columns (weight rows), so that each lane has four 16-byte loads
+// of one k-step in flight and each activation value it loads feeds kOut rows.
 template <int kBits>
 struct Step {
   static constexpr int kCols = kBits == 4 ? 32 : 16;
   static constexpr int kLoads = kCols * kBits / 128;  // 16-byte loads per lane and weight row
+  static constexpr int kOut = 4 / kLoads;
   static constexpr int kVec = kCols / 4;  // float4 of activations per lane
   static constexpr int kChunk = 32 * kCols;
-  // Lane l's j-th float4 sits at slot (j + l / kSwizzle) mod kVec of its run: the 8 lanes of a
-  // quarter-warp then read 8 distinct 16-byte bank groups.
-  static constexpr int kSwizzle = 8 / kVec;
-  static __device__ __forceinline__ int Slot(int lane, int j) { return lane * kVec + (j + lane / kSwizzle) % kVec; }
 };
+
+// Output columns per block (host side: launch grids).
+inline constexpr int OutPerBlock(int bits) { return kWarps * (bits <= 8 ? 4 : bits == 16 ? 2 : 1); }
+static_assert(OutPerBlock(4) == kWarps * Step<4>::kOut && OutPerBlock(8) == kWarps * Step<8>::kOut &&
+                  OutPerBlock(16) == kWarps * Step<16>::kOut && OutPerBlock(32) == kWarps * Step<32>::kOut,
+              "OutPerBlock");
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // Column i (0 .. 31) of 16 bytes of INT4 codes as the float q = nibble - 8: 2^23 + nibble built
 // from the bits, minus 2^23 + 8, exact (one logic op and one add instead of a conversion).
@@ -36,53 +43,35 @@ __device__ __forceinline__ float Int4At(const uint4& c, int i) {
   return __uint_as_float(0x4b000000u | nib) - 8388616.0f;
 }
 
-// The 16 FP8 codes of c as floats (hardware e4m3x2 -> f16x2 conversion, exact, then f16 ->
-// f32, exact).
-__device__ __forceinline__ void Fp8Decode16(const uint4& c, float* w) {
-  const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+// Columns 4j .. 4j+3 of a lane's k-step as floats, exact: INT4 (q = nibble - 8), FP8 codes
+// (hardware e4m3x2 -> f16x2, then f32), BF16 or F32 values.
+template <int kBits>
+__device__ __forceinline__ void Decode4(const uint4* c, int j, float* w) {
+  if constexpr (kBits == 4) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+    for (int q = 0; q < 4; ++q) w[q] = Int4At(c[0], 4 * j + q);
+  } else if constexpr (kBits == 8) {
+    const uint32_t word = Word(c[0], j);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(words[j] >> (16 * h));
+      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(word >> (16 * h));
       const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
       const float2 f = __half22float2(__half2(raw));
-      w[4 * j + 2 * h] = f.x;
-      w[4 * j + 2 * h + 1] = f.y;
+      w[2 * h] = f.x;
+      w[2 * h + 1] = f.y;
     }
+  } else if constexpr (kBits == 16) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t word = Word(c[j / 2], 2 * (j % 2) + h);
+      w[2 * h] = __uint_as_float(word << 16);
+      w[2 * h + 1] = __uint_as_float(word & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) w[q] = __uint_as_float(Word(c[j], q));
   }
 }
-
-// The 16 BF16 (kBits 16) or F32 (kBits 32) values of a lane's loads as floats, exact.
-template <int kBits>
-__device__ __forceinline__ void DenseDecode16(const uint4* c, float* w) {
-#pragma unroll
-  for (int q = 0; q < Step<kBits>::kLoads; ++q) {
-    const uint32_t words[4] = {c[q].x, c[q].y, c[q].z, c[q].w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (kBits == 16) {
-        w[8 * q + 2 * j] = __uint_as_float(words[j] << 16);
-        w[8 * q + 2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
-      } else {
-        w[4 * q + j] = __uint_as_float(words[j]);
-      }
-    }
-  }
-}
-
-// Dynamic shared memory of a block holding `rows` activation rows (at most kMaxRows): one
-// chunk of k of each, as float32.
-inline constexpr size_t SharedBytes(int bits, int64_t rows) {
-  return static_cast<size_t>(rows < kMaxRows ? (rows < 1 ? 1 : rows) : kMaxRows) * (bits == 4 ? 32 * 32 : 32 * 16) *
-         sizeof(float);
-}
-
-static_assert(SharedBytes(4, kMaxRows) == sizeof(float) * kMaxRows * Step<4>::kChunk &&
-                  SharedBytes(8, kMaxRows) == sizeof(float) * kMaxRows * Step<8>::kChunk &&
-                  SharedBytes(16, kMaxRows) == sizeof(float) * kMaxRows * Step<16>::kChunk &&
-                  SharedBytes(32, kMaxRows) == sizeof(float) * kMaxRows * Step<32>::kChunk,
-              "SharedBytes holds a chunk of k of each row");
 
 // The scale of weight row n for the lane's columns [k, k + kCols).
 template <int kBits>
@@ -94,30 +83,33 @@ __device__ __forceinline__ float ScaleAt(const void* scales, const WeightRef& l,
 }
 
 // out rows [m0, m1) (at most kMaxRows; x row of output row m: x_rows ? x_rows[m] : m) x the
-// block's kOutPerBlock columns from n_first, for one weight. With activation scales (the FP8
-// policy: x holds e4m3 values, FP8 weights only) a lane's fold multiplies its weight scale by its
-// x row's scale of the column block first: acc = fma(part, s(n, b) * sa(row, b), acc); without,
-// the factor is 1 and the bits are the exact path's.
+// block's kWarps * kOut columns from n_first, for one weight. Each warp runs on its own (no
+// shared memory, no barrier): a lane reads its activation values straight from x (float4 loads
+// where x's rows are 16-byte aligned; they are in L1 for the block's other warps) and its codes
+// a k-step ahead, so that their memory latency overlaps the step before. With activation scales
+// (the FP8 policy: x holds e4m3 values, FP8 weights only) a lane's fold multiplies its weight
+// scale by its x row's scale of the column block first: acc = fma(part, s(n, b) * sa(row, b),
+// acc); without, the factor is 1 and the bits are the exact path's.
 template <int kBits>
 __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t m0, int64_t m1, const uint8_t* codes,
                               const void* scales, const WeightRef& l, int64_t N, int64_t K, int64_t n_first,
                               const MutMat& out, const ActScales& act) {
   using S = Step<kBits>;
-  float4* xs = DynamicShared<float4>();  // [rows][S::kChunk / 4]
+  constexpr int kOut = S::kOut;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows = static_cast<int>(m1 - m0);
   const int64_t row_bytes = K * kBits / 8;
-  float acc[kMaxRows][kOutPerWarp] = {};
+  const bool x_aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.ld % 4 == 0;
+  float acc[kMaxRows][kOut] = {};
   int64_t xrow[kMaxRows];
 #pragma unroll
   for (int t = 0; t < kMaxRows; ++t) xrow[t] = t < rows ? (x_rows != nullptr ? x_rows[m0 + t] : m0 + t) : 0;
-  // The lane's codes and scales of chunk k0 (zeros past K or N). Each chunk's are loaded a chunk
-  // ahead, so that their memory latency overlaps the activations' staging and the FMAs before.
+  // The lane's codes and scales of the k-step from k0 (zeros past K or N).
   const auto load = [&](int64_t k0, uint4 (*c)[S::kLoads], float* scale) {
     const int64_t kl = k0 + static_cast<int64_t>(lane) * S::kCols;
 #pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) {
-      const int64_t n = n_first + warp * kOutPerWarp + o;
+    for (int o = 0; o < kOut; ++o) {
+      const int64_t n = n_first + warp * kOut + o;
       const bool in = n < N && kl < K;
       const uint4* src = reinterpret_cast<const uint4*>(codes + (in ? n * row_bytes + kl * kBits / 8 : 0));
 #pragma unroll
@@ -125,57 +117,41 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
       scale[o] = in ? ScaleAt<kBits>(scales, l, n, kl, K) : 0.0f;
     }
   };
-  uint4 c[kOutPerWarp][S::kLoads];
-  float scale[kOutPerWarp];
+  uint4 c[kOut][S::kLoads];
+  float scale[kOut];
   load(0, c, scale);
   for (int64_t k0 = 0; k0 < K; k0 += S::kChunk) {
-    uint4 c_next[kOutPerWarp][S::kLoads];
-    float scale_next[kOutPerWarp];
+    uint4 c_next[kOut][S::kLoads];
+    float scale_next[kOut];
     load(k0 + S::kChunk, c_next, scale_next);
-    __syncthreads();  // the previous chunk has been read
-    for (int e = threadIdx.x; e < rows * (S::kChunk / 4); e += kThreads) {
-      const int r = e / (S::kChunk / 4), f = e % (S::kChunk / 4);
-      // (The row from x_rows again, not xrow[r]: an index known only at run time would put the
-      // xrow array in local memory for every use.)
-      const float* src = x.data + (x_rows != nullptr ? x_rows[m0 + r] : m0 + r) * x.ld;
-      const int64_t k = k0 + 4 * static_cast<int64_t>(f);
-      // Scalar loads: x may be a column view at any float offset.
-      float4 v;
-      v.x = k < K ? src[k] : 0.0f;
-      v.y = k + 1 < K ? src[k + 1] : 0.0f;
-      v.z = k + 2 < K ? src[k + 2] : 0.0f;
-      v.w = k + 3 < K ? src[k + 3] : 0.0f;
-      xs[r * (S::kChunk / 4) + S::Slot(f / S::kVec, f % S::kVec)] = v;
-    }
-    __syncthreads();
     const int64_t kl = k0 + static_cast<int64_t>(lane) * S::kCols;
     if (kl < K) {  // K is a multiple of kCols: a lane's columns are all in or all out
-      float w[kOutPerWarp][S::kCols];
-#pragma unroll
-      for (int o = 0; o < kOutPerWarp; ++o) {
-        if constexpr (kBits == 4) {
-#pragma unroll
-          for (int i = 0; i < S::kCols; ++i) w[o][i] = Int4At(c[o][0], i);
-        } else if constexpr (kBits == 8) {
-          Fp8Decode16(c[o][0], w[o]);
-        } else {
-          DenseDecode16<kBits>(c[o], w[o]);
-        }
-      }
-      float part[kMaxRows][kOutPerWarp] = {};
+      float part[kMaxRows][kOut] = {};
 #pragma unroll
       for (int j = 0; j < S::kVec; ++j) {
+        float w[kOut][4];
+#pragma unroll
+        for (int o = 0; o < kOut; ++o) Decode4<kBits>(c[o], j, w[o]);
 #pragma unroll
         for (int t = 0; t < kMaxRows; ++t) {
           if (t >= rows) break;
-          const float4 v = xs[t * (S::kChunk / 4) + S::Slot(lane, j)];
+          const float* src = x.data + xrow[t] * x.ld + kl + 4 * j;
+          float4 v;
+          if (x_aligned) {
+            v = *reinterpret_cast<const float4*>(src);
+          } else {  // a column view at any float offset
+            v.x = src[0];
+            v.y = src[1];
+            v.z = src[2];
+            v.w = src[3];
+          }
 #pragma unroll
-          for (int o = 0; o < kOutPerWarp; ++o) {
+          for (int o = 0; o < kOut; ++o) {
             float p = part[t][o];
-            p = fmaf(v.x, w[o][4 * j], p);
-            p = fmaf(v.y, w[o][4 * j + 1], p);
-            p = fmaf(v.z, w[o][4 * j + 2], p);
-            p = fmaf(v.w, w[o][4 * j + 3], p);
+            p = fmaf(v.x, w[o][0], p);
+            p = fmaf(v.y, w[o][1], p);
+            p = fmaf(v.z, w[o][2], p);
+            p = fmaf(v.w, w[o][3], p);
             part[t][o] = p;
           }
         }
@@ -185,11 +161,11 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
         float sa = 1.0f;
         if (kBits == 8 && act.data != nullptr && t < rows) sa = act.data[(kl / l.block_cols) * act.ld + xrow[t]];
 #pragma unroll
-        for (int o = 0; o < kOutPerWarp; ++o) acc[t][o] = fmaf(part[t][o], scale[o] * sa, acc[t][o]);
+        for (int o = 0; o < kOut; ++o) acc[t][o] = fmaf(part[t][o], scale[o] * sa, acc[t][o]);
       }
     }
 #pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) {
+    for (int o = 0; o < kOut; ++o) {
 #pragma unroll
       for (int q = 0; q < S::kLoads; ++q) c[o][q] = c_next[o][q];
       scale[o] = scale_next[o];
@@ -199,9 +175,9 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
   for (int t = 0; t < kMaxRows; ++t) {
     if (t >= rows) break;
 #pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) {
+    for (int o = 0; o < kOut; ++o) {
       const float sum = WarpSum(acc[t][o]);
-      const int64_t n = n_first + warp * kOutPerWarp + o;
+      const int64_t n = n_first + warp * kOut + o;
       if (lane == 0 && n < N) out.data[(m0 + t) * out.ld + n] = sum;
     }
   }
@@ -212,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) QuantGemvKernel(ConstMat x, WeightRe
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMaxRows;
   const int64_t m1 = m0 + kMaxRows < x.rows ? m0 + kMaxRows : x.rows;
   QuantGemvTile<kBits>(x, nullptr, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, w.rows, w.cols,
-                       static_cast<int64_t>(blockIdx.x) * kOutPerBlock, out, act);
+                       static_cast<int64_t>(blockIdx.x) * kWarps * Step<kBits>::kOut, out, act);
 }
 
 // One block per (column block, tile); a tile's rows (at most kGemmTileRows) in runs of kMaxRows.
@@ -228,7 +204,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t m1 = m0 + kMaxRows < r1 ? m0 + kMaxRows : r1;
     const WeightRef& w = experts.weights[e];
     QuantGemvTile<kBits>(x, x_rows, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, N, K,
-                         static_cast<int64_t>(blockIdx.x) * kOutPerBlock, out, act);
+                         static_cast<int64_t>(blockIdx.x) * kWarps * Step<kBits>::kOut, out, act);
   }
 }
 

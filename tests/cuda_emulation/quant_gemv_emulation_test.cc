@@ -116,9 +116,10 @@ void Expect(const std::vector<float>& out, int64_t M, int64_t N, int64_t K, cons
 }
 
 void RunGemv(int bits, const ConstMat& x, const WeightRef& w, const MutMat& out, ActScales act = {}) {
-  const emulation::Index3 grid{static_cast<unsigned>((w.rows + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock),
+  const int per_block = qmm::OutPerBlock(bits);
+  const emulation::Index3 grid{static_cast<unsigned>((w.rows + per_block - 1) / per_block),
                                static_cast<unsigned>((x.rows + qmm::kMaxRows - 1) / qmm::kMaxRows), 1};
-  emulation::RunGrid(grid, qmm::kThreads, qmm::SharedBytes(bits, x.rows), [&] {
+  emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
     switch (bits) {
       case 4: qmm::QuantGemvKernel<4>(x, w, out, act); break;
       case 8: qmm::QuantGemvKernel<8>(x, w, out, act); break;
@@ -205,8 +206,9 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
     std::vector<float> out(static_cast<size_t>(M * N), NAN);
     const ExpertTable table{refs.data(), bits};
     const TileTable tiles{tile_expert.data(), row0.data(), row1.data(), count.data(), 4};
-    const emulation::Index3 grid{static_cast<unsigned>((N + qmm::kOutPerBlock - 1) / qmm::kOutPerBlock), 4, 1};
-    emulation::RunGrid(grid, qmm::kThreads, qmm::SharedBytes(bits, M), [&] {
+    const int per_block = qmm::OutPerBlock(bits);
+    const emulation::Index3 grid{static_cast<unsigned>((N + per_block - 1) / per_block), 4, 1};
+    emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
       const ConstMat xm{x.data(), M, K, K};
       const MutMat om{out.data(), M, N, N};
       switch (bits) {

@@ -32,9 +32,10 @@ constexpr float kF32Tolerance = 1e-4f;
 // leaves room for other SIMD widths while staying below the smallest reference margin (1e-2).
 // tiny_kimi_k2_qlora_yarn is the exception: on an AVX2-only CPU (Highway's 8-lane sums; an AMD
 // Zen 3) one flip in prompt 2's prefill moves every later logit of that prompt by up to 5.4e-3
-// (its F32 KV logits stay within 1e-4 there), so it takes the wider tolerance below, as does
-// tiny_deepseek_noqlora_f32: on the CUDA backend (an H200) one flip in prompt 2's prefill moves
-// step 2 by 9.2e-3 and the next three steps by 2.4e-3 to 2.8e-3, with F32 KV within 2.6e-5.
+// (its F32 KV logits stay within 1e-4 there), so it takes the wider tolerance below. On the CUDA
+// backend every model does: its float32 sums run in other orders (GEMV lane partials, the
+// tensor-core attention), so its flips fall elsewhere; on an H200 they moved tiny_deepseek_noqlora_f32
+// by 9.2e-3 at one step and tiny_kimi_k2_tp8 by 4.2e-3 (F32 KV within 2.6e-5 on both).
 constexpr float kBf16KvTolerance = 2e-3f;
 
 // A checkpoint and its golden file (tests/data/<golden>.golden.json).
@@ -91,7 +92,11 @@ TEST_P(GoldenTest, BatchedBf16KvMatchesTransformersWithBf16Cache) {
   RunConfig cfg;
   cfg.kv_dtype = LLM_KV_DTYPE_BF16;
   cfg.max_new_tokens = static_cast<uint32_t>(g[0].generated.size());
+  llm_runtime_info info;
+  cfg.info_out = &info;
   const auto out = RunBatch(dir(), Prompts(g), cfg);
+  const float tol =
+      info.backend == LLM_BACKEND_CUDA ? std::max(GetParam().bf16_tolerance, kWideBf16KvTolerance) : GetParam().bf16_tolerance;
   float worst = 0;
   for (size_t i = 0; i < g.size(); ++i) {
     EXPECT_EQ(out[i].tokens, g[i].bf16_generated) << "prompt " << i;
@@ -99,7 +104,7 @@ TEST_P(GoldenTest, BatchedBf16KvMatchesTransformersWithBf16Cache) {
     for (size_t s = 0; s < g[i].bf16_logits.size(); ++s) {
       const float d = MaxAbsDiff(out[i].logits[s], g[i].bf16_logits[s]);
       worst = std::max(worst, d);
-      EXPECT_LE(d, GetParam().bf16_tolerance) << "prompt " << i << " step " << s;
+      EXPECT_LE(d, tol) << "prompt " << i << " step " << s;
     }
   }
   std::printf("[%s] BF16 KV: max |logit - reference| = %.3g\n", name(), worst);
@@ -193,7 +198,7 @@ TEST_P(GoldenTest, BatchedFp8KvRunsEveryArchitecture) {
 INSTANTIATE_TEST_SUITE_P(
     Models, GoldenTest,
     ::testing::Values(ModelCase{"tests/data/tiny_kimi_k2_qlora_yarn", "tiny_kimi_k2_qlora_yarn", kWideBf16KvTolerance},
-                      ModelCase{"tests/data/tiny_deepseek_noqlora_f32", "tiny_deepseek_noqlora_f32", kWideBf16KvTolerance},
+                      ModelCase{"tests/data/tiny_deepseek_noqlora_f32", "tiny_deepseek_noqlora_f32"},
                       ModelCase{"tests/data/tiny_glm4_moe", "tiny_glm4_moe"},
                       // GLM-5 DSA, index_topk 8: sparse in prefill of the 41-token prompt and in decode.
                       ModelCase{"tests/data/tiny_glm_moe_dsa", "tiny_glm_moe_dsa", kWideBf16KvTolerance},
