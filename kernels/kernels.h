@@ -106,13 +106,16 @@ struct ExpertTable {
   int32_t gemv_bits;
 };
 // Tiles of a grouped GEMM over rows permuted by expert (built on the device by LaunchMoePermute):
-// tile i covers rows [row0[i], row1[i]) of expert expert[i]; count[0] tiles are valid.
+// tile i covers rows [row0[i], row1[i]) of expert expert[i]; count[0] tiles are valid. A tile
+// holds at most max_rows rows (the tokens of the call: a token meets an expert once), which picks
+// the GEMV's one-row instance at batch 1.
 struct TileTable {
   const int32_t* expert;
   const int32_t* row0;
   const int32_t* row1;
   const int32_t* count;
   int64_t max_tiles;
+  int64_t max_rows = 0;  // 0: unknown (up to kGemmTileRows)
 };
 inline constexpr int64_t kGemmTileRows = 32;
 // out [M, N] = x [M, K] w^T with float32 accumulation; a row's result does not depend on the

@@ -90,7 +90,7 @@ __device__ __forceinline__ float ScaleAt(const void* scales, const WeightRef& l,
 // (the FP8 policy: x holds e4m3 values, FP8 weights only) a lane's fold multiplies its weight
 // scale by its x row's scale of the column block first: acc = fma(part, s(n, b) * sa(row, b),
 // acc); without, the factor is 1 and the bits are the exact path's.
-template <int kBits>
+template <int kBits, int kRows>
 __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t m0, int64_t m1, const uint8_t* codes,
                               const void* scales, const WeightRef& l, int64_t N, int64_t K, int64_t n_first,
                               const MutMat& out, const ActScales& act) {
@@ -100,10 +100,10 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
   const int rows = static_cast<int>(m1 - m0);
   const int64_t row_bytes = K * kBits / 8;
   const bool x_aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.ld % 4 == 0;
-  float acc[kMaxRows][kOut] = {};
-  int64_t xrow[kMaxRows];
+  float acc[kRows][kOut] = {};
+  int64_t xrow[kRows];
 #pragma unroll
-  for (int t = 0; t < kMaxRows; ++t) xrow[t] = t < rows ? (x_rows != nullptr ? x_rows[m0 + t] : m0 + t) : 0;
+  for (int t = 0; t < kRows; ++t) xrow[t] = t < rows ? (x_rows != nullptr ? x_rows[m0 + t] : m0 + t) : 0;
   // The lane's codes and scales of the k-step from k0 (zeros past K or N).
   const auto load = [&](int64_t k0, uint4 (*c)[S::kLoads], float* scale) {
     const int64_t kl = k0 + static_cast<int64_t>(lane) * S::kCols;
@@ -126,14 +126,14 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
     load(k0 + S::kChunk, c_next, scale_next);
     const int64_t kl = k0 + static_cast<int64_t>(lane) * S::kCols;
     if (kl < K) {  // K is a multiple of kCols: a lane's columns are all in or all out
-      float part[kMaxRows][kOut] = {};
+      float part[kRows][kOut] = {};
 #pragma unroll
       for (int j = 0; j < S::kVec; ++j) {
         float w[kOut][4];
 #pragma unroll
         for (int o = 0; o < kOut; ++o) Decode4<kBits>(c[o], j, w[o]);
 #pragma unroll
-        for (int t = 0; t < kMaxRows; ++t) {
+        for (int t = 0; t < kRows; ++t) {
           if (t >= rows) break;
           const float* src = x.data + xrow[t] * x.ld + kl + 4 * j;
           float4 v;
@@ -157,7 +157,7 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
         }
       }
 #pragma unroll
-      for (int t = 0; t < kMaxRows; ++t) {
+      for (int t = 0; t < kRows; ++t) {
         float sa = 1.0f;
         if (kBits == 8 && act.data != nullptr && t < rows) sa = act.data[(kl / l.block_cols) * act.ld + xrow[t]];
 #pragma unroll
@@ -172,7 +172,7 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
     }
   }
 #pragma unroll
-  for (int t = 0; t < kMaxRows; ++t) {
+  for (int t = 0; t < kRows; ++t) {
     if (t >= rows) break;
 #pragma unroll
     for (int o = 0; o < kOut; ++o) {
@@ -183,16 +183,19 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
   }
 }
 
-template <int kBits>
+// kRows: activation rows per block, kMaxRows, or 1 for a single row (batch-1 decode: registers
+// for one row's sums only, so more warps fit on a multiprocessor; a row's operations are the same
+// either way).
+template <int kBits, int kRows = kMaxRows>
 __global__ void __launch_bounds__(kThreads) QuantGemvKernel(ConstMat x, WeightRef w, MutMat out, ActScales act) {
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMaxRows;
-  const int64_t m1 = m0 + kMaxRows < x.rows ? m0 + kMaxRows : x.rows;
-  QuantGemvTile<kBits>(x, nullptr, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, w.rows, w.cols,
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kRows;
+  const int64_t m1 = m0 + kRows < x.rows ? m0 + kRows : x.rows;
+  QuantGemvTile<kBits, kRows>(x, nullptr, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, w.rows, w.cols,
                        static_cast<int64_t>(blockIdx.x) * kWarps * Step<kBits>::kOut, out, act);
 }
 
-// One block per (column block, tile); a tile's rows (at most kGemmTileRows) in runs of kMaxRows.
-template <int kBits>
+// One block per (column block, tile); a tile's rows (at most kGemmTileRows) in runs of kRows.
+template <int kBits, int kRows = kMaxRows>
 __global__ void __launch_bounds__(kThreads)
     GroupedQuantGemvKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                            TileTable tiles, MutMat out, ActScales act) {
@@ -200,10 +203,10 @@ __global__ void __launch_bounds__(kThreads)
   if (tile >= tiles.count[0]) return;
   const int32_t e = tiles.expert[tile];
   const int64_t r0 = tiles.row0[tile], r1 = tiles.row1[tile];
-  for (int64_t m0 = r0; m0 < r1; m0 += kMaxRows) {
-    const int64_t m1 = m0 + kMaxRows < r1 ? m0 + kMaxRows : r1;
+  for (int64_t m0 = r0; m0 < r1; m0 += kRows) {
+    const int64_t m1 = m0 + kRows < r1 ? m0 + kRows : r1;
     const WeightRef& w = experts.weights[e];
-    QuantGemvTile<kBits>(x, x_rows, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, N, K,
+    QuantGemvTile<kBits, kRows>(x, x_rows, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, N, K,
                          static_cast<int64_t>(blockIdx.x) * kWarps * Step<kBits>::kOut, out, act);
   }
 }

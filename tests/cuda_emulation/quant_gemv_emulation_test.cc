@@ -5,6 +5,7 @@
 // (K + 8) u sum |w x| that the device conformance suite uses for these kernels: every lane sums
 // its columns in float32, scales once per group, and the warp adds the lanes, so a wrong column,
 // nibble, scale or row moves an output by whole units.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -119,7 +120,17 @@ void RunGemv(int bits, const ConstMat& x, const WeightRef& w, const MutMat& out,
   const int per_block = qmm::OutPerBlock(bits);
   const emulation::Index3 grid{static_cast<unsigned>((w.rows + per_block - 1) / per_block),
                                static_cast<unsigned>((x.rows + qmm::kMaxRows - 1) / qmm::kMaxRows), 1};
+  // As LaunchQuantGemv: the one-row instance for a single row.
   emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
+    if (x.rows == 1) {
+      switch (bits) {
+        case 4: qmm::QuantGemvKernel<4, 1>(x, w, out, act); break;
+        case 8: qmm::QuantGemvKernel<8, 1>(x, w, out, act); break;
+        case 16: qmm::QuantGemvKernel<16, 1>(x, w, out, act); break;
+        default: qmm::QuantGemvKernel<32, 1>(x, w, out, act); break;
+      }
+      return;
+    }
     switch (bits) {
       case 4: qmm::QuantGemvKernel<4>(x, w, out, act); break;
       case 8: qmm::QuantGemvKernel<8>(x, w, out, act); break;
@@ -208,19 +219,34 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
     const TileTable tiles{tile_expert.data(), row0.data(), row1.data(), count.data(), 4};
     const int per_block = qmm::OutPerBlock(bits);
     const emulation::Index3 grid{static_cast<unsigned>((N + per_block - 1) / per_block), 4, 1};
-    emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
-      const ConstMat xm{x.data(), M, K, K};
-      const MutMat om{out.data(), M, N, N};
-      switch (bits) {
-        case 4: qmm::GroupedQuantGemvKernel<4>(xm, x_rows.data(), table, N, K, tiles, om, ActScales{}); break;
-        case 8: qmm::GroupedQuantGemvKernel<8>(xm, x_rows.data(), table, N, K, tiles, om, ActScales{}); break;
-        default: qmm::GroupedQuantGemvKernel<16>(xm, x_rows.data(), table, N, K, tiles, om, ActScales{}); break;
-      }
-    });
-    Expect(
-        out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
-        [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; }, [](int64_t, int64_t) { return 1.0; },
-        1);
+    // The instance of runs of kMaxRows rows, and the one-row instance (batch 1 takes it; it
+    // walks any tile row by row).
+    for (const int run : {qmm::kMaxRows, 1}) {
+      SCOPED_TRACE(::testing::Message() << "runs of " << run << " rows");
+      std::fill(out.begin(), out.end(), NAN);
+      emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
+        const ConstMat xm{x.data(), M, K, K};
+        const MutMat om{out.data(), M, N, N};
+        const int32_t* xr = x_rows.data();
+        if (run == 1) {
+          switch (bits) {
+            case 4: qmm::GroupedQuantGemvKernel<4, 1>(xm, xr, table, N, K, tiles, om, ActScales{}); break;
+            case 8: qmm::GroupedQuantGemvKernel<8, 1>(xm, xr, table, N, K, tiles, om, ActScales{}); break;
+            default: qmm::GroupedQuantGemvKernel<16, 1>(xm, xr, table, N, K, tiles, om, ActScales{}); break;
+          }
+          return;
+        }
+        switch (bits) {
+          case 4: qmm::GroupedQuantGemvKernel<4>(xm, xr, table, N, K, tiles, om, ActScales{}); break;
+          case 8: qmm::GroupedQuantGemvKernel<8>(xm, xr, table, N, K, tiles, om, ActScales{}); break;
+          default: qmm::GroupedQuantGemvKernel<16>(xm, xr, table, N, K, tiles, om, ActScales{}); break;
+        }
+      });
+      Expect(
+          out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
+          [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; }, [](int64_t, int64_t) { return 1.0; },
+          1);
+    }
   }
 }
 

@@ -464,7 +464,7 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     pa.max_tiles = max_tiles;
     cudaStream_t s = Stream(stream_);
     LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchMoePermute(pa, error_word_, s)));
-    const cuda::TileTable tiles{pa.tile_expert, pa.tile_row0, pa.tile_row1, pa.tile_count, max_tiles};
+    const cuda::TileTable tiles{pa.tile_expert, pa.tile_row0, pa.tile_row1, pa.tile_count, max_tiles, T};
     cuda::MutMat g{static_cast<float*>(gp), P, I, I}, u{static_cast<float*>(up), P, I, I};
     cuda::MutMat y{static_cast<float*>(dp), P, H, H};
     // The activation policies, per projection, as on the CPU: BF16 experts read bf16-rounded
