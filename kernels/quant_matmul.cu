@@ -15,12 +15,13 @@
 //
 // Work split: a block of 4 warps computes 16 output columns (4 per warp; BF16 8, F32 4: four
 // 16-byte loads per lane and k-step either way) for up to 8 activation rows (grid.y covers more
-// rows; larger T re-reads the codes per 8 rows, mostly from L2). The warps share nothing: no
-// shared memory, no barrier; each lane loads its codes one k-step ahead and its activation values
-// straight from x (the block's other warps find them in L1), so the latencies overlap across the
-// warps of a multiprocessor instead of stalling a block at a barrier. On an H200 the BF16 form of
-// this kernel read a [18432, 7168] weight at 76% of the device's copy bandwidth at T = 1 (the
-// tiled kernel it replaced: 6%). Every output is sum over k-steps of (lane partial * scale), then
+// rows; larger T re-reads the codes per 8 rows, mostly from L2). Each lane loads its codes one
+// k-step ahead. At T = 1 (a one-row instance) the warps share nothing: no shared memory, no
+// barrier, each lane reading its activation values straight from x (the block's other warps find
+// them in L1), so the latencies overlap across the warps of a multiprocessor instead of stalling
+// a block at a barrier; with more rows the block stages each chunk of x in shared memory. On an
+// H200 the BF16 form of this kernel read a [18432, 7168] weight at 77% of the device's copy
+// bandwidth at T = 1 (the tiled kernel it replaced: 6%), INT4 g32 at 25% and FP8 at 40%. Every output is sum over k-steps of (lane partial * scale), then
 // a warp tree sum: the same operations for a row whatever the other rows of the call, the tile it
 // sits in (MoE), or how many rows the block holds, so results are batch-invariant. Prefill
 // (T > 16) takes the same kernel: CUDA-core float32 FMAs, exact against the CPU; the BF16 and FP8
@@ -46,11 +47,12 @@ cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s,
     }
     return cudaGetLastError();
   }
+  const size_t smem = qmm::SharedBytes(bits, x.rows);
   switch (w.type) {
-    case kElemInt4: qmm::QuantGemvKernel<4><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act); break;
-    case kElemFp8E4M3: qmm::QuantGemvKernel<8><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act); break;
-    case kElemBf16: qmm::QuantGemvKernel<16><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act); break;
-    case kElemF32: qmm::QuantGemvKernel<32><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act); break;
+    case kElemInt4: qmm::QuantGemvKernel<4><<<grid, qmm::kThreads, smem, s>>>(x, w, out, act); break;
+    case kElemFp8E4M3: qmm::QuantGemvKernel<8><<<grid, qmm::kThreads, smem, s>>>(x, w, out, act); break;
+    case kElemBf16: qmm::QuantGemvKernel<16><<<grid, qmm::kThreads, smem, s>>>(x, w, out, act); break;
+    case kElemF32: qmm::QuantGemvKernel<32><<<grid, qmm::kThreads, smem, s>>>(x, w, out, act); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -72,11 +74,14 @@ cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTabl
     }
     return cudaGetLastError();
   }
+  // A tile's rows are known on the device only: room for a run of kMaxRows (at most the rows of
+  // the call).
+  const size_t smem = qmm::SharedBytes(experts.gemv_bits, x.rows);
   switch (experts.gemv_bits) {
-    case 4: qmm::GroupedQuantGemvKernel<4><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
-    case 8: qmm::GroupedQuantGemvKernel<8><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
-    case 16: qmm::GroupedQuantGemvKernel<16><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
-    case 32: qmm::GroupedQuantGemvKernel<32><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
+    case 4: qmm::GroupedQuantGemvKernel<4><<<grid, qmm::kThreads, smem, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
+    case 8: qmm::GroupedQuantGemvKernel<8><<<grid, qmm::kThreads, smem, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
+    case 16: qmm::GroupedQuantGemvKernel<16><<<grid, qmm::kThreads, smem, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
+    case 32: qmm::GroupedQuantGemvKernel<32><<<grid, qmm::kThreads, smem, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

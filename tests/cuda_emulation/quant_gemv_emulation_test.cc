@@ -121,7 +121,7 @@ void RunGemv(int bits, const ConstMat& x, const WeightRef& w, const MutMat& out,
   const emulation::Index3 grid{static_cast<unsigned>((w.rows + per_block - 1) / per_block),
                                static_cast<unsigned>((x.rows + qmm::kMaxRows - 1) / qmm::kMaxRows), 1};
   // As LaunchQuantGemv: the one-row instance for a single row.
-  emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
+  emulation::RunGrid(grid, qmm::kThreads, x.rows == 1 ? 0 : qmm::SharedBytes(bits, x.rows), [&] {
     if (x.rows == 1) {
       switch (bits) {
         case 4: qmm::QuantGemvKernel<4, 1>(x, w, out, act); break;
@@ -224,7 +224,7 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
     for (const int run : {qmm::kMaxRows, 1}) {
       SCOPED_TRACE(::testing::Message() << "runs of " << run << " rows");
       std::fill(out.begin(), out.end(), NAN);
-      emulation::RunGrid(grid, qmm::kThreads, 0, [&] {
+      emulation::RunGrid(grid, qmm::kThreads, run == 1 ? 0 : qmm::SharedBytes(bits, M), [&] {
         const ConstMat xm{x.data(), M, K, K};
         const MutMat om{out.data(), M, N, N};
         const int32_t* xr = x_rows.data();
