@@ -5,6 +5,7 @@
 //
 //   llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8|fp8-tiled]
 //            [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--activations exact|int8|bf16|fp8]
+//            [--backend cpu|cuda|auto]
 //
 // --activations int8 / bf16 / fp8 runs the INT8 / BF16 / FP8 activation policy
 // (llm_runtime_options.quantized_activations); --agree-exact compares top-1 predictions with the
@@ -63,6 +64,14 @@ int main(int argc, char** argv) {
                                  : p == "fp8"  ? LLM_ACTIVATIONS_FP8
                                                : LLM_ACTIVATIONS_EXACT;
     }
+    else if (a == "--backend") {
+      const std::string b = v;
+      if (b != "cpu" && b != "cuda" && b != "auto") {
+        std::fprintf(stderr, "llm-eval: --backend must be cpu, cuda or auto, not %s\n", v);
+        return 2;
+      }
+      ro.backend = b == "cpu" ? LLM_BACKEND_CPU : b == "cuda" ? LLM_BACKEND_CUDA : LLM_BACKEND_AUTO;
+    }
     else if (a == "--weights") {
       const std::string w = v;
       ro.prefill_weights = ro.decode_weights = w == "int4-g32"    ? LLM_WEIGHTS_INT4_G32
@@ -77,7 +86,7 @@ int main(int argc, char** argv) {
   if (model.empty() || text_path.empty() || window < 2) {
     std::fprintf(stderr, "usage: llm-eval --model DIR --text FILE [--window 128] [--max-windows N] [--kv-dtype bf16|f32|fp8|fp8-tiled] [--threads N]\n"
                          "                [--chunk N] [--weights as-stored|int4-g32|int4-g128] [--agree-with DIR]\n"
-                         "                [--activations exact|int8|bf16|fp8] [--agree-exact 1]\n");
+                         "                [--activations exact|int8|bf16|fp8] [--agree-exact 1] [--backend cpu|cuda|auto]\n");
     return 2;
   }
   std::ifstream in(text_path, std::ios::binary);

@@ -47,6 +47,7 @@ log_of() {
     gpu_tests | golden) echo tests ;;
     bench | synthetic_bench | tables) echo bench ;;
     profile) echo sanitizer ;;
+    accuracy) echo tests ;;
     *) echo "$1" ;;
   esac
 }
@@ -209,7 +210,7 @@ unpack_prebuilt() {
 
 export root deps build jobs nvcc cuda_root rt nccl_cmake carried
 export -f configure check_origins on_device unpack_prebuilt
-targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench llmrt_nccl_tests llm-bench)
+targets=(llmrt llmrt_backend_tests llmrt_golden_tests llmrt_cuda_microbench llmrt_nccl_tests llm-bench llm-eval)
 # cuBLASLt (dlopen'ed) from this machine's toolkit.
 for d in "$cuda_root/lib64" "$cuda_root/targets/x86_64-linux/lib"; do
   [ -d "$d" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
@@ -260,7 +261,9 @@ step device 30 "${smi:-nvidia-smi}"
 # communicator and the CUDA backend's collectives over it (llmrt_nccl_tests). A hung test stops
 # at 20 s and the others still run.
 step gpu_tests 90 on_device ctest --test-dir "$build" -L gpu -V --timeout 20 --no-tests=error
-# The golden tests on the CUDA backend: AUTO picks the device. The quantized checkpoints, the
+# The golden tests on the CUDA backend: AUTO picks the device. The phase policies too: FP8 (or
+# BF16) weights for prefill and INT4 for decode in one runtime, the role split (prefill runtime ->
+# export -> decode runtime) against one runtime, and the FP8 KV phase policy. The quantized checkpoints, the
 # FP8 KV codecs, the BF16 and FP8 activation policies and synthetic weights generated on the
 # device are compared with the CPU engine (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv,
 # CudaBf16MatchesCpu, CudaFp8MatchesCpu, SyntheticCudaMatchesCpu), decode passes replayed
@@ -268,7 +271,7 @@ step gpu_tests 90 on_device ctest --test-dir "$build" -L gpu -V --timeout 20 --n
 # devices present (ParallelRuntime.DeviceRanks*);
 # the transformers goldens of those checkpoints run on the CPU suite only, to keep this step short.
 step golden 150 on_device env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
-  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:ParallelRuntime.DeviceRanks*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
+  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:ParallelRuntime.DeviceRanks*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*:WeightPolicy.*:KvExport.*:Fp8KvPhasePolicy.*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
 step bench 45 "$build/tests/llmrt_cuda_microbench"
 # Synthetic weights at Kimi K2's real layer shapes, generated on the device (about 5.5 GB for
 # two layers and 8 experts): the header line reports the time from creation to the first token.
@@ -326,6 +329,33 @@ gpu_profile() {
 }
 export ncu_bin
 export -f gpu_profile
+# Held-out perplexity and top-1 accuracy of the two shipped trained models on the device against
+# the CPU in the same run (tests/data/kjv_heldout.txt, 40 windows of 128 tokens): BF16 weights with
+# BF16 KV, FP8 KV (read from the cache: one token a pass), INT4 g32 experts, and the BF16
+# activation policy. Each pair must agree within 0.1% in perplexity and 0.002 in accuracy.
+gpu_accuracy() {
+  local ev=$build/samples/llm-eval text=$root/tests/data/kjv_heldout.txt rc=0 m cfg
+  printf '| model | configuration | CPU perplexity | CUDA perplexity | relative | CPU top-1 | CUDA top-1 |\n|---|---|---:|---:|---:|---:|---:|\n'
+  for m in models/kimi-k2-kjv-tiny models/glm4-moe-kjv-tiny; do
+    for cfg in "--kv-dtype bf16" "--kv-dtype fp8 --chunk 1" "--weights int4-g32 --kv-dtype bf16" \
+      "--activations bf16 --kv-dtype bf16"; do
+      local cpu gpu
+      # shellcheck disable=SC2086  # cfg holds several arguments
+      cpu=$("$ev" --model "$root/$m" --text "$text" --max-windows 40 $cfg --backend cpu | awk -F'|' 'NR == 3 {print $7, $8}')
+      # shellcheck disable=SC2086
+      gpu=$("$ev" --model "$root/$m" --text "$text" --max-windows 40 $cfg --backend cuda | awk -F'|' 'NR == 3 {print $7, $8}')
+      if ! echo "$cpu $gpu" | awk -v m="$m" -v c="$cfg" 'NF == 4 {
+             rel = ($3 - $1) / $1; printf "| %s | %s | %.4f | %.4f | %+.5f | %.4f | %.4f |\n", m, c, $1, $3, rel, $2, $4;
+             exit !(rel <= 0.001 && rel >= -0.001 && $4 - $2 <= 0.002 && $2 - $4 <= 0.002) }
+           NF != 4 { printf "| %s | %s | failed to run |\n", m, c; exit 1 }'; then
+        rc=1
+      fi
+    done
+  done
+  return $rc
+}
+export -f gpu_accuracy
+step accuracy 150 gpu_accuracy
 step profile 90 gpu_profile
 step tables 240 gpu_tables
 echo "failed=$failed" >> "$summary"

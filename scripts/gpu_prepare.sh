@@ -105,7 +105,7 @@ if [ "$prebuild" -eq 1 ]; then
   mkdir -p "$stage/$build/tests" "$stage/$build/samples"
   # The binaries, debug info stripped (symbols stay, for compute-sanitizer's stacks).
   for b in tests/llmrt_backend_tests tests/llmrt_golden_tests tests/llmrt_cuda_microbench \
-    tests/llmrt_nccl_tests samples/llm-bench samples/llm-make-bench-model; do
+    tests/llmrt_nccl_tests samples/llm-bench samples/llm-make-bench-model samples/llm-eval; do
     [ -f "$build/$b" ] && strip --strip-debug -o "$stage/$build/$b" "$build/$b"
   done
   for l in "$build"/libllmrt.so*; do
