@@ -19,16 +19,11 @@
 #include <cstdint>
 
 #include "kernels/attention_tc.h"
+#include "kernels/mma.cuh"
 
 namespace llmrt::cuda::tc {
 
-__device__ __forceinline__ void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using cuda::Mma16816;
 
 // Two 8x8 bfloat16 matrices transposed into a B fragment: lanes 0-15 give the addresses of rows
 // k0 .. k0 + 15 (16-byte aligned), each holding the 8 columns of the fragment's n.

@@ -2,10 +2,13 @@
 // and tie rules: src/backend/cpu/moe.cc), the permutation of (token, slot) pairs by expert that
 // the grouped GEMMs run over, and the weighted combination of the experts' outputs in expert
 // order (as the CPU sums them; slots naming one expert twice by weight), so a token's result does
-// not depend on the order of its slots.
+// not depend on the order of its slots. And the routed experts' grouped GEMM on the tensor cores
+// for BF16-rounded inputs (kernels/moe_mma_kernels.cuh).
 #include <cstdint>
 
+#include "kernels/mma.cuh"
 #include "kernels/moe_kernels.cuh"
+#include "kernels/moe_mma_kernels.cuh"
 
 namespace llmrt::cuda {
 
@@ -26,6 +29,15 @@ cudaError_t LaunchMoeCombine(const int32_t* idx, int64_t idx_ld, ConstMat weight
   if (out.rows == 0) return cudaSuccess;
   if (K > moe::kMaxCombineSlots) return cudaErrorInvalidValue;
   moe::CombineKernel<<<static_cast<unsigned>(out.rows), 256, 0, s>>>(idx, idx_ld, weights, perm_pos, K, y, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGroupedGemmBf16Mma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
+                                     TileTable tiles, MutMat out, cudaStream_t s) {
+  if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
+  if (experts.gemv_bits != 16 || K % 8 != 0) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), static_cast<unsigned>(tiles.max_tiles));
+  gmm::GroupedBf16MmaKernel<<<grid, gmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out);
   return cudaGetLastError();
 }
 

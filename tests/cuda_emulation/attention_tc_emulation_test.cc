@@ -29,36 +29,7 @@
 
 namespace llmrt::cuda::tc {
 
-inline float HalfOf(uint32_t reg, int e) { return __uint_as_float(((reg >> (16 * e)) & 0xffffu) << 16); }
-
-inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  emulation::Warp& w = emulation::ThisWarp();
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  for (int i = 0; i < 4; ++i) w.words[lane][i] = a[i];
-  w.words[lane][4] = b0;
-  w.words[lane][5] = b1;
-  w.bar.ArriveAndWait();
-  float A[16][16], B[16][8];
-  for (int l = 0; l < 32; ++l) {
-    const int g = l >> 2, c = l & 3;
-    for (int e = 0; e < 2; ++e) {
-      A[g][2 * c + e] = HalfOf(w.words[l][0], e);
-      A[g + 8][2 * c + e] = HalfOf(w.words[l][1], e);
-      A[g][2 * c + 8 + e] = HalfOf(w.words[l][2], e);
-      A[g + 8][2 * c + 8 + e] = HalfOf(w.words[l][3], e);
-      B[2 * c + e][g] = HalfOf(w.words[l][4], e);
-      B[2 * c + 8 + e][g] = HalfOf(w.words[l][5], e);
-    }
-  }
-  w.bar.ArriveAndWait();
-  const int g = lane >> 2, c = lane & 3;
-  for (int i = 0; i < 4; ++i) {
-    const int row = g + (i >= 2 ? 8 : 0), col = 2 * c + (i & 1);
-    float s = d[i];
-    for (int k = 0; k < 16; ++k) s = std::fma(A[row][k], B[k][col], s);
-    d[i] = s;
-  }
-}
+inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emulation::Mma16816Bf16(d, a, b0, b1); }
 
 inline void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
   emulation::Warp& w = emulation::ThisWarp();

@@ -224,6 +224,43 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
   g_block = nullptr;
 }
 
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling warp, from the PTX ISA's
+// fragment tables (g = lane / 4, c = lane % 4; register i holds elements 2i (low half) and 2i+1):
+//   A (16x16): a0,a1 row g cols 2c,2c+1; a2,a3 row g+8; a4,a5 row g cols 2c+8,2c+9; a6,a7 row g+8
+//   B (16x8):  b0,b1 rows 2c,2c+1 col g; b2,b3 rows 2c+8,2c+9 col g
+//   C (16x8):  c0,c1 row g cols 2c,2c+1; c2,c3 row g+8
+// Each output adds its 16 exact products to d in k order (float32 fma).
+inline float Bf16Half(uint32_t reg, int e) { return __uint_as_float(((reg >> (16 * e)) & 0xffffu) << 16); }
+
+inline void Mma16816Bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  Warp& w = ThisWarp();
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for (int i = 0; i < 4; ++i) w.words[lane][i] = a[i];
+  w.words[lane][4] = b0;
+  w.words[lane][5] = b1;
+  w.bar.ArriveAndWait();
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, c = l & 3;
+    for (int e = 0; e < 2; ++e) {
+      A[g][2 * c + e] = Bf16Half(w.words[l][0], e);
+      A[g + 8][2 * c + e] = Bf16Half(w.words[l][1], e);
+      A[g][2 * c + 8 + e] = Bf16Half(w.words[l][2], e);
+      A[g + 8][2 * c + 8 + e] = Bf16Half(w.words[l][3], e);
+      B[2 * c + e][g] = Bf16Half(w.words[l][4], e);
+      B[2 * c + 8 + e][g] = Bf16Half(w.words[l][5], e);
+    }
+  }
+  w.bar.ArriveAndWait();
+  const int g = lane >> 2, c = lane & 3;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * c + (i & 1);
+    float s = d[i];
+    for (int k = 0; k < 16; ++k) s = std::fma(A[row][k], B[k][col], s);
+    d[i] = s;
+  }
+}
+
 }  // namespace llmrt::emulation
 
 // The kernels' helper for their dynamic shared memory (kernels/common.cuh has the device one).

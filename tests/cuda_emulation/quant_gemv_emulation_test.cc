@@ -16,6 +16,12 @@
 #include "tests/cuda_emulation/cuda_emulation.h"
 #include "kernels/quant_matmul_kernels.cuh"
 
+namespace llmrt::cuda::gmm {
+inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emulation::Mma16816Bf16(d, a, b0, b1); }
+}  // namespace llmrt::cuda::gmm
+
+#include "kernels/moe_mma_kernels.cuh"
+
 namespace llmrt::cuda {
 namespace {
 
@@ -247,6 +253,42 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
           [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; }, [](int64_t, int64_t) { return 1.0; },
           1);
     }
+  }
+}
+
+// The grouped GEMM on the tensor cores (kernels/moe_mma_kernels.cuh): BF16 experts times
+// bfloat16-valued activations, tiles of up to 32 rows, a partial block of 64 columns and a partial
+// step of 32 along k, rows gathered through x_rows (gate / up) or taken in place (down). The
+// products are exact, so the same float32 bound as the GEMV's holds.
+TEST(GroupedBf16MmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
+  std::mt19937 rng(95);
+  std::normal_distribution<float> normal;
+  const int64_t N = 70, K = 88, M = 40;
+  std::vector<HostWeight> experts;
+  for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
+  std::vector<WeightRef> refs;
+  for (const HostWeight& w : experts) refs.push_back(w.ref);
+  // Rows 0-4 expert 2, rows 5-36 expert 0 (a whole tile of 32), rows 37-39 expert 0 again;
+  // a fourth tile past count[0] (expert 1 over every row) must not run.
+  const std::vector<int32_t> tile_expert = {2, 0, 0, 1}, row0 = {0, 5, 37, 0}, row1 = {5, 37, 40, 32}, count = {3};
+  const auto expert_of = [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; };
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (float& v : x) v = Bf16ToF32(F32ToBf16(normal(rng)));  // the policy's rounded inputs
+  const ExpertTable table{refs.data(), 16};
+  const TileTable tiles{tile_expert.data(), row0.data(), row1.data(), count.data(), 4};
+  const emulation::Index3 grid{static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), 4, 1};
+  for (const bool gather : {true, false}) {
+    SCOPED_TRACE(gather ? "rows gathered through x_rows" : "rows in place");
+    std::vector<int32_t> x_rows(static_cast<size_t>(M));
+    for (int64_t r = 0; r < M; ++r) x_rows[r] = static_cast<int32_t>((r * 7) % M);
+    std::vector<float> out(static_cast<size_t>(M * N), NAN);
+    emulation::RunGrid(grid, gmm::kThreads, 0, [&] {
+      gmm::GroupedBf16MmaKernel(ConstMat{x.data(), M, K, K}, gather ? x_rows.data() : nullptr, table, N, K, tiles,
+                                MutMat{out.data(), M, N, N});
+    });
+    Expect(
+        out, M, N, K, x.data(), K, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; }, expert_of,
+        [](int64_t, int64_t) { return 1.0; }, 1);
   }
 }
 

@@ -505,10 +505,17 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
       if (quantizes(j)) return quantized(j, xe, slot, "MoE e4m3 activations");
       return Input{rounds(j) ? xr : xe, {}};
     };
+    // A projection's grouped GEMM: on the tensor cores where its input is bfloat16-rounded and
+    // its experts are BF16 (the products are exact either way), else the GEMV or tiled kernel.
+    auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k, const cuda::MutMat& o) {
+      if (rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr) {
+        return Launched(cuda::LaunchGroupedGemmBf16Mma(in.x, x_rows, bank.Table(j), n, k, tiles, o, s));
+      }
+      return Launched(cuda::LaunchGroupedGemm(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
+    };
     // [P, I] = x[perm_token] gate_e^T and up_e^T; silu(g) * u; [P, H] = h down_e^T.
     LLMRT_ASSIGN_OR_RETURN(const Input in_gate, input(0, kScratchMoeFp8In));
-    LLMRT_RETURN_IF_ERROR(Launched(
-        cuda::LaunchGroupedGemm(in_gate.x, pa.perm_token, bank.Table(0), I, H, tiles, g, s, in_gate.act)));
+    LLMRT_RETURN_IF_ERROR(grouped(0, in_gate, pa.perm_token, I, H, g));
     // The up projection reuses the gate's input when both treat it the same way.
     const bool same = quantizes(0) == quantizes(1) && rounds(0) == rounds(1) &&
                       bank.fp8_block_cols_[0] == bank.fp8_block_cols_[1] && bank.gemv_bits_[0] == bank.gemv_bits_[1];
@@ -516,8 +523,7 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     if (!same) {
       LLMRT_ASSIGN_OR_RETURN(in_up, input(1, kScratchMoeFp8Mid));
     }
-    LLMRT_RETURN_IF_ERROR(
-        Launched(cuda::LaunchGroupedGemm(in_up.x, pa.perm_token, bank.Table(1), I, H, tiles, u, s, in_up.act)));
+    LLMRT_RETURN_IF_ERROR(grouped(1, in_up, pa.perm_token, I, H, u));
     const cuda::ConstMat gc{g.data, P, I, I}, uc{u.data, P, I, I};
     LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchSiluMul(gc, uc, g, s)));
     Input in_down{gc, {}};
@@ -526,8 +532,7 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     } else if (rounds(2)) {
       LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(gc, g, s)));
     }
-    LLMRT_RETURN_IF_ERROR(
-        Launched(cuda::LaunchGroupedGemm(in_down.x, nullptr, bank.Table(2), H, I, tiles, y, s, in_down.act)));
+    LLMRT_RETURN_IF_ERROR(grouped(2, in_down, nullptr, H, I, y));
     const cuda::ConstMat yc{y.data, P, H, H};
     return Launched(cuda::LaunchMoeCombine(idx.data_as<const int32_t>(), idx.row_stride(), Const(weights), pa.perm_pos,
                                            K, yc, Mut(out), s));
