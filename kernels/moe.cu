@@ -32,12 +32,17 @@ cudaError_t LaunchMoeCombine(const int32_t* idx, int64_t idx_ld, ConstMat weight
   return cudaGetLastError();
 }
 
-cudaError_t LaunchGroupedGemmBf16Mma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                     TileTable tiles, MutMat out, cudaStream_t s) {
+cudaError_t LaunchGroupedGemmMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
+                                 TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
-  if (experts.gemv_bits != 16 || K % 8 != 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), static_cast<unsigned>(tiles.max_tiles));
-  gmm::GroupedBf16MmaKernel<<<grid, gmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out);
+  if (experts.gemv_bits == 16 && act.data == nullptr && K % 8 == 0) {
+    gmm::GroupedMmaKernel<false><<<grid, gmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
+  } else if (experts.gemv_bits == 8 && act.data != nullptr && K % 16 == 0) {
+    gmm::GroupedMmaKernel<true><<<grid, gmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
+  } else {
+    return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

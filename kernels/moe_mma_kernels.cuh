@@ -1,5 +1,6 @@
 // The routed experts' grouped GEMM on the tensor cores, for the activation policies that round the
-// experts' inputs to bfloat16 (LLM_ACTIVATIONS_BF16 and FP8 with BF16 experts): its body, in a
+// experts' inputs to bfloat16 (LLM_ACTIVATIONS_BF16, and FP8 with BF16 experts) and for FP8
+// experts under the FP8 policy (e4m3 inputs; the codes are exact in bfloat16): its body, in a
 // header of its own so that it compiles twice, for the device (kernels/moe.cu, with
 // kernels/mma.cuh) and on the host in tests/cuda_emulation/ (with the MMA computed from the PTX
 // ISA's fragment tables). The includer declares, in namespace llmrt::cuda (or gmm),
@@ -30,24 +31,32 @@ static_assert(kRows == kGemmTileRows, "a block holds a whole tile");
 
 __device__ __forceinline__ uint32_t Pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// Rows [r0, r1) of tile `tile` (x row of output row r: x_rows ? x_rows[r] : r) times the BF16
-// weight of its expert ([N, K], rows 16-byte aligned, K a multiple of 8), columns [n0, n0 + 64).
+// Rows [r0, r1) of tile `tile` (x row of output row r: x_rows ? x_rows[r] : r) times the weight
+// of its expert, columns [n0, n0 + 64). kFp8 false: BF16 weights ([N, K], rows 16-byte aligned,
+// K a multiple of 8), x holding bfloat16 values. kFp8 true (the FP8 policy): FP8 block-scaled
+// weights (K a multiple of 16, block_cols of 32), x holding e4m3 values with a scale per row and
+// column block (act); the codes of both are exact in bfloat16, each block of block_cols columns
+// is summed on the tensor cores, and its sum is folded in as the GEMV does:
+// acc = fma(block sum, s(n, b) * sa(row, b), acc).
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads)
-    GroupedBf16MmaKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K, TileTable tiles,
-                         MutMat out) {
+    GroupedMmaKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K, TileTable tiles,
+                     MutMat out, ActScales act) {
   alignas(16) __shared__ uint16_t as[kRows * kStride];
   alignas(16) __shared__ uint16_t bs[kCols * kStride];
   const int64_t tile = blockIdx.y;
   if (tile >= tiles.count[0]) return;
   const int32_t e = tiles.expert[tile];
+  const WeightRef& wr = experts.weights[e];
   const int64_t r0 = tiles.row0[tile];
   const int rows = static_cast<int>(tiles.row1[tile] - r0);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols;
-  const uint16_t* w = static_cast<const uint16_t*>(experts.weights[e].data);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int64_t block_cols = kFp8 ? wr.block_cols : K;  // the k-span each fold covers
   float acc[2][2][4] = {};  // [m16 tile][n8 tile][fragment]
+  float part[2][2][4] = {};  // the current column block's sums (kFp8)
   for (int64_t k0 = 0; k0 < K; k0 += kStep) {
-    // Activations: 32 rows x 32 values, each thread 8 (bfloat16 values held as float32).
+    // Activations: 32 rows x 32 values, each thread 8 (bfloat16 or e4m3 values held as float32).
     for (int i = threadIdx.x; i < kRows * kStep; i += kThreads) {
       const int r = i / kStep, k = i % kStep;
       float v = 0.0f;
@@ -57,12 +66,27 @@ __global__ void __launch_bounds__(kThreads)
       }
       as[r * kStride + k] = ToBf16Bits(v);
     }
-    // Weights: 64 rows x 32 values in 16-byte pieces (8 values), zeros past N and K.
-    for (int i = threadIdx.x; i < kCols * (kStep / 8); i += kThreads) {
-      const int n = i / (kStep / 8), p = i % (kStep / 8);
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (n0 + n < N && k0 + 8 * p < K) v = *reinterpret_cast<const uint4*>(w + (n0 + n) * K + k0 + 8 * p);
-      *reinterpret_cast<uint4*>(bs + n * kStride + 8 * p) = v;
+    // Weights: 64 rows x 32 values in 16-byte pieces, zeros past N and K; FP8 codes to their
+    // exact bfloat16 values.
+    if constexpr (kFp8) {
+      const uint8_t* w = static_cast<const uint8_t*>(wr.data);
+      for (int i = threadIdx.x; i < kCols * (kStep / 16); i += kThreads) {
+        const int n = i / (kStep / 16), p = i % (kStep / 16);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (n0 + n < N && k0 + 16 * p < K) v = *reinterpret_cast<const uint4*>(w + (n0 + n) * K + k0 + 16 * p);
+        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+        uint16_t* dst = bs + n * kStride + 16 * p;
+#pragma unroll
+        for (int q = 0; q < 16; ++q) dst[q] = ToBf16Bits(Fp8ToFloat((words[q / 4] >> (8 * (q % 4))) & 0xffu));
+      }
+    } else {
+      const uint16_t* w = static_cast<const uint16_t*>(wr.data);
+      for (int i = threadIdx.x; i < kCols * (kStep / 8); i += kThreads) {
+        const int n = i / (kStep / 8), p = i % (kStep / 8);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (n0 + n < N && k0 + 8 * p < K) v = *reinterpret_cast<const uint4*>(w + (n0 + n) * K + k0 + 8 * p);
+        *reinterpret_cast<uint4*>(bs + n * kStride + 8 * p) = v;
+      }
     }
     __syncthreads();
 #pragma unroll
@@ -79,10 +103,37 @@ __global__ void __launch_bounds__(kThreads)
         const uint16_t* ap = as + (mi * 16 + g) * kStride + kk + 2 * c;
         const uint32_t a[4] = {Pair(ap), Pair(ap + 8 * kStride), Pair(ap + 8), Pair(ap + 8 * kStride + 8)};
 #pragma unroll
-        for (int ni = 0; ni < 2; ++ni) Mma16816(acc[mi][ni], a, b[ni][0], b[ni][1]);
+        for (int ni = 0; ni < 2; ++ni) Mma16816(kFp8 ? part[mi][ni] : acc[mi][ni], a, b[ni][0], b[ni][1]);
       }
     }
     __syncthreads();
+    if (kFp8 && ((k0 + kStep) % block_cols == 0 || k0 + kStep >= K)) {
+      // Fold the column block's sums with the weight's and the rows' scales.
+      const int64_t kb = k0 / block_cols, nbc = (K + block_cols - 1) / block_cols;
+      const float* ws = static_cast<const float*>(wr.scales);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mi * 16 + g + 8 * h;
+          float sa = 0.0f;
+          if (r < rows) {
+            const int64_t m = r0 + r;
+            sa = act.data[kb * act.ld + (x_rows != nullptr ? x_rows[m] : m)];
+          }
+#pragma unroll
+          for (int ni = 0; ni < 2; ++ni) {
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              const int64_t n = n0 + warp * 16 + ni * 8 + 2 * c + q;
+              const float sw = n < N ? ws[(n / wr.block_rows) * nbc + kb] : 0.0f;
+              acc[mi][ni][2 * h + q] = fmaf(part[mi][ni][2 * h + q], sw * sa, acc[mi][ni][2 * h + q]);
+              part[mi][ni][2 * h + q] = 0.0f;
+            }
+          }
+        }
+      }
+    }
   }
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {

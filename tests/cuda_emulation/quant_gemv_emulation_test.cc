@@ -260,7 +260,7 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
 // bfloat16-valued activations, tiles of up to 32 rows, a partial block of 64 columns and a partial
 // step of 32 along k, rows gathered through x_rows (gate / up) or taken in place (down). The
 // products are exact, so the same float32 bound as the GEMV's holds.
-TEST(GroupedBf16MmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
+TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
   std::mt19937 rng(95);
   std::normal_distribution<float> normal;
   const int64_t N = 70, K = 88, M = 40;
@@ -283,12 +283,49 @@ TEST(GroupedBf16MmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
     for (int64_t r = 0; r < M; ++r) x_rows[r] = static_cast<int32_t>((r * 7) % M);
     std::vector<float> out(static_cast<size_t>(M * N), NAN);
     emulation::RunGrid(grid, gmm::kThreads, 0, [&] {
-      gmm::GroupedBf16MmaKernel(ConstMat{x.data(), M, K, K}, gather ? x_rows.data() : nullptr, table, N, K, tiles,
-                                MutMat{out.data(), M, N, N});
+      gmm::GroupedMmaKernel<false>(ConstMat{x.data(), M, K, K}, gather ? x_rows.data() : nullptr, table, N, K, tiles,
+                                   MutMat{out.data(), M, N, N}, ActScales{});
     });
     Expect(
         out, M, N, K, x.data(), K, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; }, expert_of,
         [](int64_t, int64_t) { return 1.0; }, 1);
+  }
+}
+
+// The FP8 policy's form: FP8 experts in 128 x 128 and 5 x 32 blocks, e4m3 activations with a scale
+// per row and column block (indexed by the activation row), several column blocks and a partial
+// last one along k; each block's sum folded with its scales, as the GEMV does.
+TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
+  std::mt19937 rng(96);
+  const int64_t N = 70, M = 40;
+  for (const int64_t bc : {int64_t{128}, int64_t{32}}) {
+    const int64_t K = bc == 128 ? 304 : 112, br = bc == 128 ? 128 : 5;
+    SCOPED_TRACE(::testing::Message() << "blocks of " << br << " x " << bc << ", K " << K);
+    std::vector<HostWeight> experts;
+    for (int e = 0; e < 3; ++e) experts.push_back(Fp8Weight(N, K, br, bc, rng));
+    std::vector<WeightRef> refs;
+    for (const HostWeight& w : experts) refs.push_back(w.ref);
+    const std::vector<int32_t> tile_expert = {2, 0, 0, 1}, row0 = {0, 5, 37, 0}, row1 = {5, 37, 40, 32}, count = {3};
+    std::vector<int32_t> x_rows(static_cast<size_t>(M));
+    for (int64_t r = 0; r < M; ++r) x_rows[r] = static_cast<int32_t>((r * 7) % M);
+    std::vector<float> x(static_cast<size_t>(M * K));
+    for (float& v : x) v = EmulatedE4M3(rng() & 0xfe);  // either sign, no NaN
+    const int64_t lda = M + 3, nb = (K + bc - 1) / bc;
+    std::vector<float> sa(static_cast<size_t>(nb * lda));
+    std::uniform_real_distribution<float> s(0.5f, 2.0f);
+    for (float& v : sa) v = s(rng);
+    std::vector<float> out(static_cast<size_t>(M * N), NAN);
+    const ExpertTable table{refs.data(), 8};
+    const TileTable tiles{tile_expert.data(), row0.data(), row1.data(), count.data(), 4};
+    const emulation::Index3 grid{static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), 4, 1};
+    emulation::RunGrid(grid, gmm::kThreads, 0, [&] {
+      gmm::GroupedMmaKernel<true>(ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K, tiles,
+                                  MutMat{out.data(), M, N, N}, ActScales{sa.data(), lda});
+    });
+    Expect(
+        out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
+        [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; },
+        [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
   }
 }
 

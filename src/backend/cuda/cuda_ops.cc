@@ -505,11 +505,15 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
       if (quantizes(j)) return quantized(j, xe, slot, "MoE e4m3 activations");
       return Input{rounds(j) ? xr : xe, {}};
     };
-    // A projection's grouped GEMM: on the tensor cores where its input is bfloat16-rounded and
-    // its experts are BF16 (the products are exact either way), else the GEMV or tiled kernel.
+    // A projection's grouped GEMM: on the tensor cores where its input is bfloat16-rounded and its
+    // experts BF16, or its input e4m3 with scales and its experts FP8 in blocks of whole 32-column
+    // steps (the products are exact either way), else the GEMV or tiled kernel.
     auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k, const cuda::MutMat& o) {
-      if (rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr) {
-        return Launched(cuda::LaunchGroupedGemmBf16Mma(in.x, x_rows, bank.Table(j), n, k, tiles, o, s));
+      const bool mma_bf16 = rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr;
+      const bool mma_fp8 = quantizes(j) && bank.gemv_bits_[j] == 8 && in.act.data != nullptr &&
+                           bank.fp8_block_cols_[j] % 32 == 0 && k % 16 == 0;
+      if (mma_bf16 || mma_fp8) {
+        return Launched(cuda::LaunchGroupedGemmMma(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
       }
       return Launched(cuda::LaunchGroupedGemm(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
     };
