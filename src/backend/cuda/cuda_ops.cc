@@ -507,7 +507,9 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     };
     // A projection's grouped GEMM: on the tensor cores where its input is bfloat16-rounded and its
     // experts BF16, or its input e4m3 with scales and its experts FP8 in blocks of whole 32-column
-    // steps (the products are exact either way), else the GEMV or tiled kernel.
+    // steps (the products are exact either way), else the GEMV or tiled kernel. The choice depends
+    // on the weights and the policy alone, never on T, so a row's result does not depend on its
+    // batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the GEMV.)
     auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k, const cuda::MutMat& o) {
       const bool mma_bf16 = rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr;
       const bool mma_fp8 = quantizes(j) && bank.gemv_bits_[j] == 8 && in.act.data != nullptr &&
