@@ -287,7 +287,8 @@ step sanitizer 120 "${sanitizer:-compute-sanitizer}" --tool memcheck --error-exi
   "$build/tests/llmrt_backend_tests" --gtest_filter='*/cuda' --gtest_brief=1
 # The tables of the seed's techniques at real layer shapes (synthetic weights, two layers and 8
 # experts), under the activation policies a server runs (BF16 weights: BF16 activations; FP8:
-# FP8; INT4: W4A16): weight formats (decode at 1, 64 and 256 sessions, prefill 4096), KV codecs
+# FP8; INT4: W4A16): weight formats (decode at 1, 64 and 256 sessions, prefill 4096; the routed
+# experts on the tensor cores and, with LLMRT_CUDA_MOE=gemv, on the CUDA cores), KV codecs
 # (decode over 2048-token prompts), the GLM-5 and GLM-4.5 shapes, and the integrity checker
 # against the no-op tracker. Each run's failure is logged and the next still runs.
 gpu_tables() {
@@ -301,6 +302,9 @@ gpu_tables() {
   run "${k2[@]}" --weights bf16 --activations bf16 --prefill-lens 512,4096 --repeats 2
   run "${k2[@]}" --weights fp8 --activations fp8 --sessions 1,64,256 --steps 8 --no-baselines
   run "${k2[@]}" --weights fp8 --activations fp8 --prefill-lens 512,4096 --repeats 2
+  # The routed experts on the CUDA-core GEMV instead of the tensor cores, for the comparison.
+  LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights bf16 --activations bf16 --prefill-lens 4096 --repeats 2
+  LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights fp8 --activations fp8 --sessions 64 --steps 8 --no-baselines
   run "${k2[@]}" --weights int4-g32 --sessions 1,64 --steps 8 --no-baselines
   run "${k2[@]}" --weights int4-g32 --prefill-lens 4096 --repeats 2
   for kv in bf16 fp8 fp8-tiled; do

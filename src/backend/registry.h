@@ -41,6 +41,10 @@ struct BackendOptions {
   // kTensorCoreBf16: one part (FlashMLA's numerics, faster); kScalar: float32 on the CUDA cores.
   enum class DeviceAttention { kTensorCore, kTensorCoreBf16, kScalar };
   DeviceAttention device_attention = DeviceAttention::kTensorCore;
+  // CUDA: whether the routed experts' grouped GEMM may run on the tensor cores under the BF16 and
+  // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
+  // the CUDA-core kernel every policy ran before; for comparisons).
+  bool device_moe_mma = true;
 };
 
 struct BackendEntry {

@@ -186,6 +186,13 @@ absl::Status Runtime::CreateBackends(int threads) {
             absl::StrCat("LLMRT_CUDA_ATTENTION=", v, " in the environment: expected tc, tc-bf16 or scalar"));
       }
     }
+    if (const char* moe = std::getenv("LLMRT_CUDA_MOE"); moe != nullptr && *moe != '\0') {
+      const std::string v = moe;
+      if (v != "mma" && v != "gemv") {
+        return absl::InvalidArgumentError(absl::StrCat("LLMRT_CUDA_MOE=", v, " in the environment: expected mma or gemv"));
+      }
+      bo.device_moe_mma = v == "mma";
+    }
     // In-process rank r runs on device r; process rank p on device p mod the host's count (one
     // process per device, ranks numbered host by host).
     if (devices > 0) bo.device = multi_process ? o.rank % devices : r;

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -168,21 +169,24 @@ TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
   }
 }
 
-// A value the runtime does not know is refused at creation, naming the variable, whichever
-// backend runs.
+// A value the runtime does not know (LLMRT_CUDA_ATTENTION, LLMRT_CUDA_MOE) is refused at creation,
+// naming the variable, whichever backend runs.
 TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
-  setenv("LLMRT_CUDA_ATTENTION", "flash", 1);
-  llm_runtime_options ro;
-  llm_runtime_options_init(&ro);
-  ro.backend = LLM_BACKEND_CPU;
-  llm_runtime* rt = nullptr;
-  const llm_status st = llm_runtime_create(TestData("tiny_glm4_moe").c_str(), &ro, &rt);
-  const std::string msg = llm_last_error();
-  unsetenv("LLMRT_CUDA_ATTENTION");
-  EXPECT_EQ(st, LLM_ERR_INVALID_ARGUMENT) << msg;
-  EXPECT_EQ(rt, nullptr);
-  EXPECT_NE(msg.find("LLMRT_CUDA_ATTENTION=flash"), std::string::npos) << msg;
-  if (rt != nullptr) llm_runtime_destroy(rt);
+  const std::pair<const char*, const char*> settings[] = {{"LLMRT_CUDA_ATTENTION", "flash"}, {"LLMRT_CUDA_MOE", "cutlass"}};
+  for (const auto& [name, value] : settings) {
+    setenv(name, value, 1);
+    llm_runtime_options ro;
+    llm_runtime_options_init(&ro);
+    ro.backend = LLM_BACKEND_CPU;
+    llm_runtime* rt = nullptr;
+    const llm_status st = llm_runtime_create(TestData("tiny_glm4_moe").c_str(), &ro, &rt);
+    const std::string msg = llm_last_error();
+    unsetenv(name);
+    EXPECT_EQ(st, LLM_ERR_INVALID_ARGUMENT) << msg;
+    EXPECT_EQ(rt, nullptr);
+    EXPECT_NE(msg.find(std::string(name) + "=" + value), std::string::npos) << msg;
+    if (rt != nullptr) llm_runtime_destroy(rt);
+  }
 }
 
 // Synthetic weights (llm_runtime_create_synthetic over the config.json alone): the CUDA backend
@@ -378,6 +382,17 @@ void ExpectDeviceFollowsCpu(const std::vector<RunOutput>& cpu, const std::vector
   std::printf("%s: largest logit difference %.3g, %d of %d steps within %.3g\n", what, worst, within, steps, tol);
 }
 
+// The routed experts on the tensor cores (the default under the BF16 and FP8 policies) against
+// the CUDA-core grouped GEMV (LLMRT_CUDA_MOE=gemv): the same exact products summed in another
+// order, so held to the comparison's own bound.
+void ExpectMoeKernelsAgree(const std::string& dir, const std::vector<std::vector<int32_t>>& prompts,
+                           const RunConfig& cfg, const std::vector<RunOutput>& mma, float tol, bool strict) {
+  setenv("LLMRT_CUDA_MOE", "gemv", 1);
+  const std::vector<RunOutput> gemv = RunBatch(dir, prompts, cfg);
+  unsetenv("LLMRT_CUDA_MOE");
+  ExpectDeviceFollowsCpu(gemv, mma, tol, strict, "routed experts: tensor cores vs the GEMV");
+}
+
 // One session alone on the device, prefill in chunks of 3 tokens: the tokens of the batched run.
 void ExpectChunkedSoloRunsMatch(const std::string& dir, const std::vector<std::vector<int32_t>>& prompts,
                                 const RunConfig& cfg, const std::vector<RunOutput>& batched) {
@@ -415,6 +430,7 @@ TEST_P(CudaBf16MatchesCpu, SameTokensAndCloseLogits) {
   const float tol = strict ? 2e-3f : cpu_bf16 ? 5e-3f : 0.25f;
   ExpectDeviceFollowsCpu(cpu, gpu, tol, strict, cpu_bf16 ? "BF16 on CUDA vs BF16 on the CPU" : "BF16 on CUDA vs EXACT");
   ExpectChunkedSoloRunsMatch(dir, prompts, cuda_cfg, gpu);
+  ExpectMoeKernelsAgree(dir, prompts, cuda_cfg, gpu, strict ? 2e-3f : 5e-3f, strict);
 }
 
 INSTANTIATE_TEST_SUITE_P(, CudaBf16MatchesCpu,
@@ -456,6 +472,7 @@ TEST_P(CudaFp8MatchesCpu, SameTokensAndCloseLogits) {
   const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
   ExpectDeviceFollowsCpu(cpu, gpu, 2e-2f, false, "FP8 on CUDA vs FP8 on the CPU");
   ExpectChunkedSoloRunsMatch(dir, prompts, cuda_cfg, gpu);
+  ExpectMoeKernelsAgree(dir, prompts, cuda_cfg, gpu, 2e-2f, false);
 }
 
 std::string Fp8ModelName(const ::testing::TestParamInfo<Fp8Model>& info) {

@@ -73,7 +73,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
   if (options.device < 0 || options.device >= n) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (", n, " devices)"));
   }
-  std::unique_ptr<CudaBackend> be(new CudaBackend(options.device, options.activations, options.device_attention));
+  std::unique_ptr<CudaBackend> be(
+      new CudaBackend(options.device, options.activations, options.device_attention, options.device_moe_mma));
   LLMRT_RETURN_IF_ERROR(be->Init());
   return std::unique_ptr<Backend>(std::move(be));
 }

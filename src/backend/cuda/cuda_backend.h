@@ -143,8 +143,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> DoAllocate(DType dtype, const int64_t* shape, int rank) override;
 
  private:
-  CudaBackend(int device, QuantizedActivations activations, BackendOptions::DeviceAttention attention)
-      : device_(device), activations_(activations), attention_(attention) {}
+  CudaBackend(int device, QuantizedActivations activations, BackendOptions::DeviceAttention attention, bool moe_mma)
+      : device_(device), activations_(activations), attention_(attention), moe_mma_(moe_mma) {}
   absl::Status Init();
   // out = x w^T for a BF16 weight under the BF16 activation policy (MatMul, the router).
   absl::Status Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
@@ -183,6 +183,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   QuantizedActivations activations_ = QuantizedActivations::kExact;
   BackendOptions::DeviceAttention attention_ = BackendOptions::DeviceAttention::kTensorCore;
+  bool moe_mma_ = true;  // BackendOptions::device_moe_mma
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,
   // CublasLtGemm::kWorkspaceBytes, allocated at Init).
   std::unique_ptr<CublasLtGemm> cublaslt_;

@@ -511,8 +511,8 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     // on the weights and the policy alone, never on T, so a row's result does not depend on its
     // batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the GEMV.)
     auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k, const cuda::MutMat& o) {
-      const bool mma_bf16 = rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr;
-      const bool mma_fp8 = quantizes(j) && bank.gemv_bits_[j] == 8 && in.act.data != nullptr &&
+      const bool mma_bf16 = moe_mma_ && rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr;
+      const bool mma_fp8 = moe_mma_ && quantizes(j) && bank.gemv_bits_[j] == 8 && in.act.data != nullptr &&
                            bank.fp8_block_cols_[j] % 32 == 0 && k % 16 == 0;
       if (mma_bf16 || mma_fp8) {
         return Launched(cuda::LaunchGroupedGemmMma(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
