@@ -260,27 +260,42 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
 // bfloat16-valued activations, tiles of up to 32 rows, a partial block of 64 columns and a partial
 // step of 32 along k, rows gathered through x_rows (gate / up) or taken in place (down). The
 // products are exact, so the same float32 bound as the GEMV's holds.
+// The MMA tests' routing of 40 rows: rows 0-4 expert 2, rows 5-36 expert 0 (a whole tile of 32),
+// rows 37-39 expert 0 again; a fourth tile past count[0] (expert 1 over 32 rows) must not run.
+// Output row r reads activation row 7r mod 40.
+struct MmaRouting {
+  static constexpr int64_t kM = 40;
+  std::vector<int32_t> tile_expert{2, 0, 0, 1}, row0{0, 5, 37, 0}, row1{5, 37, 40, 32}, count{3}, x_rows;
+  MmaRouting() {
+    for (int64_t r = 0; r < kM; ++r) x_rows.push_back(static_cast<int32_t>((r * 7) % kM));
+  }
+  TileTable Tiles() const { return {tile_expert.data(), row0.data(), row1.data(), count.data(), 4}; }
+  static size_t Expert(int64_t r) { return r < 5 ? 2 : 0; }
+};
+
+std::vector<WeightRef> RefsOf(const std::vector<HostWeight>& experts) {
+  std::vector<WeightRef> refs;
+  for (const HostWeight& w : experts) refs.push_back(w.ref);
+  return refs;
+}
+
 TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
   std::mt19937 rng(95);
   std::normal_distribution<float> normal;
-  const int64_t N = 70, K = 88, M = 40;
+  const int64_t N = 70, K = 88, M = MmaRouting::kM;
   std::vector<HostWeight> experts;
   for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
-  std::vector<WeightRef> refs;
-  for (const HostWeight& w : experts) refs.push_back(w.ref);
-  // Rows 0-4 expert 2, rows 5-36 expert 0 (a whole tile of 32), rows 37-39 expert 0 again;
-  // a fourth tile past count[0] (expert 1 over every row) must not run.
-  const std::vector<int32_t> tile_expert = {2, 0, 0, 1}, row0 = {0, 5, 37, 0}, row1 = {5, 37, 40, 32}, count = {3};
-  const auto expert_of = [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; };
+  const std::vector<WeightRef> refs = RefsOf(experts);
+  const MmaRouting routing;
+  const std::vector<int32_t>& x_rows = routing.x_rows;
+  const auto expert_of = [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; };
   std::vector<float> x(static_cast<size_t>(M * K));
   for (float& v : x) v = Bf16ToF32(F32ToBf16(normal(rng)));  // the policy's rounded inputs
   const ExpertTable table{refs.data(), 16};
-  const TileTable tiles{tile_expert.data(), row0.data(), row1.data(), count.data(), 4};
+  const TileTable tiles = routing.Tiles();
   const emulation::Index3 grid{static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), 4, 1};
   for (const bool gather : {true, false}) {
     SCOPED_TRACE(gather ? "rows gathered through x_rows" : "rows in place");
-    std::vector<int32_t> x_rows(static_cast<size_t>(M));
-    for (int64_t r = 0; r < M; ++r) x_rows[r] = static_cast<int32_t>((r * 7) % M);
     std::vector<float> out(static_cast<size_t>(M * N), NAN);
     emulation::RunGrid(grid, gmm::kThreads, 0, [&] {
       gmm::GroupedMmaKernel<false>(ConstMat{x.data(), M, K, K}, gather ? x_rows.data() : nullptr, table, N, K, tiles,
@@ -297,17 +312,15 @@ TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
 // last one along k; each block's sum folded with its scales, as the GEMV does.
 TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
   std::mt19937 rng(96);
-  const int64_t N = 70, M = 40;
+  const int64_t N = 70, M = MmaRouting::kM;
+  const MmaRouting routing;
+  const std::vector<int32_t>& x_rows = routing.x_rows;
   for (const int64_t bc : {int64_t{128}, int64_t{32}}) {
     const int64_t K = bc == 128 ? 304 : 112, br = bc == 128 ? 128 : 5;
     SCOPED_TRACE(::testing::Message() << "blocks of " << br << " x " << bc << ", K " << K);
     std::vector<HostWeight> experts;
     for (int e = 0; e < 3; ++e) experts.push_back(Fp8Weight(N, K, br, bc, rng));
-    std::vector<WeightRef> refs;
-    for (const HostWeight& w : experts) refs.push_back(w.ref);
-    const std::vector<int32_t> tile_expert = {2, 0, 0, 1}, row0 = {0, 5, 37, 0}, row1 = {5, 37, 40, 32}, count = {3};
-    std::vector<int32_t> x_rows(static_cast<size_t>(M));
-    for (int64_t r = 0; r < M; ++r) x_rows[r] = static_cast<int32_t>((r * 7) % M);
+    const std::vector<WeightRef> refs = RefsOf(experts);
     std::vector<float> x(static_cast<size_t>(M * K));
     for (float& v : x) v = EmulatedE4M3(rng() & 0xfe);  // either sign, no NaN
     const int64_t lda = M + 3, nb = (K + bc - 1) / bc;
@@ -316,7 +329,7 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
     for (float& v : sa) v = s(rng);
     std::vector<float> out(static_cast<size_t>(M * N), NAN);
     const ExpertTable table{refs.data(), 8};
-    const TileTable tiles{tile_expert.data(), row0.data(), row1.data(), count.data(), 4};
+    const TileTable tiles = routing.Tiles();
     const emulation::Index3 grid{static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), 4, 1};
     emulation::RunGrid(grid, gmm::kThreads, 0, [&] {
       gmm::GroupedMmaKernel<true>(ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K, tiles,
@@ -324,7 +337,7 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
     });
     Expect(
         out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
-        [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; },
+        [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; },
         [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
   }
 }
