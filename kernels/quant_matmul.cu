@@ -37,7 +37,7 @@ cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s,
   const int per_block = qmm::OutPerBlock(bits);
   const dim3 grid(static_cast<unsigned>((w.rows + per_block - 1) / per_block),
                   static_cast<unsigned>((x.rows + qmm::kMaxRows - 1) / qmm::kMaxRows));
-  if (x.rows == 1) {  // the one-row instance (batch-1 decode)
+  if (x.rows == 1 && qmm::OneRowApplies(x)) {  // the one-row instance (batch-1 decode)
     switch (w.type) {
       case kElemInt4: qmm::QuantGemvKernel<4, 1><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act); break;
       case kElemFp8E4M3: qmm::QuantGemvKernel<8, 1><<<grid, qmm::kThreads, 0, s>>>(x, w, out, act); break;
@@ -64,7 +64,7 @@ cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTabl
   if (act.data != nullptr && experts.gemv_bits != 8) return cudaErrorInvalidValue;
   const int per_block = qmm::OutPerBlock(experts.gemv_bits);
   const dim3 grid(static_cast<unsigned>((N + per_block - 1) / per_block), static_cast<unsigned>(tiles.max_tiles));
-  if (tiles.max_rows == 1) {  // one token: one row per tile
+  if (tiles.max_rows == 1 && qmm::OneRowApplies(x)) {  // one token: one row per tile
     switch (experts.gemv_bits) {
       case 4: qmm::GroupedQuantGemvKernel<4, 1><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;
       case 8: qmm::GroupedQuantGemvKernel<8, 1><<<grid, qmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act); break;

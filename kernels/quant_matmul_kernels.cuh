@@ -31,6 +31,11 @@ struct Step {
   static __device__ __forceinline__ int Slot(int lane, int j) { return lane * kVec + (j + lane / kSwizzle) % kVec; }
 };
 
+// Whether the one-row instance may take x (its rows 16-byte aligned: float4 loads).
+inline bool OneRowApplies(const ConstMat& x) {
+  return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.ld % 4 == 0;
+}
+
 // Dynamic shared memory of a block of the several-row instance holding `rows` activation rows
 // (at most kMaxRows): one k-step chunk of each, as float32. The one-row instance takes none.
 inline constexpr size_t SharedBytes(int bits, int64_t rows) {
@@ -46,21 +51,49 @@ static_assert(OutPerBlock(4) == kWarps * Step<4>::kOut && OutPerBlock(8) == kWar
 
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// Column i (0 .. 31) of 16 bytes of INT4 codes as the float q = nibble - 8: 2^23 + nibble built
-// from the bits, minus 2^23 + 8, exact (one logic op and one add instead of a conversion).
-__device__ __forceinline__ float Int4At(const uint4& c, int i) {
-  const uint32_t word = i < 8 ? c.x : i < 16 ? c.y : i < 24 ? c.z : c.w;
-  const uint32_t nib = (word >> (4 * (i & 7))) & 0xfu;
-  return __uint_as_float(0x4b000000u | nib) - 8388616.0f;
+// (a & mask) | bits in one logic instruction (the two constants would otherwise take two: a
+// LOP3 holds one immediate).
+__device__ __forceinline__ uint32_t AndOr(uint32_t a, uint32_t mask, uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
+  return d;
+#else
+  return (a & mask) | bits;
+#endif
 }
 
-// Columns 4j .. 4j+3 of a lane's k-step as floats, exact: INT4 (q = nibble - 8), FP8 codes
-// (hardware e4m3x2 -> f16x2, then f32), BF16 or F32 values.
+// INT4 columns 4j .. 4j+3 of 16 bytes of codes, column 4j + q as (nibble - 8) * 16^q: the
+// nibble masked in place (bits 4q of the word, or of its upper half shifted down) under the
+// exponent of 2^23 gives 2^23 + nibble * 16^q, and subtracting 2^23 + 8 * 16^q leaves the
+// exact value. One logic op and one add a column, no shift per column; the activations are
+// multiplied by 16^-q beforehand (ScaleInt4Activations), so each product is x * (nibble - 8)
+// exactly as the plain conversion gives it.
+__device__ __forceinline__ void Int4Scaled4(const uint4& c, int j, float* w) {
+  uint32_t word = Word(c, j / 2);
+  if (j & 1) word >>= 16;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint32_t mask = 0xfu << (4 * q);
+    w[q] = __uint_as_float(AndOr(word, mask, 0x4b000000u)) - (8388608.0f + 8.0f * static_cast<float>(1u << (4 * q)));
+  }
+}
+
+// The activations of INT4 columns 4j .. 4j+3 as Int4Scaled4 wants them: column 4j + q times
+// 16^-q (exact: powers of two; a float32 below 2^-114 would lose bits, no activation is).
+__device__ __forceinline__ float4 ScaleInt4Activations(float4 v) {
+  v.y *= 0x1p-4f;
+  v.z *= 0x1p-8f;
+  v.w *= 0x1p-12f;
+  return v;
+}
+
+// Columns 4j .. 4j+3 of a lane's k-step as floats, exact: INT4 (Int4Scaled4: (nibble - 8) *
+// 16^q), FP8 codes (hardware e4m3x2 -> f16x2, then f32), BF16 or F32 values.
 template <int kBits>
 __device__ __forceinline__ void Decode4(const uint4* c, int j, float* w) {
   if constexpr (kBits == 4) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) w[q] = Int4At(c[0], 4 * j + q);
+    Int4Scaled4(c[0], j, w);
   } else if constexpr (kBits == 8) {
     const uint32_t word = Word(c[0], j);
 #pragma unroll
@@ -84,43 +117,87 @@ __device__ __forceinline__ void Decode4(const uint4* c, int j, float* w) {
   }
 }
 
-// The scale of weight row n for the lane's columns [k, k + kCols).
+// Where a lane finds its scales (INT4, FP8): output row n's scales start at RowScales (INT4: n
+// * K / group bfloat16 values; FP8: the block row's (n / block_rows) * ceil(K / block_cols)
+// floats), and the lane's columns of a k-step lie in scale column k / div (div: the group or
+// block_cols). The cursor finds that column once per kernel and then advances it by whole k-steps
+// (kChunk / div columns and a carry), so that the k-loop divides nothing.
 template <int kBits>
-__device__ __forceinline__ float ScaleAt(const void* scales, const WeightRef& l, int64_t n, int64_t k, int64_t K) {
-  if (kBits >= 16) return 1.0f;  // dense rows: the fold below adds the partial sum exactly
-  if (kBits == 4) return Bf16Bits(static_cast<const uint16_t*>(scales)[n * (K / l.group) + k / l.group]);
-  const int64_t nbc = (K + l.block_cols - 1) / l.block_cols;
-  return static_cast<const float*>(scales)[(n / l.block_rows) * nbc + k / l.block_cols];
+__device__ __forceinline__ int64_t RowScales(const WeightRef& l, int64_t n, int64_t K) {
+  if constexpr (kBits == 4) return n * (K / l.group);
+  return (n / l.block_rows) * ((K + l.block_cols - 1) / l.block_cols);
 }
+
+template <int kBits>
+__device__ __forceinline__ float ScaleValue(const void* scales, int64_t i) {
+  if constexpr (kBits == 4) return Bf16Bits(static_cast<const uint16_t*>(scales)[i]);
+  return static_cast<const float*>(scales)[i];
+}
+
+struct ScaleCursor {
+  int32_t col = 0, rem = 0;  // the scale column of the k-step's first column k, and k % div
+  int32_t div = 1, dq = 0, dr = 0;
+  __device__ __forceinline__ void Init(int32_t k, int32_t d, int32_t chunk) {
+    div = d;
+    col = k / d;
+    rem = k % d;
+    dq = chunk / d;
+    dr = chunk % d;
+  }
+  __device__ __forceinline__ void Advance() {
+    col += dq;
+    rem += dr;
+    if (rem >= div) {
+      rem -= div;
+      ++col;
+    }
+  }
+};
 
 // out rows [m0, m1) (at most kRows; x row of output row m: x_rows ? x_rows[m] : m) x the block's
 // kWarps * kOut columns from n_first, for one weight. A lane loads its codes a k-step ahead, so
 // that their memory latency overlaps the step before. One row (kRows 1, batch-1 decode): each
 // warp runs on its own (no shared memory, no barrier), a lane reading its activation values
-// straight from x (float4 loads where x's rows are 16-byte aligned; they are in L1 for the
-// block's other warps). Several rows: the block stages each k-step's chunk of the rows in shared
-// memory (one read of x per block instead of one per warp), between two barriers; on an H200
-// staging ran T = 16 .. 256 at 8.5 TFLOP/s and per-warp loads at 5.5. With activation scales
-// (the FP8 policy: x holds e4m3 values, FP8 weights only) a lane's fold multiplies its weight
-// scale by its x row's scale of the column block first: acc = fma(part, s(n, b) * sa(row, b),
-// acc); without, the factor is 1 and the bits are the exact path's.
+// straight from x with float4 loads (the launcher takes this instance only where x's rows are
+// 16-byte aligned; they are in L1 for the block's other warps). Several rows: the block stages
+// each k-step's chunk of the rows in shared memory (one read of x per block instead of one per
+// warp; any alignment), between two barriers; on an H200 staging ran T = 16 .. 256 at 8.5
+// TFLOP/s and per-warp loads at 5.5. With activation scales (the FP8 policy: x holds e4m3
+// values, FP8 weights only) a lane's fold multiplies its weight scale by its x row's scale of the
+// column block first: acc = fma(part, s(n, b) * sa(row, b), acc); without, the factor is 1 and
+// the bits are the exact path's.
 template <int kBits, int kRows>
 __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t m0, int64_t m1, const uint8_t* codes,
                               const void* scales, const WeightRef& l, int64_t N, int64_t K, int64_t n_first,
                               const MutMat& out, const ActScales& act) {
   using S = Step<kBits>;
   constexpr int kOut = S::kOut;
+  constexpr bool kScaled = kBits <= 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows = static_cast<int>(m1 - m0);
   const int64_t row_bytes = K * kBits / 8;
-  const bool x_aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.ld % 4 == 0;
   float acc[kRows][kOut] = {};
-  int64_t xrow[kRows];
+  int32_t xrow[kRows];  // (int32: fewer registers; a row index of x)
 #pragma unroll
-  for (int t = 0; t < kRows; ++t) xrow[t] = t < rows ? (x_rows != nullptr ? x_rows[m0 + t] : m0 + t) : 0;
-  // The lane's codes and scales of the k-step from k0 (zeros past K or N).
-  const auto load = [&](int64_t k0, uint4 (*c)[S::kLoads], float* scale) {
+  for (int t = 0; t < kRows; ++t) {
+    xrow[t] = static_cast<int32_t>(t < rows ? (x_rows != nullptr ? x_rows[m0 + t] : m0 + t) : 0);
+  }
+  // Output row o's first scale at sbase + soff[o] (the warp's rows are consecutive: offsets of a
+  // few rows of scales).
+  int64_t sbase = 0;
+  int32_t soff[kOut] = {};
+  ScaleCursor cursor;  // the scale column of the next load
+  if constexpr (kScaled) {
+    const int64_t n0 = n_first + warp * kOut;
+    sbase = RowScales<kBits>(l, n0, K);
+#pragma unroll
+    for (int o = 1; o < kOut; ++o) soff[o] = static_cast<int32_t>(RowScales<kBits>(l, n0 + o, K) - sbase);
+    cursor.Init(lane * S::kCols, static_cast<int32_t>(kBits == 4 ? l.group : l.block_cols), S::kChunk);
+  }
+  // The lane's codes and scales of the k-step from k0 (zeros past K or N), and its scale column.
+  const auto load = [&](int64_t k0, uint4 (*c)[S::kLoads], float* scale, int32_t* scol) {
     const int64_t kl = k0 + static_cast<int64_t>(lane) * S::kCols;
+    *scol = cursor.col;
 #pragma unroll
     for (int o = 0; o < kOut; ++o) {
       const int64_t n = n_first + warp * kOut + o;
@@ -128,16 +205,23 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
       const uint4* src = reinterpret_cast<const uint4*>(codes + (in ? n * row_bytes + kl * kBits / 8 : 0));
 #pragma unroll
       for (int q = 0; q < S::kLoads; ++q) c[o][q] = in ? src[q] : make_uint4(0, 0, 0, 0);
-      scale[o] = in ? ScaleAt<kBits>(scales, l, n, kl, K) : 0.0f;
+      if constexpr (kScaled) {
+        scale[o] = in ? ScaleValue<kBits>(scales, sbase + (soff[o] + cursor.col)) : 0.0f;
+      } else {
+        scale[o] = 1.0f;  // dense rows: the fold below adds the partial sum exactly
+      }
     }
+    if constexpr (kScaled) cursor.Advance();
   };
   uint4 c[kOut][S::kLoads];
   float scale[kOut];
-  load(0, c, scale);
+  int32_t scol;
+  load(0, c, scale, &scol);
   for (int64_t k0 = 0; k0 < K; k0 += S::kChunk) {
     uint4 c_next[kOut][S::kLoads];
     float scale_next[kOut];
-    load(k0 + S::kChunk, c_next, scale_next);
+    int32_t scol_next;
+    load(k0 + S::kChunk, c_next, scale_next, &scol_next);
     float4* xs = nullptr;  // the staged chunk [rows][S::kChunk / 4] (kRows > 1)
     if constexpr (kRows > 1) {
       xs = DynamicShared<float4>();
@@ -153,6 +237,7 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
         v.y = k + 1 < K ? src[k + 1] : 0.0f;
         v.z = k + 2 < K ? src[k + 2] : 0.0f;
         v.w = k + 3 < K ? src[k + 3] : 0.0f;
+        if constexpr (kBits == 4) v = ScaleInt4Activations(v);
         xs[r * (S::kChunk / 4) + S::Slot(f / S::kVec, f % S::kVec)] = v;
       }
       __syncthreads();
@@ -171,13 +256,9 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
           float4 v;
           if constexpr (kRows > 1) {
             v = xs[t * (S::kChunk / 4) + S::Slot(lane, j)];
-          } else if (const float* src = x.data + xrow[t] * x.ld + kl + 4 * j; x_aligned) {
-            v = *reinterpret_cast<const float4*>(src);
-          } else {  // a column view at any float offset
-            v.x = src[0];
-            v.y = src[1];
-            v.z = src[2];
-            v.w = src[3];
+          } else {
+            v = *reinterpret_cast<const float4*>(x.data + static_cast<int64_t>(xrow[t]) * x.ld + kl + 4 * j);
+            if constexpr (kBits == 4) v = ScaleInt4Activations(v);
           }
 #pragma unroll
           for (int o = 0; o < kOut; ++o) {
@@ -193,7 +274,7 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
 #pragma unroll
       for (int t = 0; t < kRows; ++t) {
         float sa = 1.0f;
-        if (kBits == 8 && act.data != nullptr && t < rows) sa = act.data[(kl / l.block_cols) * act.ld + xrow[t]];
+        if (kBits == 8 && act.data != nullptr && t < rows) sa = act.data[static_cast<int64_t>(scol) * act.ld + xrow[t]];
 #pragma unroll
         for (int o = 0; o < kOut; ++o) acc[t][o] = fmaf(part[t][o], scale[o] * sa, acc[t][o]);
       }
@@ -204,6 +285,7 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
       for (int q = 0; q < S::kLoads; ++q) c[o][q] = c_next[o][q];
       scale[o] = scale_next[o];
     }
+    scol = scol_next;
   }
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {
@@ -219,9 +301,9 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
 
 // kRows: activation rows per block, kMaxRows, or 1 for a single row (batch-1 decode: registers
 // for one row's sums only, so more warps fit on a multiprocessor; a row's operations are the same
-// either way).
+// either way). The one-row instance needs x's rows 16-byte aligned (OneRowApplies).
 template <int kBits, int kRows = kMaxRows>
-__global__ void __launch_bounds__(kThreads) QuantGemvKernel(ConstMat x, WeightRef w, MutMat out, ActScales act) {
+__global__ void __launch_bounds__(kThreads, kRows == 1 ? 5 : 3) QuantGemvKernel(ConstMat x, WeightRef w, MutMat out, ActScales act) {
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kRows;
   const int64_t m1 = m0 + kRows < x.rows ? m0 + kRows : x.rows;
   QuantGemvTile<kBits, kRows>(x, nullptr, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, w.rows, w.cols,
@@ -230,7 +312,7 @@ __global__ void __launch_bounds__(kThreads) QuantGemvKernel(ConstMat x, WeightRe
 
 // One block per (column block, tile); a tile's rows (at most kGemmTileRows) in runs of kRows.
 template <int kBits, int kRows = kMaxRows>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kRows == 1 ? 5 : 3)
     GroupedQuantGemvKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                            TileTable tiles, MutMat out, ActScales act) {
   const int64_t tile = blockIdx.y;

@@ -126,9 +126,10 @@ void RunGemv(int bits, const ConstMat& x, const WeightRef& w, const MutMat& out,
   const int per_block = qmm::OutPerBlock(bits);
   const emulation::Index3 grid{static_cast<unsigned>((w.rows + per_block - 1) / per_block),
                                static_cast<unsigned>((x.rows + qmm::kMaxRows - 1) / qmm::kMaxRows), 1};
-  // As LaunchQuantGemv: the one-row instance for a single row.
-  emulation::RunGrid(grid, qmm::kThreads, x.rows == 1 ? 0 : qmm::SharedBytes(bits, x.rows), [&] {
-    if (x.rows == 1) {
+  // As LaunchQuantGemv: the one-row instance for a single row with aligned rows.
+  const bool one_row = x.rows == 1 && qmm::OneRowApplies(x);
+  emulation::RunGrid(grid, qmm::kThreads, one_row ? 0 : qmm::SharedBytes(bits, x.rows), [&] {
+    if (one_row) {
       switch (bits) {
         case 4: qmm::QuantGemvKernel<4, 1>(x, w, out, act); break;
         case 8: qmm::QuantGemvKernel<8, 1>(x, w, out, act); break;
@@ -151,30 +152,41 @@ TEST(QuantGemvEmulated, Int4AndFp8RowsTimesActivations) {
   std::normal_distribution<float> normal;
   const int64_t N = 19;  // a partial block of output columns
   // K of one chunk of k per lane step, and of several with a partial last one (INT4: 1024
-  // columns per chunk, FP8: 512), whose codes the kernel loads a chunk ahead.
-  for (const int64_t K : {256, 1280}) {
+  // columns per chunk, FP8: 512), whose codes the kernel loads a chunk ahead; 2304 for groups of
+  // 96.
+  for (const int64_t K : {256, 1280, 2304}) {
     std::vector<HostWeight> weights;
     weights.push_back(Int4Weight(N, K, 32, rng));
     weights.push_back(Int4Weight(N, K, 128, rng));
     weights.push_back(Fp8Weight(N, K, 128, 128, rng));
     weights.push_back(Fp8Weight(N, K, 5, 32, rng));  // blocks of 5 rows, 32 columns
+    // Scale columns that do not divide a k-step's columns (INT4 1024, FP8 512): the kernel's
+    // scale cursor carries a remainder from step to step.
+    weights.push_back(Fp8Weight(N, K, 128, 48, rng));
+    if (K % 96 == 0) weights.push_back(Int4Weight(N, K, 96, rng));
     weights.push_back(DenseWeight(N, K, 16, rng));
     weights.push_back(DenseWeight(N, K, 32, rng));
     for (const HostWeight& w : weights) {
       for (int64_t T : {1, 3, 11}) {  // 11: two blocks of rows
-        SCOPED_TRACE(::testing::Message() << BitsOf(w.ref) << "-bit rows, group or block rows "
-                                          << (w.ref.type == kElemInt4 ? w.ref.group : w.ref.block_rows) << " K " << K
-                                          << " T " << T);
-        // x a column view: rows of K + 3 floats, starting at column 1 (unaligned loads).
-        const int64_t ldx = K + 3;
-        std::vector<float> xbuf(static_cast<size_t>(T * ldx + 1));
-        for (float& v : xbuf) v = normal(rng);
-        std::vector<float> out(static_cast<size_t>(T * N), NAN);
-        RunGemv(BitsOf(w.ref), ConstMat{xbuf.data() + 1, T, K, ldx}, w.ref,
-                MutMat{out.data(), T, N, N});
-        Expect(
-            out, T, N, K, xbuf.data() + 1, ldx, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
-            [](int64_t, int64_t) { return 1.0; }, 1);
+        for (const bool aligned : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << BitsOf(w.ref) << "-bit rows, group or block rows "
+                                            << (w.ref.type == kElemInt4 ? w.ref.group : w.ref.block_rows) << " K "
+                                            << K << " T " << T << (aligned ? " aligned" : " column view"));
+          // x 16-byte aligned rows of K floats (at T = 1 the one-row instance), or a column
+          // view: rows of K + 3 floats, starting at column 1 (unaligned loads; the staging
+          // instance at every T).
+          const int64_t ldx = aligned ? K : K + 3;
+          std::vector<float> xbuf(static_cast<size_t>(T * ldx + 4));
+          for (float& v : xbuf) v = normal(rng);
+          float* x0 = xbuf.data() + 1;
+          while (aligned && reinterpret_cast<uintptr_t>(x0) % 16 != 0) ++x0;
+          ASSERT_EQ(qmm::OneRowApplies(ConstMat{x0, T, K, ldx}), aligned);
+          std::vector<float> out(static_cast<size_t>(T * N), NAN);
+          RunGemv(BitsOf(w.ref), ConstMat{x0, T, K, ldx}, w.ref, MutMat{out.data(), T, N, N});
+          Expect(
+              out, T, N, K, x0, ldx, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
+              [](int64_t, int64_t) { return 1.0; }, 1);
+        }
       }
     }
   }
