@@ -46,7 +46,7 @@ log_of() {
     unpack | configure | build | origins | device) echo setup ;;
     gpu_tests | golden) echo tests ;;
     bench | synthetic_bench | tables) echo bench ;;
-    profile) echo sanitizer ;;
+    profile | breakdown) echo sanitizer ;;
     accuracy) echo tests ;;
     *) echo "$1" ;;
   esac
@@ -331,8 +331,36 @@ gpu_profile() {
   "$ncu_bin" --clock-control none --kernel-name-base mangled -k regex:QuantGemvKernelILi4E -s 2 -c 1 "${sections[@]}" \
     "$build/tests/llmrt_cuda_microbench"
 }
+# Where a batch-1 decode step's GPU time goes: every kernel's duration (graph nodes one by
+# one) over 32 decode steps after an 8-token prompt, summed by kernel. The weight generation
+# and prefill kernels are in the totals too (their names tell them apart).
+gpu_breakdown() {
+  local cfg
+  for cfg in "--weights bf16 --activations bf16" "--weights int4-g32"; do
+    echo "#### kernel time by kernel, k2-real 2 layers 8 experts, $cfg, 1 session, 32 steps"
+    # shellcheck disable=SC2086  # cfg holds several arguments
+    "$ncu_bin" --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv \
+      --print-units base -c 4000 "$build/samples/llm-bench" --synthetic --preset k2-real --layers 2 --experts 8 \
+      --backend cuda $cfg --sessions 1 --steps 32 --prompt 8 --no-baselines > "$scratch/ncu.csv" 2> "$scratch/ncu.err" ||
+      { tail -5 "$scratch/ncu.err"; return 1; }
+    kernel_table "$scratch/ncu.csv"
+  done
+}
+# The ncu CSV (one row per kernel and metric: "ID",...,"Kernel Name",...,"Metric Value") summed
+# by kernel name: calls, total and mean microseconds, share of all kernels' time; the top 25.
+kernel_table() {
+  grep -v '^"' "$1" | grep -v '^==' | tail -12
+  awk -F'","' 'NF >= 15 && $0 ~ /^"[0-9]/ {
+      name = $5; v = $NF; gsub(/"/, "", v); gsub(/,/, "", v)
+      sub(/\(.*$/, "", name); sub(/^void /, "", name); n[name]++; t[name] += v / 1000; all += v / 1000 }
+    END {
+      for (k in t) printf "%12.1f %7d %10.2f %6.1f%%  %s\n", t[k], n[k], t[k] / n[k], 100 * t[k] / all, k
+      printf "%12.1f %7s %10s %6s   all kernels\n", all, "", "", "" }' "$1" | sort -n -r | head -30 |
+    awk 'BEGIN { printf "%12s %7s %10s %7s  %s\n", "total us", "calls", "mean us", "share", "kernel" } { print }'
+}
 export ncu_bin
-export -f gpu_profile
+export -f gpu_profile gpu_breakdown kernel_table
+export scratch
 # Held-out perplexity and top-1 accuracy of the two shipped trained models on the device against
 # the CPU in the same run (tests/data/kjv_heldout.txt, 40 windows of 128 tokens): BF16 weights with
 # BF16 KV, FP8 KV (read from the cache: one token a pass), INT4 g32 experts, and the BF16
@@ -362,6 +390,7 @@ export -f gpu_accuracy
 step accuracy 150 gpu_accuracy
 step profile 90 gpu_profile
 step tables 240 gpu_tables
+step breakdown 120 gpu_breakdown
 echo "failed=$failed" >> "$summary"
 cat "$summary"
 exit $failed
