@@ -111,6 +111,7 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   std::printf("|---------:|-------------:|------------:|------------:|-------------------:|--------------------:|\n");
   double base_tps = 0, batch1_step = 0, batch1_p50 = 0;
   std::map<int, std::array<double, 2>> warm_ms;  // per batch: the two warm-up decode steps
+  std::map<int, std::array<double, 2>> slow;     // per batch: the slowest timed step (1-based) and its ms
   for (int b : batches) {
     std::vector<llm_session*> ss(b);
     // Sessions that finish their prefill early decode while the others prefill: room for those
@@ -161,6 +162,8 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
     }
     double total = 0;
     for (double t : times) total += t;
+    const size_t slowest = static_cast<size_t>(std::max_element(times.begin(), times.end()) - times.begin());
+    slow[b] = {static_cast<double>(slowest + 1), times[slowest] * 1e3};
     const double tps = b * steps / total;
     if (b == batches[0]) base_tps = tps;
     if (b == 1) {
@@ -179,7 +182,10 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   if (info.backend == LLM_BACKEND_CUDA) {
     std::printf("\nwarm-up decode steps (a context bucket's first pass runs directly, its second is recorded as a "
                 "CUDA graph):");
-    for (const auto& [b, t] : warm_ms) std::printf(" %d sessions %.1f / %.1f ms;", b, t[0], t[1]);
+    for (const auto& [b, t] : warm_ms) {
+      std::printf(" %d sessions %.1f / %.1f ms (slowest timed step: %d, %.1f ms);", b, t[0], t[1],
+                  static_cast<int>(slow[b][0]), slow[b][1]);
+    }
     std::printf("\n");
   }
   // The memory's speed on a shared machine drifts within a run (one run of the docs read 18.0
