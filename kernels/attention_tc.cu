@@ -32,6 +32,18 @@ __device__ __forceinline__ void LdMatrixTrans2(const uint16_t* row, uint32_t* b0
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(addr));
 }
 
+__device__ __forceinline__ void LdMatrix4(const uint16_t* row, uint32_t (&r)[4]) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void LdMatrix2(const uint16_t* row, uint32_t (&r)[2]) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
 __device__ __forceinline__ void CpAsync16(void* shared_dst, const void* global_src) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(global_src) : "memory");

@@ -9,6 +9,10 @@
 //       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d;
 //   void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1)
 //       ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 (lanes 0-15 give the row addresses);
+//   void LdMatrix4(const uint16_t* row, uint32_t (&r)[4]), LdMatrix2(const uint16_t* row, uint32_t (&r)[2])
+//       ldmatrix.sync.aligned.m8n8.x4 / .x2 .shared.b16: lanes 8j .. 8j+7 give matrix j's eight
+//       row addresses (16-byte aligned), and lane t receives row t / 4, columns 2(t % 4) and
+//       2(t % 4) + 1 of matrix j in r[j];
 //   void CpAsync16(void* shared_dst, const void* global_src)
 //       cp.async.cg.shared.global of 16 bytes (both 16-byte aligned);
 //   void CpAsyncWaitAll()
@@ -25,8 +29,6 @@
 #include "kernels/kv_access.cuh"
 
 namespace llmrt::cuda::tc {
-
-__device__ __forceinline__ uint32_t LoadPair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // x as kTerms bfloat16 parts, largest first; each subtraction is exact.
 template <int kTerms>
@@ -119,7 +121,7 @@ __device__ __forceinline__ int TiledSlot(const KvRowRef& r, int64_t v) {
 }
 
 template <int kDv, int kTerms>
-__global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, TcPlan pl, int32_t* err) {
+__global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4) TcAttentionKernel(AttentionArgs a, TcPlan pl, int32_t* err) {
   constexpr int kNt = kDv / (8 * kWarps);  // n8 tiles of value columns per warp
   static_assert(kNt >= 1 && kDv % (8 * kWarps) == 0, "value columns split evenly over the warps");
   uint8_t* smem = DynamicShared<uint8_t>();
@@ -154,21 +156,22 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
   const int64_t split = blockIdx.y;
 
   // The query rows in kTerms bfloat16 parts, zero-padded to kpad columns and 16 rows.
-  for (int e = threadIdx.x; e < kRows * pl.kpad; e += kThreads) {
-    const int r = e / pl.kpad, col = e % pl.kpad;
-    float x = 0.0f;
-    if (r < nh) {
-      const int64_t h = h0 + r;
-      if (col < a.q1_len) {
-        x = a.q1[t * a.q1_ld + h * a.q1_head + col];
-      } else if (col >= pl.q1_pad && col - pl.q1_pad < a.q2_len) {
-        x = a.q2[t * a.q2_ld + h * a.q2_head + (col - pl.q1_pad)];
+  for (int r = warp; r < kRows; r += kWarps) {  // warp w: rows w, w + kWarps, ... (no division)
+    for (int col = lane; col < pl.kpad; col += 32) {
+      float x = 0.0f;
+      if (r < nh) {
+        const int64_t h = h0 + r;
+        if (col < a.q1_len) {
+          x = a.q1[t * a.q1_ld + h * a.q1_head + col];
+        } else if (col >= pl.q1_pad && col - pl.q1_pad < a.q2_len) {
+          x = a.q2[t * a.q2_ld + h * a.q2_head + (col - pl.q1_pad)];
+        }
       }
-    }
-    uint16_t parts[kTerms];
-    SplitBf16<kTerms>(x, parts);
+      uint16_t parts[kTerms];
+      SplitBf16<kTerms>(x, parts);
 #pragma unroll
-    for (int i = 0; i < kTerms; ++i) qs[(i * kRows + r) * pl.ks + col] = parts[i];
+      for (int i = 0; i < kTerms; ++i) qs[(i * kRows + r) * pl.ks + col] = parts[i];
+    }
   }
   if (pl.fp8 || pl.tiled) {
     for (int i = threadIdx.x; i < 256; i += kThreads) table[i] = ToBf16Bits(Fp8ToFloat(static_cast<uint32_t>(i)));
@@ -230,6 +233,8 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
         }
         rptr[i] = ok ? row.data : nullptr;
         rfresh[i] = ok && row.fresh ? 1 : 0;
+        valid[i] = ok ? 1 : 0;
+        rs[i] = ok && pl.fp8 && !row.fresh ? layer_scale : 1.0f;
       }
       __syncthreads();
       const int pk1 = static_cast<int>(a.q1_len / 8), pk2 = pl.kpad > pl.q1_pad ? static_cast<int>(a.q2_len / 8) : 0;
@@ -237,8 +242,8 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
       // Warp w copies rows w, w + kWarps, ...: a row's pieces over the lanes, contiguous.
       for (int i = warp; i < kChunk; i += kWarps) {
         const uint8_t* src = rptr[i];
-        if (src == nullptr) continue;
-        if (!staged_codec || rfresh[i]) {
+        if (src == nullptr && staged_codec) continue;  // the decode below zeroes it
+        if (!staged_codec || rfresh[i]) {  // in place (a missing row: zeros)
           for (int j = lane; j < pd; j += 32) {
             int64_t from;
             uint16_t* dst;
@@ -252,7 +257,11 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
               from = v_off + 8 * (j - pk1 - pk2);
               dst = vt + i * pl.vs + 8 * (j - pk1 - pk2);
             }
-            CpAsync16(dst, src + from * 2);
+            if (src != nullptr) {
+              CpAsync16(dst, src + from * 2);
+            } else {
+              *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+            }
           }
         } else {
           for (int j = lane; j < pl.ss / 16; j += 32) CpAsync16(stage + i * pl.ss + 16 * j, src + 16 * j);
@@ -261,8 +270,9 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
       CpAsyncWaitAll();
       __syncthreads();
     }
-    // Decode: warp w takes rows w, w + kWarps, ... (loading them itself without pl.async).
-    for (int i = warp; i < kChunk; i += kWarps) {
+    // Decode: warp w takes rows w, w + kWarps, ... (loading them itself without pl.async). BF16
+    // rows copied in place need nothing more (their valid and rs were set with their addresses).
+    for (int i = warp; i < kChunk && (!pl.async || staged_codec); i += kWarps) {
       RowPtr row{nullptr, false};
       bool ok = false;
       if (pl.async) {
@@ -316,19 +326,22 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
     }
     __syncthreads();
 
-    // Scores of the 16 rows at this warp's 8 positions.
+    // Scores of the 16 rows at this warp's 8 positions. ldmatrix row addresses: the B operand's
+    // matrices are this warp's 8 positions of the K tile at columns k0 + 8j (j = lane / 8), the A
+    // operand's the query's rows 8(j & 1) .. at columns k0 + 8(j >> 1).
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint16_t* kb = kt + (warp * 8 + g) * pl.ks + 2 * c;
-    const uint16_t* qa = qs + g * pl.ks + 2 * c;
+    const uint16_t* kb = kt + (warp * 8 + (lane & 7)) * pl.ks + 8 * (lane >> 3);
+    const uint16_t* qa = qs + ((lane & 7) + 8 * ((lane >> 3) & 1)) * pl.ks + 8 * (lane >> 4);
     if (pl.tiled) {  // each step's products times its tile's scale (one per position)
       for (int k0 = 0; k0 < pl.kpad; k0 += 16) {
-        const uint32_t b0 = LoadPair(kb + k0), b1 = LoadPair(kb + k0 + 8);
+        uint32_t b[2];
+        LdMatrix2(kb + k0, b);
         float step[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < kTerms; ++i) {
-          const uint16_t* q = qa + i * kRows * pl.ks + k0;
-          const uint32_t af[4] = {LoadPair(q), LoadPair(q + 8 * pl.ks), LoadPair(q + 8), LoadPair(q + 8 * pl.ks + 8)};
-          Mma16816(step, af, b0, b1);
+          uint32_t af[4];
+          LdMatrix4(qa + i * kRows * pl.ks + k0, af);
+          Mma16816(step, af, b[0], b[1]);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[e] = fmaf(step[e], kscale[(j0 + (e & 1)) * pl.nks + k0 / 16], acc[e]);
@@ -336,20 +349,27 @@ __global__ void __launch_bounds__(kThreads) TcAttentionKernel(AttentionArgs a, T
     } else {
       // Two accumulators (even and odd steps), so that consecutive MMAs do not wait on each other.
       float acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int k0 = 0; k0 < pl.kpad; k0 += 32) {
-        const uint32_t b0 = LoadPair(kb + k0), b1 = LoadPair(kb + k0 + 8);
-        const bool odd = k0 + 16 < pl.kpad;
-        const uint32_t b2 = odd ? LoadPair(kb + k0 + 16) : 0u, b3 = odd ? LoadPair(kb + k0 + 24) : 0u;
+      int k0 = 0;
+      for (; k0 + 32 <= pl.kpad; k0 += 32) {
+        uint32_t b[4];
+        LdMatrix4(kb + k0, b);  // steps k0 (b[0], b[1]) and k0 + 16 (b[2], b[3])
 #pragma unroll
         for (int i = 0; i < kTerms; ++i) {
-          const uint16_t* q = qa + i * kRows * pl.ks + k0;
-          const uint32_t af[4] = {LoadPair(q), LoadPair(q + 8 * pl.ks), LoadPair(q + 8), LoadPair(q + 8 * pl.ks + 8)};
-          Mma16816(acc, af, b0, b1);
-          if (odd) {
-            const uint32_t ag[4] = {LoadPair(q + 16), LoadPair(q + 8 * pl.ks + 16), LoadPair(q + 24),
-                                    LoadPair(q + 8 * pl.ks + 24)};
-            Mma16816(acc2, ag, b2, b3);
-          }
+          uint32_t af[4], ag[4];
+          LdMatrix4(qa + i * kRows * pl.ks + k0, af);
+          LdMatrix4(qa + i * kRows * pl.ks + k0 + 16, ag);
+          Mma16816(acc, af, b[0], b[1]);
+          Mma16816(acc2, ag, b[2], b[3]);
+        }
+      }
+      if (k0 < pl.kpad) {  // a last step of 16
+        uint32_t b[2];
+        LdMatrix2(kb + k0, b);
+#pragma unroll
+        for (int i = 0; i < kTerms; ++i) {
+          uint32_t af[4];
+          LdMatrix4(qa + i * kRows * pl.ks + k0, af);
+          Mma16816(acc, af, b[0], b[1]);
         }
       }
 #pragma unroll

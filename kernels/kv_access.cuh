@@ -89,10 +89,21 @@ __device__ __forceinline__ bool Locate(const KvRef& kv, int64_t layer, const Con
     *r = {reinterpret_cast<const uint8_t*>(kv.fresh + fr * kv.width), true};
     return true;
   }
-  if (p / kv.page_size >= c.num_pages) return false;  // past the sequence's pages
-  const int32_t page = c.pages[p / kv.page_size];
+  // The page and row of p: a 32-bit division where both fit (every real context; a 64-bit one is
+  // a call of several tens of instructions).
+  int64_t pi, row;
+  if (p <= INT32_MAX && kv.page_size <= INT32_MAX) {
+    const uint32_t p32 = static_cast<uint32_t>(p), ps = static_cast<uint32_t>(kv.page_size);
+    pi = p32 / ps;
+    row = p32 - static_cast<uint32_t>(pi) * ps;
+  } else {
+    pi = p / kv.page_size;
+    row = p % kv.page_size;
+  }
+  if (pi >= c.num_pages) return false;  // past the sequence's pages
+  const int32_t page = c.pages[pi];
   if (page < 0 || page >= kv.num_pages) return false;
-  *r = {RowAt(kv, page, layer, p % kv.page_size), false};
+  *r = {RowAt(kv, page, layer, row), false};
   return true;
 }
 

@@ -1,7 +1,7 @@
 // The CUDA backend's tensor-core attention kernel (kernels/attention_tc_kernel.cuh), run on the
-// host: its blocks' threads are host threads (cuda_emulation.h) and the two tensor-core
+// host: its blocks' threads are host threads (cuda_emulation.h) and the tensor-core
 // instructions are computed from the PTX ISA's fragment tables for mma.m16n8k16 (.bf16, f32
-// accumulators) and ldmatrix .x2 .trans:
+// accumulators) and ldmatrix (.x4, .x2, .x2 .trans):
 //   A (16x16): a0,a1 row g cols 2c,2c+1; a2,a3 row g+8; a4,a5 row g cols 2c+8,2c+9; a6,a7 row g+8
 //   B (16x8):  b0,b1 rows 2c,2c+1 col g; b2,b3 rows 2c+8,2c+9 col g
 //   C (16x8):  c0,c1 row g cols 2c,2c+1; c2,c3 row g+8
@@ -48,6 +48,26 @@ inline void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
   *b0 = r[0];
   *b1 = r[1];
 }
+
+// ldmatrix .x4 / .x2 (no transpose): lane t receives row t / 4, columns 2(t % 4), 2(t % 4) + 1
+// of matrix j, whose rows lanes 8j .. 8j+7 address.
+template <int kMatrices>
+void LdMatrix(const uint16_t* row, uint32_t (&r)[kMatrices]) {
+  emulation::Warp& w = emulation::ThisWarp();
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(row) % 16, 0u) << "ldmatrix rows are 16-byte aligned";
+  w.ptrs[lane] = row;
+  w.bar.ArriveAndWait();
+  uint32_t v[kMatrices];
+  for (int j = 0; j < kMatrices; ++j) {
+    const uint16_t* m = static_cast<const uint16_t*>(w.ptrs[8 * j + lane / 4]);
+    v[j] = m[2 * (lane % 4)] | (static_cast<uint32_t>(m[2 * (lane % 4) + 1]) << 16);
+  }
+  w.bar.ArriveAndWait();
+  for (int j = 0; j < kMatrices; ++j) r[j] = v[j];
+}
+inline void LdMatrix4(const uint16_t* row, uint32_t (&r)[4]) { LdMatrix<4>(row, r); }
+inline void LdMatrix2(const uint16_t* row, uint32_t (&r)[2]) { LdMatrix<2>(row, r); }
 
 // cp.async copies at once here; the kernel's barrier after CpAsyncWaitAll still orders them.
 inline void CpAsync16(void* shared_dst, const void* global_src) {

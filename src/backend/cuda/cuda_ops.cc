@@ -126,12 +126,15 @@ absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length)
     case BackendOptions::DeviceAttention::kScalar: a->kernel = cuda::AttentionKernel::kScalar; break;
   }
   a->max_shared_bytes = shared_optin_;
-  // Two blocks per multiprocessor, splits of at least 256 positions, at most 64 splits.
+  // Two blocks per multiprocessor, splits of at least 64 positions (two chunks of the tensor-core
+  // kernel: a block's fixed work, the query's load, is a fraction of a chunk's), at most 64
+  // splits. Batch-1 decode of a short context would otherwise run on a handful of
+  // multiprocessors (Kimi K2's 64 heads: 4 blocks).
   const int64_t blocks = a->batch.num_tokens * cuda::AttentionBlocksPerToken(*a),
                 target = 2 * static_cast<int64_t>(sm_count_);
   a->splits = 1;
-  if (blocks == 0 || blocks >= target || length < 512) return absl::OkStatus();
-  a->splits = std::min<int64_t>({(target + blocks - 1) / blocks, (length + 255) / 256, 64});
+  if (blocks == 0 || blocks >= target || length < 128) return absl::OkStatus();
+  a->splits = std::min<int64_t>({(target + blocks - 1) / blocks, (length + 63) / 64, 64});
   // The partial results are per (token, head) whichever kernel runs.
   const int64_t pairs = a->batch.num_tokens * a->heads;
   const size_t bytes = static_cast<size_t>(pairs * a->splits * (a->dv + 2)) * sizeof(float);
