@@ -26,9 +26,52 @@
 // sits in (MoE), or how many rows the block holds, so results are batch-invariant. Prefill
 // (T > 16) takes the same kernel: CUDA-core float32 FMAs, exact against the CPU; the BF16 and FP8
 // activation policies run larger T on the tensor cores (cuBLASLt).
+#include "kernels/mma.cuh"
 #include "kernels/quant_matmul_kernels.cuh"
 
+namespace llmrt::cuda::i4 {
+using cuda::Mma16816;
+}  // namespace llmrt::cuda::i4
+
+#include "kernels/int4_mma_kernels.cuh"
+
 namespace llmrt::cuda {
+
+namespace {
+
+// x's rows as the INT4 MMA kernels read them (two bfloat16 parts a value, in lane order).
+cudaError_t PrepareInt4Activations(ConstMat x, void* prepared, cudaStream_t s) {
+  if (x.cols % 32 != 0 || prepared == nullptr || reinterpret_cast<uintptr_t>(prepared) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t threads = x.rows * (x.cols / 32) * 4;
+  if (threads == 0) return cudaSuccess;
+  i4::Int4PrepKernel<<<BlocksFor(threads, 256), 256, 0, s>>>(x, static_cast<uint4*>(prepared));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchInt4Mma(ConstMat x, WeightRef w, void* prepared, MutMat out, cudaStream_t s) {
+  if (x.rows == 0 || w.rows == 0) return cudaSuccess;
+  if (!Int4MmaApplies(w) || x.cols != w.cols) return cudaErrorInvalidValue;
+  if (const cudaError_t e = PrepareInt4Activations(x, prepared, s); e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((w.rows + i4::kRows - 1) / i4::kRows),
+                  static_cast<unsigned>((x.rows + i4::kTokens - 1) / i4::kTokens));
+  i4::Int4MmaKernel<<<grid, i4::kThreads, 0, s>>>(static_cast<const uint4*>(prepared), w, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGroupedInt4Mma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
+                                 TileTable tiles, void* prepared, MutMat out, cudaStream_t s) {
+  if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
+  if (experts.gemv_bits != 4 || x.cols != K || K % 32 != 0) return cudaErrorInvalidValue;
+  if (const cudaError_t e = PrepareInt4Activations(x, prepared, s); e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((N + i4::kRows - 1) / i4::kRows), static_cast<unsigned>(tiles.max_tiles));
+  i4::GroupedInt4MmaKernel<<<grid, i4::kThreads, 0, s>>>(static_cast<const uint4*>(prepared), x_rows, experts, N, K,
+                                                         tiles, out);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s, ActScales act) {
   if (x.rows == 0 || w.rows == 0) return cudaSuccess;

@@ -272,7 +272,7 @@ step gpu_tests 90 on_device ctest --test-dir "$build" -L gpu -V --timeout 20 --n
 # the transformers goldens of those checkpoints run on the CPU suite only, to keep this step short.
 step golden 150 on_device env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
   --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:ParallelRuntime.DeviceRanks*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*:WeightPolicy.*:KvExport.*:Fp8KvPhasePolicy.*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
-step bench 45 "$build/tests/llmrt_cuda_microbench"
+step bench 60 "$build/tests/llmrt_cuda_microbench"
 # Synthetic weights at Kimi K2's real layer shapes, generated on the device (about 5.5 GB for
 # two layers and 8 experts): the header line reports the time from creation to the first token.
 # A failure is counted in the summary; nothing after it depends on it.
@@ -305,7 +305,9 @@ gpu_tables() {
   # The routed experts on the CUDA-core GEMV instead of the tensor cores, for the comparison.
   LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights bf16 --activations bf16 --prefill-lens 4096 --repeats 2
   LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights fp8 --activations fp8 --sessions 64 --steps 8 --no-baselines
-  run "${k2[@]}" --weights int4-g32 --sessions 1,64 --steps 8 --no-baselines
+  run "${k2[@]}" --weights int4-g32 --sessions 1,16,64 --steps 8 --no-baselines
+  # INT4 on the CUDA-core GEMV instead of the tensor cores, for the comparison.
+  LLMRT_CUDA_INT4=gemv run "${k2[@]}" --weights int4-g32 --sessions 1,16,64 --steps 8 --no-baselines
   run "${k2[@]}" --weights int4-g32 --prefill-lens 4096 --repeats 2
   for kv in bf16 fp8 fp8-tiled; do
     run "${k2[@]}" --weights fp8 --activations fp8 --kv "$kv" --kv-gib 4 --prompt 2048 --sessions 1,64 --steps 16 \
@@ -329,7 +331,8 @@ gpu_profile() {
   "$ncu_bin" --clock-control none -k regex:TcAttentionKernel -s 14 -c 1 "${sections[@]}" \
     "$build/tests/llmrt_cuda_microbench" || return 1
   "$ncu_bin" --clock-control none --kernel-name-base mangled -k regex:QuantGemvKernelILi4E -s 2 -c 1 "${sections[@]}" \
-    "$build/tests/llmrt_cuda_microbench"
+    "$build/tests/llmrt_cuda_microbench" || return 1
+  "$ncu_bin" --clock-control none -k regex:Int4MmaKernel -s 2 -c 1 "${sections[@]}" "$build/tests/llmrt_cuda_microbench"
 }
 # Where a batch-1 decode step's GPU time goes: every kernel's duration (graph nodes one by
 # one) over 32 decode steps after an 8-token prompt, summed by kernel. The weight generation
@@ -388,7 +391,7 @@ gpu_accuracy() {
 }
 export -f gpu_accuracy
 step accuracy 150 gpu_accuracy
-step profile 90 gpu_profile
+step profile 110 gpu_profile
 step tables 240 gpu_tables
 step breakdown 120 gpu_breakdown
 echo "failed=$failed" >> "$summary"

@@ -45,6 +45,10 @@ struct BackendOptions {
   // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
   // the CUDA-core kernel every policy ran before; for comparisons).
   bool device_moe_mma = true;
+  // CUDA: whether INT4 group-scaled weights (plain and routed experts) run on the tensor cores
+  // (LLMRT_CUDA_INT4 in the environment: "mma", the default, or "gemv", the CUDA-core GEMV with
+  // float32 activations; for comparisons).
+  bool device_int4_mma = true;
 };
 
 struct BackendEntry {

@@ -7,9 +7,10 @@
 //    (TFLOP/s, against ~790 TFLOP/s BF16 peak);
 //  - the same MatMul under the BF16 activation policy (cuBLASLt) at T = 1, 64, 512 and 4096
 //    (TFLOP/s as a fraction of the ~790 TFLOP/s dense BF16 peak);
-//  - MatMul with the same weight in INT4 g32 and FP8 128x128 blocks at T = 1 (the quantized
-//    bytes per second as a fraction of the copy bandwidth: the GEMV is meant to be memory-bound),
-//    16 and 256;
+//  - MatMul with the same weight in INT4 g32 (on the tensor cores, and on the CUDA-core GEMV as
+//    LLMRT_CUDA_INT4=gemv runs it) and FP8 128x128 blocks at T = 1, 8, 16 (the quantized bytes
+//    per second as a fraction of the copy bandwidth: decode batches are meant to be
+//    memory-bound) and 256;
 //  - MLA decode attention of one token, 64 heads, kv_lora 512 + rope 64, BF16 and FP8 (per-layer
 //    scale) KV at 4K, 32K and 128K positions, for each attention kernel (tc, tc-bf16, scalar:
 //    LLMRT_CUDA_ATTENTION): the cache bytes, read once, per second as a fraction of the copy
@@ -135,20 +136,30 @@ int Main() {
     }
   }
 
-  // The same shape quantized: random codes (FP8 without NaN codes) and scales.
-  auto bytes = [&](int64_t n, uint8_t mask) {
-    std::vector<uint8_t> v(static_cast<size_t>(n));
-    for (auto& x : v) x = static_cast<uint8_t>(rng() & mask);
-    Tensor t = Must(be->Allocate(DType::kU8, {n}), "Allocate");
-    MustOk(be->Upload(v.data(), v.size(), t), "Upload");
-    return t;
-  };
+  // The same shape quantized: random codes (FP8 without NaN codes) and scales. INT4 on the tensor
+  // cores (the default) and on the CUDA-core GEMV (LLMRT_CUDA_INT4=gemv), T = 1 .. 16 being the
+  // decode batches that should all cost what T = 1 costs.
+  BackendOptions gemv_options;
+  gemv_options.device_int4_mma = false;
+  std::unique_ptr<Backend> gemv_be = Must(CreateBackend(BackendKind::kCuda, gemv_options), "the CUDA backend (INT4 GEMV)");
   struct Quant {
     const char* name;
     WeightFormatId format;
     int64_t code_bytes;
+    Backend* backend;
   };
-  for (const Quant& qf : {Quant{"INT4 g32", kWeightInt4Group, N * K / 2}, Quant{"FP8 128x128", kWeightFp8Block, N * K}}) {
+  for (const Quant& qf : {Quant{"INT4 g32, tensor cores", kWeightInt4Group, N * K / 2, be.get()},
+                          Quant{"INT4 g32, CUDA-core GEMV (LLMRT_CUDA_INT4=gemv)", kWeightInt4Group, N * K / 2,
+                                gemv_be.get()},
+                          Quant{"FP8 128x128", kWeightFp8Block, N * K, be.get()}}) {
+    Backend& qb = *qf.backend;
+    auto bytes = [&](int64_t n, uint8_t mask) {
+      std::vector<uint8_t> v(static_cast<size_t>(n));
+      for (auto& x : v) x = static_cast<uint8_t>(rng() & mask);
+      Tensor t = Must(qb.Allocate(DType::kU8, {n}), "Allocate");
+      MustOk(qb.Upload(v.data(), v.size(), t), "Upload");
+      return t;
+    };
     Weight qw;
     qw.format = qf.format;
     qw.quantized = true;
@@ -157,23 +168,23 @@ int Main() {
     if (qf.format == kWeightInt4Group) {
       qw.params.group = 32;
       qw.data = bytes(qf.code_bytes, 0xff);
-      qw.scales = Random(*be, DType::kBF16, {N * K / 32}, rng);
+      qw.scales = Random(qb, DType::kBF16, {N * K / 32}, rng);
     } else {
       qw.params.block_rows = qw.params.block_cols = 128;
       qw.data = bytes(qf.code_bytes, 0x77);  // exponents below 15: no NaN
-      qw.scales = Random(*be, DType::kF32, {(N / 128) * (K / 128)}, rng);
+      qw.scales = Random(qb, DType::kF32, {(N / 128) * (K / 128)}, rng);
     }
     const double weight_bytes = static_cast<double>(qf.code_bytes + qw.scales.bytes());
     std::printf("\nMatMul %s [%lld, %lld]\n%6s %12s %12s %14s\n", qf.name, static_cast<long long>(N),
                 static_cast<long long>(K), "T", "ms", "TFLOP/s", "weight GB/s");
-    for (int64_t T : {1, 16, 256}) {
-      Tensor x = Random(*be, DType::kF32, {T, K}, rng);
-      Tensor out = Must(be->Allocate(DType::kF32, {T, N}), "Allocate");
-      const double t = Time(*be, T >= 256 ? 3 : 20, [&] { be->MatMul(x, qw, out); });
+    for (int64_t T : {1, 8, 16, 256}) {
+      Tensor x = Random(qb, DType::kF32, {T, K}, rng);
+      Tensor out = Must(qb.Allocate(DType::kF32, {T, N}), "Allocate");
+      const double t = Time(qb, T >= 256 ? 3 : 20, [&] { qb.MatMul(x, qw, out); });
       const double wbw = weight_bytes / t;
       std::printf("%6lld %12.3f %12.1f %14.0f", static_cast<long long>(T), t * 1e3, 2.0 * T * N * K / t / 1e12,
                   wbw / 1e9);
-      if (T == 1) std::printf("   (%.0f%% of the copy bandwidth)", 100.0 * wbw / copy_bw);
+      if (T <= 16) std::printf("   (%.0f%% of the copy bandwidth)", 100.0 * wbw / copy_bw);
       std::printf("\n");
     }
   }

@@ -22,6 +22,12 @@ inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { em
 
 #include "kernels/moe_mma_kernels.cuh"
 
+namespace llmrt::cuda::i4 {
+inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emulation::Mma16816Bf16(d, a, b0, b1); }
+}  // namespace llmrt::cuda::i4
+
+#include "kernels/int4_mma_kernels.cuh"
+
 namespace llmrt::cuda {
 namespace {
 
@@ -100,9 +106,11 @@ int BitsOf(const WeightRef& w) {
 
 // Checks out row r (rows [0, M)) against x row xr(r) times weight wt(r), optional activation
 // scales act(r, b) per column block of bc.
+// widen: a relative error per product on top of the float32 bound (the INT4 MMA kernels' two
+// bfloat16 parts of each activation: 2^-16).
 template <typename XRow, typename WeightOf, typename ActScale>
 void Expect(const std::vector<float>& out, int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx,
-            const XRow& xr, const WeightOf& wt, const ActScale& act, int64_t bc) {
+            const XRow& xr, const WeightOf& wt, const ActScale& act, int64_t bc, double widen = 0) {
   int bad = 0;
   for (int64_t r = 0; r < M; ++r) {
     const HostWeight& w = wt(r);
@@ -113,7 +121,7 @@ void Expect(const std::vector<float>& out, int64_t M, int64_t N, int64_t K, cons
         want += p;
         mag += std::fabs(p);
       }
-      const double got = out[r * N + n], tol = (K + 8) * kU * mag + 1e-30;
+      const double got = out[r * N + n], tol = ((K + 8) * kU + widen) * mag + 1e-30;
       if (!(std::fabs(got - want) <= tol) && bad++ < 3) {
         ADD_FAILURE() << "row " << r << " column " << n << ": " << got << ", want " << want << " within " << tol;
       }
@@ -352,6 +360,101 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
         [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; },
         [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
   }
+}
+
+// INT4 weights on the tensor cores (kernels/int4_mma_kernels.cuh): the activations prepared as
+// two bfloat16 parts, then 16-row tiles times up to 16 tokens (one or two n8 fragments), the
+// groups of K split over four warps. Groups of 32, 128 and 96 (a group of three steps), a
+// partial tile of rows, K of 64 (two warps without a group), token counts of one fragment, two,
+// and several blocks. Held to the float32 bound widened by 2^-16 per product; and a token's
+// result is the same bits alone as in any batch.
+std::vector<uint4> PrepareInt4(const ConstMat& x) {
+  std::vector<uint4> prepared(Int4PreparedBytes(x.rows, x.cols) / sizeof(uint4));
+  const int64_t threads = x.rows * (x.cols / 32) * 4;
+  emulation::RunGrid({static_cast<unsigned>((threads + 255) / 256), 1, 1}, 256, 0,
+                     [&] { i4::Int4PrepKernel(x, prepared.data()); });
+  return prepared;
+}
+
+std::vector<float> RunInt4Mma(const std::vector<float>& x, int64_t T, const HostWeight& w) {
+  const int64_t N = w.ref.rows, K = w.ref.cols;
+  const ConstMat xm{x.data(), T, K, K};
+  const std::vector<uint4> prepared = PrepareInt4(xm);
+  std::vector<float> out(static_cast<size_t>(T * N), NAN);
+  const emulation::Index3 grid{static_cast<unsigned>((N + i4::kRows - 1) / i4::kRows),
+                               static_cast<unsigned>((T + i4::kTokens - 1) / i4::kTokens), 1};
+  emulation::RunGrid(grid, i4::kThreads, 0, [&] { i4::Int4MmaKernel(prepared.data(), w.ref, MutMat{out.data(), T, N, N}); });
+  return out;
+}
+
+TEST(Int4MmaEmulated, RowsTimesTokensOnTheTensorCores) {
+  std::mt19937 rng(97);
+  std::normal_distribution<float> normal;
+  const int64_t N = 37;
+  struct Shape {
+    int64_t K, group;
+  };
+  for (const Shape sh : {Shape{256, 32}, Shape{1280, 128}, Shape{576, 96}, Shape{64, 32}}) {
+    const HostWeight w = Int4Weight(N, sh.K, sh.group, rng);
+    for (const int64_t T : {1, 5, 8, 9, 16, 19}) {
+      SCOPED_TRACE(::testing::Message() << "K " << sh.K << " group " << sh.group << " T " << T);
+      std::vector<float> x(static_cast<size_t>(T * sh.K));
+      for (float& v : x) v = normal(rng);
+      const std::vector<float> out = RunInt4Mma(x, T, w);
+      Expect(
+          out, T, N, sh.K, x.data(), sh.K, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
+          [](int64_t, int64_t) { return 1.0; }, 1, 0x1p-16);
+      // Each token alone: the same bits.
+      for (int64_t t = 0; t < T; t += 4) {
+        const std::vector<float> xt(x.begin() + t * sh.K, x.begin() + (t + 1) * sh.K);
+        const std::vector<float> alone = RunInt4Mma(xt, 1, w);
+        for (int64_t n = 0; n < N; ++n) {
+          ASSERT_EQ(FloatBits(alone[n]), FloatBits(out[t * N + n])) << "token " << t << " column " << n;
+        }
+      }
+    }
+  }
+}
+
+// Non-finite activations give what float32 products give: inf times a positive weight is inf, not
+// the NaN a lower part of inf - inf would make.
+TEST(Int4MmaEmulated, InfiniteActivationsStayInfinite) {
+  std::mt19937 rng(98);
+  const int64_t N = 16, K = 64;
+  HostWeight w = Int4Weight(N, K, 32, rng);
+  std::fill(w.codes.begin(), w.codes.end(), static_cast<uint8_t>(0x99));  // every q = 1
+  std::vector<float> x(static_cast<size_t>(K), 0.5f);
+  x[3] = INFINITY;
+  const std::vector<float> out = RunInt4Mma(x, 1, w);
+  for (int64_t n = 0; n < N; ++n) EXPECT_EQ(out[n], INFINITY) << n;
+}
+
+// Grouped by expert, as the MoE runs it: tiles of one expert's rows, activation rows through
+// x_rows, a fourth tile past count[0] that must not run; tiles of 5 rows (one fragment), 32 (two
+// runs of 16) and 3.
+TEST(Int4MmaEmulated, GroupedByExpert) {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal;
+  const int64_t N = 24, K = 256, M = MmaRouting::kM;
+  std::vector<HostWeight> experts;
+  for (int e = 0; e < 3; ++e) experts.push_back(Int4Weight(N, K, 32, rng));
+  const std::vector<WeightRef> refs = RefsOf(experts);
+  const MmaRouting routing;
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (float& v : x) v = normal(rng);
+  const ConstMat xm{x.data(), M, K, K};
+  const std::vector<uint4> prepared = PrepareInt4(xm);
+  std::vector<float> out(static_cast<size_t>(M * N), NAN);
+  const ExpertTable table{refs.data(), 4};
+  const TileTable tiles = routing.Tiles();
+  const emulation::Index3 grid{static_cast<unsigned>((N + i4::kRows - 1) / i4::kRows), 4, 1};
+  emulation::RunGrid(grid, i4::kThreads, 0, [&] {
+    i4::GroupedInt4MmaKernel(prepared.data(), routing.x_rows.data(), table, N, K, tiles, MutMat{out.data(), M, N, N});
+  });
+  Expect(
+      out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(routing.x_rows[r]); },
+      [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; },
+      [](int64_t, int64_t) { return 1.0; }, 1, 0x1p-16);
 }
 
 }  // namespace

@@ -74,7 +74,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (", n, " devices)"));
   }
   std::unique_ptr<CudaBackend> be(
-      new CudaBackend(options.device, options.activations, options.device_attention, options.device_moe_mma));
+      new CudaBackend(options.device, options.activations, options.device_attention, options.device_moe_mma,
+                      options.device_int4_mma));
   LLMRT_RETURN_IF_ERROR(be->Init());
   return std::unique_ptr<Backend>(std::move(be));
 }
@@ -689,7 +690,15 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
       LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(Const(x), r, s)));
       return Launched(cuda::LaunchGemm(cuda::ConstMat{r.data, T, K, K}, WeightOf(w), Mut(out), s));
     }
-    return Launched(cuda::LaunchGemm(Const(x), WeightOf(w), Mut(out), Stream(stream_)));
+    const cuda::WeightRef wr = WeightOf(w);
+    if (int4_mma_ && cuda::Int4MmaApplies(wr)) {
+      // INT4 on the tensor cores (every T: rows stay batch-invariant).
+      const int64_t T = x.dim(0);
+      LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchInt4Act, cuda::Int4PreparedBytes(T, w.cols),
+                                              "MatMul INT4 activations"));
+      return Launched(cuda::LaunchInt4Mma(Const(x), wr, p, Mut(out), Stream(stream_)));
+    }
+    return Launched(cuda::LaunchGemm(Const(x), wr, Mut(out), Stream(stream_)));
   });
 }
 

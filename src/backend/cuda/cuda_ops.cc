@@ -512,13 +512,21 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     // experts BF16, or its input e4m3 with scales and its experts FP8 in blocks of whole 32-column
     // steps (the products are exact either way), else the GEMV or tiled kernel. The choice depends
     // on the weights and the policy alone, never on T, so a row's result does not depend on its
-    // batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the GEMV.)
+    // batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the INT4 MMA
+    // kernel, or with LLMRT_CUDA_INT4=gemv the GEMV.)
     auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k, const cuda::MutMat& o) {
       const bool mma_bf16 = moe_mma_ && rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr;
       const bool mma_fp8 = moe_mma_ && quantizes(j) && bank.gemv_bits_[j] == 8 && in.act.data != nullptr &&
                            bank.fp8_block_cols_[j] % 32 == 0 && k % 16 == 0;
       if (mma_bf16 || mma_fp8) {
         return Launched(cuda::LaunchGroupedGemmMma(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
+      }
+      // INT4 experts on the tensor cores (every policy: the activations go in as two bfloat16
+      // parts, as for INT4 MatMul).
+      if (int4_mma_ && bank.gemv_bits_[j] == 4 && in.act.data == nullptr && k % 32 == 0) {
+        LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchInt4Act, cuda::Int4PreparedBytes(in.x.rows, k),
+                                                "MoE INT4 activations"));
+        return Launched(cuda::LaunchGroupedInt4Mma(in.x, x_rows, bank.Table(j), n, k, tiles, p, o, s));
       }
       return Launched(cuda::LaunchGroupedGemm(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
     };
