@@ -35,7 +35,7 @@ template <int kTerms>
 __device__ __forceinline__ void SplitBf16(float x, uint16_t (&parts)[kTerms]) {
 #pragma unroll
   for (int i = 0; i < kTerms; ++i) {
-    parts[i] = ToBf16Bits(x);
+    parts[i] = RoundBf16(x);
     x -= Bf16Bits(parts[i]);
   }
 }

@@ -18,6 +18,19 @@ __device__ __forceinline__ float Bf16Bits(uint16_t v) { return Bf16ToF32(v); }
 // Round to nearest even, NaN stays a quiet NaN: llmrt::F32ToBf16 itself (src/util/bf16.h).
 __device__ __forceinline__ uint16_t ToBf16Bits(float f) { return F32ToBf16(f); }
 
+// The same rounding in one instruction on the device (cvt.rn.bf16.f32), for arithmetic operands:
+// a NaN may come out with another payload than ToBf16Bits gives (still a NaN), so stored bytes
+// that must equal the CPU codecs' use ToBf16Bits.
+__device__ __forceinline__ uint16_t RoundBf16(float f) {
+#if defined(__CUDA_ARCH__)
+  uint16_t b;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
+  return b;
+#else
+  return F32ToBf16(f);
+#endif
+}
+
 // The value of an e4m3fn code (OCP: bias 7, subnormals m * 2^-9, S.1111.111 NaN, no
 // infinities): the same floats as llmrt::Fp8E4M3::DecodeTable, built from the bits.
 __device__ __forceinline__ float Fp8ToFloat(uint32_t code) {

@@ -46,7 +46,7 @@ constexpr int kRows = 16;    // weight rows (output columns) of a block
 
 // Two bfloat16 values (rounded to nearest even), `low` in the low half.
 __device__ __forceinline__ uint32_t PackBf16(float low, float high) {
-  return static_cast<uint32_t>(ToBf16Bits(low)) | (static_cast<uint32_t>(ToBf16Bits(high)) << 16);
+  return static_cast<uint32_t>(RoundBf16(low)) | (static_cast<uint32_t>(RoundBf16(high)) << 16);
 }
 
 // The nibble pair at bits 4j and 16 + 4j of `word >> 4j` (the caller shifts) as bfloat16 values
@@ -66,7 +66,7 @@ __device__ __forceinline__ uint32_t NibblePair(uint32_t shifted) {
 
 // x in two bfloat16 parts: hi = x rounded, lo = the rest rounded (0 where hi is not finite).
 __device__ __forceinline__ void SplitParts(float x, float* hi, float* lo) {
-  *hi = Bf16Bits(ToBf16Bits(x));
+  *hi = Bf16Bits(RoundBf16(x));
   *lo = std::isfinite(*hi) ? x - *hi : 0.0f;
 }
 
