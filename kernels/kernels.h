@@ -164,20 +164,24 @@ inline bool GemvApplies(const WeightRef& w) { return QuantGemvApplies(w) || Dens
 cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s, ActScales act = {});
 cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                                    TileTable tiles, MutMat out, cudaStream_t s, ActScales act = {});
-// INT4 weights on the tensor cores (quant_matmul.cu, body in int4_mma_kernels.cuh): INT4 in
-// groups of whole 32-column steps. The activations are first written as two bfloat16 parts each
-// into `prepared` (Int4PreparedBytes of x's rows and columns, 16-byte aligned), then every token
-// is multiplied with bf16 MMAs and float32 sums (within the float32 bound widened by 2^-16 per
-// product; batch-invariant). Grouped: x_rows index x's rows, as LaunchGroupedGemm's do.
-inline bool Int4MmaApplies(const WeightRef& w) {
-  return w.type == kElemInt4 && w.group > 0 && w.group % 32 == 0 && w.cols % w.group == 0;
+// INT4 and FP8 block-scaled weights on the tensor cores (quant_matmul.cu, body in
+// quant_mma_kernels.cuh): INT4 in groups of whole 32-column steps, FP8 with block_cols a multiple
+// of 32 and K a multiple of 32. The activations are first written as two bfloat16 parts each into
+// `prepared` (QuantPreparedBytes of x's rows and columns, 16-byte aligned), then every token is
+// multiplied with bf16 MMAs and float32 sums (within the float32 bound widened by 2^-16 per
+// product; batch-invariant). Grouped: x_rows index x's rows, as LaunchGroupedGemm's do, and
+// every expert takes the kernel (gemv_bits 4 or 8).
+inline bool QuantMmaApplies(const WeightRef& w) {
+  if (w.type == kElemInt4) return w.group > 0 && w.group % 32 == 0 && w.cols % w.group == 0;
+  if (w.type == kElemFp8E4M3) return w.block_rows > 0 && w.block_cols > 0 && w.block_cols % 32 == 0 && w.cols % 32 == 0;
+  return false;
 }
-inline size_t Int4PreparedBytes(int64_t rows, int64_t cols) {
+inline size_t QuantPreparedBytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>(rows) * static_cast<size_t>(cols) * 4;
 }
-cudaError_t LaunchInt4Mma(ConstMat x, WeightRef w, void* prepared, MutMat out, cudaStream_t s);
-cudaError_t LaunchGroupedInt4Mma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                 TileTable tiles, void* prepared, MutMat out, cudaStream_t s);
+cudaError_t LaunchQuantMma(ConstMat x, WeightRef w, void* prepared, MutMat out, cudaStream_t s);
+cudaError_t LaunchGroupedQuantMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
+                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s);
 
 // ---- the FP8 activation policy's quantization (fp8_act.cu) ----
 // Each row of x, per block of block_cols columns, to e4m3 codes under one float32 scale, exactly

@@ -29,47 +29,64 @@
 #include "kernels/mma.cuh"
 #include "kernels/quant_matmul_kernels.cuh"
 
-namespace llmrt::cuda::i4 {
+namespace llmrt::cuda::qmma {
 using cuda::Mma16816;
-}  // namespace llmrt::cuda::i4
+}  // namespace llmrt::cuda::qmma
 
-#include "kernels/int4_mma_kernels.cuh"
+#include "kernels/quant_mma_kernels.cuh"
 
 namespace llmrt::cuda {
 
 namespace {
 
-// x's rows as the INT4 MMA kernels read them (two bfloat16 parts a value, in lane order).
-cudaError_t PrepareInt4Activations(ConstMat x, void* prepared, cudaStream_t s) {
+// x's rows as the tensor-core kernels read them (two bfloat16 parts a value, in lane order: INT4
+// pairs columns 4 apart, FP8 adjacent ones).
+cudaError_t PrepareActivations(ConstMat x, bool fp8, void* prepared, cudaStream_t s) {
   if (x.cols % 32 != 0 || prepared == nullptr || reinterpret_cast<uintptr_t>(prepared) % 16 != 0) {
     return cudaErrorInvalidValue;
   }
   const int64_t threads = x.rows * (x.cols / 32) * 4;
   if (threads == 0) return cudaSuccess;
-  i4::Int4PrepKernel<<<BlocksFor(threads, 256), 256, 0, s>>>(x, static_cast<uint4*>(prepared));
+  uint4* out = static_cast<uint4*>(prepared);
+  if (fp8) {
+    qmma::QuantPrepKernel<qmma::Layout::kAdjacent><<<BlocksFor(threads, 256), 256, 0, s>>>(x, out);
+  } else {
+    qmma::QuantPrepKernel<qmma::Layout::kNibbles><<<BlocksFor(threads, 256), 256, 0, s>>>(x, out);
+  }
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchInt4Mma(ConstMat x, WeightRef w, void* prepared, MutMat out, cudaStream_t s) {
+cudaError_t LaunchQuantMma(ConstMat x, WeightRef w, void* prepared, MutMat out, cudaStream_t s) {
   if (x.rows == 0 || w.rows == 0) return cudaSuccess;
-  if (!Int4MmaApplies(w) || x.cols != w.cols) return cudaErrorInvalidValue;
-  if (const cudaError_t e = PrepareInt4Activations(x, prepared, s); e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((w.rows + i4::kRows - 1) / i4::kRows),
-                  static_cast<unsigned>((x.rows + i4::kTokens - 1) / i4::kTokens));
-  i4::Int4MmaKernel<<<grid, i4::kThreads, 0, s>>>(static_cast<const uint4*>(prepared), w, out);
+  if (!QuantMmaApplies(w) || x.cols != w.cols) return cudaErrorInvalidValue;
+  const bool fp8 = w.type == kElemFp8E4M3;
+  if (const cudaError_t e = PrepareActivations(x, fp8, prepared, s); e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((w.rows + qmma::kRows - 1) / qmma::kRows),
+                  static_cast<unsigned>((x.rows + qmma::kTokens - 1) / qmma::kTokens));
+  const uint4* xp = static_cast<const uint4*>(prepared);
+  if (fp8) {
+    qmma::QuantMmaKernel<true><<<grid, qmma::kThreads, 0, s>>>(xp, w, out);
+  } else {
+    qmma::QuantMmaKernel<false><<<grid, qmma::kThreads, 0, s>>>(xp, w, out);
+  }
   return cudaGetLastError();
 }
 
-cudaError_t LaunchGroupedInt4Mma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                 TileTable tiles, void* prepared, MutMat out, cudaStream_t s) {
+cudaError_t LaunchGroupedQuantMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
+                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
-  if (experts.gemv_bits != 4 || x.cols != K || K % 32 != 0) return cudaErrorInvalidValue;
-  if (const cudaError_t e = PrepareInt4Activations(x, prepared, s); e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((N + i4::kRows - 1) / i4::kRows), static_cast<unsigned>(tiles.max_tiles));
-  i4::GroupedInt4MmaKernel<<<grid, i4::kThreads, 0, s>>>(static_cast<const uint4*>(prepared), x_rows, experts, N, K,
-                                                         tiles, out);
+  if ((experts.gemv_bits != 4 && experts.gemv_bits != 8) || x.cols != K || K % 32 != 0) return cudaErrorInvalidValue;
+  const bool fp8 = experts.gemv_bits == 8;
+  if (const cudaError_t e = PrepareActivations(x, fp8, prepared, s); e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((N + qmma::kRows - 1) / qmma::kRows), static_cast<unsigned>(tiles.max_tiles));
+  const uint4* xp = static_cast<const uint4*>(prepared);
+  if (fp8) {
+    qmma::GroupedQuantMmaKernel<true><<<grid, qmma::kThreads, 0, s>>>(xp, x_rows, experts, N, K, tiles, out);
+  } else {
+    qmma::GroupedQuantMmaKernel<false><<<grid, qmma::kThreads, 0, s>>>(xp, x_rows, experts, N, K, tiles, out);
+  }
   return cudaGetLastError();
 }
 

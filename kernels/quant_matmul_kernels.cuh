@@ -182,27 +182,38 @@ __device__ void QuantGemvTile(const ConstMat& x, const int32_t* x_rows, int64_t 
   for (int t = 0; t < kRows; ++t) {
     xrow[t] = static_cast<int32_t>(t < rows ? (x_rows != nullptr ? x_rows[m0 + t] : m0 + t) : 0);
   }
+  // Each output row's codes, found once: a row past N reads row N - 1 (computed, never stored),
+  // so that its loads need no condition of their own.
+  const uint8_t* rowp[kOut];
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) {
+    const int64_t n = n_first + warp * kOut + o;
+    rowp[o] = codes + (n < N ? n : N - 1) * row_bytes;
+  }
   // Output row o's first scale at sbase + soff[o] (the warp's rows are consecutive: offsets of a
-  // few rows of scales).
+  // few rows of scales; rows past N as above).
   int64_t sbase = 0;
   int32_t soff[kOut] = {};
   ScaleCursor cursor;  // the scale column of the next load
   if constexpr (kScaled) {
-    const int64_t n0 = n_first + warp * kOut;
+    const int64_t n0 = n_first + warp * kOut < N ? n_first + warp * kOut : N - 1;
     sbase = RowScales<kBits>(l, n0, K);
 #pragma unroll
-    for (int o = 1; o < kOut; ++o) soff[o] = static_cast<int32_t>(RowScales<kBits>(l, n0 + o, K) - sbase);
+    for (int o = 1; o < kOut; ++o) {
+      const int64_t n = n_first + warp * kOut + o;
+      soff[o] = static_cast<int32_t>(RowScales<kBits>(l, n < N ? n : N - 1, K) - sbase);
+    }
     cursor.Init(lane * S::kCols, static_cast<int32_t>(kBits == 4 ? l.group : l.block_cols), S::kChunk);
   }
-  // The lane's codes and scales of the k-step from k0 (zeros past K or N), and its scale column.
+  // The lane's codes and scales of the k-step from k0 (zeros past K), and its scale column.
   const auto load = [&](int64_t k0, uint4 (*c)[S::kLoads], float* scale, int32_t* scol) {
     const int64_t kl = k0 + static_cast<int64_t>(lane) * S::kCols;
+    const bool in = kl < K;
+    const int64_t off = in ? kl * kBits / 8 : 0;
     *scol = cursor.col;
 #pragma unroll
     for (int o = 0; o < kOut; ++o) {
-      const int64_t n = n_first + warp * kOut + o;
-      const bool in = n < N && kl < K;
-      const uint4* src = reinterpret_cast<const uint4*>(codes + (in ? n * row_bytes + kl * kBits / 8 : 0));
+      const uint4* src = reinterpret_cast<const uint4*>(rowp[o] + off);
 #pragma unroll
       for (int q = 0; q < S::kLoads; ++q) c[o][q] = in ? src[q] : make_uint4(0, 0, 0, 0);
       if constexpr (kScaled) {

@@ -306,8 +306,10 @@ gpu_tables() {
   LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights bf16 --activations bf16 --prefill-lens 4096 --repeats 2
   LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights fp8 --activations fp8 --sessions 64 --steps 8 --no-baselines
   run "${k2[@]}" --weights int4-g32 --sessions 1,16,64 --steps 8 --no-baselines
-  # INT4 on the CUDA-core GEMV instead of the tensor cores, for the comparison.
-  LLMRT_CUDA_INT4=gemv run "${k2[@]}" --weights int4-g32 --sessions 1,16,64 --steps 8 --no-baselines
+  # INT4 and FP8 (exact) on the CUDA-core GEMV instead of the tensor cores, for the comparison.
+  LLMRT_CUDA_QUANT=gemv run "${k2[@]}" --weights int4-g32 --sessions 1,16,64 --steps 8 --no-baselines
+  run "${k2[@]}" --weights fp8 --sessions 1,16,64 --steps 8 --no-baselines
+  LLMRT_CUDA_QUANT=gemv run "${k2[@]}" --weights fp8 --sessions 1,16,64 --steps 8 --no-baselines
   run "${k2[@]}" --weights int4-g32 --prefill-lens 4096 --repeats 2
   for kv in bf16 fp8 fp8-tiled; do
     run "${k2[@]}" --weights fp8 --activations fp8 --kv "$kv" --kv-gib 4 --prompt 2048 --sessions 1,64 --steps 16 \
@@ -332,7 +334,7 @@ gpu_profile() {
     "$build/tests/llmrt_cuda_microbench" || return 1
   "$ncu_bin" --clock-control none --kernel-name-base mangled -k regex:QuantGemvKernelILi4E -s 2 -c 1 "${sections[@]}" \
     "$build/tests/llmrt_cuda_microbench" || return 1
-  "$ncu_bin" --clock-control none -k regex:Int4MmaKernel -s 2 -c 1 "${sections[@]}" "$build/tests/llmrt_cuda_microbench"
+  "$ncu_bin" --clock-control none -k regex:QuantMmaKernel -s 2 -c 1 "${sections[@]}" "$build/tests/llmrt_cuda_microbench"
 }
 # Where a batch-1 decode step's GPU time goes: every kernel's duration (graph nodes one by
 # one) over 32 decode steps after an 8-token prompt, summed by kernel. The weight generation

@@ -45,10 +45,11 @@ struct BackendOptions {
   // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
   // the CUDA-core kernel every policy ran before; for comparisons).
   bool device_moe_mma = true;
-  // CUDA: whether INT4 group-scaled weights (plain and routed experts) run on the tensor cores
-  // (LLMRT_CUDA_INT4 in the environment: "mma", the default, or "gemv", the CUDA-core GEMV with
-  // float32 activations; for comparisons).
-  bool device_int4_mma = true;
+  // CUDA: whether INT4 group-scaled and FP8 block-scaled weights (plain and routed experts; FP8
+  // under the exact and BF16 activation policies) run on the tensor cores (LLMRT_CUDA_QUANT in the
+  // environment: "mma", the default, or "gemv", the CUDA-core GEMV with float32 activations; for
+  // comparisons).
+  bool device_quant_mma = true;
 };
 
 struct BackendEntry {

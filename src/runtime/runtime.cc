@@ -193,12 +193,12 @@ absl::Status Runtime::CreateBackends(int threads) {
       }
       bo.device_moe_mma = v == "mma";
     }
-    if (const char* int4 = std::getenv("LLMRT_CUDA_INT4"); int4 != nullptr && *int4 != '\0') {
-      const std::string v = int4;
+    if (const char* quant = std::getenv("LLMRT_CUDA_QUANT"); quant != nullptr && *quant != '\0') {
+      const std::string v = quant;
       if (v != "mma" && v != "gemv") {
-        return absl::InvalidArgumentError(absl::StrCat("LLMRT_CUDA_INT4=", v, " in the environment: expected mma or gemv"));
+        return absl::InvalidArgumentError(absl::StrCat("LLMRT_CUDA_QUANT=", v, " in the environment: expected mma or gemv"));
       }
-      bo.device_int4_mma = v == "mma";
+      bo.device_quant_mma = v == "mma";
     }
     // In-process rank r runs on device r; process rank p on device p mod the host's count (one
     // process per device, ranks numbered host by host).

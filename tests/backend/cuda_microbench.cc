@@ -7,10 +7,9 @@
 //    (TFLOP/s, against ~790 TFLOP/s BF16 peak);
 //  - the same MatMul under the BF16 activation policy (cuBLASLt) at T = 1, 64, 512 and 4096
 //    (TFLOP/s as a fraction of the ~790 TFLOP/s dense BF16 peak);
-//  - MatMul with the same weight in INT4 g32 (on the tensor cores, and on the CUDA-core GEMV as
-//    LLMRT_CUDA_INT4=gemv runs it) and FP8 128x128 blocks at T = 1, 8, 16 (the quantized bytes
-//    per second as a fraction of the copy bandwidth: decode batches are meant to be
-//    memory-bound) and 256;
+//  - MatMul with the same weight in INT4 g32 and FP8 128x128 blocks, on the tensor cores and on
+//    the CUDA-core GEMV (LLMRT_CUDA_QUANT=gemv), at T = 1, 8, 16 (the quantized bytes per second
+//    as a fraction of the copy bandwidth: decode batches are meant to be memory-bound) and 256;
 //  - MLA decode attention of one token, 64 heads, kv_lora 512 + rope 64, BF16 and FP8 (per-layer
 //    scale) KV at 4K, 32K and 128K positions, for each attention kernel (tc, tc-bf16, scalar:
 //    LLMRT_CUDA_ATTENTION): the cache bytes, read once, per second as a fraction of the copy
@@ -136,12 +135,13 @@ int Main() {
     }
   }
 
-  // The same shape quantized: random codes (FP8 without NaN codes) and scales. INT4 on the tensor
-  // cores (the default) and on the CUDA-core GEMV (LLMRT_CUDA_INT4=gemv), T = 1 .. 16 being the
-  // decode batches that should all cost what T = 1 costs.
+  // The same shape quantized: random codes (FP8 without NaN codes) and scales, on the tensor cores
+  // (the default) and on the CUDA-core GEMV (LLMRT_CUDA_QUANT=gemv), T = 1 .. 16 being the decode
+  // batches that should all cost what T = 1 costs.
   BackendOptions gemv_options;
-  gemv_options.device_int4_mma = false;
-  std::unique_ptr<Backend> gemv_be = Must(CreateBackend(BackendKind::kCuda, gemv_options), "the CUDA backend (INT4 GEMV)");
+  gemv_options.device_quant_mma = false;
+  std::unique_ptr<Backend> gemv_be =
+      Must(CreateBackend(BackendKind::kCuda, gemv_options), "the CUDA backend (quantized GEMV)");
   struct Quant {
     const char* name;
     WeightFormatId format;
@@ -149,9 +149,11 @@ int Main() {
     Backend* backend;
   };
   for (const Quant& qf : {Quant{"INT4 g32, tensor cores", kWeightInt4Group, N * K / 2, be.get()},
-                          Quant{"INT4 g32, CUDA-core GEMV (LLMRT_CUDA_INT4=gemv)", kWeightInt4Group, N * K / 2,
+                          Quant{"INT4 g32, CUDA-core GEMV (LLMRT_CUDA_QUANT=gemv)", kWeightInt4Group, N * K / 2,
                                 gemv_be.get()},
-                          Quant{"FP8 128x128", kWeightFp8Block, N * K, be.get()}}) {
+                          Quant{"FP8 128x128, tensor cores", kWeightFp8Block, N * K, be.get()},
+                          Quant{"FP8 128x128, CUDA-core GEMV (LLMRT_CUDA_QUANT=gemv)", kWeightFp8Block, N * K,
+                                gemv_be.get()}}) {
     Backend& qb = *qf.backend;
     auto bytes = [&](int64_t n, uint8_t mask) {
       std::vector<uint8_t> v(static_cast<size_t>(n));

@@ -23,10 +23,11 @@ namespace {
 class MatMulOps : public BackendTest {
  protected:
   // The relative error per product a backend adds to float32's for a format: CUDA multiplies INT4
-  // weights on the tensor cores with the activations in two bfloat16 parts (2^-16;
-  // kernels/kernels.h, Int4MmaApplies), everything else in float32.
+  // and FP8 block weights on the tensor cores with the activations in two bfloat16 parts (2^-16;
+  // kernels/kernels.h, QuantMmaApplies), everything else in float32.
   double ProductEps(WeightFormatId format) const {
-    return GetParam() == BackendKind::kCuda && format == kWeightInt4Group ? 0x1p-16 : 0.0;
+    return GetParam() == BackendKind::kCuda && (format == kWeightInt4Group || format == kWeightFp8Block) ? 0x1p-16
+                                                                                                        : 0.0;
   }
 };
 
@@ -94,7 +95,8 @@ TEST_P(MatMulOps, EveryFormatMatchesItsDequantizedReference) {
 // tolerance is the dot product bound above: the backends multiply float32 activations by the
 // exactly dequantized weights (an INT4 code times its bfloat16 scale is exact in float32; an
 // FP8 code times its float32 block scale is one rounding, as in the reference), so no activation
-// rounding enters, except CUDA's INT4 tensor-core kernel (two bfloat16 parts: 2^-16 a product).
+// rounding enters, except CUDA's tensor-core kernel for INT4 and FP8 (two bfloat16 parts: 2^-16 a
+// product).
 TEST_P(MatMulOps, QuantizedFormatsAtLayerSizes) {
   std::mt19937 rng(34);
   const int64_t rows = 37, cols = 2304;

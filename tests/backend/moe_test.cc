@@ -417,8 +417,9 @@ TEST_P(MoeOps, MoeExperts) {
 }
 
 // Banks whose experts all share one quantized format (how a checkpoint or a per-phase weight
-// choice stores them): the device runs these through its grouped dequantizing GEMV (all-INT4
-// banks: the tensor-core INT4 kernel) rather than the mixed-format tiled kernel. Hidden 256, intermediate 128, eight experts; T = 1 (decode), 6
+// choice stores them): the device runs these through its grouped tensor-core kernel (INT4, and FP8
+// with blocks of whole 32-column steps) or dequantizing GEMV rather than the mixed-format tiled
+// kernel. Hidden 256, intermediate 128, eight experts; T = 1 (decode), 6
 // and 40 (a prefill chunk: more than one 32-row tile for some experts). Tolerance as above.
 TEST_P(MoeOps, MoeExpertsSingleFormatBanks) {
   std::mt19937 rng(62);
@@ -449,8 +450,9 @@ TEST_P(MoeOps, MoeExpertsSingleFormatBanks) {
         }
       }
       std::vector<double> want, tol;
-      // CUDA runs all-INT4 banks on the tensor cores (two bfloat16 parts an activation).
-      const double eps = GetParam() == BackendKind::kCuda && fc.format == kWeightInt4Group ? 0x1p-16 : 0.0;
+      // CUDA runs all-INT4 and all-FP8 banks on the tensor cores (two bfloat16 parts an activation).
+      const bool mma = fc.format == kWeightInt4Group || fc.format == kWeightFp8Block;
+      const double eps = GetParam() == BackendKind::kCuda && mma ? 0x1p-16 : 0.0;
       ExpertsReference(host, x, idx, w, T, K, H, &want, &tol, eps);
       Tensor out = NewTensor(DType::kF32, {T, H}), ti = NewTensor(DType::kI32, {T, K});
       MustOk(be().Upload(idx.data(), idx.size() * sizeof(int32_t), ti), "Upload");

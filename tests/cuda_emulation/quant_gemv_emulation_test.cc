@@ -22,11 +22,11 @@ inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { em
 
 #include "kernels/moe_mma_kernels.cuh"
 
-namespace llmrt::cuda::i4 {
+namespace llmrt::cuda::qmma {
 inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emulation::Mma16816Bf16(d, a, b0, b1); }
-}  // namespace llmrt::cuda::i4
+}  // namespace llmrt::cuda::qmma
 
-#include "kernels/int4_mma_kernels.cuh"
+#include "kernels/quant_mma_kernels.cuh"
 
 namespace llmrt::cuda {
 namespace {
@@ -362,52 +362,73 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
   }
 }
 
-// INT4 weights on the tensor cores (kernels/int4_mma_kernels.cuh): the activations prepared as
-// two bfloat16 parts, then 16-row tiles times up to 16 tokens (one or two n8 fragments), the
-// groups of K split over four warps. Groups of 32, 128 and 96 (a group of three steps), a
-// partial tile of rows, K of 64 (two warps without a group), token counts of one fragment, two,
-// and several blocks. Held to the float32 bound widened by 2^-16 per product; and a token's
-// result is the same bits alone as in any batch.
-std::vector<uint4> PrepareInt4(const ConstMat& x) {
-  std::vector<uint4> prepared(Int4PreparedBytes(x.rows, x.cols) / sizeof(uint4));
+// INT4 and FP8 block-scaled weights on the tensor cores (kernels/quant_mma_kernels.cuh): the
+// activations prepared as two bfloat16 parts, then 16-row tiles times up to 16 tokens (one or two
+// n8 fragments), the groups (INT4) or column blocks (FP8) of K split over four warps. INT4 groups
+// of 32, 128 and 96 (three steps); FP8 blocks of 128 x 128, 5 x 32 and 16 x 96 with a partial last
+// column block; a partial tile of rows; K of 64 (warps without a group); token counts of one
+// fragment, two, and several blocks. Held to the float32 bound widened by 2^-16 per product; and
+// a token's result is the same bits alone as in any batch.
+std::vector<uint4> PrepareQuant(const ConstMat& x, bool fp8) {
+  std::vector<uint4> prepared(QuantPreparedBytes(x.rows, x.cols) / sizeof(uint4));
   const int64_t threads = x.rows * (x.cols / 32) * 4;
-  emulation::RunGrid({static_cast<unsigned>((threads + 255) / 256), 1, 1}, 256, 0,
-                     [&] { i4::Int4PrepKernel(x, prepared.data()); });
+  emulation::RunGrid({static_cast<unsigned>((threads + 255) / 256), 1, 1}, 256, 0, [&] {
+    if (fp8) {
+      qmma::QuantPrepKernel<qmma::Layout::kAdjacent>(x, prepared.data());
+    } else {
+      qmma::QuantPrepKernel<qmma::Layout::kNibbles>(x, prepared.data());
+    }
+  });
   return prepared;
 }
 
-std::vector<float> RunInt4Mma(const std::vector<float>& x, int64_t T, const HostWeight& w) {
+std::vector<float> RunQuantMma(const std::vector<float>& x, int64_t T, const HostWeight& w) {
   const int64_t N = w.ref.rows, K = w.ref.cols;
-  const ConstMat xm{x.data(), T, K, K};
-  const std::vector<uint4> prepared = PrepareInt4(xm);
+  const bool fp8 = w.ref.type == kElemFp8E4M3;
+  EXPECT_TRUE(QuantMmaApplies(w.ref));
+  const std::vector<uint4> prepared = PrepareQuant(ConstMat{x.data(), T, K, K}, fp8);
   std::vector<float> out(static_cast<size_t>(T * N), NAN);
-  const emulation::Index3 grid{static_cast<unsigned>((N + i4::kRows - 1) / i4::kRows),
-                               static_cast<unsigned>((T + i4::kTokens - 1) / i4::kTokens), 1};
-  emulation::RunGrid(grid, i4::kThreads, 0, [&] { i4::Int4MmaKernel(prepared.data(), w.ref, MutMat{out.data(), T, N, N}); });
+  const emulation::Index3 grid{static_cast<unsigned>((N + qmma::kRows - 1) / qmma::kRows),
+                               static_cast<unsigned>((T + qmma::kTokens - 1) / qmma::kTokens), 1};
+  emulation::RunGrid(grid, qmma::kThreads, 0, [&] {
+    const MutMat om{out.data(), T, N, N};
+    if (fp8) {
+      qmma::QuantMmaKernel<true>(prepared.data(), w.ref, om);
+    } else {
+      qmma::QuantMmaKernel<false>(prepared.data(), w.ref, om);
+    }
+  });
   return out;
 }
 
-TEST(Int4MmaEmulated, RowsTimesTokensOnTheTensorCores) {
+TEST(QuantMmaEmulated, RowsTimesTokensOnTheTensorCores) {
   std::mt19937 rng(97);
   std::normal_distribution<float> normal;
   const int64_t N = 37;
-  struct Shape {
-    int64_t K, group;
-  };
-  for (const Shape sh : {Shape{256, 32}, Shape{1280, 128}, Shape{576, 96}, Shape{64, 32}}) {
-    const HostWeight w = Int4Weight(N, sh.K, sh.group, rng);
+  std::vector<HostWeight> weights;
+  weights.push_back(Int4Weight(N, 256, 32, rng));
+  weights.push_back(Int4Weight(N, 1280, 128, rng));
+  weights.push_back(Int4Weight(N, 576, 96, rng));
+  weights.push_back(Int4Weight(N, 64, 32, rng));
+  weights.push_back(Fp8Weight(N, 384, 128, 128, rng));
+  weights.push_back(Fp8Weight(N, 416, 5, 32, rng));
+  weights.push_back(Fp8Weight(N, 544, 16, 96, rng));  // a partial last column block
+  weights.push_back(Fp8Weight(N, 64, 128, 128, rng));
+  for (const HostWeight& w : weights) {
+    const int64_t K = w.ref.cols;
     for (const int64_t T : {1, 5, 8, 9, 16, 19}) {
-      SCOPED_TRACE(::testing::Message() << "K " << sh.K << " group " << sh.group << " T " << T);
-      std::vector<float> x(static_cast<size_t>(T * sh.K));
+      SCOPED_TRACE(::testing::Message() << BitsOf(w.ref) << "-bit, K " << K << " group or block cols "
+                                        << (w.ref.type == kElemInt4 ? w.ref.group : w.ref.block_cols) << " T " << T);
+      std::vector<float> x(static_cast<size_t>(T * K));
       for (float& v : x) v = normal(rng);
-      const std::vector<float> out = RunInt4Mma(x, T, w);
+      const std::vector<float> out = RunQuantMma(x, T, w);
       Expect(
-          out, T, N, sh.K, x.data(), sh.K, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
+          out, T, N, K, x.data(), K, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
           [](int64_t, int64_t) { return 1.0; }, 1, 0x1p-16);
       // Each token alone: the same bits.
       for (int64_t t = 0; t < T; t += 4) {
-        const std::vector<float> xt(x.begin() + t * sh.K, x.begin() + (t + 1) * sh.K);
-        const std::vector<float> alone = RunInt4Mma(xt, 1, w);
+        const std::vector<float> xt(x.begin() + t * K, x.begin() + (t + 1) * K);
+        const std::vector<float> alone = RunQuantMma(xt, 1, w);
         for (int64_t n = 0; n < N; ++n) {
           ASSERT_EQ(FloatBits(alone[n]), FloatBits(out[t * N + n])) << "token " << t << " column " << n;
         }
@@ -418,43 +439,53 @@ TEST(Int4MmaEmulated, RowsTimesTokensOnTheTensorCores) {
 
 // Non-finite activations give what float32 products give: inf times a positive weight is inf, not
 // the NaN a lower part of inf - inf would make.
-TEST(Int4MmaEmulated, InfiniteActivationsStayInfinite) {
+TEST(QuantMmaEmulated, InfiniteActivationsStayInfinite) {
   std::mt19937 rng(98);
   const int64_t N = 16, K = 64;
-  HostWeight w = Int4Weight(N, K, 32, rng);
-  std::fill(w.codes.begin(), w.codes.end(), static_cast<uint8_t>(0x99));  // every q = 1
+  HostWeight i4 = Int4Weight(N, K, 32, rng), f8 = Fp8Weight(N, K, 128, 128, rng);
+  std::fill(i4.codes.begin(), i4.codes.end(), static_cast<uint8_t>(0x99));  // every q = 1
+  std::fill(f8.codes.begin(), f8.codes.end(), static_cast<uint8_t>(0x38));  // every code 1.0
   std::vector<float> x(static_cast<size_t>(K), 0.5f);
   x[3] = INFINITY;
-  const std::vector<float> out = RunInt4Mma(x, 1, w);
-  for (int64_t n = 0; n < N; ++n) EXPECT_EQ(out[n], INFINITY) << n;
+  for (const HostWeight* w : {&i4, &f8}) {
+    const std::vector<float> out = RunQuantMma(x, 1, *w);
+    for (int64_t n = 0; n < N; ++n) EXPECT_EQ(out[n], INFINITY) << BitsOf(w->ref) << "-bit, column " << n;
+  }
 }
 
 // Grouped by expert, as the MoE runs it: tiles of one expert's rows, activation rows through
 // x_rows, a fourth tile past count[0] that must not run; tiles of 5 rows (one fragment), 32 (two
-// runs of 16) and 3.
-TEST(Int4MmaEmulated, GroupedByExpert) {
+// runs of 16) and 3. INT4 and FP8 banks.
+TEST(QuantMmaEmulated, GroupedByExpert) {
   std::mt19937 rng(99);
   std::normal_distribution<float> normal;
   const int64_t N = 24, K = 256, M = MmaRouting::kM;
-  std::vector<HostWeight> experts;
-  for (int e = 0; e < 3; ++e) experts.push_back(Int4Weight(N, K, 32, rng));
-  const std::vector<WeightRef> refs = RefsOf(experts);
-  const MmaRouting routing;
-  std::vector<float> x(static_cast<size_t>(M * K));
-  for (float& v : x) v = normal(rng);
-  const ConstMat xm{x.data(), M, K, K};
-  const std::vector<uint4> prepared = PrepareInt4(xm);
-  std::vector<float> out(static_cast<size_t>(M * N), NAN);
-  const ExpertTable table{refs.data(), 4};
-  const TileTable tiles = routing.Tiles();
-  const emulation::Index3 grid{static_cast<unsigned>((N + i4::kRows - 1) / i4::kRows), 4, 1};
-  emulation::RunGrid(grid, i4::kThreads, 0, [&] {
-    i4::GroupedInt4MmaKernel(prepared.data(), routing.x_rows.data(), table, N, K, tiles, MutMat{out.data(), M, N, N});
-  });
-  Expect(
-      out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(routing.x_rows[r]); },
-      [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; },
-      [](int64_t, int64_t) { return 1.0; }, 1, 0x1p-16);
+  for (const bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "FP8 experts" : "INT4 experts");
+    std::vector<HostWeight> experts;
+    for (int e = 0; e < 3; ++e) experts.push_back(fp8 ? Fp8Weight(N, K, 128, 128, rng) : Int4Weight(N, K, 32, rng));
+    const std::vector<WeightRef> refs = RefsOf(experts);
+    const MmaRouting routing;
+    std::vector<float> x(static_cast<size_t>(M * K));
+    for (float& v : x) v = normal(rng);
+    const std::vector<uint4> prepared = PrepareQuant(ConstMat{x.data(), M, K, K}, fp8);
+    std::vector<float> out(static_cast<size_t>(M * N), NAN);
+    const ExpertTable table{refs.data(), fp8 ? 8 : 4};
+    const TileTable tiles = routing.Tiles();
+    const emulation::Index3 grid{static_cast<unsigned>((N + qmma::kRows - 1) / qmma::kRows), 4, 1};
+    emulation::RunGrid(grid, qmma::kThreads, 0, [&] {
+      const MutMat om{out.data(), M, N, N};
+      if (fp8) {
+        qmma::GroupedQuantMmaKernel<true>(prepared.data(), routing.x_rows.data(), table, N, K, tiles, om);
+      } else {
+        qmma::GroupedQuantMmaKernel<false>(prepared.data(), routing.x_rows.data(), table, N, K, tiles, om);
+      }
+    });
+    Expect(
+        out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(routing.x_rows[r]); },
+        [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; },
+        [](int64_t, int64_t) { return 1.0; }, 1, 0x1p-16);
+  }
 }
 
 }  // namespace

@@ -8,8 +8,9 @@
 // backends' float32 sums differ in the last bits). Batched and one-session-at-a-time runs on the
 // device give the same tokens. The quantized checkpoints (FP8 blocks, INT4 g32 / g128) are held
 // to the same bounds: both backends multiply float32 activations by exactly dequantized weights
-// (CUDA's INT4 tensor-core kernel with the activations in two bfloat16 parts, 2^-16 a product,
-// far inside the bound; its CUDA-core GEMV, LLMRT_CUDA_INT4=gemv, is held to the same).
+// (CUDA's tensor-core kernel for INT4 and FP8 weights with the activations in two bfloat16 parts,
+// 2^-16 a product, far inside the bound; its CUDA-core GEMV, LLMRT_CUDA_QUANT=gemv, is held to
+// the same).
 // FP8 KV (per-layer scale and tiled, on MLA, GQA and DSA models) gets 5e-2: the two backends
 // store the same e4m3 code for a value unless their float32 values straddle a rounding boundary,
 // and then the cached value moves by one e4m3 step (up to 1/8 of its magnitude) instead of one
@@ -171,11 +172,11 @@ TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
   }
 }
 
-// A value the runtime does not know (LLMRT_CUDA_ATTENTION, LLMRT_CUDA_MOE, LLMRT_CUDA_INT4) is
+// A value the runtime does not know (LLMRT_CUDA_ATTENTION, LLMRT_CUDA_MOE, LLMRT_CUDA_QUANT) is
 // refused at creation, naming the variable, whichever backend runs.
 TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   const std::pair<const char*, const char*> settings[] = {
-      {"LLMRT_CUDA_ATTENTION", "flash"}, {"LLMRT_CUDA_MOE", "cutlass"}, {"LLMRT_CUDA_INT4", "marlin"}};
+      {"LLMRT_CUDA_ATTENTION", "flash"}, {"LLMRT_CUDA_MOE", "cutlass"}, {"LLMRT_CUDA_QUANT", "marlin"}};
   for (const auto& [name, value] : settings) {
     setenv(name, value, 1);
     llm_runtime_options ro;
@@ -271,14 +272,14 @@ TEST_P(CudaMatchesCpuQuantized, SameTokensAndCloseLogits) {
   const std::vector<RunOutput> solo = RunBatch(dir, {prompts[0]}, chunked);
   ASSERT_EQ(solo.size(), 1u);
   EXPECT_EQ(solo[0].tokens, gpu[0].tokens) << "prompt 0 alone, chunked";
-  if (std::string(GetParam().dir).find("int4") != std::string::npos) {
-    // The INT4 weights on the CUDA-core GEMV (float32 activations) instead of the tensor cores.
-    setenv("LLMRT_CUDA_INT4", "gemv", 1);
+  {
+    // The quantized weights on the CUDA-core GEMV (float32 activations) instead of the tensor cores.
+    setenv("LLMRT_CUDA_QUANT", "gemv", 1);
     const std::vector<RunOutput> gemv = RunBatch(dir, prompts, cuda_cfg);
-    unsetenv("LLMRT_CUDA_INT4");
+    unsetenv("LLMRT_CUDA_QUANT");
     ASSERT_EQ(gemv.size(), cpu.size());
     for (size_t i = 0; i < cpu.size(); ++i) {
-      EXPECT_EQ(gemv[i].tokens, cpu[i].tokens) << "prompt " << i << ", LLMRT_CUDA_INT4=gemv";
+      EXPECT_EQ(gemv[i].tokens, cpu[i].tokens) << "prompt " << i << ", LLMRT_CUDA_QUANT=gemv";
       for (size_t j = 0; j < cpu[i].logits.size() && j < gemv[i].logits.size(); ++j) {
         EXPECT_LE(MaxAbsDiff(gemv[i].logits[j], cpu[i].logits[j]), 2e-3f) << "prompt " << i << " step " << j << ", gemv";
       }

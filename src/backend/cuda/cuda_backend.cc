@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
   }
   std::unique_ptr<CudaBackend> be(
       new CudaBackend(options.device, options.activations, options.device_attention, options.device_moe_mma,
-                      options.device_int4_mma));
+                      options.device_quant_mma));
   LLMRT_RETURN_IF_ERROR(be->Init());
   return std::unique_ptr<Backend>(std::move(be));
 }
@@ -676,9 +676,12 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
     const bool bf16_policy = activations_ == QuantizedActivations::kBf16;
     const bool fp8_policy = activations_ == QuantizedActivations::kFp8;
     if ((bf16_policy || fp8_policy) && w.format == kWeightBf16) return Bf16MatMul(Const(x), w, Mut(out));
+    const cuda::WeightRef wr = WeightOf(w);
     const bool fp8_blocks = w.format == kWeightFp8Block &&
                             Fp8BlocksTakeActivationPolicy(w.params.block_rows, w.params.block_cols);
     if (fp8_policy && fp8_blocks) return Fp8MatMul(Const(x), w, Mut(out));
+    cuda::ConstMat xin = Const(x);
+    cudaStream_t s = Stream(stream_);
     if (bf16_policy && fp8_blocks) {
       // The BF16 policy on FP8 weights (as on the CPU): the activations rounded to bfloat16, the
       // weights exact.
@@ -686,19 +689,16 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
       LLMRT_ASSIGN_OR_RETURN(void* xr, Scratch(kScratchMatMulBf16, static_cast<size_t>(T * K) * sizeof(float),
                                                "MatMul bf16 activations"));
       const cuda::MutMat r{static_cast<float*>(xr), T, K, K};
-      cudaStream_t s = Stream(stream_);
-      LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(Const(x), r, s)));
-      return Launched(cuda::LaunchGemm(cuda::ConstMat{r.data, T, K, K}, WeightOf(w), Mut(out), s));
+      LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(xin, r, s)));
+      xin = cuda::ConstMat{r.data, T, K, K};
     }
-    const cuda::WeightRef wr = WeightOf(w);
-    if (int4_mma_ && cuda::Int4MmaApplies(wr)) {
-      // INT4 on the tensor cores (every T: rows stay batch-invariant).
-      const int64_t T = x.dim(0);
-      LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchInt4Act, cuda::Int4PreparedBytes(T, w.cols),
-                                              "MatMul INT4 activations"));
-      return Launched(cuda::LaunchInt4Mma(Const(x), wr, p, Mut(out), Stream(stream_)));
+    if (quant_mma_ && cuda::QuantMmaApplies(wr)) {
+      // INT4 and FP8 on the tensor cores (every T: rows stay batch-invariant).
+      LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchQuantAct, cuda::QuantPreparedBytes(xin.rows, w.cols),
+                                              "MatMul quantized-weight activations"));
+      return Launched(cuda::LaunchQuantMma(xin, wr, p, Mut(out), s));
     }
-    return Launched(cuda::LaunchGemm(Const(x), wr, Mut(out), Stream(stream_)));
+    return Launched(cuda::LaunchGemm(xin, wr, Mut(out), s));
   });
 }
 

@@ -144,8 +144,8 @@ class CudaBackend final : public Backend {
 
  private:
   CudaBackend(int device, QuantizedActivations activations, BackendOptions::DeviceAttention attention, bool moe_mma,
-              bool int4_mma)
-      : device_(device), activations_(activations), attention_(attention), moe_mma_(moe_mma), int4_mma_(int4_mma) {}
+              bool quant_mma)
+      : device_(device), activations_(activations), attention_(attention), moe_mma_(moe_mma), quant_mma_(quant_mma) {}
   absl::Status Init();
   // out = x w^T for a BF16 weight under the BF16 activation policy (MatMul, the router).
   absl::Status Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
@@ -185,7 +185,7 @@ class CudaBackend final : public Backend {
   QuantizedActivations activations_ = QuantizedActivations::kExact;
   BackendOptions::DeviceAttention attention_ = BackendOptions::DeviceAttention::kTensorCore;
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
-  bool int4_mma_ = true;  // BackendOptions::device_int4_mma
+  bool quant_mma_ = true;  // BackendOptions::device_quant_mma
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,
   // CublasLtGemm::kWorkspaceBytes, allocated at Init).
   std::unique_ptr<CublasLtGemm> cublaslt_;

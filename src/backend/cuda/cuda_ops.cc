@@ -27,6 +27,7 @@ class CudaExpertBank final : public ExpertBank {
   // Device: [3][E] descriptors (gate, up, down).
   cuda::WeightRef* table_ = nullptr;
   int32_t gemv_bits_[3] = {0, 0, 0};
+  bool quant_mma_[3] = {false, false, false};  // every expert INT4 or every one FP8, each QuantMmaApplies
   // Whether every expert's weight of the projection is BF16 (the BF16 and FP8 policies round its
   // input to bfloat16).
   bool bf16_[3] = {false, false, false};
@@ -180,6 +181,9 @@ absl::StatusOr<std::unique_ptr<ExpertBank>> CudaBackend::PrepareExperts(std::vec
                           : type == cuda::kElemFp8E4M3 ? 8
                           : type == cuda::kElemBf16    ? 16
                                                        : 32;
+    bool qmma = bank->gemv_bits_[j] == 4 || bank->gemv_bits_[j] == 8;
+    for (int64_t e = 0; e < E && qmma; ++e) qmma = cuda::QuantMmaApplies(refs[j * E + e]);
+    bank->quant_mma_[j] = qmma;
     bool bf16 = true;
     for (int64_t e = 0; e < E && bf16; ++e) bf16 = refs[j * E + e].type == cuda::kElemBf16;
     bank->bf16_[j] = bf16;
@@ -512,8 +516,8 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     // experts BF16, or its input e4m3 with scales and its experts FP8 in blocks of whole 32-column
     // steps (the products are exact either way), else the GEMV or tiled kernel. The choice depends
     // on the weights and the policy alone, never on T, so a row's result does not depend on its
-    // batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the INT4 MMA
-    // kernel, or with LLMRT_CUDA_INT4=gemv the GEMV.)
+    // batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the quantized MMA
+    // kernel, or with LLMRT_CUDA_QUANT=gemv the GEMV.)
     auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k, const cuda::MutMat& o) {
       const bool mma_bf16 = moe_mma_ && rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr;
       const bool mma_fp8 = moe_mma_ && quantizes(j) && bank.gemv_bits_[j] == 8 && in.act.data != nullptr &&
@@ -521,12 +525,12 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
       if (mma_bf16 || mma_fp8) {
         return Launched(cuda::LaunchGroupedGemmMma(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
       }
-      // INT4 experts on the tensor cores (every policy: the activations go in as two bfloat16
-      // parts, as for INT4 MatMul).
-      if (int4_mma_ && bank.gemv_bits_[j] == 4 && in.act.data == nullptr && k % 32 == 0) {
-        LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchInt4Act, cuda::Int4PreparedBytes(in.x.rows, k),
-                                                "MoE INT4 activations"));
-        return Launched(cuda::LaunchGroupedInt4Mma(in.x, x_rows, bank.Table(j), n, k, tiles, p, o, s));
+      // INT4 experts (every policy) and FP8 experts (exact and BF16 policies: float32 or rounded
+      // activations) on the tensor cores, the activations in two bfloat16 parts as for MatMul.
+      if (quant_mma_ && bank.quant_mma_[j] && in.act.data == nullptr && k % 32 == 0) {
+        LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchQuantAct, cuda::QuantPreparedBytes(in.x.rows, k),
+                                                "MoE quantized-weight activations"));
+        return Launched(cuda::LaunchGroupedQuantMma(in.x, x_rows, bank.Table(j), n, k, tiles, p, o, s));
       }
       return Launched(cuda::LaunchGroupedGemm(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
     };

@@ -35,7 +35,7 @@ enum ScratchSlot : int {
   kScratchMoeFp8In = 12,   // the MoE input's e4m3 form (FP8 policy)
   kScratchMoeFp8Mid = 13,  // the experts' intermediate rows' e4m3 form (FP8 policy)
   kScratchMatMulFp8Out = 14,  // cuBLASLt's FP8 output over rows padded to a multiple of 4
-  kScratchInt4Act = 15,       // INT4 weights' activations as the tensor-core kernels read them
+  kScratchQuantAct = 15,      // INT4 / FP8 weights' activations as the tensor-core kernels read them
   kScratchSlots = 16,
 };
 

@@ -1,9 +1,10 @@
-// INT4 group-scaled weights (compressed-tensors pack-quantized: row-major codes, column k at bits
-// 4 (k % 8) of little-endian 32-bit word k / 8, q = nibble - 8, one bfloat16 scale per row and
-// group of `group` columns) times float32 activations on the tensor cores: the bodies, in a header
+// Quantized weights times float32 activations on the tensor cores, for decode batches and every
+// other T: INT4 group-scaled weights (compressed-tensors pack-quantized: row-major codes, column
+// k at bits 4 (k % 8) of little-endian 32-bit word k / 8, q = nibble - 8, one bfloat16 scale per
+// row and group of `group` columns) and FP8 block-scaled weights (below). The bodies, in a header
 // of their own so that they compile twice, for the device (kernels/quant_matmul.cu, with
 // kernels/mma.cuh) and on the host in tests/cuda_emulation/ (with the MMA computed from the PTX
-// ISA's fragment tables). The includer declares, in namespace llmrt::cuda::i4,
+// ISA's fragment tables). The includer declares, in namespace llmrt::cuda::qmma,
 //   void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1)
 //       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d.
 //
@@ -20,25 +21,33 @@
 // group (a multiple of 32), and each group's sums are folded in with the rows' scales:
 // acc = fma(group sum, scale, acc).
 //
-// The activations go in as two bfloat16 parts (x = hi + lo + r, |r| <= 2^-16 |x|; a non-finite x
+// The activations go in as two bfloat16 parts (x = hi + lo + r, |r| <= 2^-18 |x|; a non-finite x
 // has lo = 0), so each product is exact to 16 significant bits and a sum stays within the float32
-// bound widened by 2^-16 per product. Int4PrepKernel writes each token's parts once per call in
+// bound widened by 2^-16 per product (what the tests hold it to). QuantPrepKernel writes each token's parts once per call in
 // the order the lanes read them: for token t, step s and lane column c, two 16-byte units (hi,
 // then lo), each {MMA 0 b0, MMA 0 b1, MMA 1 b0, MMA 1 b1} of bfloat16 pairs.
+//
+// FP8 block-scaled weights (e4m3 codes, a float32 scale per block_rows x block_cols block,
+// block_cols a multiple of 32) take the same kernel under the exact and BF16 policies: lane (g, c)
+// loads 8 bytes of each of its rows (columns 8c .. 8c+7 of the step), MMA m takes columns
+// 8c + 4m .. 8c + 4m + 3 in adjacent pairs, and a pair of codes becomes bfloat16 through the
+// hardware e4m3x2 -> f16x2 conversion and float32 (exact: e4m3 values are bfloat16 values); the
+// column blocks are folded with the rows' block scales as INT4's groups are. The activations'
+// pairs are then adjacent columns (Layout::kAdjacent).
 //
 // A block of 4 warps takes one 16-row tile and up to 16 tokens; the warps split the groups of K
 // into four contiguous ranges (fixed by K alone) and their sums are added in warp order through
 // shared memory. A token's result depends on its own activations and the weights alone, not on
 // the other tokens of its block or the batch, so rows are batch-invariant.
-#ifndef LLMRT_KERNELS_INT4_MMA_KERNELS_CUH_
-#define LLMRT_KERNELS_INT4_MMA_KERNELS_CUH_
+#ifndef LLMRT_KERNELS_QUANT_MMA_KERNELS_CUH_
+#define LLMRT_KERNELS_QUANT_MMA_KERNELS_CUH_
 
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/common.cuh"
 
-namespace llmrt::cuda::i4 {
+namespace llmrt::cuda::qmma {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kTokens = 16;  // tokens a block takes: two n8 fragments
@@ -70,8 +79,29 @@ __device__ __forceinline__ void SplitParts(float x, float* hi, float* lo) {
   *lo = std::isfinite(*hi) ? x - *hi : 0.0f;
 }
 
+// The order of a lane's eight activation columns in its B fragments: kNibbles (INT4) MMA m's
+// pairs are columns (2m, 2m + 4) and (2m + 1, 2m + 5); kAdjacent (FP8) (4m, 4m + 1) and
+// (4m + 2, 4m + 3).
+enum class Layout { kNibbles, kAdjacent };
+
+// The e4m3 pair in the low 16 bits of `pair` as two bfloat16 values (the low byte in the low
+// half), exact.
+__device__ __forceinline__ uint32_t Fp8PairToBf16(uint32_t pair) {
+#if defined(__CUDA_ARCH__)
+  uint32_t h, d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(pair)));
+  float lo, hi;
+  asm("{ .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}" : "=f"(lo), "=f"(hi) : "r"(h));
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+#else
+  return PackBf16(Fp8ToFloat(pair & 0xffu), Fp8ToFloat((pair >> 8) & 0xffu));
+#endif
+}
+
 // One thread per (token, step, lane column c): x[t][32s + 8c .. 8c+7] as two units (hi, lo).
-__global__ void __launch_bounds__(256) Int4PrepKernel(ConstMat x, uint4* out) {
+template <Layout kLayout>
+__global__ void __launch_bounds__(256) QuantPrepKernel(ConstMat x, uint4* out) {
   const int64_t steps = x.cols / 32;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= x.rows * steps * 4) return;
@@ -80,20 +110,27 @@ __global__ void __launch_bounds__(256) Int4PrepKernel(ConstMat x, uint4* out) {
   float hi[8], lo[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) SplitParts(src[e], &hi[e], &lo[e]);
-  // MMA m: b0 = (2m, 2m + 4), b1 = (2m + 1, 2m + 5).
-  out[2 * i] = make_uint4(PackBf16(hi[0], hi[4]), PackBf16(hi[1], hi[5]), PackBf16(hi[2], hi[6]), PackBf16(hi[3], hi[7]));
-  out[2 * i + 1] =
-      make_uint4(PackBf16(lo[0], lo[4]), PackBf16(lo[1], lo[5]), PackBf16(lo[2], lo[6]), PackBf16(lo[3], lo[7]));
+  if constexpr (kLayout == Layout::kNibbles) {  // MMA m: b0 = (2m, 2m + 4), b1 = (2m + 1, 2m + 5)
+    out[2 * i] = make_uint4(PackBf16(hi[0], hi[4]), PackBf16(hi[1], hi[5]), PackBf16(hi[2], hi[6]), PackBf16(hi[3], hi[7]));
+    out[2 * i + 1] =
+        make_uint4(PackBf16(lo[0], lo[4]), PackBf16(lo[1], lo[5]), PackBf16(lo[2], lo[6]), PackBf16(lo[3], lo[7]));
+  } else {  // MMA m: b0 = (4m, 4m + 1), b1 = (4m + 2, 4m + 3)
+    out[2 * i] = make_uint4(PackBf16(hi[0], hi[1]), PackBf16(hi[2], hi[3]), PackBf16(hi[4], hi[5]), PackBf16(hi[6], hi[7]));
+    out[2 * i + 1] =
+        make_uint4(PackBf16(lo[0], lo[1]), PackBf16(lo[2], lo[3]), PackBf16(lo[4], lo[5]), PackBf16(lo[6], lo[7]));
+  }
 }
 
 // Output rows [m0, m1) (at most 8 kFrags; prepared row of output row m: x_rows ? x_rows[m] : m)
-// x weight rows [n0, n0 + 16) of one INT4 weight.
-template <int kFrags>
-__device__ __forceinline__ void Int4MmaTile(const uint4* xp, const int32_t* x_rows, int64_t m0, int64_t m1,
-                                            const WeightRef& w, int64_t N, int64_t K, int64_t n0, const MutMat& out) {
+// x weight rows [n0, n0 + 16) of one INT4 (kFp8 false) or FP8 block-scaled (kFp8) weight.
+template <bool kFp8, int kFrags>
+__device__ __forceinline__ void QuantMmaTile(const uint4* xp, const int32_t* x_rows, int64_t m0, int64_t m1,
+                                             const WeightRef& w, int64_t N, int64_t K, int64_t n0, const MutMat& out) {
   __shared__ float red[kWarps][2][32][4];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int64_t steps = K / 32, per_group = w.group / 32, groups = K / w.group;
+  // Groups: INT4 scale groups, FP8 column blocks (the last one may be partial); steps of 32.
+  const int64_t span = kFp8 ? w.block_cols : w.group, steps = K / 32, per_group = span / 32;
+  const int64_t groups = (K + span - 1) / span;
   const int64_t gb = warp * groups / kWarps, ge = (warp + 1) * groups / kWarps;  // this warp's groups
   // The lane's token of fragment j (column g) and where its prepared parts start; a column past
   // m1 reads row m0's (computed, never stored), so that every load is unconditional.
@@ -104,27 +141,47 @@ __device__ __forceinline__ void Int4MmaTile(const uint4* xp, const int32_t* x_ro
     xj[j] = xp + ((x_rows != nullptr ? x_rows[m] : m) * steps * 4 + c) * 2;
   }
   // Rows past N read row n0's codes (computed, never stored).
-  const int64_t row_bytes = K / 2, ra = n0 + g < N ? n0 + g : n0, rb = n0 + g + 8 < N ? n0 + g + 8 : n0;
+  const int64_t row_bytes = kFp8 ? K : K / 2, ra = n0 + g < N ? n0 + g : n0, rb = n0 + g + 8 < N ? n0 + g + 8 : n0;
   const uint8_t* codes = static_cast<const uint8_t*>(w.data);
-  const uint8_t* ca = codes + ra * row_bytes + 4 * c;
-  const uint8_t* cb = codes + rb * row_bytes + 4 * c;
-  const uint16_t* scales = static_cast<const uint16_t*>(w.scales);
-  const uint16_t* sa = scales + ra * groups;
-  const uint16_t* sb = scales + rb * groups;
+  const uint8_t* ca = codes + ra * row_bytes + (kFp8 ? 8 : 4) * c;
+  const uint8_t* cb = codes + rb * row_bytes + (kFp8 ? 8 : 4) * c;
+  // The rows' scales: INT4 bfloat16 [N][groups]; FP8 float32 [ceil(N / block_rows)][groups].
+  const int64_t sa = (kFp8 ? ra / w.block_rows : ra) * groups, sb = (kFp8 ? rb / w.block_rows : rb) * groups;
   float acc[kFrags][4] = {};
   for (int64_t gi = gb; gi < ge; ++gi) {
     float part[kFrags][4] = {};
-    for (int64_t s = gi * per_group; s < (gi + 1) * per_group; ++s) {
-      const uint32_t wa = *reinterpret_cast<const uint32_t*>(ca + 16 * s);
-      const uint32_t wb = *reinterpret_cast<const uint32_t*>(cb + 16 * s);
+    const int64_t s_end = (gi + 1) * per_group < steps ? (gi + 1) * per_group : steps;
+    for (int64_t s = gi * per_group; s < s_end; ++s) {
+      uint32_t a0[4], a1[4];
+      if constexpr (kFp8) {
+        const uint2 wa = *reinterpret_cast<const uint2*>(ca + 32 * s);
+        const uint2 wb = *reinterpret_cast<const uint2*>(cb + 32 * s);
+        a0[0] = Fp8PairToBf16(wa.x);
+        a0[1] = Fp8PairToBf16(wb.x);
+        a0[2] = Fp8PairToBf16(wa.x >> 16);
+        a0[3] = Fp8PairToBf16(wb.x >> 16);
+        a1[0] = Fp8PairToBf16(wa.y);
+        a1[1] = Fp8PairToBf16(wb.y);
+        a1[2] = Fp8PairToBf16(wa.y >> 16);
+        a1[3] = Fp8PairToBf16(wb.y >> 16);
+      } else {
+        const uint32_t wa = *reinterpret_cast<const uint32_t*>(ca + 16 * s);
+        const uint32_t wb = *reinterpret_cast<const uint32_t*>(cb + 16 * s);
+        a0[0] = NibblePair(wa);
+        a0[1] = NibblePair(wb);
+        a0[2] = NibblePair(wa >> 4);
+        a0[3] = NibblePair(wb >> 4);
+        a1[0] = NibblePair(wa >> 8);
+        a1[1] = NibblePair(wb >> 8);
+        a1[2] = NibblePair(wa >> 12);
+        a1[3] = NibblePair(wb >> 12);
+      }
       uint4 hi[kFrags], lo[kFrags];
 #pragma unroll
       for (int j = 0; j < kFrags; ++j) {
         hi[j] = xj[j][8 * s];
         lo[j] = xj[j][8 * s + 1];
       }
-      const uint32_t a0[4] = {NibblePair(wa), NibblePair(wb), NibblePair(wa >> 4), NibblePair(wb >> 4)};
-      const uint32_t a1[4] = {NibblePair(wa >> 8), NibblePair(wb >> 8), NibblePair(wa >> 12), NibblePair(wb >> 12)};
 #pragma unroll
       for (int j = 0; j < kFrags; ++j) {
         Mma16816(part[j], a0, hi[j].x, hi[j].y);
@@ -133,7 +190,14 @@ __device__ __forceinline__ void Int4MmaTile(const uint4* xp, const int32_t* x_ro
         Mma16816(part[j], a1, lo[j].z, lo[j].w);
       }
     }
-    const float s_a = Bf16Bits(sa[gi]), s_b = Bf16Bits(sb[gi]);
+    float s_a, s_b;
+    if constexpr (kFp8) {
+      s_a = static_cast<const float*>(w.scales)[sa + gi];
+      s_b = static_cast<const float*>(w.scales)[sb + gi];
+    } else {
+      s_a = Bf16Bits(static_cast<const uint16_t*>(w.scales)[sa + gi]);
+      s_b = Bf16Bits(static_cast<const uint16_t*>(w.scales)[sb + gi]);
+    }
 #pragma unroll
     for (int j = 0; j < kFrags; ++j) {
       acc[j][0] = fmaf(part[j][0], s_a, acc[j][0]);
@@ -166,36 +230,39 @@ __device__ __forceinline__ void Int4MmaTile(const uint4* xp, const int32_t* x_ro
 
 // Rows [m0, m1) (at most kTokens) in one or two fragments: the same operations for a token either
 // way (fragments are independent columns of the MMAs).
-__device__ __forceinline__ void Int4MmaRun(const uint4* xp, const int32_t* x_rows, int64_t m0, int64_t m1,
-                                           const WeightRef& w, int64_t N, int64_t K, int64_t n0, const MutMat& out) {
+template <bool kFp8>
+__device__ __forceinline__ void QuantMmaRun(const uint4* xp, const int32_t* x_rows, int64_t m0, int64_t m1,
+                                            const WeightRef& w, int64_t N, int64_t K, int64_t n0, const MutMat& out) {
   if (m1 - m0 > 8) {
-    Int4MmaTile<2>(xp, x_rows, m0, m1, w, N, K, n0, out);
+    QuantMmaTile<kFp8, 2>(xp, x_rows, m0, m1, w, N, K, n0, out);
   } else {
-    Int4MmaTile<1>(xp, x_rows, m0, m1, w, N, K, n0, out);
+    QuantMmaTile<kFp8, 1>(xp, x_rows, m0, m1, w, N, K, n0, out);
   }
 }
 
 // Grid (ceil(N / 16), ceil(T / 16)): the block's weight rows and tokens.
-__global__ void __launch_bounds__(kThreads) Int4MmaKernel(const uint4* xp, WeightRef w, MutMat out) {
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads) QuantMmaKernel(const uint4* xp, WeightRef w, MutMat out) {
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTokens;
   const int64_t m1 = m0 + kTokens < out.rows ? m0 + kTokens : out.rows;
-  Int4MmaRun(xp, nullptr, m0, m1, w, w.rows, w.cols, static_cast<int64_t>(blockIdx.x) * kRows, out);
+  QuantMmaRun<kFp8>(xp, nullptr, m0, m1, w, w.rows, w.cols, static_cast<int64_t>(blockIdx.x) * kRows, out);
 }
 
 // Grid (ceil(N / 16), tiles): a tile's rows (one expert's) in runs of kTokens.
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads)
-    GroupedInt4MmaKernel(const uint4* xp, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                         TileTable tiles, MutMat out) {
+    GroupedQuantMmaKernel(const uint4* xp, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
+                          TileTable tiles, MutMat out) {
   const int64_t tile = blockIdx.y;
   if (tile >= tiles.count[0]) return;
   const WeightRef& w = experts.weights[tiles.expert[tile]];
   const int64_t r1 = tiles.row1[tile];
   for (int64_t m0 = tiles.row0[tile]; m0 < r1; m0 += kTokens) {
-    Int4MmaRun(xp, x_rows, m0, m0 + kTokens < r1 ? m0 + kTokens : r1, w, N, K,
-               static_cast<int64_t>(blockIdx.x) * kRows, out);
+    QuantMmaRun<kFp8>(xp, x_rows, m0, m0 + kTokens < r1 ? m0 + kTokens : r1, w, N, K,
+                      static_cast<int64_t>(blockIdx.x) * kRows, out);
   }
 }
 
-}  // namespace llmrt::cuda::i4
+}  // namespace llmrt::cuda::qmma
 
-#endif  // LLMRT_KERNELS_INT4_MMA_KERNELS_CUH_
+#endif  // LLMRT_KERNELS_QUANT_MMA_KERNELS_CUH_
