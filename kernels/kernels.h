@@ -170,7 +170,8 @@ cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTabl
 // `prepared` (QuantPreparedBytes of x's rows and columns, 16-byte aligned), then every token is
 // multiplied with bf16 MMAs and float32 sums (within the float32 bound widened by 2^-16 per
 // product; batch-invariant). Grouped: x_rows index x's rows, as LaunchGroupedGemm's do, and
-// every expert takes the kernel (gemv_bits 4 or 8).
+// every expert takes the kernel (gemv_bits 4 or 8); `prepare` false reuses what an earlier call
+// wrote into `prepared` from the same x for the same format (the MoE's gate and up projections).
 inline bool QuantMmaApplies(const WeightRef& w) {
   if (w.type == kElemInt4) return w.group > 0 && w.group % 32 == 0 && w.cols % w.group == 0;
   if (w.type == kElemFp8E4M3) return w.block_rows > 0 && w.block_cols > 0 && w.block_cols % 32 == 0 && w.cols % 32 == 0;
@@ -181,7 +182,7 @@ inline size_t QuantPreparedBytes(int64_t rows, int64_t cols) {
 }
 cudaError_t LaunchQuantMma(ConstMat x, WeightRef w, void* prepared, MutMat out, cudaStream_t s);
 cudaError_t LaunchGroupedQuantMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s);
+                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s, bool prepare = true);
 
 // ---- the FP8 activation policy's quantization (fp8_act.cu) ----
 // Each row of x, per block of block_cols columns, to e4m3 codes under one float32 scale, exactly

@@ -75,11 +75,13 @@ cudaError_t LaunchQuantMma(ConstMat x, WeightRef w, void* prepared, MutMat out, 
 }
 
 cudaError_t LaunchGroupedQuantMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s) {
+                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s, bool prepare) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
   if ((experts.gemv_bits != 4 && experts.gemv_bits != 8) || x.cols != K || K % 32 != 0) return cudaErrorInvalidValue;
   const bool fp8 = experts.gemv_bits == 8;
-  if (const cudaError_t e = PrepareActivations(x, fp8, prepared, s); e != cudaSuccess) return e;
+  if (prepare) {
+    if (const cudaError_t e = PrepareActivations(x, fp8, prepared, s); e != cudaSuccess) return e;
+  }
   const dim3 grid(static_cast<unsigned>((N + qmma::kRows - 1) / qmma::kRows), static_cast<unsigned>(tiles.max_tiles));
   const uint4* xp = static_cast<const uint4*>(prepared);
   if (fp8) {

@@ -42,6 +42,9 @@
 #ifndef LLMRT_KERNELS_QUANT_MMA_KERNELS_CUH_
 #define LLMRT_KERNELS_QUANT_MMA_KERNELS_CUH_
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cmath>
 #include <cstdint>
 
@@ -53,18 +56,26 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kTokens = 16;  // tokens a block takes: two n8 fragments
 constexpr int kRows = 16;    // weight rows (output columns) of a block
 
-// Two bfloat16 values (rounded to nearest even), `low` in the low half.
+// Two bfloat16 values (rounded to nearest even), `low` in the low half: one cvt on the device
+// (its first source goes to the upper half).
 __device__ __forceinline__ uint32_t PackBf16(float low, float high) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(high), "f"(low));
+  return d;
+#else
   return static_cast<uint32_t>(RoundBf16(low)) | (static_cast<uint32_t>(RoundBf16(high)) << 16);
+#endif
 }
 
 // The nibble pair at bits 4j and 16 + 4j of `word >> 4j` (the caller shifts) as bfloat16 values
-// nibble - 8: lop3 under the exponent of 128, then a bf16x2 subtraction of 136 (both exact).
+// nibble - 8: lop3 under the exponent of 128, then a bf16x2 fma v * 1 - 136 (both exact; fma
+// rather than sub.bf16x2, which needs sm_90, so the kernel builds for sm_80 too).
 __device__ __forceinline__ uint32_t NibblePair(uint32_t shifted) {
 #if defined(__CUDA_ARCH__)
   uint32_t v, d;
   asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(shifted), "r"(0x000f000fu), "r"(0x43004300u));
-  asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(v), "r"(0x43084308u));
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(0x3f803f80u), "r"(0xc308c308u));
   return d;
 #else
   const float lo = static_cast<float>(static_cast<int>(shifted & 0xfu) - 8);
@@ -85,18 +96,11 @@ __device__ __forceinline__ void SplitParts(float x, float* hi, float* lo) {
 enum class Layout { kNibbles, kAdjacent };
 
 // The e4m3 pair in the low 16 bits of `pair` as two bfloat16 values (the low byte in the low
-// half), exact.
+// half), exact: e4m3x2 -> f16x2 (one instruction from sm_89 on), float32, one bf16x2 cvt.
 __device__ __forceinline__ uint32_t Fp8PairToBf16(uint32_t pair) {
-#if defined(__CUDA_ARCH__)
-  uint32_t h, d;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<uint16_t>(pair)));
-  float lo, hi;
-  asm("{ .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}" : "=f"(lo), "=f"(hi) : "r"(h));
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-#else
-  return PackBf16(Fp8ToFloat(pair & 0xffu), Fp8ToFloat((pair >> 8) & 0xffu));
-#endif
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
+  const float2 f = __half22float2(__half2(raw));
+  return PackBf16(f.x, f.y);
 }
 
 // One thread per (token, step, lane column c): x[t][32s + 8c .. 8c+7] as two units (hi, lo).

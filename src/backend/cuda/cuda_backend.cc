@@ -692,6 +692,7 @@ void CudaBackend::MatMul(const Tensor& x, const Weight& w, const Tensor& out) {
       LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(xin, r, s)));
       xin = cuda::ConstMat{r.data, T, K, K};
     }
+    if (xin.rows == 0) return absl::OkStatus();
     if (quant_mma_ && cuda::QuantMmaApplies(wr)) {
       // INT4 and FP8 on the tensor cores (every T: rows stay batch-invariant).
       LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchQuantAct, cuda::QuantPreparedBytes(xin.rows, w.cols),

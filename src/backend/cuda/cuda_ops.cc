@@ -518,7 +518,16 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     // on the weights and the policy alone, never on T, so a row's result does not depend on its
     // batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the quantized MMA
     // kernel, or with LLMRT_CUDA_QUANT=gemv the GEMV.)
-    auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k, const cuda::MutMat& o) {
+    // What the quantized tensor-core kernel last prepared in its scratch (the up projection reuses
+    // the gate's when both read the same input in the same format).
+    struct Prepared {
+      const float* x = nullptr;
+      int64_t rows = 0, ld = 0;
+      int32_t bits = 0;
+      void* at = nullptr;
+    } prepared;
+    auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k,
+                       const cuda::MutMat& o) -> absl::Status {
       const bool mma_bf16 = moe_mma_ && rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr;
       const bool mma_fp8 = moe_mma_ && quantizes(j) && bank.gemv_bits_[j] == 8 && in.act.data != nullptr &&
                            bank.fp8_block_cols_[j] % 32 == 0 && k % 16 == 0;
@@ -530,7 +539,11 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
       if (quant_mma_ && bank.quant_mma_[j] && in.act.data == nullptr && k % 32 == 0) {
         LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchQuantAct, cuda::QuantPreparedBytes(in.x.rows, k),
                                                 "MoE quantized-weight activations"));
-        return Launched(cuda::LaunchGroupedQuantMma(in.x, x_rows, bank.Table(j), n, k, tiles, p, o, s));
+        const Prepared now{in.x.data, in.x.rows, in.x.ld, bank.gemv_bits_[j], p};
+        const bool again = now.x == prepared.x && now.rows == prepared.rows && now.ld == prepared.ld &&
+                           now.bits == prepared.bits && now.at == prepared.at;
+        prepared = now;
+        return Launched(cuda::LaunchGroupedQuantMma(in.x, x_rows, bank.Table(j), n, k, tiles, p, o, s, !again));
       }
       return Launched(cuda::LaunchGroupedGemm(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
     };
