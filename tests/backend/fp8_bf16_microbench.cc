@@ -5,7 +5,7 @@
 // table, not a test.
 //
 //   llmrt_fp8_bf16_microbench [--cols 4096] [--l2-rows 256] [--dram-mib 1024] [--tokens 1,16,64]
-//                             [--threads 1]
+//                             [--threads 1] [--target AVX2]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -66,8 +66,10 @@ void Run(int64_t cols, int64_t l2_rows, int64_t dram_mib, const std::vector<int6
   BackendOptions o;
   o.num_threads = 1;
   CpuBackend be(o);
-  std::printf("%d thread(s); FP8 e4m3, 128x128 block scales, %lld columns; GB/s of codes (rows x cols bytes)\n",
-              g_threads, static_cast<long long>(cols));
+  const int64_t targets = hwy::SupportedTargets();
+  std::printf("%d thread(s); Highway target %s; FP8 e4m3, 128x128 block scales, %lld columns; GB/s of codes "
+              "(rows x cols bytes)\n",
+              g_threads, hwy::TargetName(targets & -targets), static_cast<long long>(cols));
   std::printf("bf16 paths: best %s; avx512-bf16+vbmi %s; amx %s\n", Bf16IsaName(BestFp8Bf16Isa()),
               Fp8Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) ? "yes" : "no",
               Fp8Bf16IsaAvailable(Bf16Isa::kAmx) ? "yes" : "no");
@@ -133,8 +135,11 @@ int main(int argc, char** argv) {
     else if (a == "--dram-mib") dram_mib = std::atoll(argv[i + 1]);
     else if (a == "--threads") llmrt::cpu::g_threads = std::atoi(argv[i + 1]);
     else if (a == "--tokens") tokens = llmrt::microbench::ParseList(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: %s [--cols N] [--l2-rows N] [--dram-mib N] [--tokens 1,16,64]\n", argv[0]);
+    else if (a == "--target") {
+      if (!llmrt::microbench::PinTarget(argv[i + 1])) return 2;
+    } else {
+      std::fprintf(stderr, "usage: %s [--cols N] [--l2-rows N] [--dram-mib N] [--tokens 1,16,64] [--target NAME]\n",
+                   argv[0]);
       return 2;
     }
   }

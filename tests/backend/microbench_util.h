@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "hwy/targets.h"
 
 namespace llmrt::microbench {
 
@@ -65,6 +68,22 @@ inline std::vector<int64_t> ParseList(const char* p) {
     if (*p == ',') ++p;
   }
   return v;
+}
+
+// Pins Highway's dynamic dispatch to the target named `name` (as hwy::TargetName spells it,
+// "AVX2", "AVX3", "AVX3_ZEN4", ...), to time a smaller instruction set's kernels on a larger
+// CPU; false (and the names there are) when this CPU or build lacks it.
+inline bool PinTarget(const std::string& name) {
+  std::string names;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    if (name == hwy::TargetName(t)) {
+      hwy::SetSupportedTargetsForTest(t);
+      return true;
+    }
+    names += std::string(" ") + hwy::TargetName(t);
+  }
+  std::fprintf(stderr, "target %s is not available; available:%s\n", name.c_str(), names.c_str());
+  return false;
 }
 
 }  // namespace llmrt::microbench
