@@ -330,9 +330,13 @@ TEST(Bf16Dot, ActivationRoundingMatchesTheScalarCastOnRandomBits) {
     x[0] = std::numeric_limits<float>::quiet_NaN();
     Bf16Activations xb;
     RoundActivationsBf16(x.data(), K, T, K, &xb);
-    // The GEMM's layout from kBf16GemmMinTokens rows on, and always where the AVX2 path (which
-    // reads only that layout) is the best.
-    ASSERT_EQ(xb.split.empty(), T < kBf16GemmMinTokens && BestBf16Isa() != Bf16Isa::kAvx2Fma);
+    // The GEMM's layout from kBf16GemmMinTokens rows on where the FMA GEMM is the one batches
+    // take (not where `vdpbf16ps` runs at the FMA rate without AMX: that GEMM reads the values),
+    // and always where the AVX2 path (which reads only that layout) is the best.
+    const bool dp_gemm =
+        !Bf16IsaAvailable(Bf16Isa::kAmx) && Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) && Bf16DpFullRate();
+    ASSERT_EQ(xb.split.empty(),
+              (T < kBf16GemmMinTokens || dp_gemm) && BestBf16Isa() != Bf16Isa::kAvx2Fma);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < xb.padded; ++k) {
         const uint16_t want = k < K ? F32ToBf16(x[t * K + k]) : uint16_t{0};

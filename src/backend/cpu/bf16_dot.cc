@@ -68,15 +68,16 @@ namespace bf16_avx512 {
 // Register tile: R weight rows x TT activation rows, one 16-lane accumulator each, over blocks
 // [0, nfull) of 32 columns and, when `masked`, one more block whose weight columns past the
 // row's end are masked to +0. acc[(t * ld_acc + r) * 16] holds the lanes in and out, so that a
-// column-blocked caller continues exactly where the previous block stopped.
+// column-blocked caller continues exactly where the previous block stopped; `first`: the lanes
+// start at +0 instead (nothing is read).
 template <int R, int TT>
 inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx, int64_t nfull, bool masked,
-                 __mmask32 tail, float* acc, int64_t ld_acc) {
+                 __mmask32 tail, float* acc, int64_t ld_acc, bool first) {
   __m512 a[TT][R];
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) a[t][r] = _mm512_loadu_ps(acc + (t * ld_acc + r) * 16);
+    for (int r = 0; r < R; ++r) a[t][r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (t * ld_acc + r) * 16);
   }
   auto step = [&](int64_t col, bool mask) __attribute__((always_inline)) {
     __m512i wv[R];
@@ -100,7 +101,8 @@ inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx,
   }
 }
 
-using TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, bool, __mmask32, float*, int64_t);
+using TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, bool, __mmask32, float*, int64_t,
+                        bool);
 constexpr int kMaxTileRows = 4;
 constexpr int kMaxTileTokens = 4;  // 16 accumulators + 4 weight vectors + 1 activation of 32 registers
 
@@ -123,8 +125,8 @@ void Gemv(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
     const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, n1 - n));
     for (int64_t t = 0; t < x.rows; t += kMaxTileTokens) {
       const int nt = static_cast<int>(std::min<int64_t>(kMaxTileTokens, x.rows - t));
-      std::memset(acc, 0, sizeof(acc));
-      kTiles[nr - 1][nt - 1](w + n * k, k, x.values.data() + t * x.padded, x.padded, nfull, masked, tail, acc, nr);
+      kTiles[nr - 1][nt - 1](w + n * k, k, x.values.data() + t * x.padded, x.padded, nfull, masked, tail, acc, nr,
+                             /*first=*/true);
       for (int i = 0; i < nt; ++i) {
         for (int r = 0; r < nr; ++r) out[(t + i) * ldo + n + r] = ReduceLanes(acc + (i * nr + r) * 16);
       }
@@ -210,9 +212,11 @@ constexpr int64_t kGemmBlocksDp = 128;
 
 // kDp: the tiles run `vdpbf16ps` on the bf16 values (cores that issue it once per cycle) instead
 // of FMAs on the split halves; the same bits either way.
+// `split`: the activations in Bf16Activations::split's layout (the FMA tiles; nullptr for kDp).
 template <bool kDp>
-void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
-  LLMRT_CHECK(kDp || x.split.size() == x.values.size());
+void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, const float* split, float* out, int64_t ldo,
+           int64_t n0, int64_t n1) {
+  LLMRT_CHECK(kDp || split != nullptr);
   const int64_t nb = x.padded / kBlock;
   const bool masked = k % kBlock != 0;
   const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
@@ -224,7 +228,8 @@ void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, i
     const int64_t tb = std::min(kGemmTokens, x.rows - t0);
     for (int64_t r0 = n0; r0 < n1; r0 += kRows) {
       const int64_t rb = std::min(kRows, n1 - r0);
-      std::fill(acc, acc + tb * rb * 16, 0.0f);
+      // The dp tiles of the first column block start their lanes at +0 (no fill, no loads).
+      if (!kDp || nb == 0) std::fill(acc, acc + tb * rb * 16, 0.0f);
       // DAZ (bit 6) and FTZ (bit 15): the FMAs flush denormals as `vdpbf16ps` does.
       const unsigned csr = _mm_getcsr();
       if (!kDp) _mm_setcsr(csr | 0x8040u);
@@ -240,9 +245,9 @@ void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, i
             const uint16_t* wb = w + (r0 + r) * k + c0 * kBlock;
             if constexpr (kDp) {
               kTiles[nr - 1][nt - 1](wb, k, x.values.data() + xo, x.padded, nfull, last_masked, tail,
-                                     acc + (t * rb + r) * 16, rb);
+                                     acc + (t * rb + r) * 16, rb, /*first=*/c0 == 0);
             } else {
-              kFmaTiles[nr - 1][nt - 1](wb, k, x.split.data() + xo, x.padded, nfull, last_masked, tail,
+              kFmaTiles[nr - 1][nt - 1](wb, k, split + xo, x.padded, nfull, last_masked, tail,
                                         acc + (t * rb + r) * 16, rb);
             }
           }
@@ -256,11 +261,12 @@ void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, i
   }
 }
 
-void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
-  GemmT<false>(w, k, x, out, ldo, n0, n1);
+void Gemm(const uint16_t* w, int64_t k, const Bf16Activations& x, const float* split, float* out, int64_t ldo,
+          int64_t n0, int64_t n1) {
+  GemmT<false>(w, k, x, split, out, ldo, n0, n1);
 }
 void GemmDp(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
-  GemmT<true>(w, k, x, out, ldo, n0, n1);
+  GemmT<true>(w, k, x, nullptr, out, ldo, n0, n1);
 }
 
 // One row of RoundActivationsBf16, 32 columns at a time: F32ToBf16's integer rounding (add
@@ -831,10 +837,13 @@ void RoundActivationsBf16(const float* x, int64_t ldx, int64_t t, int64_t k, Bf1
   out->padded = (k + kBlock - 1) / kBlock * kBlock;
   out->values.resize(static_cast<size_t>(t * out->padded));
   // The tiles' layout wherever the AMX path can run (it is then the best path); the FMA GEMM's
-  // split layout wherever that loop may run.
+  // split layout wherever that loop is the one a batch takes (Bf16MatMulRows makes it for an
+  // explicit kGemm otherwise): not where the `vdpbf16ps` GEMM runs on the values (AMD), whose
+  // matmuls would write 8 bytes of floats per activation for nothing.
   const bool amx = Bf16IsaAvailable(Bf16Isa::kAmx);
+  const bool dp_gemm = !amx && Bf16IsaAvailable(Bf16Isa::kAvx512Bf16) && Bf16DpFullRate();
   // (The AVX2 path reads only the split layout.)
-  const bool gemm = t >= kBf16GemmMinTokens || BestBf16Isa() == Bf16Isa::kAvx2Fma;
+  const bool gemm = (t >= kBf16GemmMinTokens && !dp_gemm) || BestBf16Isa() == Bf16Isa::kAvx2Fma;
   if (!amx) out->pairs.clear();
   if (gemm) {
     out->split.resize(out->values.size());
@@ -1003,20 +1012,21 @@ void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, co
                     int64_t ldo, int64_t n0, int64_t n1) {
   LLMRT_CHECK(x.cols == k && Bf16IsaAvailable(isa) && n0 <= n1);
   LLMRT_CHECK(x.parts == 1 || (x.parts == 3 && isa == Bf16Isa::kAmx && x.rows % 3 == 0));
-  LLMRT_CHECK(loop != Bf16Loop::kGemm || isa == Bf16Isa::kAvx2Fma || x.split.size() == x.values.size());
   if (x.rows == 0 || n0 == n1) return;
+  // The split layout of the FMA loops, made here where the rounding left it out.
+  auto split_of = [&x]() -> const float* {
+    if (x.split.size() == x.values.size()) return x.split.data();
+    thread_local CacheLineVector<float> own;
+    own.resize(x.values.size());
+    SplitBf16(x.values.data(), x.rows, x.padded, own.data());
+    return own.data();
+  };
   switch (isa) {
 #if LLMRT_BF16_X86
     case Bf16Isa::kAvx2Fma: {
       // Both loops read the split layout; activations rounded where another path is the best
       // carry it only from kBf16GemmMinTokens rows on, so it is made here for the others.
-      const float* split = x.split.data();
-      thread_local CacheLineVector<float> own;
-      if (x.split.size() != x.values.size()) {
-        own.resize(x.values.size());
-        SplitBf16(x.values.data(), x.rows, x.padded, own.data());
-        split = own.data();
-      }
+      const float* split = split_of();
       const bool gemm = loop == Bf16Loop::kGemm || (loop == Bf16Loop::kAuto && x.rows >= kBf16GemmMinTokens);
       return gemm ? bf16_avx2::Gemm(w, k, split, x.rows, x.padded, out, ldo, n0, n1)
                   : bf16_avx2::Gemv(w, k, split, x.rows, x.padded, out, ldo, n0, n1);
@@ -1031,7 +1041,7 @@ void Bf16MatMulRows(Bf16Isa isa, Bf16Loop loop, const uint16_t* w, int64_t k, co
                                            : Bf16Loop::kGemm;
       }
       if (loop == Bf16Loop::kGemmDp) return bf16_avx512::GemmDp(w, k, x, out, ldo, n0, n1);
-      return loop == Bf16Loop::kGemm ? bf16_avx512::Gemm(w, k, x, out, ldo, n0, n1)
+      return loop == Bf16Loop::kGemm ? bf16_avx512::Gemm(w, k, x, split_of(), out, ldo, n0, n1)
                                      : bf16_avx512::Gemv(w, k, x, out, ldo, n0, n1);
     }
 #endif
