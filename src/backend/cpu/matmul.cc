@@ -219,7 +219,7 @@ void MatMulRowsT(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t T,
 // With many activation rows (prefill, batched decode) the direct kernel above streams every
 // activation row once per four weight rows, from L3 or memory, and widens each bf16 code once
 // per two activation rows. Here the work is blocked: kGemmTokens activation rows at a time, the
-// weight rows kDenseRows at a time and the columns kDenseGemmCols at a time, and register tiles of
+// weight rows kDenseRows at a time and the columns kGemmCols at a time, and register tiles of
 // kTileRows weight rows x kTileTokens activation rows run over the block's weights and the
 // activations from L1/L2. Every (weight row,
 // activation row) pair keeps its own vector accumulator, kept in memory between column blocks,
@@ -252,15 +252,15 @@ constexpr int kTileTokens = 4;
 constexpr int64_t kGemmTokens = 64;    // activation rows per block: kGemmTokens x kGemmCols floats in L2
 constexpr int64_t kGemmRows = 16;      // weight rows per block of the quantized GEMM below (a multiple of 4)
 constexpr int64_t kDenseRows = 4 * kTileRows;  // weight rows per block of the dense GEMM
-// Columns per block of the quantized GEMM, rounded up to whole vectors.
-constexpr int64_t kGemmCols = kWidenToPanel ? 256 : 512;
-// Columns per block of the dense GEMM. AVX-512: a float32 panel of 16 rows x 1024 columns (64
-// KiB) and the activation block (256 KiB) in L2; a tile loads and stores its accumulators once
-// per block, which over 256 columns (16 steps) cost a sixth of the FMA rate. Zen 4, one thread,
-// EXACT BF16 weights, 16 / 64 / 512 activation rows: 4096 x 4096 62 / 75 / 75 -> 60 / 85 / 83
-// GFLOP/s; 4096 x 1024 62 / 78 / 76 -> 78 / 91 / 90; 2048 x 7168 58 / 80 / 79 -> 62 / 89 / 87
-// (117 peak: one 16-lane FMA per cycle).
-constexpr int64_t kDenseGemmCols = kWidenToPanel ? 1024 : 512;
+// Columns per block, rounded up to whole vectors. AVX-512: a float32 panel of 16 rows x 1024
+// columns (64 KiB) and the activation block (256 KiB) in L2; a tile loads and stores its
+// accumulators once per block, which over 256 columns (16 steps) cost a sixth of the FMA rate.
+// Zen 4, one thread, 16 / 64 / 512 activation rows, 256 -> 1024 columns: EXACT BF16 4096 x 4096
+// 62 / 75 / 75 -> 60 / 85 / 83 GFLOP/s, 4096 x 1024 62 / 78 / 76 -> 78 / 91 / 90, 2048 x 7168
+// 58 / 80 / 79 -> 62 / 89 / 87 (117 peak: one 16-lane FMA per cycle); the quantized GEMM's
+// weight bytes per second, 16 / 64 rows, in L2: FP8 1.53 / 0.42 -> 1.70 / 0.47 GB/s, INT4 g32
+// 0.66 / 0.19 -> 0.73 / 0.22.
+constexpr int64_t kGemmCols = kWidenToPanel ? 1024 : 512;
 constexpr int64_t kGemmMinTokens = 8;  // below this the direct kernel runs (bandwidth-bound decode)
 
 // Keeps v in a register: without it GCC folds the weight loads into the FMAs as memory
@@ -354,7 +354,7 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t kv = K - K % N;
-  const int64_t kc_max = (kDenseGemmCols + N - 1) / N * N;
+  const int64_t kc_max = (kGemmCols + N - 1) / N * N;
   constexpr bool kPanel = kWidenToPanel && !std::is_same_v<WT, float>;
   thread_local CacheLineVector<float> panel, accs;
   if (kPanel) panel.resize(static_cast<size_t>(kDenseRows * kc_max));
@@ -369,7 +369,7 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
       for (int64_t k0 = 0; k0 < kv; k0 += kc_max) {
         const int64_t kc = std::min(kc_max, kv - k0);
         // The next block's codes are requested now, so that the memory fetches them while this
-        // block's tiles run: its rows are separate runs of kDenseGemmCols codes, too short for the
+        // block's tiles run: its rows are separate runs of kGemmCols codes, too short for the
         // hardware prefetchers to pick up in time (float32 weights are read from L2 or in
         // longer runs per row, and go without).
         if constexpr (!std::is_same_v<WT, float>) {
