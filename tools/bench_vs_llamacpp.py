@@ -228,6 +228,8 @@ def main():
          lambda: b.llmrt_decode(rt["bf16"], [16, 64], "16", "8"), None, ["16", "64"]),
         # llama.cpp's BF16 CPU path rounds activations to bf16 too: llmrt's BF16 activation policy
         # (bf16 products, AMX tiles where the CPU has them) is the like-for-like comparison.
+        ("BF16 decode, batch 1, BF16 activations (tok/s)", lambda: b.llama_bench(gg["bf16"], "0", s),
+         lambda: b.llmrt_decode(rt["bf16"], [1], steps, "8", "bf16"), ("bf16", "bf16"), ["1"]),
         ("BF16 prefill 128 / 512, BF16 activations (tok/s)", lambda: b.llama_bench(gg["bf16"], "128,512", "0"),
          lambda: b.llmrt_prefill(rt["bf16"], [128, 512], "bf16"), None, ["128", "512"]),
         ("BF16 aggregate decode, 16 / 64 sequences, BF16 activations (tok/s)",

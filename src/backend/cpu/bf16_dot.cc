@@ -70,9 +70,9 @@ namespace bf16_avx512 {
 // row's end are masked to +0. acc[(t * ld_acc + r) * 16] holds the lanes in and out, so that a
 // column-blocked caller continues exactly where the previous block stopped; `first`: the lanes
 // start at +0 instead (nothing is read).
-template <int R, int TT>
+template <int R, int TT, bool kPrefetch = false>
 inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx, int64_t nfull, bool masked,
-                 __mmask32 tail, float* acc, int64_t ld_acc, bool first) {
+                 __mmask32 tail, float* acc, int64_t ld_acc, bool first, const char* next) {
   __m512 a[TT][R];
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
@@ -80,6 +80,11 @@ inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx,
     for (int r = 0; r < R; ++r) a[t][r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (t * ld_acc + r) * 16);
   }
   auto step = [&](int64_t col, bool mask) __attribute__((always_inline)) {
+    if constexpr (kPrefetch) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) __builtin_prefetch(next + r * 64, 0, 2);
+      next += R * 64;
+    }
     __m512i wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -102,7 +107,7 @@ inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx,
 }
 
 using TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, bool, __mmask32, float*, int64_t,
-                        bool);
+                        bool, const char*);
 constexpr int kMaxTileRows = 4;
 constexpr int kMaxTileTokens = 4;  // 16 accumulators + 4 weight vectors + 1 activation of 32 registers
 
@@ -114,19 +119,30 @@ constexpr TileFn kTiles[kMaxTileRows][kMaxTileTokens] = {
     {Tile<4, 1>, Tile<4, 2>, Tile<4, 3>, Tile<4, 4>},
 };
 
+// Four weight rows that also bring the next four (`next`, contiguous after them) into L2, one
+// stretch per step, as the EXACT one-row kernel does on the same cores (Rows4 in matmul.cc):
+// decode reads each weight once, and the hardware prefetchers alone restart on every group.
+constexpr TileFn kPrefetchTiles[kMaxTileTokens] = {Tile<4, 1, true>, Tile<4, 2, true>, Tile<4, 3, true>,
+                                                   Tile<4, 4, true>};
+
 // Decode: four weight rows at a time stream over the whole row once per group of up to four
-// activation rows; the accumulators stay in registers for the whole row.
+// activation rows; the accumulators stay in registers for the whole row. On AMD's cores the
+// first pass over a group prefetches the next one (Zen 4, two threads, BF16 policy, batch 1:
+// see docs/cpu_performance.md's thirteenth run).
 void Gemv(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const int64_t nfull = k / kBlock;
   const bool masked = k % kBlock != 0;
   const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
+  static const bool amd = Bf16DpFullRate();
   alignas(64) float acc[kMaxTileRows * kMaxTileTokens * 16];
   for (int64_t n = n0; n < n1; n += kMaxTileRows) {
     const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, n1 - n));
+    const bool prefetch = amd && !masked && n + 2 * kMaxTileRows <= n1;
     for (int64_t t = 0; t < x.rows; t += kMaxTileTokens) {
       const int nt = static_cast<int>(std::min<int64_t>(kMaxTileTokens, x.rows - t));
-      kTiles[nr - 1][nt - 1](w + n * k, k, x.values.data() + t * x.padded, x.padded, nfull, masked, tail, acc, nr,
-                             /*first=*/true);
+      const TileFn tile = prefetch && t == 0 ? kPrefetchTiles[nt - 1] : kTiles[nr - 1][nt - 1];
+      tile(w + n * k, k, x.values.data() + t * x.padded, x.padded, nfull, masked, tail, acc, nr, /*first=*/true,
+           reinterpret_cast<const char*>(w + (n + kMaxTileRows) * k));
       for (int i = 0; i < nt; ++i) {
         for (int r = 0; r < nr; ++r) out[(t + i) * ldo + n + r] = ReduceLanes(acc + (i * nr + r) * 16);
       }
@@ -245,7 +261,7 @@ void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, const float* 
             const uint16_t* wb = w + (r0 + r) * k + c0 * kBlock;
             if constexpr (kDp) {
               kTiles[nr - 1][nt - 1](wb, k, x.values.data() + xo, x.padded, nfull, last_masked, tail,
-                                     acc + (t * rb + r) * 16, rb, /*first=*/c0 == 0);
+                                     acc + (t * rb + r) * 16, rb, /*first=*/c0 == 0, nullptr);
             } else {
               kFmaTiles[nr - 1][nt - 1](wb, k, split + xo, x.padded, nfull, last_masked, tail,
                                         acc + (t * rb + r) * 16, rb);
