@@ -143,9 +143,7 @@ void Gemv(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
       const TileFn tile = prefetch && t == 0 ? kPrefetchTiles[nt - 1] : kTiles[nr - 1][nt - 1];
       tile(w + n * k, k, x.values.data() + t * x.padded, x.padded, nfull, masked, tail, acc, nr, /*first=*/true,
            reinterpret_cast<const char*>(w + (n + kMaxTileRows) * k));
-      for (int i = 0; i < nt; ++i) {
-        for (int r = 0; r < nr; ++r) out[(t + i) * ldo + n + r] = ReduceLanes(acc + (i * nr + r) * 16);
-      }
+      bf16_lanes::ReduceLanesBlock(acc, nt * nr, nr, out + t * ldo + n, ldo);
     }
   }
 }
@@ -270,9 +268,7 @@ void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, const float* 
         }
       }
       if (!kDp) _mm_setcsr(csr);  // the lane sums below are ordinary float32 adds
-      for (int64_t t = 0; t < tb; ++t) {
-        for (int64_t r = 0; r < rb; ++r) out[(t0 + t) * ldo + r0 + r] = ReduceLanes(acc + (t * rb + r) * 16);
-      }
+      bf16_lanes::ReduceLanesBlock(acc, tb * rb, rb, out + t0 * ldo + r0, ldo);
     }
   }
 }

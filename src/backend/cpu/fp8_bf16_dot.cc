@@ -348,13 +348,7 @@ void Gemm(const Lut& l, const Fp8BlockMatrix& w, const Fp8Bf16Activations& x, fl
           }
         }
       }
-      alignas(64) float lanes[16];
-      for (int64_t t = 0; t < tb; ++t) {
-        for (int64_t r = 0; r < rb; ++r) {
-          std::memcpy(lanes, acc + (t * rb + r) * 16, sizeof(lanes));
-          out[(t0 + t) * ldo + r0 + r] = bf16_lanes::ReduceLanes(lanes);
-        }
-      }
+      bf16_lanes::ReduceLanesBlock(acc, tb * rb, rb, out + t0 * ldo + r0, ldo);
     }
   }
 }
