@@ -395,5 +395,55 @@ TEST(Bf16Dot, BackendAppliesThePolicyToBf16WeightsOnly) {
   EXPECT_EQ(a, b);
 }
 
+// The MoE's experts run as tasks (whole experts per thread: decode, or many experts for the
+// threads) or one after the other with each matmul split over the threads; which one depends on
+// the thread count, never the result: 16 experts, 48 tokens of 4 choices each, bit for bit
+// across 1, 2, 3 and 5 threads (tasks at 1-3, split at 5), under the BF16 policy and exactly.
+TEST(Bf16Dot, MoeExpertsGiveTheSameBitsWhateverTheThreads) {
+  std::mt19937 rng(57);
+  const int64_t H = 160, I = 96, E = 16, K = 4, T = 48;
+  std::vector<conformance::HostMatrix> host;
+  for (int64_t i = 0; i < 3 * E; ++i) {
+    host.push_back(MakeHostMatrix(kWeightBf16, i % 3 == 2 ? H : I, i % 3 == 2 ? I : H, WeightParams{}, rng));
+  }
+  const std::vector<float> x = RandomRows(T * H, rng, 0.1f);
+  std::vector<int32_t> idx(static_cast<size_t>(T * K));
+  std::vector<float> wts(idx.size());
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      idx[t * K + k] = static_cast<int32_t>((t * 5 + k * 3 + t / 7) % E);  // uneven rows per expert
+      wts[t * K + k] = 0.2f + 0.1f * static_cast<float>(k);
+    }
+  }
+  for (QuantizedActivations policy : {QuantizedActivations::kBf16, QuantizedActivations::kExact}) {
+    std::vector<float> first;
+    for (int threads : {1, 2, 3, 5}) {
+      BackendOptions o;
+      o.num_threads = threads;
+      o.activations = policy;
+      CpuBackend be(o);
+      std::vector<ExpertWeights> experts;
+      for (int64_t e = 0; e < E; ++e) {
+        experts.push_back({*be.PrepareWeight(host[3 * e].stored), *be.PrepareWeight(host[3 * e + 1].stored),
+                           *be.PrepareWeight(host[3 * e + 2].stored)});
+      }
+      const auto bank = *be.PrepareExperts(std::move(experts));
+      const Tensor xt = conformance::UploadF32(be, x, {T, H});
+      const Tensor it = conformance::UploadI32(be, idx).Reshape({T, K});
+      const Tensor wt = conformance::UploadF32(be, wts, {T, K});
+      const Tensor out = *be.Allocate(DType::kF32, {T, H});
+      be.MoeExperts(xt, it, wt, *bank, out);
+      ASSERT_TRUE(be.Synchronize().ok());
+      std::vector<float> got(static_cast<size_t>(T * H));
+      ASSERT_TRUE(be.Download(out, got.data(), got.size() * sizeof(float)).ok());
+      if (first.empty()) {
+        first = got;
+      } else {
+        EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)), 0) << threads << " threads";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace llmrt::cpu

@@ -139,10 +139,11 @@ class CpuBackend final : public Backend {
   struct MoeScratch {
     std::vector<std::vector<std::pair<int32_t, float>>> assigned;  // [E]: (token, weight) in token order
     std::vector<int64_t> active;
+    std::vector<size_t> schedule;  // indices into `active`, most rows first (per-expert tasks)
     struct PerExpert {
       std::vector<float> xin, g, u, y;
     };
-    std::vector<PerExpert> per_expert;  // [active] for decode-sized steps, else [1]
+    std::vector<PerExpert> per_expert;  // [active] when experts are tasks, else [1]
   };
   std::unique_ptr<MoeScratch> moe_;
 };

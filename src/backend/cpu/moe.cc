@@ -114,10 +114,22 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& we
       m.active.push_back(e);
       max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(m.assigned[e].size()));
     }
-    // Decode-sized work (a few tokens per expert, at least one expert per thread): one expert per
-    // task, no synchronization inside, each into its own buffers. Larger batches: one expert after
-    // the other, every matmul split over all threads, all in one set of buffers.
-    const bool per_task = max_rows <= 4 && static_cast<int64_t>(m.active.size()) >= pool_.num_threads();
+    // Experts as tasks (one expert per task, no synchronization inside, each into its own
+    // buffers) where they are many enough to keep every thread busy: decode-sized work (a few
+    // tokens per expert, at least one expert per thread), or at least four experts per thread
+    // while all their buffers stay small. Otherwise one expert after the other, every matmul
+    // split over all threads, all in one set of buffers. (A batch of 64 tokens over 16 experts
+    // on two threads: 48 split matmuls and their handoffs per layer against none.)
+    const int64_t threads = pool_.num_threads(), num_active = static_cast<int64_t>(m.active.size());
+    int64_t total_rows = 0, inter = 0;
+    for (int64_t e : m.active) {
+      total_rows += static_cast<int64_t>(m.assigned[e].size());
+      inter = std::max(inter, experts[e].gate.rows);
+    }
+    constexpr int64_t kTaskBufferBytes = int64_t{64} << 20;
+    const bool per_task = (max_rows <= 4 && num_active >= threads) ||
+                          (num_active >= 4 * threads &&
+                           total_rows * (2 * D + 2 * inter) * int64_t{sizeof(float)} <= kTaskBufferBytes);
     const size_t buffers = per_task ? m.active.size() : 1;
     if (m.per_expert.size() < buffers) m.per_expert.resize(buffers);
     // y_e [n_e, hidden] of an active expert, added into `out` in expert order (as each expert
@@ -159,8 +171,15 @@ void CpuBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& we
       }
     };
     if (per_task) {
+      // The experts with the most rows first, so that the pool's shrinking chunks even out the
+      // threads' ends; the sums into `out` keep expert order whatever ran where.
+      m.schedule.resize(m.active.size());
+      std::iota(m.schedule.begin(), m.schedule.end(), size_t{0});
+      std::stable_sort(m.schedule.begin(), m.schedule.end(), [&](size_t a, size_t b) {
+        return m.assigned[m.active[a]].size() > m.assigned[m.active[b]].size();
+      });
       pool_.ParallelFor(m.active.size(), 1, [&](size_t b, size_t e) {
-        for (size_t a = b; a < e; ++a) run_expert(a, false);
+        for (size_t i = b; i < e; ++i) run_expert(m.schedule[i], false);
       });
       for (size_t a = 0; a < m.active.size(); ++a) add_into_out(a, m.per_expert[a].y);
     } else {
