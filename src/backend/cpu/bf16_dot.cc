@@ -69,10 +69,13 @@ namespace bf16_avx512 {
 // [0, nfull) of 32 columns and, when `masked`, one more block whose weight columns past the
 // row's end are masked to +0. acc[(t * ld_acc + r) * 16] holds the lanes in and out, so that a
 // column-blocked caller continues exactly where the previous block stopped; `first`: the lanes
-// start at +0 instead (nothing is read).
+// start at +0 instead (nothing is read). `sums` (4 x 4 tiles of a last column block, else
+// nullptr): the outputs, ReduceLanes of each accumulator, go to sums[t * ld_sums + r] instead of
+// the lanes to acc.
 template <int R, int TT, bool kPrefetch = false>
 inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx, int64_t nfull, bool masked,
-                 __mmask32 tail, float* acc, int64_t ld_acc, bool first, const char* next) {
+                 __mmask32 tail, float* acc, int64_t ld_acc, bool first, const char* next, float* sums,
+                 int64_t ld_sums) {
   __m512 a[TT][R];
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
@@ -99,6 +102,19 @@ inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx,
   };
   for (int64_t c = 0; c < nfull; ++c) step(c * kBlock, false);
   if (masked) step(nfull * kBlock, true);
+  if constexpr (R == 4 && TT == 4) {
+    if (sums != nullptr) {
+      __m512 v[16];  // v[4r + t] = a[t][r]: element 4t + r of the sums is output (t, r)
+#pragma GCC unroll 16
+      for (int m = 0; m < 16; ++m) v[m] = a[m % 4][m / 4];
+      const __m512 s = bf16_lanes::ReduceLanes16(v);
+      _mm_storeu_ps(sums, _mm512_maskz_extractf32x4_ps(0xF, s, 0));
+      _mm_storeu_ps(sums + ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 1));
+      _mm_storeu_ps(sums + 2 * ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 2));
+      _mm_storeu_ps(sums + 3 * ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 3));
+      return;
+    }
+  }
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
 #pragma GCC unroll 4
@@ -107,7 +123,7 @@ inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx,
 }
 
 using TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, bool, __mmask32, float*, int64_t,
-                        bool, const char*);
+                        bool, const char*, float*, int64_t);
 constexpr int kMaxTileRows = 4;
 constexpr int kMaxTileTokens = 4;  // 16 accumulators + 4 weight vectors + 1 activation of 32 registers
 
@@ -142,7 +158,7 @@ void Gemv(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
       const int nt = static_cast<int>(std::min<int64_t>(kMaxTileTokens, x.rows - t));
       const TileFn tile = prefetch && t == 0 ? kPrefetchTiles[nt - 1] : kTiles[nr - 1][nt - 1];
       tile(w + n * k, k, x.values.data() + t * x.padded, x.padded, nfull, masked, tail, acc, nr, /*first=*/true,
-           reinterpret_cast<const char*>(w + (n + kMaxTileRows) * k));
+           reinterpret_cast<const char*>(w + (n + kMaxTileRows) * k), nullptr, 0);
       bf16_lanes::ReduceLanesBlock(acc, nt * nr, nr, out + t * ldo + n, ldo);
     }
   }
@@ -247,6 +263,9 @@ void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, const float* 
       // DAZ (bit 6) and FTZ (bit 15): the FMAs flush denormals as `vdpbf16ps` does.
       const unsigned csr = _mm_getcsr();
       if (!kDp) _mm_setcsr(csr | 0x8040u);
+      // The dp path's full 4 x 4 tiles write their outputs from registers after the last column
+      // block (when the rows come in whole tiles); the rest go through the lanes in `acc`.
+      const int64_t tb_direct = kDp && nb > 0 && rb % kMaxTileRows == 0 ? tb / kMaxTileTokens * kMaxTileTokens : 0;
       for (int64_t c0 = 0; c0 < nb; c0 += kBlocks) {
         const int64_t cb = std::min(kBlocks, nb - c0);
         const bool last_masked = masked && c0 + cb == nb;
@@ -258,8 +277,9 @@ void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, const float* 
             const int nr = static_cast<int>(std::min<int64_t>(kMaxTileRows, rb - r));
             const uint16_t* wb = w + (r0 + r) * k + c0 * kBlock;
             if constexpr (kDp) {
+              float* sums = c0 + cb == nb && t < tb_direct ? out + (t0 + t) * ldo + r0 + r : nullptr;
               kTiles[nr - 1][nt - 1](wb, k, x.values.data() + xo, x.padded, nfull, last_masked, tail,
-                                     acc + (t * rb + r) * 16, rb, /*first=*/c0 == 0, nullptr);
+                                     acc + (t * rb + r) * 16, rb, /*first=*/c0 == 0, nullptr, sums, ldo);
             } else {
               kFmaTiles[nr - 1][nt - 1](wb, k, split + xo, x.padded, nfull, last_masked, tail,
                                         acc + (t * rb + r) * 16, rb);
@@ -268,7 +288,8 @@ void GemmT(const uint16_t* w, int64_t k, const Bf16Activations& x, const float* 
         }
       }
       if (!kDp) _mm_setcsr(csr);  // the lane sums below are ordinary float32 adds
-      bf16_lanes::ReduceLanesBlock(acc, tb * rb, rb, out + t0 * ldo + r0, ldo);
+      bf16_lanes::ReduceLanesBlock(acc + tb_direct * rb * 16, (tb - tb_direct) * rb, rb,
+                                   out + (t0 + tb_direct) * ldo + r0, ldo);
     }
   }
 }

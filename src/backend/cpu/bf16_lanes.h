@@ -39,12 +39,9 @@ inline float ReduceLanes(const float* l) {
 #if LLMRT_BF16_LANES_X86
 // ReduceLanes of 16 accumulators at once on AVX-512 (for callers compiled for it): the same
 // adds in the same tree, each level pairing two accumulators' halves in one register, so the
-// same bits. acc[i * 16, i * 16 + 16) -> out[i]. After the four levels, element 4l + j holds the
-// sum of the accumulator loaded into v[4j + l], which the loads make acc[4l + j].
-__attribute__((target("avx512f"), always_inline)) inline void ReduceLanes16(const float* acc, float* out) {
+// same bits. After the four levels, element 4l + j of the result holds the sum of v[4j + l].
+__attribute__((target("avx512f"), always_inline)) inline __m512 ReduceLanes16(const __m512 (&v)[16]) {
   constexpr __mmask16 kAll = 0xFFFF;  // (the zero-masked shuffles: GCC 12 warns on the plain ones)
-  __m512 v[16];
-  for (int m = 0; m < 16; ++m) v[m] = _mm512_loadu_ps(acc + (4 * (m % 4) + m / 4) * 16);
   __m512 p[8], u[4], h[2];
   // l[i] + l[i + 8]: 256-bit halves, two accumulators per register.
   for (int i = 0; i < 8; ++i) {
@@ -61,8 +58,15 @@ __attribute__((target("avx512f"), always_inline)) inline void ReduceLanes16(cons
     h[i] = _mm512_add_ps(_mm512_maskz_shuffle_ps(kAll, u[2 * i], u[2 * i + 1], 0x44),
                          _mm512_maskz_shuffle_ps(kAll, u[2 * i], u[2 * i + 1], 0xEE));
   }
-  _mm512_storeu_ps(out, _mm512_add_ps(_mm512_maskz_shuffle_ps(kAll, h[0], h[1], 0x88),
-                                      _mm512_maskz_shuffle_ps(kAll, h[0], h[1], 0xDD)));
+  return _mm512_add_ps(_mm512_maskz_shuffle_ps(kAll, h[0], h[1], 0x88), _mm512_maskz_shuffle_ps(kAll, h[0], h[1], 0xDD));
+}
+
+// The same from memory: acc[i * 16, i * 16 + 16) -> out[i] (loaded so that v[4j + l] is
+// accumulator 4l + j).
+__attribute__((target("avx512f"), always_inline)) inline void ReduceLanes16(const float* acc, float* out) {
+  __m512 v[16];
+  for (int m = 0; m < 16; ++m) v[m] = _mm512_loadu_ps(acc + (4 * (m % 4) + m / 4) * 16);
+  _mm512_storeu_ps(out, ReduceLanes16(v));
 }
 
 // ReduceLanes of `count` accumulators, output i to out[(i / per_row) * ldo + i % per_row]: the
