@@ -43,6 +43,7 @@ inline int64_t PrefetchRowBytes() {
 #include <type_traits>
 #include <vector>
 
+#include "src/backend/cpu/bf16_lanes.h"
 #include "src/backend/cpu/cache_line_vector.h"
 #include "src/backend/cpu/kernels.h"
 #include "src/quant/fp8.h"
@@ -274,11 +275,23 @@ HWY_INLINE void InRegister(V& v) {
 #endif
 }
 
+// Whether full tiles sum their lanes in registers at the end of a row (kDirectSums): on AVX-512
+// with GCC, where Highway's SumOfLanes is _mm512_reduce_add_ps, whose adds (halves, then 128-bit
+// lanes, then [0] + [2] and [1] + [3], then those two) are bf16_lanes::ReduceLanes's tree, so
+// that bf16_lanes::ReduceLanes16 gives the direct kernel's bits for 16 outputs at once.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && LLMRT_BF16_LANES_X86 && HWY_HAVE_SCALABLE == 0
+constexpr bool kDirectSums = true;
+#else
+constexpr bool kDirectSums = false;
+#endif
+
 // Accumulators acc[(t * ld_acc + r) * N] (t < TT, r < RW) += w rows [r] . x[t] over `len`
-// columns (a multiple of N): one vector accumulator per pair, as MatMulRowsT keeps.
+// columns (a multiple of N): one vector accumulator per pair, as MatMulRowsT keeps. `sums`
+// (kDirectSums, 4 x 4 tiles over a row's last columns, else nullptr): the lane sums go to
+// sums[t * ld_sums + r] instead of the accumulators to acc.
 template <int TT, int RW, typename WT>
 HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
-                         int64_t ld_acc, bool first) {
+                         int64_t ld_acc, bool first, float* sums, int64_t ld_sums) {
   static_assert(RW >= 1 && RW <= 4);
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   using V = hn::Vec<DF>;
@@ -313,6 +326,24 @@ HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs
       if constexpr (RW >= 4) a[t][3] = hn::MulAdd(w3, xv, a[t][3]);
     }
   }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && LLMRT_BF16_LANES_X86 && HWY_HAVE_SCALABLE == 0
+  if constexpr (kDirectSums && TT == 4 && RW == 4) {
+    if (sums != nullptr) {
+      __m512 v[16];  // v[4r + t] = a[t][r]: element 4t + r of the sums is output (t, r)
+#pragma GCC unroll 16
+      for (int m = 0; m < 16; ++m) v[m] = a[m % 4][m / 4].raw;
+      const __m512 s = bf16_lanes::ReduceLanes16(v);
+      _mm_storeu_ps(sums, _mm512_maskz_extractf32x4_ps(0xF, s, 0));
+      _mm_storeu_ps(sums + ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 1));
+      _mm_storeu_ps(sums + 2 * ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 2));
+      _mm_storeu_ps(sums + 3 * ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 3));
+      return;
+    }
+  }
+#else
+  (void)sums;
+  (void)ld_sums;
+#endif
 #pragma GCC unroll 4
   for (int t = 0; t < TT; ++t) {
 #pragma GCC unroll 4
@@ -322,12 +353,12 @@ HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs
 
 template <int RW, typename WT>
 HWY_INLINE void GemmTileT(DF df, int nt, const WT* w, int64_t ldw, const float* const* xs, int64_t len, float* acc,
-                          int64_t ld_acc, bool first) {
+                          int64_t ld_acc, bool first, float* sums, int64_t ld_sums) {
   switch (nt) {
-    case 1: GemmTile<1, RW>(df, w, ldw, xs, len, acc, ld_acc, first); break;
-    case 2: GemmTile<2, RW>(df, w, ldw, xs, len, acc, ld_acc, first); break;
-    case 3: GemmTile<3, RW>(df, w, ldw, xs, len, acc, ld_acc, first); break;
-    case 4: GemmTile<4, RW>(df, w, ldw, xs, len, acc, ld_acc, first); break;
+    case 1: GemmTile<1, RW>(df, w, ldw, xs, len, acc, ld_acc, first, nullptr, 0); break;
+    case 2: GemmTile<2, RW>(df, w, ldw, xs, len, acc, ld_acc, first, nullptr, 0); break;
+    case 3: GemmTile<3, RW>(df, w, ldw, xs, len, acc, ld_acc, first, nullptr, 0); break;
+    case 4: GemmTile<4, RW>(df, w, ldw, xs, len, acc, ld_acc, first, sums, ld_sums); break;
     default: LLMRT_CHECK(false);
   }
 }
@@ -335,13 +366,13 @@ HWY_INLINE void GemmTileT(DF df, int nt, const WT* w, int64_t ldw, const float* 
 // A tile of nt activation rows x nr weight rows (nr < kTileRows only for a range's last rows).
 template <typename WT>
 HWY_INLINE void GemmTileN(DF df, int nt, int nr, const WT* w, int64_t ldw, const float* const* xs, int64_t len,
-                          float* acc, int64_t ld_acc, bool first) {
+                          float* acc, int64_t ld_acc, bool first, float* sums = nullptr, int64_t ld_sums = 0) {
   switch (nr) {
-    case kTileRows: GemmTileT<kTileRows>(df, nt, w, ldw, xs, len, acc, ld_acc, first); break;
-    case 1: GemmTileT<1>(df, nt, w, ldw, xs, len, acc, ld_acc, first); break;
-    case 2: GemmTileT<2>(df, nt, w, ldw, xs, len, acc, ld_acc, first); break;
+    case kTileRows: GemmTileT<kTileRows>(df, nt, w, ldw, xs, len, acc, ld_acc, first, sums, ld_sums); break;
+    case 1: GemmTileT<1>(df, nt, w, ldw, xs, len, acc, ld_acc, first, nullptr, 0); break;
+    case 2: GemmTileT<2>(df, nt, w, ldw, xs, len, acc, ld_acc, first, nullptr, 0); break;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    case 3: GemmTileT<3>(df, nt, w, ldw, xs, len, acc, ld_acc, first); break;
+    case 3: GemmTileT<3>(df, nt, w, ldw, xs, len, acc, ld_acc, first, nullptr, 0); break;
 #endif
     default: LLMRT_CHECK(false);
   }
@@ -366,6 +397,9 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
       const int64_t rb = std::min(kDenseRows, n1 - r0);
       // The first column block's tiles start their accumulators at zero (no fill, no loads).
       if (kv == 0) std::fill(acc, acc + tb * rb * N, 0.0f);
+      // Rows with no scalar tail, whole 4 x 4 tiles: their outputs come from the tiles.
+      const int64_t tb_direct =
+          kDirectSums && kv == K && kv > 0 && kTileRows == 4 && rb % kTileRows == 0 ? tb / 4 * 4 : 0;
       for (int64_t k0 = 0; k0 < kv; k0 += kc_max) {
         const int64_t kc = std::min(kc_max, kv - k0);
         // The next block's codes are requested now, so that the memory fetches them while this
@@ -390,7 +424,8 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
             for (int i = 0; i < nt; ++i) xs[i] = x + (t0 + t + i) * ldx + k0;
             for (int64_t r = 0; r < rb; r += kTileRows) {
               const int nr = static_cast<int>(std::min<int64_t>(kTileRows, rb - r));
-              GemmTileN(df, nt, nr, pw + r * ldw, ldw, xs, kc, acc + (t * rb + r) * N, rb, k0 == 0);
+              float* sums = k0 + kc == kv && t < tb_direct ? out + (t0 + t) * ldo + r0 + r : nullptr;
+              GemmTileN(df, nt, nr, pw + r * ldw, ldw, xs, kc, acc + (t * rb + r) * N, rb, k0 == 0, sums, ldo);
             }
           }
         };
@@ -406,7 +441,7 @@ void MatMulRowsGemm(const WT* w, int64_t K, const float* x, int64_t ldx, int64_t
         }
       }
       // The direct kernel's epilogue: lane sum, then the columns past the last whole vector.
-      for (int64_t t = 0; t < tb; ++t) {
+      for (int64_t t = tb_direct; t < tb; ++t) {
         const float* xa = x + (t0 + t) * ldx;
         for (int64_t r = 0; r < rb; ++r) {
           const WT* wr = w + (r0 + r) * K;
