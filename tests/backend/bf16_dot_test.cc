@@ -155,7 +155,7 @@ std::vector<uint16_t> RandomBf16(int64_t n, std::mt19937& rng) {
 TEST(Bf16Dot, EveryPathAndLoopIsBitIdenticalToTheScalarEmulation) {
   std::mt19937 rng(52);
   if (!HaveInstruction()) std::printf("no AVX512_BF16 on this CPU: only the scalar path runs\n");
-  for (int64_t K : {1, 2, 7, 31, 32, 33, 64, 95, 130, 513, 1030}) {
+  for (int64_t K : {1, 2, 7, 31, 32, 33, 64, 95, 130, 513, 1030, 4100}) {
     for (int64_t rows : {1, 6, 21}) {
       const std::vector<uint16_t> w = RandomBf16(rows * K, rng);
       for (int64_t T : {1, 2, 3, 4, 5, 8, 13, 16, 17, 64, 65}) {

@@ -320,7 +320,7 @@ TEST(HighwayKernels, MatMulWeightRowsOnEveryTarget) {
 // tiles.
 TEST(HighwayKernels, MatMulWeightRowsIsBitIdenticalAcrossBatchSizes) {
   std::mt19937 rng(83);
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{21, 300}, {37, 544}, {9, 640}, {18, 1024}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{21, 300}, {37, 544}, {9, 640}, {18, 1024}, {20, 2080}};
   ForEachTarget([&](const char*) {
     for (const auto& [rows, cols] : shapes) {
       for (const FormatCase& fc : FormatCases(cols)) {
