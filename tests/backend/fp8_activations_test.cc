@@ -170,7 +170,7 @@ TEST(Fp8Activations, QuantizationIsTheFormatsRoundingPerRowAndBlock) {
 
 TEST(Fp8Activations, EveryPathIsTheScalarEmulationBitForBit) {
   std::mt19937 rng(92);
-  for (int64_t K : {64, 130, 512, 1000}) {
+  for (int64_t K : {64, 130, 512, 1000, 2200}) {
     for (int64_t bc : {64, 128}) {
       const int64_t rows = 13;
       WeightParams p;

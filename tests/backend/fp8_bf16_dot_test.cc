@@ -172,7 +172,7 @@ TEST(Fp8Bf16Dot, VectorPathsAreBitIdenticalToTheScalarEmulation) {
   if (paths.empty()) GTEST_SKIP() << "neither AVX512_BF16 + VBMI nor AVX2 + FMA on this CPU";
   std::mt19937 rng(81);
   const int64_t blocks[][2] = {{128, 128}, {1, 64}, {3, 64}, {16, 192}, {5, 128}};
-  for (int64_t K : {1, 5, 31, 32, 33, 63, 64, 65, 96, 127, 128, 130, 200, 257, 513}) {
+  for (int64_t K : {1, 5, 31, 32, 33, 63, 64, 65, 96, 127, 128, 130, 200, 257, 513, 2200}) {
     for (const auto& blk : blocks) {
       const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
       const HostFp8 w = RandomFp8(rows, K, blk[0], blk[1], rng, /*nan=*/K == 200);
