@@ -61,8 +61,9 @@ std::vector<Int8Isa> AvailableIsas() {
 }
 
 // Columns 32 .. 544 cover chunks of 1-4 blocks at the end (the pair / single-block / 512-bit
-// chunk code) and 1-8 blocks in the last group of eight; rows split in two ranges as the pool
-// splits them; T = 1, 2, 3 and 9.
+// chunk code) and 1-8 blocks in the last group of eight, 1056 two panel spans of AVX-512's
+// batched kernel (32 blocks and 1); rows split in two ranges as the pool splits them (40: a
+// panel of 16 rows and 4 more in each); T = 1, 2, 3, 9 and 70 (two token blocks, an odd row).
 TEST(Int8Dot, EveryPathIsBitIdenticalToTheScalarReference) {
   std::mt19937 rng(41);
   const std::vector<Int8Isa> isas = AvailableIsas();
@@ -72,11 +73,11 @@ TEST(Int8Dot, EveryPathIsBitIdenticalToTheScalarReference) {
 #endif
   for (Int8Isa isa : isas) std::printf("int8 path available: %s\n", Int8IsaName(isa));
   for (int64_t group : {32, 128}) {
-    for (int64_t cols : {32, 64, 96, 128, 160, 224, 256, 288, 384, 416, 512, 544}) {
+    for (int64_t cols : {32, 64, 96, 128, 160, 224, 256, 288, 384, 416, 512, 544, 1056}) {
       if (cols % group != 0) continue;
-      for (int64_t rows : {1, 5, 17}) {
+      for (int64_t rows : {1, 5, 17, 40}) {
         Int4Case c = MakeInt4(rows, cols, group, rng, QuantizedActivations::kExact);
-        for (int64_t T : {1, 2, 3, 9}) {
+        for (int64_t T : {1, 2, 3, 9, 70}) {
           std::vector<float> x = RandomActivations(T * cols, rng);
           Int8Activations xq;
           QuantizeActivationsInt8(x.data(), cols, T, cols, &xq);

@@ -2,10 +2,12 @@
 // x86 paths (int8_dot_x86-inl.h, compiled per target) and the choice among them.
 #include "src/backend/cpu/int8_dot.h"
 
+#include "src/backend/cpu/cache_line_vector.h"
 #include "src/backend/cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "src/util/bf16.h"

@@ -228,25 +228,192 @@ inline void Int4RowTile(const uint8_t* wrow, const uint16_t* ws, int64_t nb, int
 }
 
 // Up to four activation rows per pass over a weight row: each chunk's codes are loaded and split
-// into nibbles once for all of them (prefill, batched decode). Every (row, activation row) still
-// forms its block sums and folds them into its own accumulator in block order, exactly as with
-// one activation row, so results do not depend on the batch.
-void Int4Rows(const Weight& w, const Int8Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+// into nibbles once for all of them (decode with a few rows; every batch on the 256-bit paths).
+// Every (row, activation row) still forms its block sums and folds them into its own accumulator
+// in block order, exactly as with one activation row, so results do not depend on the batch.
+// The activation rows go kRowsTokenBlock at a time (their codes, 4 KiB a row at K = 4096, stay
+// in L2 while every weight row passes over them).
+constexpr int64_t kRowsTokenBlock = 64;
+
+void Int4RowsByRow(const Weight& w, const Int8Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const int64_t K = w.cols, nb = K / 32, ng = K / w.params.group, gpb = w.params.group / 32;
   const uint8_t* codes = w.data.data_as<uint8_t>();
   const uint16_t* wscales = w.scales.data_as<uint16_t>();
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* wrow = codes + n * (K / 2);
-    const uint16_t* ws = wscales + n * ng;
-    int64_t t0 = 0;
-    for (; t0 + 4 <= x.rows; t0 += 4) Int4RowTile<4>(wrow, ws, nb, gpb, x, t0, out, ldo, n);
-    switch (x.rows - t0) {
-      case 3: Int4RowTile<3>(wrow, ws, nb, gpb, x, t0, out, ldo, n); break;
-      case 2: Int4RowTile<2>(wrow, ws, nb, gpb, x, t0, out, ldo, n); break;
-      case 1: Int4RowTile<1>(wrow, ws, nb, gpb, x, t0, out, ldo, n); break;
-      default: break;
+  for (int64_t tb0 = 0; tb0 < x.rows; tb0 += kRowsTokenBlock) {
+    const int64_t tb1 = std::min(x.rows, tb0 + kRowsTokenBlock);
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint8_t* wrow = codes + n * (K / 2);
+      const uint16_t* ws = wscales + n * ng;
+      int64_t t0 = tb0;
+      for (; t0 + 4 <= tb1; t0 += 4) Int4RowTile<4>(wrow, ws, nb, gpb, x, t0, out, ldo, n);
+      switch (tb1 - t0) {
+        case 3: Int4RowTile<3>(wrow, ws, nb, gpb, x, t0, out, ldo, n); break;
+        case 2: Int4RowTile<2>(wrow, ws, nb, gpb, x, t0, out, ldo, n); break;
+        case 1: Int4RowTile<1>(wrow, ws, nb, gpb, x, t0, out, ldo, n); break;
+        default: break;
+      }
     }
   }
+}
+
+#if LLMRT_INT8_PATH == 2
+// ---- batches on AVX-512 VNNI: sixteen weight rows per vector ----
+//
+// The row kernel above spends most of its instructions turning each `vpdpbusd`'s sixteen int32
+// lanes into block sums (extracts, horizontal adds, a permute) before the block's fold. Here a
+// panel holds kPanelRows weight rows interleaved so that int32 lane r of a vector is row r:
+// vector (b, i) of the panel holds, for each row, the four code bytes [4i, 4i + 4) of its block
+// b (the low nibbles: even columns 8i, 8i + 2, 8i + 4, 8i + 6; the high ones the odd columns
+// after them). One `vpdpbusd` with a token's four matching activation codes broadcast then adds
+// four products into every row's lane, and eight of them (four steps, low and high nibbles) give
+// each row's exact block sum in its own lane: the fold (one FMA per block into the row's lane
+// b % 8) and the lane combination follow, vector-wide, the row kernel's operations in its order,
+// so the bits are the row kernel's. The panel spans kPanelBlocks blocks (8 KiB of codes, in L1)
+// and is packed once for kPanelTokens activation rows; a tile of two activation rows keeps its
+// 2 x 8 lane vectors in registers over the span.
+constexpr int64_t kPanelRows = 16;
+constexpr int64_t kPanelBlocks = 32;
+constexpr int64_t kPanelTokens = 64;
+constexpr int64_t kPanelMinTokens = 8;
+
+// Blocks [b0, b0 + nbs) of rows n .. n + 15 into the panel (int32 [nbs][4][16]) and their
+// weight scales (float [nbs][16]).
+inline void PackPanel(const uint8_t* codes, const uint16_t* wscales, int64_t K, int64_t ng, int64_t gpb, int64_t n,
+                      int64_t b0, int64_t nbs, int32_t* panel, float* wsp) {
+  const int64_t row_bytes = K / 2;
+  // B_q, 128-bit lane i: the int32 words i of rows 4q .. 4q + 3.
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  constexpr __mmask16 kAll = 0xFFFF;  // (the zero-masked forms: GCC 12 warns on the plain ones)
+  for (int64_t b = 0; b < nbs; ++b) {
+    const uint8_t* src = codes + n * row_bytes + (b0 + b) * 16;
+    __m512i B[4];
+    for (int q = 0; q < 4; ++q) {
+      const uint8_t* r = src + 4 * q * row_bytes;
+      __m512i a = _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
+      a = _mm512_inserti32x4(a, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + row_bytes)), 1);
+      a = _mm512_inserti32x4(a, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * row_bytes)), 2);
+      a = _mm512_inserti32x4(a, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * row_bytes)), 3);
+      B[q] = _mm512_maskz_permutexvar_epi32(kAll, idx, a);
+    }
+    const __m512i c01 = _mm512_maskz_shuffle_i32x4(kAll, B[0], B[1], 0x44), c23 = _mm512_maskz_shuffle_i32x4(kAll, B[2], B[3], 0x44);
+    const __m512i d01 = _mm512_maskz_shuffle_i32x4(kAll, B[0], B[1], 0xEE), d23 = _mm512_maskz_shuffle_i32x4(kAll, B[2], B[3], 0xEE);
+    int32_t* dst = panel + b * 64;
+    _mm512_storeu_si512(dst, _mm512_maskz_shuffle_i32x4(kAll, c01, c23, 0x88));
+    _mm512_storeu_si512(dst + 16, _mm512_maskz_shuffle_i32x4(kAll, c01, c23, 0xDD));
+    _mm512_storeu_si512(dst + 32, _mm512_maskz_shuffle_i32x4(kAll, d01, d23, 0x88));
+    _mm512_storeu_si512(dst + 48, _mm512_maskz_shuffle_i32x4(kAll, d01, d23, 0xDD));
+    for (int64_t r = 0; r < kPanelRows; ++r) wsp[b * 16 + r] = Bf16ToF32(wscales[(n + r) * ng + (b0 + b) / gpb]);
+  }
+}
+
+// Activation rows t .. t + TT - 1 over the panel's nbs blocks (global blocks b0 ..; b0 % 8 == 0),
+// their lane vectors A[j][lane] in acc ([TT][8][16] floats) on entry and exit.
+template <int TT>
+inline void PanelTile(const int32_t* panel, const float* wsp, const Int8Activations& x, int64_t t, int64_t nb,
+                      int64_t b0, int64_t nbs, float* acc) {
+  const int64_t K = x.cols;
+  __m512 A[TT][8];
+#pragma GCC unroll 8
+  for (int j = 0; j < TT; ++j) {
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) A[j][l] = _mm512_loadu_ps(acc + (j * 8 + l) * 16);
+  }
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  for (int64_t b8 = 0; b8 < nbs; b8 += 8) {
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      const int64_t b = b8 + l;
+      if (b >= nbs) break;
+      const int64_t bg = b0 + b;
+      const int8_t* xe[TT];
+      const int8_t* xo[TT];
+#pragma GCC unroll 2
+      for (int j = 0; j < TT; ++j) {
+        const int8_t* xc = x.codes.data() + (t + j) * K;
+        const int64_t chunk = bg / 4, in_chunk = bg % 4, chunk_blocks = std::min<int64_t>(4, nb - chunk * 4);
+        xe[j] = xc + chunk * 128 + in_chunk * 16;
+        xo[j] = xe[j] + chunk_blocks * 16;
+      }
+      __m512i lo_sum[TT], hi_sum[TT];
+#pragma GCC unroll 2
+      for (int j = 0; j < TT; ++j) lo_sum[j] = hi_sum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_loadu_si512(panel + (b * 4 + i) * 16);
+        const __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+#pragma GCC unroll 2
+        for (int j = 0; j < TT; ++j) {
+          int32_t e, o;
+          std::memcpy(&e, xe[j] + 4 * i, 4);
+          std::memcpy(&o, xo[j] + 4 * i, 4);
+          lo_sum[j] = _mm512_dpbusd_epi32(lo_sum[j], lo, _mm512_set1_epi32(e));
+          hi_sum[j] = _mm512_dpbusd_epi32(hi_sum[j], hi, _mm512_set1_epi32(o));
+        }
+      }
+      const __m512 ws = _mm512_loadu_ps(wsp + b * 16);
+#pragma GCC unroll 2
+      for (int j = 0; j < TT; ++j) {
+        // sum (u - 8) x = sum u x - 8 sum x, exact in int32; d = x_scale * w_scale per row.
+        const __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(lo_sum[j], hi_sum[j]),
+                                              _mm512_set1_epi32(x.sums[(t + j) * nb + bg] * 8));
+        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(x.scales[(t + j) * nb + bg]), ws);
+        A[j][l] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, isum), d, A[j][l]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < TT; ++j) {
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) _mm512_storeu_ps(acc + (j * 8 + l) * 16, A[j][l]);
+  }
+}
+
+// Rows n0 .. n0 + 16 * groups - 1 for every activation row (x.rows >= kPanelMinTokens).
+void Int4RowsPanels(const Weight& w, const Int8Activations& x, float* out, int64_t ldo, int64_t n0, int64_t groups) {
+  const int64_t K = w.cols, nb = K / 32, ng = K / w.params.group, gpb = w.params.group / 32;
+  const uint8_t* codes = w.data.data_as<uint8_t>();
+  const uint16_t* wscales = w.scales.data_as<uint16_t>();
+  thread_local CacheLineVector<int32_t> panel;
+  thread_local CacheLineVector<float> wsp, accs;
+  panel.resize(static_cast<size_t>(kPanelBlocks * 4 * kPanelRows));
+  wsp.resize(static_cast<size_t>(kPanelBlocks * kPanelRows));
+  accs.resize(static_cast<size_t>(kPanelTokens * 8 * kPanelRows));
+  for (int64_t t0 = 0; t0 < x.rows; t0 += kPanelTokens) {
+    const int64_t tb = std::min(kPanelTokens, x.rows - t0);
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t n = n0 + g * kPanelRows;
+      std::fill(accs.begin(), accs.begin() + tb * 8 * kPanelRows, 0.0f);
+      for (int64_t b0 = 0; b0 < nb; b0 += kPanelBlocks) {
+        const int64_t nbs = std::min(kPanelBlocks, nb - b0);
+        PackPanel(codes, wscales, K, ng, gpb, n, b0, nbs, panel.data(), wsp.data());
+        int64_t t = 0;
+        for (; t + 2 <= tb; t += 2) {
+          PanelTile<2>(panel.data(), wsp.data(), x, t0 + t, nb, b0, nbs, accs.data() + t * 8 * kPanelRows);
+        }
+        if (t < tb) PanelTile<1>(panel.data(), wsp.data(), x, t0 + t, nb, b0, nbs, accs.data() + t * 8 * kPanelRows);
+      }
+      // CombineLanes, vector-wide: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+      for (int64_t t = 0; t < tb; ++t) {
+        const float* a = accs.data() + t * 8 * kPanelRows;
+        auto lane = [&](int l) { return _mm512_loadu_ps(a + l * 16); };
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(lane(0), lane(4)), _mm512_add_ps(lane(2), lane(6))),
+                                       _mm512_add_ps(_mm512_add_ps(lane(1), lane(5)), _mm512_add_ps(lane(3), lane(7))));
+        _mm512_storeu_ps(out + (t0 + t) * ldo + n, s);
+      }
+    }
+  }
+}
+#endif
+
+void Int4Rows(const Weight& w, const Int8Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
+#if LLMRT_INT8_PATH == 2
+  if (x.rows >= kPanelMinTokens) {
+    const int64_t groups = (n1 - n0) / kPanelRows;
+    Int4RowsPanels(w, x, out, ldo, n0, groups);
+    n0 += groups * kPanelRows;
+  }
+#endif
+  if (n0 < n1) Int4RowsByRow(w, x, out, ldo, n0, n1);
 }
 
 }  // namespace LLMRT_INT8_NS
