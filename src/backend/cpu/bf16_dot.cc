@@ -104,14 +104,10 @@ inline void Tile(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx,
   if (masked) step(nfull * kBlock, true);
   if constexpr (R == 4 && TT == 4) {
     if (sums != nullptr) {
-      __m512 v[16];  // v[4r + t] = a[t][r]: element 4t + r of the sums is output (t, r)
+      __m512 v[16];  // v[4r + t] = a[t][r]
 #pragma GCC unroll 16
       for (int m = 0; m < 16; ++m) v[m] = a[m % 4][m / 4];
-      const __m512 s = bf16_lanes::ReduceLanes16(v);
-      _mm_storeu_ps(sums, _mm512_maskz_extractf32x4_ps(0xF, s, 0));
-      _mm_storeu_ps(sums + ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 1));
-      _mm_storeu_ps(sums + 2 * ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 2));
-      _mm_storeu_ps(sums + 3 * ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 3));
+      bf16_lanes::StoreTileSums4x4(v, sums, ld_sums);
       return;
     }
   }

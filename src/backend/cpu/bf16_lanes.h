@@ -69,6 +69,17 @@ __attribute__((target("avx512f"), always_inline)) inline void ReduceLanes16(cons
   _mm512_storeu_ps(out, ReduceLanes16(v));
 }
 
+// A 4 x 4 register tile's outputs: v[4r + t] the accumulator of (activation row t, weight row
+// r); sums[t * ld + r] = its lane sum (element 4t + r of ReduceLanes16).
+__attribute__((target("avx512f"), always_inline)) inline void StoreTileSums4x4(const __m512 (&v)[16], float* sums,
+                                                                               int64_t ld) {
+  const __m512 s = ReduceLanes16(v);
+  _mm_storeu_ps(sums, _mm512_maskz_extractf32x4_ps(0xF, s, 0));
+  _mm_storeu_ps(sums + ld, _mm512_maskz_extractf32x4_ps(0xF, s, 1));
+  _mm_storeu_ps(sums + 2 * ld, _mm512_maskz_extractf32x4_ps(0xF, s, 2));
+  _mm_storeu_ps(sums + 3 * ld, _mm512_maskz_extractf32x4_ps(0xF, s, 3));
+}
+
 // ReduceLanes of `count` accumulators, output i to out[(i / per_row) * ldo + i % per_row]: the
 // GEMMs' (token, weight row) blocks of accumulators, 16 at a time on AVX-512.
 __attribute__((target("avx512f"))) inline void ReduceLanesBlock(const float* acc, int64_t count, int64_t per_row,

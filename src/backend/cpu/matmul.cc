@@ -329,14 +329,10 @@ HWY_INLINE void GemmTile(DF df, const WT* w, int64_t ldw, const float* const* xs
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && LLMRT_BF16_LANES_X86 && HWY_HAVE_SCALABLE == 0
   if constexpr (kDirectSums && TT == 4 && RW == 4) {
     if (sums != nullptr) {
-      __m512 v[16];  // v[4r + t] = a[t][r]: element 4t + r of the sums is output (t, r)
+      __m512 v[16];  // v[4r + t] = a[t][r]
 #pragma GCC unroll 16
       for (int m = 0; m < 16; ++m) v[m] = a[m % 4][m / 4].raw;
-      const __m512 s = bf16_lanes::ReduceLanes16(v);
-      _mm_storeu_ps(sums, _mm512_maskz_extractf32x4_ps(0xF, s, 0));
-      _mm_storeu_ps(sums + ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 1));
-      _mm_storeu_ps(sums + 2 * ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 2));
-      _mm_storeu_ps(sums + 3 * ld_sums, _mm512_maskz_extractf32x4_ps(0xF, s, 3));
+      bf16_lanes::StoreTileSums4x4(v, sums, ld_sums);
       return;
     }
   }
