@@ -139,8 +139,8 @@ constexpr TileFn kPrefetchTiles[kMaxTileTokens] = {Tile<4, 1, true>, Tile<4, 2, 
 
 // Decode: four weight rows at a time stream over the whole row once per group of up to four
 // activation rows; the accumulators stay in registers for the whole row. On AMD's cores the
-// first pass over a group prefetches the next one. A single activation row takes one weight row
-// at a time instead, without prefetches: each thread then reads one sequential stream, which
+// first pass over a group prefetches the next one, except that a single activation row takes
+// one weight row at a time there, without prefetches: each thread then reads one sequential stream, which
 // the hardware prefetchers follow best (Zen 4, two threads, BF16 policy, GLM-4.5 structure,
 // interleaved runs in the machine's fast memory phase: 32.3-33.4 against 29.9-31.3 tok/s; see
 // docs/cpu_performance.md's fourteenth run); from two rows on, sharing each weight vector
@@ -151,7 +151,7 @@ void Gemv(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, in
   const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k % kBlock)) - 1);
   static const bool amd = Bf16DpFullRate();
   alignas(64) float acc[kMaxTileRows * kMaxTileTokens * 16];
-  if (x.rows == 1) {
+  if (x.rows == 1 && amd) {
     for (int64_t n = n0; n < n1; ++n) {
       Tile<1, 1>(w + n * k, k, x.values.data(), x.padded, nfull, masked, tail, acc, 1, /*first=*/true, nullptr,
                  nullptr, 0);
