@@ -140,11 +140,11 @@ constexpr TileFn kPrefetchTiles[kMaxTileTokens] = {Tile<4, 1, true>, Tile<4, 2, 
 // Decode: four weight rows at a time stream over the whole row once per group of up to four
 // activation rows; the accumulators stay in registers for the whole row. On AMD's cores the
 // first pass over a group prefetches the next one, except that a single activation row takes
-// one weight row at a time there, without prefetches: each thread then reads one sequential stream, which
-// the hardware prefetchers follow best (Zen 4, two threads, BF16 policy, GLM-4.5 structure,
-// interleaved runs in the machine's fast memory phase: 32.3-33.4 against 29.9-31.3 tok/s; see
-// docs/cpu_performance.md's fourteenth run); from two rows on, sharing each weight vector
-// among the rows matters more.
+// one weight row at a time there, without prefetches: each thread then reads one sequential
+// stream, which the hardware prefetchers follow best (Zen 4, two threads, BF16 policy, GLM-4.5
+// structure, interleaved runs in the machine's fast memory phase: 32.3-33.4 against 29.9-31.3
+// tok/s; see docs/cpu_performance.md's fourteenth run); from two rows on, sharing each weight
+// vector among the rows matters more.
 void Gemv(const uint16_t* w, int64_t k, const Bf16Activations& x, float* out, int64_t ldo, int64_t n0, int64_t n1) {
   const int64_t nfull = k / kBlock;
   const bool masked = k % kBlock != 0;
