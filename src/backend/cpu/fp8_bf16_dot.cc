@@ -160,6 +160,30 @@ inline __m512i LoadCodes(const uint8_t* q, int64_t left) {
 // buffers for a whole memory latency, which caps one core's stream, where L2 keeps more misses
 // in flight.
 
+// One chunk of 64 columns [c, c + 64) into the partial lanes of R weight rows x TT activation
+// rows: the activation rows' two steps loaded once, each weight row's two bf16 vectors from
+// weights(r, &w0, &w1) (converted codes or a panel), then two `vdpbf16ps` per pair in order.
+template <int R, int TT, typename Weights>
+__attribute__((always_inline)) inline void ChunkSteps(__m512 (&part)[TT][R], const uint16_t* const* xr, int64_t c,
+                                                      Weights&& weights) {
+  __m512i xv0[TT], xv1[TT];
+#pragma GCC unroll 4
+  for (int i = 0; i < TT; ++i) {
+    xv0[i] = _mm512_load_si512(xr[i] + c);
+    xv1[i] = _mm512_load_si512(xr[i] + c + kBlock);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    __m512i w0, w1;
+    weights(r, &w0, &w1);
+#pragma GCC unroll 4
+    for (int i = 0; i < TT; ++i) {
+      part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv0[i], (__m512bh)w0);
+      part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv1[i], (__m512bh)w1);
+    }
+  }
+}
+
 // R weight rows x TT activation rows from row n and activation row t: the accumulators of
 // fp8_bf16_dot.h in registers over the whole row.
 template <int R, int TT>
@@ -192,24 +216,11 @@ void GemvTile(const Lut& l, const Fp8BlockMatrix& w, int64_t n, const Fp8Bf16Act
     }
     // One chunk of 64 columns, `left` of whose codes exist (the row's end: the rest read as +0).
     auto chunk = [&](int64_t c, int64_t left) __attribute__((always_inline)) {
-      __m512i xv0[TT], xv1[TT];
-#pragma GCC unroll 4
-      for (int i = 0; i < TT; ++i) {
-        xv0[i] = _mm512_load_si512(xr[i] + c);
-        xv1[i] = _mm512_load_si512(xr[i] + c + kBlock);
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
+      ChunkSteps<R, TT>(part, xr, c, [&](int r, __m512i* w0, __m512i* w1) __attribute__((always_inline)) {
         // The same columns of the next group of rows into L2 (see "Reading ahead" above).
         _mm_prefetch(reinterpret_cast<const char*>(q[r] + R * K + c), _MM_HINT_T1);
-        __m512i w0, w1;
-        Convert64(l, LoadCodes(q[r] + c, left), &w0, &w1);
-#pragma GCC unroll 4
-        for (int i = 0; i < TT; ++i) {
-          part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv0[i], (__m512bh)w0);
-          part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv1[i], (__m512bh)w1);
-        }
-      }
+        Convert64(l, LoadCodes(q[r] + c, left), w0, w1);
+      });
     };
     int64_t c = c0;
     for (; c + kChunk <= c1; c += kChunk) chunk(c, kChunk);
@@ -284,21 +295,10 @@ void GemmTile(const uint16_t* panel, int64_t ldp, const uint16_t* const* xr, int
       for (int r = 0; r < R; ++r) part[i][r] = _mm512_setzero_ps();
     }
     for (int64_t c = c0; c < c0 + cols; c += kChunk) {
-      __m512i xv0[TT], xv1[TT];
-#pragma GCC unroll 4
-      for (int i = 0; i < TT; ++i) {
-        xv0[i] = _mm512_load_si512(xr[i] + c);
-        xv1[i] = _mm512_load_si512(xr[i] + c + kBlock);
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m512i w0 = _mm512_load_si512(panel + r * ldp + c), w1 = _mm512_load_si512(panel + r * ldp + c + kBlock);
-#pragma GCC unroll 4
-        for (int i = 0; i < TT; ++i) {
-          part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv0[i], (__m512bh)w0);
-          part[i][r] = _mm512_dpbf16_ps(part[i][r], (__m512bh)xv1[i], (__m512bh)w1);
-        }
-      }
+      ChunkSteps<R, TT>(part, xr, c, [&](int r, __m512i* w0, __m512i* w1) __attribute__((always_inline)) {
+        *w0 = _mm512_load_si512(panel + r * ldp + c);
+        *w1 = _mm512_load_si512(panel + r * ldp + c + kBlock);
+      });
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
