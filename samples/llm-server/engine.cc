@@ -100,7 +100,8 @@ Engine::~Engine() {
 }
 
 std::shared_ptr<Request> Engine::Submit(const std::vector<int32_t>& prompt, const llm_sampling_options& sampling,
-                                        const std::string& user, ApiError* error) {
+                                        std::vector<std::string> stop_strings, const std::string& user,
+                                        ApiError* error) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) {
     error->http_status = 503;
@@ -147,7 +148,7 @@ std::shared_ptr<Request> Engine::Submit(const std::vector<int32_t>& prompt, cons
   llm_session_info si;
   si.struct_size = sizeof(si);
   llm_session_get_info(s, &si);
-  auto request = std::make_shared<Request>(si.id, user);
+  auto request = std::make_shared<Request>(si.id, user, tokenizer_, std::move(stop_strings));
   request->session_ = s;
   live_.emplace(si.id, request);
   prompt_tokens_ += prompt.size();
@@ -157,6 +158,10 @@ std::shared_ptr<Request> Engine::Submit(const std::vector<int32_t>& prompt, cons
 
 void Engine::Cancel(Request* request, CancelReason reason) {
   std::lock_guard<std::mutex> lock(mu_);
+  CancelLocked(request, reason);
+}
+
+void Engine::CancelLocked(Request* request, CancelReason reason) {
   if (request->session_ == nullptr || request->cancel_requested_) return;
   request->cancel_requested_ = true;
   llm_session_cancel(request->session_);
@@ -235,6 +240,17 @@ void Engine::DeliverLocked(const llm_step_result& r, uint32_t* progressed) {
   // Under the fail policy a session that found no KV page is left unchanged by the runtime and
   // would fail again at the next step: the request ends with 503 and the session goes.
   const bool terminal = r.finish_reason != LLM_FINISH_NONE || r.status != LLM_OK;
+  if (!q.stopped_) {
+    if (r.token != LLM_TOKEN_NONE && q.text_.Push(r.token, &e.text)) {
+      // A stop string ended the reply: the session has nothing more to do; it is cancelled
+      // before the next step (unless this was its last token anyway).
+      q.stopped_ = true;
+      e.stop_string = true;
+      if (!terminal) CancelLocked(&q, CancelReason::kStopString);
+    } else if (r.status == LLM_OK && (r.finish_reason == LLM_FINISH_STOP || r.finish_reason == LLM_FINISH_LENGTH)) {
+      q.text_.Finish(&e.text);
+    }
+  }
   if (!terminal) {
     if (r.token != LLM_TOKEN_NONE || r.num_prefilled > 0) ++*progressed;
     q.Push(e);

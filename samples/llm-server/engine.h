@@ -3,9 +3,10 @@
 //
 // Threads. Request threads (the HTTP handlers) only create sessions and feed them their prompt
 // (Submit), cancel them (Cancel) and wait for their events (Request::Wait). The stepping thread
-// is the only one that calls llm_decode_step and llm_session_destroy: it destroys a session as
-// soon as its last result (finish, cancellation or failure) has been delivered, so a request
-// thread never touches a destroyed session. Engine::mu_ guards the session handles; it is never
+// is the only one that calls llm_decode_step and llm_session_destroy. It turns tokens into text
+// and ends a reply at its stop strings, cancelling the session before the next step. It destroys
+// a session as soon as its last result (finish, cancellation or failure) has been delivered, so
+// a request thread never touches a destroyed session. Engine::mu_ guards the session handles; it is never
 // held across llm_decode_step, so creating and cancelling sessions never waits for a forward
 // pass (the runtime releases its own lock for the pass).
 //
@@ -31,12 +32,15 @@
 #include "metrics.h"
 #include "openai_api.h"
 #include "options.h"
+#include "text_stream.h"
 
 namespace llm_server {
 
 // What the stepping thread tells a request about its session after one step.
 struct StepEvent {
   int32_t token = LLM_TOKEN_NONE;          // a sampled token, or none
+  std::string text;                        // the reply text this event releases
+  bool stop_string = false;                // a stop string ended the reply (text ends before it)
   int32_t finish_reason = LLM_FINISH_NONE; // != NONE: the session's last event
   llm_status status = LLM_OK;              // != OK: the session's last event, and why it stopped
   uint32_t failed_pages = 0;               // LLM_ERR_KV_INTEGRITY: how many pages failed
@@ -45,7 +49,8 @@ struct StepEvent {
 
 class Request {
  public:
-  Request(uint64_t session_id, std::string user) : session_id_(session_id), user_(std::move(user)) {}
+  Request(uint64_t session_id, std::string user, const llm_tokenizer* tokenizer, std::vector<std::string> stops)
+      : session_id_(session_id), user_(std::move(user)), text_(tokenizer, std::move(stops)) {}
 
   // Waits up to `timeout` for events and appends them to *out; returns whether any came.
   bool Wait(std::chrono::milliseconds timeout, std::vector<StepEvent>* out);
@@ -64,6 +69,11 @@ class Request {
   // Guarded by Engine::mu_.
   llm_session* session_ = nullptr;  // null once the stepping thread destroyed it
   bool cancel_requested_ = false;
+  // Stepping thread only: the reply's text. Stop strings are matched here, as each token
+  // arrives, so that a session whose reply ended is cancelled before the next step rather than
+  // whenever its request thread gets to it.
+  TextStream text_;
+  bool stopped_ = false;
 };
 
 enum class CancelReason { kDisconnect, kStopString, kShutdown };
@@ -85,10 +95,10 @@ class Engine {
   const std::vector<int32_t>& chat_stop_tokens() const { return chat_stop_tokens_; }
 
   // Creates a session sampling with `sampling`, queues `prompt` on it and hands it to the
-  // stepping thread. On failure returns null and fills *error (429 at max_sessions, 400 for a
-  // prompt the runtime refuses).
+  // stepping thread, which ends the reply at the first of `stop_strings`. On failure returns
+  // null and fills *error (429 at max_sessions, 400 for a prompt the runtime refuses).
   std::shared_ptr<Request> Submit(const std::vector<int32_t>& prompt, const llm_sampling_options& sampling,
-                                  const std::string& user, ApiError* error);
+                                  std::vector<std::string> stop_strings, const std::string& user, ApiError* error);
 
   // Cancels the request's session (its pages are released at once); the stepping thread then
   // receives its cancellation and destroys it. No-op once the session ended.
@@ -111,6 +121,7 @@ class Engine {
   void StepLoop();
   // Delivers one step result; called by the stepping thread with mu_ held.
   void DeliverLocked(const llm_step_result& r, uint32_t* progressed);
+  void CancelLocked(Request* request, CancelReason reason);
   void FailAllLocked(llm_status status);
 
   llm_runtime* runtime_ = nullptr;

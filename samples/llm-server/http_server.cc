@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "connection_probe.h"
-#include "text_stream.h"
 
 namespace llm_server {
 namespace {
@@ -39,11 +38,9 @@ ApiError ServerError(int status, std::string code, std::string message) {
 // One generation as its request thread sees it: the session's events turned into text, usage
 // and an outcome.
 struct Generation {
-  Generation(Engine* engine, std::shared_ptr<Request> request, std::vector<std::string> stops,
-             const httplib::Request& req, int retry_after_s)
+  Generation(Engine* engine, std::shared_ptr<Request> request, const httplib::Request& req, int retry_after_s)
       : engine(engine),
         request(std::move(request)),
-        text(engine->tokenizer(), std::move(stops)),
         probe(req.local_port, req.remote_addr, req.remote_port),
         retry_after_s(retry_after_s),
         admitted(std::chrono::steady_clock::now()) {}
@@ -58,19 +55,18 @@ struct Generation {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - admitted).count());
         }
         ++usage.completion_tokens;
-        if (text.Push(e.token, out)) {
-          // A stop string ended the reply: the session has nothing more to do for us.
-          done = true;
-          finish_reason = "stop";
-          if (e.finish_reason == LLM_FINISH_NONE) engine->Cancel(request.get(), CancelReason::kStopString);
-          return;
-        }
+      }
+      *out += e.text;
+      if (e.stop_string) {
+        // A stop string ended the reply (the engine cancelled the session).
+        done = true;
+        finish_reason = "stop";
+        return;
       }
       if (e.finish_reason == LLM_FINISH_NONE && e.status == LLM_OK) continue;
       done = true;
       if (e.status == LLM_OK && (e.finish_reason == LLM_FINISH_STOP || e.finish_reason == LLM_FINISH_LENGTH)) {
         finish_reason = e.finish_reason == LLM_FINISH_STOP ? "stop" : "length";
-        text.Finish(out);
       } else {
         error = ErrorFor(e);
       }
@@ -118,7 +114,6 @@ struct Generation {
 
   Engine* const engine;
   const std::shared_ptr<Request> request;
-  TextStream text;
   const ConnectionProbe probe;
   const int retry_after_s;
   const std::chrono::steady_clock::time_point admitted;
@@ -412,12 +407,12 @@ void HttpServer::HandleGeneration(const httplib::Request& req, httplib::Response
   so.num_stop_tokens = static_cast<uint32_t>(stops.size());
 
   ApiError submit_error;
-  std::shared_ptr<Request> request = engine_->Submit(prompt, so, g.user, &submit_error);
+  std::shared_ptr<Request> request = engine_->Submit(prompt, so, g.stop, g.user, &submit_error);
   if (request == nullptr) {
     SendError(res, submit_error);
     return;
   }
-  auto gen = std::make_shared<Generation>(engine_, request, g.stop, req, options_.retry_after_s);
+  auto gen = std::make_shared<Generation>(engine_, request, req, options_.retry_after_s);
   gen->usage.prompt_tokens = static_cast<uint32_t>(prompt.size());
   gen->endpoint = endpoint;
   gen->id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);

@@ -174,39 +174,52 @@ def test_kv_exhausted_fail_policy_503(start_server):
     assert_still_serving(s)
 
 
+def finished(metrics):
+    return sum(v for k, v in metrics.items() if k.startswith("llmrt_sessions_finished_total"))
+
+
 def test_kv_exhausted_queue_policy_waits(start_server):
     s = start_server(*SMALL_KV, "--kv-pressure", "queue")
     c = s.client()
-    # Two requests of 9 pages each (100 + 40 tokens) cannot hold the 14 pages together: under
-    # the queue policy the second waits for the first to finish, then runs as it would alone.
-    jobs = [(ids_prompt(100, 1), 40), (ids_prompt(100, 2), 40)]
+    # The first request reserves all 14 pages (16 + 200 tokens); the second (100 + 40 tokens,
+    # 9 pages) cannot be admitted beside it: under the queue policy it waits for the first to
+    # finish, then runs as it would alone (under the fail policy one of them would get 503).
+    jobs = [(ids_prompt(16, 1), 200), (ids_prompt(100, 2), 40)]
     solo = [c.completions.create(model=s.name, prompt=p, max_tokens=n, temperature=0).choices[0].text for p, n in jobs]
-    times = {}
-    texts = {}
+    for attempt in range(3):
+        texts = {}
+        started = threading.Event()
 
-    def run(i):
-        client = s.client()
-        parts = []
-        for ch in client.completions.create(model=s.name, prompt=jobs[i][0], max_tokens=jobs[i][1], temperature=0,
-                                            stream=True):
-            times.setdefault((i, "first"), time.monotonic())
-            parts.append(ch.choices[0].text)
-        times[(i, "last")] = time.monotonic()
-        texts[i] = "".join(parts)
+        def run(i):
+            parts = []
+            for ch in s.client().completions.create(model=s.name, prompt=jobs[i][0], max_tokens=jobs[i][1],
+                                                    temperature=0, stream=True):
+                started.set()
+                parts.append(ch.choices[0].text)
+            texts[i] = "".join(parts)
 
-    first = threading.Thread(target=run, args=(0,))
-    first.start()
-    while (0, "first") not in times:
-        time.sleep(0.001)
-    second = threading.Thread(target=run, args=(1,))
-    second.start()
-    # The second is admitted but waits for pages: it shows as waiting (under the fail policy
-    # the pair would not both finish: one would get 503 when the other needed a page).
-    waiting = s.wait_metric("llmrt_requests_waiting", lambda v: v >= 1 or (1, "first") in times)
-    first.join()
-    second.join()
-    assert texts == {0: solo[0], 1: solo[1]}
-    assert waiting >= 1
+        before = s.metrics()
+        first = threading.Thread(target=run, args=(0,))
+        first.start()
+        assert started.wait(30)
+        second = threading.Thread(target=run, args=(1,))
+        second.start()
+        # A snapshot begun after the second request was admitted (its prompt counted): /metrics
+        # renders the live and running gauges before the finished counters, so if the first had
+        # not finished then, both were live and only the first could run.
+        prompts = before["llmrt_prompt_tokens_total"] + 116
+        while s.metrics()["llmrt_prompt_tokens_total"] < prompts:
+            time.sleep(0.001)
+        snap = s.metrics()
+        first.join()
+        second.join()
+        assert texts == {0: solo[0], 1: solo[1]}
+        if finished(snap) == finished(before):
+            assert snap["llmrt_requests_waiting"] >= 1
+            assert snap["llmrt_requests_running"] <= 1
+            break
+    else:
+        pytest.fail("the first request (200 tokens) finished three times before the second was admitted")
     # A request that can never fit the cache is refused rather than left waiting forever.
     with pytest.raises(openai.InternalServerError) as ei:
         c.completions.create(model=s.name, prompt=ids_prompt(200), max_tokens=100)
