@@ -89,6 +89,24 @@ const (
 	ActivationsFP8 Activations = 3
 )
 
+// WeightMemory says where the CPU backend keeps the weights (LLM_WEIGHT_MEMORY_*); device
+// backends keep them in device memory.
+type WeightMemory int32
+
+const (
+	// WeightMemoryAuto is WeightMemoryHugePages where the kernel offers transparent huge pages,
+	// else WeightMemoryMapped.
+	WeightMemoryAuto WeightMemory = 0
+	// WeightMemoryMapped reads the weights in place from the checkpoint's file mapping: no copy,
+	// pages shared between processes.
+	WeightMemoryMapped WeightMemory = 1
+	// WeightMemoryHugePages copies the weights at load into private memory advised for 2 MiB
+	// pages: faster decode (fewer page walks while streaming weights), a private copy per process.
+	WeightMemoryHugePages WeightMemory = 2
+	// WeightMemoryDevice is reported by RuntimeInfo only: the weights are in device memory.
+	WeightMemoryDevice WeightMemory = 3
+)
+
 // KVScaleSource says where an FP8 KV cache takes its scales from (LLM_KV_SCALE_*).
 type KVScaleSource int32
 

@@ -46,6 +46,8 @@ type RuntimeOptions struct {
 	CommID *CommID
 	// QuantizedActivations says how matmuls with quantized weights treat their activations.
 	QuantizedActivations Activations
+	// WeightMemory says where the CPU backend keeps the weights.
+	WeightMemory WeightMemory
 }
 
 // Runtime is a loaded model with its KV cache and sessions (llm_runtime). All methods may be
@@ -101,6 +103,7 @@ func NewRuntime(modelDir string, opts *RuntimeOptions) (*Runtime, error) {
 	co.rank = C.uint32_t(opts.Rank)
 	co.collective_timeout_ms = C.uint32_t(opts.CollectiveTimeoutMs)
 	co.quantized_activations = C.int32_t(opts.QuantizedActivations)
+	co.weight_memory = C.int32_t(opts.WeightMemory)
 	if opts.CommID != nil {
 		// cgo's rules forbid handing C a Go struct that points to Go memory: the id goes in C
 		// memory, which lives until the creation call returns (the library copies it there).
@@ -183,6 +186,7 @@ type RuntimeInfo struct {
 	KVDType               KVDType
 	VocabSize             uint32
 	NumLayers             uint32
+	WeightMemory          WeightMemory // WeightMemoryMapped, WeightMemoryHugePages (CPU) or WeightMemoryDevice
 	NumParameters         uint64
 	WeightBytes           uint64
 	KVBytesPerToken       uint64
@@ -226,6 +230,7 @@ func (r *Runtime) Info() (RuntimeInfo, error) {
 		KVDType:               KVDType(ci.kv_dtype),
 		VocabSize:             uint32(ci.vocab_size),
 		NumLayers:             uint32(ci.num_layers),
+		WeightMemory:          WeightMemory(ci.weight_memory),
 		NumParameters:         uint64(ci.num_parameters),
 		WeightBytes:           uint64(ci.weight_bytes),
 		KVBytesPerToken:       uint64(ci.kv_bytes_per_token),

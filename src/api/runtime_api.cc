@@ -237,6 +237,14 @@ llm_status CreateRuntime(const char* model_dir, const llm_runtime_options* optio
     default:
       return Fail(LLM_ERR_INVALID_ARGUMENT, "options->quantized_activations is not an LLM_ACTIVATIONS_* value");
   }
+  switch (o.weight_memory) {
+    case LLM_WEIGHT_MEMORY_AUTO: ro.weight_memory = llmrt::WeightMemory::kAuto; break;
+    case LLM_WEIGHT_MEMORY_MAPPED: ro.weight_memory = llmrt::WeightMemory::kMapped; break;
+    case LLM_WEIGHT_MEMORY_HUGE_PAGES: ro.weight_memory = llmrt::WeightMemory::kHugePages; break;
+    default:
+      return Fail(LLM_ERR_INVALID_ARGUMENT,
+                  "options->weight_memory is not LLM_WEIGHT_MEMORY_AUTO, _MAPPED or _HUGE_PAGES");
+  }
   ro.synthetic_seed = synthetic_seed;
   auto rt = llmrt::Runtime::Create(model_dir, ro);
   if (!rt.ok()) return Report(rt.status());
@@ -350,6 +358,11 @@ LLM_API llm_status llm_runtime_get_info(const llm_runtime* runtime, llm_runtime_
   std::snprintf(out.architecture, sizeof(out.architecture), "%s", i.architecture.c_str());
   std::snprintf(out.model_type, sizeof(out.model_type), "%s", i.model_type.c_str());
   out.backend = i.backend == llmrt::BackendKind::kCuda ? LLM_BACKEND_CUDA : LLM_BACKEND_CPU;
+  switch (i.weight_memory) {
+    case llmrt::WeightMemory::kMapped: out.weight_memory = LLM_WEIGHT_MEMORY_MAPPED; break;
+    case llmrt::WeightMemory::kHugePages: out.weight_memory = LLM_WEIGHT_MEMORY_HUGE_PAGES; break;
+    default: out.weight_memory = LLM_WEIGHT_MEMORY_DEVICE; break;
+  }
   out.kv_dtype = KvDtypeOf(i.kv_codec);
   out.vocab_size = static_cast<uint32_t>(i.vocab_size);
   out.num_layers = static_cast<uint32_t>(i.num_layers);

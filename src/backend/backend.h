@@ -38,6 +38,10 @@
 namespace llmrt {
 
 enum class BackendKind { kAuto, kCpu, kCuda };
+// Where a CPU backend keeps weights (LLM_WEIGHT_MEMORY_*; src/backend/cpu/weight_memory.h).
+// kAuto: huge pages where the kernel offers them, else mapped. kDevice: only reported, by device
+// backends.
+enum class WeightMemory { kAuto, kMapped, kHugePages, kDevice };
 const char* BackendKindName(BackendKind kind);
 
 // A weight matrix [rows, cols] (or a vector [rows] with cols == 1) in backend memory, in a
@@ -139,6 +143,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual BackendKind kind() const = 0;
+  // Where the weights this backend imports live (never kAuto).
+  virtual WeightMemory weight_memory() const { return WeightMemory::kDevice; }
   // The element type of activations (float32 on the CPU).
   virtual DType activation_dtype() const { return DType::kF32; }
 
@@ -147,7 +153,8 @@ class Backend {
   absl::StatusOr<Tensor> Allocate(DType dtype, std::initializer_list<int64_t> shape);
   uint64_t allocation_count() const { return allocations_; }
   // Makes host bytes (kept alive by `keepalive`, e.g. an mmap) usable as a backend tensor. The
-  // CPU backend wraps them without a copy when aligned; device backends upload.
+  // CPU backend wraps them without a copy when aligned (WeightMemory::kMapped) or copies them
+  // into huge pages (kHugePages); device backends upload.
   virtual absl::StatusOr<Tensor> ImportHost(std::shared_ptr<Storage> keepalive, const void* data, DType dtype,
                                             const int64_t* shape, int rank) = 0;
   // A stored matrix in this backend's layout for its format. UNSUPPORTED when the backend has

@@ -29,6 +29,7 @@ inline bool Fp8BlocksTakeActivationPolicy(int64_t block_rows, int64_t block_cols
 
 struct BackendOptions {
   int num_threads = 0;  // CPU worker threads; 0 = one per core
+  WeightMemory weight_memory = WeightMemory::kAuto;
   int device = 0;       // device ordinal (device backends)
   QuantizedActivations activations = QuantizedActivations::kExact;
   // CPU, exact policy: BF16 weights' matmuls on AMX tiles over activations split into three

@@ -118,6 +118,10 @@ absl::Status Runtime::Init(const std::string& model_dir) {
     }
   }
 
+  // Everything is loaded: the checkpoint's file mappings now live only as long as weights that
+  // use them in place (none when the weights were copied into huge pages).
+  checkpoint_.reset();
+
   // The step's metadata, built once on the host and uploaded to every rank.
   const int64_t T = o.max_tokens_per_step;
   const int64_t step_rows = std::min<int64_t>(o.max_sessions, T);
@@ -170,6 +174,7 @@ absl::Status Runtime::CreateBackends(int threads) {
     BackendOptions bo;
     bo.num_threads = threads;
     bo.activations = o.activations;
+    bo.weight_memory = o.weight_memory;
     if (const char* tiles = std::getenv("LLMRT_CPU_EXACT_TILES"); tiles != nullptr && std::string(tiles) == "0") {
       bo.exact_on_tiles = false;
     }
@@ -375,6 +380,7 @@ RuntimeInfo Runtime::Info() const {
   i.architecture = c.architecture;
   i.model_type = c.model_type;
   i.backend = backend_->kind();
+  i.weight_memory = backend_->weight_memory();
   i.kv_codec = options_.policy.kv_codec;
   i.vocab_size = c.vocab_size;
   i.num_layers = c.num_layers;

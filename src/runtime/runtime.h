@@ -72,6 +72,8 @@ struct RuntimeOptions {
   int64_t collective_timeout_ms = 60000;
   // How matmuls with quantized weights treat their activations (the backend's numerics policy).
   QuantizedActivations activations = QuantizedActivations::kExact;
+  // Where CPU ranks keep the weights (file mapping or huge pages).
+  WeightMemory weight_memory = WeightMemory::kAuto;
   // Synthetic weights made from this seed (Checkpoint::Synthetic): the model directory needs
   // only config.json. None: the checkpoint's tensors.
   std::optional<uint64_t> synthetic_seed;
@@ -96,6 +98,7 @@ struct RuntimeInfo {
   std::string architecture;
   std::string model_type;
   BackendKind backend = BackendKind::kCpu;
+  WeightMemory weight_memory = WeightMemory::kDevice;  // rank 0's backend
   uint32_t kv_codec = kKvCodecBf16;
   int64_t vocab_size = 0;
   int64_t num_layers = 0;

@@ -61,6 +61,10 @@ int main(void) {
   C(LLM_ACTIVATIONS_INT8);
   C(LLM_ACTIVATIONS_BF16);
   C(LLM_ACTIVATIONS_FP8);
+  C(LLM_WEIGHT_MEMORY_AUTO);
+  C(LLM_WEIGHT_MEMORY_MAPPED);
+  C(LLM_WEIGHT_MEMORY_HUGE_PAGES);
+  C(LLM_WEIGHT_MEMORY_DEVICE);
   C(LLM_KV_SCALE_NONE);
   C(LLM_KV_SCALE_CHECKPOINT);
   C(LLM_KV_SCALE_CALIBRATED);
@@ -109,7 +113,7 @@ int main(void) {
   F(llm_runtime_options, page_size_tokens);
   F(llm_runtime_options, max_sessions);
   F(llm_runtime_options, max_tokens_per_step);
-  F(llm_runtime_options, reserved0);
+  F(llm_runtime_options, weight_memory);
   F(llm_runtime_options, kv_integrity);
   F(llm_runtime_options, kv_pressure);
   F(llm_runtime_options, tracker);
@@ -138,7 +142,7 @@ int main(void) {
   F(llm_runtime_info, kv_dtype);
   F(llm_runtime_info, vocab_size);
   F(llm_runtime_info, num_layers);
-  F(llm_runtime_info, reserved0);
+  F(llm_runtime_info, weight_memory);
   F(llm_runtime_info, num_parameters);
   F(llm_runtime_info, weight_bytes);
   F(llm_runtime_info, kv_bytes_per_token);

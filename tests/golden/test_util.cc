@@ -100,6 +100,7 @@ std::vector<RunOutput> RunBatch(const std::string& model_dir, const std::vector<
   ro.tensor_parallel = cfg.tensor_parallel;
   ro.expert_parallel = cfg.expert_parallel;
   ro.quantized_activations = cfg.quantized_activations;
+  ro.weight_memory = cfg.weight_memory;
   ro.kv_pressure = cfg.kv_pressure;
   llm_runtime* rt = nullptr;
   llm_status st = cfg.synthetic ? llm_runtime_create_synthetic(model_dir.c_str(), cfg.synthetic_seed, &ro, &rt)

@@ -35,6 +35,7 @@ struct RunConfig {
   int32_t expert_parallel = 0;
   int32_t kv_pressure = LLM_KV_PRESSURE_FAIL;
   int32_t quantized_activations = LLM_ACTIVATIONS_EXACT;
+  int32_t weight_memory = LLM_WEIGHT_MEMORY_AUTO;
   llm_runtime_info* info_out = nullptr;  // filled (struct_size set here) before the runtime is destroyed
   // Sampling of every session: greedy by default; session i is seeded seed + i.
   float temperature = 0.0f;

@@ -35,7 +35,7 @@ pub use error::{Error, Result, Status};
 pub use log::{reset_log_callback, set_log_callback, LogLevel};
 pub use options::{
     Activations, Backend, FinishReason, KvDtype, KvPressure, RuntimeInfo, RuntimeOptions, Sampling, SessionInfo, SessionState,
-    Weights,
+    WeightMemory, Weights,
 };
 pub use runtime::{chat_prompt, Chunk, Runtime, Session, StepResult, TokenStream};
 pub use tokenizer::{ChatMessage, Detokenizer, Tokenizer, TokenizerFamily, TokenizerInfo};

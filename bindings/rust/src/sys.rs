@@ -111,6 +111,10 @@ abi_consts! {
     LLM_ACTIVATIONS_INT8: i32 = 1;
     LLM_ACTIVATIONS_BF16: i32 = 2;
     LLM_ACTIVATIONS_FP8: i32 = 3;
+    LLM_WEIGHT_MEMORY_AUTO: i32 = 0;
+    LLM_WEIGHT_MEMORY_MAPPED: i32 = 1;
+    LLM_WEIGHT_MEMORY_HUGE_PAGES: i32 = 2;
+    LLM_WEIGHT_MEMORY_DEVICE: i32 = 3;
     LLM_KV_SCALE_NONE: i32 = 0;
     LLM_KV_SCALE_CHECKPOINT: i32 = 1;
     LLM_KV_SCALE_CALIBRATED: i32 = 2;
@@ -214,7 +218,7 @@ abi_structs! {
         pub page_size_tokens: u32,
         pub max_sessions: u32,
         pub max_tokens_per_step: u32,
-        pub reserved0: u32,
+        pub weight_memory: i32,
         pub kv_integrity: i32,
         pub kv_pressure: i32,
         pub tracker: *const llm_kv_tracker,
@@ -247,7 +251,7 @@ abi_structs! {
         pub kv_dtype: i32,
         pub vocab_size: u32,
         pub num_layers: u32,
-        pub reserved0: u32,
+        pub weight_memory: i32,
         pub num_parameters: u64,
         pub weight_bytes: u64,
         pub kv_bytes_per_token: u64,

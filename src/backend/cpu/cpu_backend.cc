@@ -59,7 +59,9 @@ BackendEntry CpuBackendEntry() {
 }
 
 CpuBackend::CpuBackend(const BackendOptions& options)
-    : pool_(options.num_threads),
+    : weight_memory_(cpu::ResolveWeightMemory(options.weight_memory == WeightMemory::kDevice ? WeightMemory::kAuto
+                                                                                           : options.weight_memory)),
+      pool_(options.num_threads),
       activations_(options.activations),
       exact_tiles_(options.exact_on_tiles && cpu::Bf16IsaAvailable(cpu::Bf16Isa::kAmx)) {}
 
@@ -92,14 +94,20 @@ absl::StatusOr<Tensor> CpuBackend::DoAllocate(DType dtype, const int64_t* shape,
 
 absl::StatusOr<Tensor> CpuBackend::ImportHost(std::shared_ptr<Storage> keepalive, const void* data, DType dtype,
                                               const int64_t* shape, int rank) {
-  // Kernels load elements in their own type: bytes at an address that is not a multiple of the
-  // element size (a safetensors offset may be anything) are copied to aligned memory.
-  if (reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) == 0) {
-    return Tensor(std::move(keepalive), const_cast<void*>(data), dtype, shape, rank);
-  }
+  // Under kHugePages every tensor is copied into the huge-page arena. Otherwise the bytes are
+  // used in place, except that kernels load elements in their own type: bytes at an address that
+  // is not a multiple of the element size (a safetensors offset may be anything) are copied to
+  // aligned memory.
   int64_t n = 1;
   for (int i = 0; i < rank; ++i) n *= shape[i];
   const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+  if (weight_memory_ == WeightMemory::kHugePages) {
+    LLMRT_ASSIGN_OR_RETURN(cpu::HugePageArena::Copy copy, weight_arena_.CopyIn(keepalive, data, bytes, &pool_));
+    return Tensor(std::move(copy.keepalive), copy.data, dtype, shape, rank);
+  }
+  if (reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) == 0) {
+    return Tensor(std::move(keepalive), const_cast<void*>(data), dtype, shape, rank);
+  }
   auto storage = std::make_shared<HostStorage>(bytes);
   if (storage->data() == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/backend/backend.h"
+#include "src/backend/cpu/weight_memory.h"
 #include "src/backend/registry.h"
 #include "src/util/thread_pool.h"
 
@@ -41,6 +42,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(const BackendOptions& options);
   std::string name() const override { return "cpu"; }
   BackendKind kind() const override { return BackendKind::kCpu; }
+  WeightMemory weight_memory() const override { return weight_memory_; }
 
   absl::StatusOr<Tensor> ImportHost(std::shared_ptr<Storage> keepalive, const void* data, DType dtype,
                                     const int64_t* shape, int rank) override;
@@ -128,6 +130,8 @@ class CpuBackend final : public Backend {
   // An FP8 weight's activations under the policy: e4m3 per column block (FP8) or bf16 (BF16).
   void Fp8ActivationsFor(const float* x, int64_t ldx, int64_t t, const Weight& w, cpu::Fp8Bf16Activations* out) const;
 
+  const WeightMemory weight_memory_;  // kMapped or kHugePages
+  cpu::HugePageArena weight_arena_;   // kHugePages: where ImportHost copies weights
   ThreadPool pool_;
   const QuantizedActivations activations_;
   const bool exact_tiles_;

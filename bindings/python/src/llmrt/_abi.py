@@ -75,6 +75,11 @@ LLM_ACTIVATIONS_INT8 = 1
 LLM_ACTIVATIONS_BF16 = 2
 LLM_ACTIVATIONS_FP8 = 3
 
+LLM_WEIGHT_MEMORY_AUTO = 0
+LLM_WEIGHT_MEMORY_MAPPED = 1
+LLM_WEIGHT_MEMORY_HUGE_PAGES = 2
+LLM_WEIGHT_MEMORY_DEVICE = 3
+
 LLM_KV_SCALE_NONE = 0
 LLM_KV_SCALE_CHECKPOINT = 1
 LLM_KV_SCALE_CALIBRATED = 2
@@ -168,7 +173,7 @@ class llm_runtime_options(ctypes.Structure):
         ("page_size_tokens", ctypes.c_uint32),
         ("max_sessions", ctypes.c_uint32),
         ("max_tokens_per_step", ctypes.c_uint32),
-        ("reserved0", ctypes.c_uint32),
+        ("weight_memory", ctypes.c_int32),
         ("kv_integrity", ctypes.c_int32),
         ("kv_pressure", ctypes.c_int32),
         ("tracker", ctypes.POINTER(llm_kv_tracker)),
@@ -197,7 +202,7 @@ class llm_runtime_info(ctypes.Structure):
         ("kv_dtype", ctypes.c_int32),
         ("vocab_size", ctypes.c_uint32),
         ("num_layers", ctypes.c_uint32),
-        ("reserved0", ctypes.c_uint32),
+        ("weight_memory", ctypes.c_int32),
         ("num_parameters", ctypes.c_uint64),
         ("weight_bytes", ctypes.c_uint64),
         ("kv_bytes_per_token", ctypes.c_uint64),

@@ -48,6 +48,8 @@ _KV_PRESSURE = {"fail": _abi.LLM_KV_PRESSURE_FAIL, "queue": _abi.LLM_KV_PRESSURE
                 "preempt": _abi.LLM_KV_PRESSURE_PREEMPT}
 _ACTIVATIONS = {"exact": _abi.LLM_ACTIVATIONS_EXACT, "int8": _abi.LLM_ACTIVATIONS_INT8,
                 "bf16": _abi.LLM_ACTIVATIONS_BF16, "fp8": _abi.LLM_ACTIVATIONS_FP8}
+_WEIGHT_MEMORY = {"auto": _abi.LLM_WEIGHT_MEMORY_AUTO, "mapped": _abi.LLM_WEIGHT_MEMORY_MAPPED,
+                  "huge_pages": _abi.LLM_WEIGHT_MEMORY_HUGE_PAGES}
 _WEIGHTS = {"as_stored": _abi.LLM_WEIGHTS_AS_STORED, "int4_g32": _abi.LLM_WEIGHTS_INT4_G32,
             "int4_g128": _abi.LLM_WEIGHTS_INT4_G128}
 
@@ -154,13 +156,20 @@ class Runtime:
     bfloat16, bf16 dot products; the MoE router stays float32) or "fp8" (activations of matmuls
     with FP8 block-scaled weights rounded to e4m3 codes, one float32 scale per row and 128
     columns, code products summed per block in float32 and scaled by both block scales: the FP8
-    block-scaled GEMM; BF16 weights as under "bf16", INT4 and F32 weights unaffected)."""
+    block-scaled GEMM; BF16 weights as under "bf16", INT4 and F32 weights unaffected).
+
+    weight_memory: where the CPU backend keeps the weights: "mapped" (in place in the
+    checkpoint's file mapping: no copy, pages shared between processes), "huge_pages" (copied at
+    load into private memory advised for 2 MiB pages: faster decode) or "auto" (huge pages where
+    the kernel offers transparent huge pages, else mapped). info().weight_memory says which is in
+    effect (LLM_WEIGHT_MEMORY_*; DEVICE on a device backend)."""
 
     def __init__(self, model_dir, *, backend="auto", num_threads=0, kv_dtype="auto", kv_budget_bytes=0,
                  page_size_tokens=0, max_sessions=0, max_tokens_per_step=0, kv_integrity=False,
                  kv_pressure="fail", tracker=None, prefix_sharing=True, prefill_weights="as_stored",
                  decode_weights="as_stored", tensor_parallel=1, expert_parallel=False, world_size=1, rank=0,
-                 collective_timeout_ms=0, comm_id=None, quantized_activations="exact", tokenizer=None):
+                 collective_timeout_ms=0, comm_id=None, quantized_activations="exact", weight_memory="auto",
+                 tokenizer=None):
         lib = _abi.lib()
         self.model_dir = os.fspath(model_dir)
         o = _abi.llm_runtime_options()
@@ -185,6 +194,7 @@ class Runtime:
         o.rank = _uint(rank, "rank")
         o.collective_timeout_ms = _uint(collective_timeout_ms, "collective_timeout_ms")
         o.quantized_activations = _choice(quantized_activations, _ACTIVATIONS, "quantized_activations")
+        o.weight_memory = _choice(weight_memory, _WEIGHT_MEMORY, "weight_memory")
         comm_id_struct = None  # referenced until llm_runtime_create_v2 returns; the library copies it
         if comm_id is not None:
             if not isinstance(comm_id, CommId):
