@@ -43,6 +43,7 @@ const char* BackendName(int32_t backend) {
 
 llm_status CreateBenchRuntime(const fs::path& dir, llm_runtime_options* ro, llm_runtime** rt) {
   ro->backend = g_backend;
+  ro->weight_memory = g_weight_memory;
   const llm_status st = g_synthetic ? llm_runtime_create_synthetic(dir.c_str(), g_synthetic_seed, ro, rt)
                                     : llm_runtime_create(dir.c_str(), ro, rt);
   if (st == LLM_OK) {

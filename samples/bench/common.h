@@ -31,6 +31,8 @@ double Percentile(std::vector<double> v, double p);
 inline uint32_t g_tensor_parallel = 1;
 // llm_runtime_options.quantized_activations of the runtimes OpenBenchRuntime opens.
 inline int32_t g_quantized_activations = LLM_ACTIVATIONS_EXACT;
+// --weight-memory: llm_runtime_options.weight_memory of every runtime the benchmark opens.
+inline int32_t g_weight_memory = LLM_WEIGHT_MEMORY_AUTO;
 // --kv: llm_runtime_options.kv_dtype of the decode and prefill modes (-1: each mode's default).
 inline int32_t g_kv_dtype = -1;
 // --kv-gib: the decode mode's KV budget.

@@ -86,10 +86,14 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
   llm_runtime_get_info(rt, &info);
   const double per_token = cfg.weight_bytes_per_token;
   std::printf("llm-bench: %s (%s%s), %s backend, %.2f B parameters, %.2f GB of weights as stored (%s in %.2f s, "
-              "first token %.2f s after creation began), %d threads, tensor_parallel %u (%.2f GB resident per rank)\n",
+              "first token %.2f s after creation began), %d threads, tensor_parallel %u (%.2f GB resident per rank, "
+              "%s)\n",
               dir.c_str(), info.architecture, g_synthetic ? ", synthetic weights" : "", BackendName(info.backend),
               info.num_parameters / 1e9, info.weight_bytes / 1e9, g_synthetic ? "generated" : "loaded", load_s,
-              first_token_s, nthreads, info.tensor_parallel, info.rank_weight_bytes / 1e9);
+              first_token_s, nthreads, info.tensor_parallel, info.rank_weight_bytes / 1e9,
+              info.weight_memory == LLM_WEIGHT_MEMORY_MAPPED       ? "file-mapped"
+              : info.weight_memory == LLM_WEIGHT_MEMORY_HUGE_PAGES ? "in huge pages"
+                                                                   : "in device memory");
   const int kv = info.kv_dtype;
   std::printf("weights read per decode token at batch 1: %.3f GB; KV %s, %llu B/token, %llu tokens in %.2f GiB\n",
               per_token / 1e9,

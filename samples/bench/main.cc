@@ -7,6 +7,7 @@
 //             [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]
 //             [--activations exact|int8|bf16|fp8] (llm_runtime_options.quantized_activations; every mode)
 //             [--backend cpu|cuda|auto]         (llm_runtime_options.backend; every mode, default auto)
+//             [--weight-memory auto|mapped|huge-pages] (llm_runtime_options.weight_memory; every mode)
 //             [--kv bf16|f32|fp8|fp8-tiled]     (llm_runtime_options.kv_dtype; decode and prefill modes)
 //             [--kv-gib G]                      (the decode mode's KV budget, default 0.5 GiB)
 //   llm-bench --synthetic [--preset k2|glm45|glm5|k2-real|glm5-real|glm45-real] [--weights W] [--layers N]
@@ -121,6 +122,16 @@ int Main(int argc, char** argv) {
                                 : v == "bf16" ? LLM_ACTIVATIONS_BF16
                                 : v == "fp8"  ? LLM_ACTIVATIONS_FP8
                                               : LLM_ACTIVATIONS_EXACT;
+    }
+    else if (a == "--weight-memory") {
+      const std::string v = argv[i + 1];
+      if (v != "auto" && v != "mapped" && v != "huge-pages") {
+        std::fprintf(stderr, "llm-bench: --weight-memory wants auto, mapped or huge-pages, got '%s'\n", v.c_str());
+        return 2;
+      }
+      g_weight_memory = v == "mapped"       ? LLM_WEIGHT_MEMORY_MAPPED
+                        : v == "huge-pages" ? LLM_WEIGHT_MEMORY_HUGE_PAGES
+                                            : LLM_WEIGHT_MEMORY_AUTO;
     }
     else if (a == "--backend") {
       const std::string v = argv[i + 1];
