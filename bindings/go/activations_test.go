@@ -108,3 +108,62 @@ func TestBF16ActivationsOption(t *testing.T) {
 		t.Fatalf("max |logit difference| %g, want in (0, 0.5)", worst)
 	}
 }
+
+// Where the CPU backend keeps the weights: an unknown value is refused naming the field; the
+// file mapping and the huge-page copy report themselves and give the same tokens and the same
+// logits, bit for bit.
+func TestWeightMemoryOption(t *testing.T) {
+	if _, err := NewRuntime(tinyModel, &RuntimeOptions{WeightMemory: 9}); !errors.Is(err, ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "weight_memory") {
+		t.Fatalf("WeightMemory 9: %v", err)
+	}
+	var tokens [2][]int32
+	var logits [2][]float32
+	for i, m := range []WeightMemory{WeightMemoryMapped, WeightMemoryHugePages} {
+		r := openRuntime(t, tinyModel, &RuntimeOptions{KVDType: KVDTypeF32, WeightMemory: m})
+		info, err := r.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.WeightMemory != m {
+			t.Fatalf("asked for %d, info says %d", m, info.WeightMemory)
+		}
+		s, err := r.NewSession(&SamplingOptions{MaxNewTokens: uint32(len(goldenTokens))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(goldenPrompt); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			res, err := s.Next(context.Background())
+			if err != nil || res.Err() != nil {
+				t.Fatalf("step: %v %v", err, res.Err())
+			}
+			if res.Token != TokenNone {
+				tokens[i] = append(tokens[i], res.Token)
+			}
+			if res.Finish != FinishNone {
+				break
+			}
+		}
+		if logits[i], err = s.Logits(); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		r.Close()
+	}
+	if len(tokens[0]) != len(goldenTokens) || len(tokens[0]) != len(tokens[1]) || len(logits[0]) != len(logits[1]) {
+		t.Fatalf("tokens %v and %v, %d and %d logits", tokens[0], tokens[1], len(logits[0]), len(logits[1]))
+	}
+	for i := range tokens[0] {
+		if tokens[0][i] != tokens[1][i] {
+			t.Fatalf("tokens %v mapped, %v from huge pages", tokens[0], tokens[1])
+		}
+	}
+	for i := range logits[0] {
+		if logits[0][i] != logits[1][i] {
+			t.Fatalf("logit %d: %v mapped, %v from huge pages", i, logits[0][i], logits[1][i])
+		}
+	}
+}

@@ -192,3 +192,19 @@ def test_fp8_activations_create_and_generate(model):
         with rt.session(max_tokens=len(GOLDEN_IDS)) as s:
             assert len(s.generate(GOLDEN_PROMPT)) == len(GOLDEN_IDS)
             assert s.info().state == "finished"
+
+
+def test_weight_memory_moves_bytes_not_results():
+    from conftest import TINY
+    ids = list(GOLDEN_PROMPT) + list(GOLDEN_IDS)
+    with llmrt.Runtime(TINY, kv_dtype="f32", weight_memory="mapped") as mapped, \
+            llmrt.Runtime(TINY, kv_dtype="f32", weight_memory="huge_pages") as copied:
+        assert mapped.info().weight_memory == 1  # LLM_WEIGHT_MEMORY_MAPPED
+        assert copied.info().weight_memory == 2  # LLM_WEIGHT_MEMORY_HUGE_PAGES
+        assert mapped.score(ids) == copied.score(ids)
+    with llmrt.Runtime(TINY) as auto:
+        assert auto.info().weight_memory in (1, 2)
+    with pytest.raises(llmrt.InvalidArgumentError, match="weight_memory"):
+        llmrt.Runtime(TINY, weight_memory="swap")
+    with pytest.raises(llmrt.InvalidArgumentError, match="weight_memory"):
+        llmrt.Runtime(TINY, weight_memory=9)

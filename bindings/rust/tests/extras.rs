@@ -137,3 +137,18 @@ fn fp8_activations_create_and_generate() {
         assert_eq!(pull_tokens(&s).len(), TINY_GOLDEN.len(), "{}", model.display());
     }
 }
+
+#[test]
+fn weight_memory_moves_bytes_not_results() {
+    use llmrt::{Runtime, RuntimeOptions, WeightMemory};
+    let mapped =
+        Runtime::new(tiny_model(), &RuntimeOptions { weight_memory: WeightMemory::Mapped, ..f32_kv() }).unwrap();
+    let copied =
+        Runtime::new(tiny_model(), &RuntimeOptions { weight_memory: WeightMemory::HugePages, ..f32_kv() }).unwrap();
+    assert_eq!(mapped.info().unwrap().weight_memory, llmrt::sys::LLM_WEIGHT_MEMORY_MAPPED);
+    assert_eq!(copied.info().unwrap().weight_memory, llmrt::sys::LLM_WEIGHT_MEMORY_HUGE_PAGES);
+    let mut seq = TINY_PROMPT.to_vec();
+    seq.extend_from_slice(&TINY_GOLDEN);
+    // Where the weights live changes no arithmetic: the same log-probabilities, bit for bit.
+    assert_eq!(mapped.score(&seq).unwrap(), copied.score(&seq).unwrap());
+}
