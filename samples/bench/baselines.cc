@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+
+#include <sys/mman.h>
 #include <vector>
 
 namespace llm_bench {
@@ -97,11 +99,52 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t SumWords(c
   return s;
 }
 
+// `count` values of T in anonymous memory, filled with `value`; with huge_pages 2 MiB-aligned and
+// advised for huge pages. data() is null when the mapping failed.
+template <typename T>
+class Buffer {
+ public:
+  Buffer(size_t count, T value, bool huge_pages) : count_(count) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    bytes_ = count * sizeof(T) + kHuge;
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    base_ = p;
+    uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    if (huge_pages) {
+      at = (at + kHuge - 1) / kHuge * kHuge;
+#ifdef MADV_HUGEPAGE
+      ::madvise(reinterpret_cast<void*>(at), count * sizeof(T), MADV_HUGEPAGE);
+#endif
+    } else {
+#ifdef MADV_NOHUGEPAGE
+      ::madvise(p, bytes_, MADV_NOHUGEPAGE);
+#endif
+    }
+    data_ = reinterpret_cast<T*>(at);
+    std::fill(data_, data_ + count, value);
+  }
+  ~Buffer() {
+    if (base_ != nullptr) ::munmap(base_, bytes_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  T* data() const { return data_; }
+  size_t size() const { return count_; }
+
+ private:
+  void* base_ = nullptr;
+  T* data_ = nullptr;
+  size_t count_ = 0;
+  size_t bytes_ = 0;
+};
+
 }  // namespace
 
-double ReadStreamBandwidth(int threads) {
+double ReadStreamBandwidth(int threads, bool huge_pages) {
   const size_t words = (size_t{1} << 30) / 8;
-  std::vector<uint64_t> buf(words, 1);
+  Buffer<uint64_t> buf(words, 1, huge_pages);
+  if (buf.data() == nullptr) return 0;
   const size_t chunk = words / threads / 32 * 32;
   std::vector<uint64_t> sums(threads);
   const double best = BestParallelSeconds(threads, [&](int i) {
@@ -115,9 +158,11 @@ double ReadStreamBandwidth(int threads) {
   return words * 8.0 / best / 1e9;
 }
 
-double MemcpyBandwidth(int threads, double* read_only_gbs) {
+double MemcpyBandwidth(int threads, bool huge_pages, double* read_only_gbs) {
   const size_t bytes = size_t{1} << 30;
-  std::vector<uint8_t> src(bytes, 1), dst(bytes, 0);
+  Buffer<uint8_t> src(bytes, 1, huge_pages), dst(bytes, 0, huge_pages);
+  *read_only_gbs = 0;
+  if (src.data() == nullptr || dst.data() == nullptr) return 0;
   const size_t chunk = bytes / threads;
   const double best = BestParallelSeconds(threads, [&](int i) {
     std::memcpy(dst.data() + i * chunk, src.data() + i * chunk, chunk);
@@ -126,9 +171,10 @@ double MemcpyBandwidth(int threads, double* read_only_gbs) {
   return 2.0 * bytes / best / 1e9;
 }
 
-double Bf16DotStreamBandwidth(int threads) {
+double Bf16DotStreamBandwidth(int threads, bool huge_pages) {
   const int64_t K = 4096, rows = (int64_t{1} << 30) / (2 * K);
-  std::vector<uint16_t> w(static_cast<size_t>(rows * K), 0x3f00);  // bf16 0.5
+  Buffer<uint16_t> w(static_cast<size_t>(rows * K), 0x3f00, huge_pages);  // bf16 0.5
+  if (w.data() == nullptr) return 0;
   std::vector<float> x(K, 1.0f), out(rows);
   const int64_t chunk = rows / threads / kRows * kRows;
   const double best = BestParallelSeconds(threads, [&](int i) {
