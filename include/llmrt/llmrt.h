@@ -293,8 +293,8 @@ typedef struct llm_runtime_options {
 /* Where the CPU backend keeps the weights it runs (device backends keep them in device memory
  * whatever this says). Decode at small batches streams every weight once per token, so the
  * page size decides how often the memory system stops to walk page tables and restart its
- * prefetch streams: on an AMD Zen 4 host (2 threads, GLM-4.5 layer shapes) batch-1 decode from
- * 2 MiB pages ran 1.2-1.4x its rate from the file mapping's 4 KiB pages. */
+ * prefetch streams: on an AMD Zen 4 VM (2 threads, GLM-4.5 layer shapes) batch-1 decode from
+ * 2 MiB pages ran 1.1-1.3x its rate from the file mapping's 4 KiB pages. */
 #define LLM_WEIGHT_MEMORY_AUTO 0       /* HUGE_PAGES where the kernel offers transparent huge pages
                                           (/sys/kernel/mm/transparent_hugepage/enabled is not
                                           "never"), else MAPPED */

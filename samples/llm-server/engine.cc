@@ -51,6 +51,7 @@ std::unique_ptr<Engine> Engine::Create(const ServerOptions& options, std::string
   ro.prefill_weights = options.prefill_weights;
   ro.decode_weights = options.decode_weights;
   ro.quantized_activations = options.quantized_activations;
+  ro.weight_memory = options.weight_memory;
   llm_status st = llm_runtime_create(options.model_dir.c_str(), &ro, &e->runtime_);
   if (st != LLM_OK) {
     *error = options.model_dir + ": " + LastError(st);

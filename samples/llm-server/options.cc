@@ -16,7 +16,8 @@ void Usage(FILE* f) {
                "                  [--kv-pressure fail|queue|preempt] [--kv-budget-mib M] [--max-sessions N]\n"
                "                  [--max-tokens-per-step N] [--max-body-bytes N] [--http-threads N]\n"
                "                  [--shutdown-timeout S] [--tp N [--ep]] [--prefill-weights W] [--decode-weights W]\n"
-               "                  [--activations exact|int8|bf16|fp8] [--enable-test-hooks] [--quiet]\n"
+               "                  [--activations exact|int8|bf16|fp8] [--weight-memory auto|mapped|huge-pages]\n"
+               "                  [--enable-test-hooks] [--quiet]\n"
                "\n"
                "An OpenAI-compatible HTTP server over llmrt's C ABI: POST /v1/completions,\n"
                "POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.\n"
@@ -30,6 +31,9 @@ void Usage(FILE* f) {
                "  --activations bf16: BF16 matmuls round activations to bf16 (bf16 dot products).\n"
                "  --activations fp8: FP8 block-weight matmuls round activations to e4m3 per 128\n"
                "    values (FP8 block-scaled GEMM); BF16 matmuls as under bf16.\n"
+               "  --weight-memory: huge-pages copies the weights into 2 MiB pages at load (faster\n"
+               "    decode); mapped reads them from the file mapping (no copy, shared page cache);\n"
+               "    auto (default): huge pages where the kernel offers them.\n"
                "  --max-body-bytes: larger request bodies get 413; default 1048576.\n"
                "  --tp: in-process tensor-parallel ranks the model is split over (default 1); --ep\n"
                "        partitions the routed experts whole among them instead.\n"
@@ -107,6 +111,14 @@ int ParseArgs(int argc, char** argv, ServerOptions* out, bool* exit_now) {
       else if (v == "tags") out->kv_integrity = LLM_KV_INTEGRITY_TAGS;
       else {
         std::fprintf(stderr, "llm-server: --kv-integrity wants off or tags, got '%s'\n", v.c_str());
+        return 2;
+      }
+    } else if (a == "--weight-memory") {
+      if (v == "auto") out->weight_memory = LLM_WEIGHT_MEMORY_AUTO;
+      else if (v == "mapped") out->weight_memory = LLM_WEIGHT_MEMORY_MAPPED;
+      else if (v == "huge-pages") out->weight_memory = LLM_WEIGHT_MEMORY_HUGE_PAGES;
+      else {
+        std::fprintf(stderr, "llm-server: --weight-memory wants auto, mapped or huge-pages, got '%s'\n", v.c_str());
         return 2;
       }
     } else if (a == "--kv-pressure") {

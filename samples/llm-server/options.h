@@ -23,6 +23,7 @@ struct ServerOptions {
   int32_t prefill_weights = LLM_WEIGHTS_AS_STORED;  // LLM_WEIGHTS_*
   int32_t decode_weights = LLM_WEIGHTS_AS_STORED;
   int32_t quantized_activations = LLM_ACTIVATIONS_EXACT;  // LLM_ACTIVATIONS_*
+  int32_t weight_memory = LLM_WEIGHT_MEMORY_AUTO;          // LLM_WEIGHT_MEMORY_*
   uint64_t kv_budget_bytes = 0;   // 0: the runtime's default
   uint32_t max_sessions = 64;     // concurrent generations; more get 429
   uint32_t max_tokens_per_step = 0;

@@ -5,7 +5,8 @@
 // Why: decode at small batches streams each weight once per token. With 4 KiB pages the memory
 // system walks a page table and restarts its prefetch streams every 4 KiB; with 2 MiB pages
 // every 512 times less often. On an AMD Zen 4 VM (2 threads, GLM-4.5 layer shapes, interleaved
-// runs) batch-1 decode read weights at 1.2-1.4x the rate it had from the file mapping.
+// runs) batch-1 decode read weights at 1.1-1.3x the rate it had from the file mapping
+// (docs/cpu_performance.md, "Weights in 2 MiB pages").
 #ifndef LLMRT_BACKEND_CPU_WEIGHT_MEMORY_H_
 #define LLMRT_BACKEND_CPU_WEIGHT_MEMORY_H_
 
