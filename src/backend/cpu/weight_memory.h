@@ -30,7 +30,9 @@ WeightMemory ResolveWeightMemory(WeightMemory requested);
 
 // Copies of weights, packed one after another (64-byte aligned) into 256 MiB chunks of private
 // anonymous memory advised for huge pages, so that small tensors do not each round up to a 2 MiB
-// page. A chunk lives as long as one tensor in it. Thread-safe.
+// page. A chunk lives as long as one tensor in it. Calls may come from several threads when
+// they pass no pool; with a pool, one caller at a time (as ImportHost is called: at load, never
+// during a forward pass).
 class HugePageArena {
  public:
   struct Copy {
