@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """llmrt's CPU backend against llama.cpp on the same generated checkpoints, side by side.
 
-  python3 tools/bench_vs_llamacpp.py LLAMA_DIR [--repeats 3] [--threads 2] [--preset k2]
+  python3 tools/bench_vs_llamacpp.py LLAMA_DIR [--repeats 3] [--batch1-repeats 8] [--threads 2] [--preset k2]
         [--layers 4] [--hidden 4096] [--work /tmp/llmrt-vs] [--build build] [--venv DIR] [--out FILE]
 
 LLAMA_DIR is a llama.cpp source tree (with convert_hf_to_gguf.py; it is built in LLAMA_DIR/build
@@ -30,8 +30,11 @@ What it does:
     (tools/bench_vs/llamacpp_greedy.c, built against the llama.cpp given) and llm-run give greedy
     tokens from the same prompt ids on the BF16 model (reported as the length of the common
     prefix: with random weights the logits have near-ties, and the engines round differently).
- 4. Every workload runs on both engines, alternating which goes first, --repeats times, each run
-    a fresh process with --threads threads; the table gives medians and the spread (min..max).
+ 4. Every workload runs on both engines, alternating which goes first, --repeats times
+    (--batch1-repeats for batch-1 decode), each run a fresh process with --threads threads; the
+    table gives medians, the spread (min..max) and the median of the per-repeat ratios (the two
+    runs of a repeat are back to back, so the ratio cancels most of a machine's slow and fast
+    memory phases), then the per-byte rates and the targets llmrt is held to.
 """
 import argparse
 import datetime
@@ -164,6 +167,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("llama", type=Path, help="llama.cpp source tree or build directory")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch1-repeats", type=int, default=8,
+                    help="repeats of the batch-1 decode workloads (short runs whose rate moves most with the "
+                         "machine's memory phases)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--preset", default="k2", choices=["k2", "glm45", "glm5"])
     ap.add_argument("--layers", type=int, default=4)
@@ -253,9 +259,13 @@ def main():
          lambda: b.llmrt_prefill(rt["int4-g32-all"], [128], "int8"), None, ["128"]),
     ]
     res = {i: ([], []) for i in range(len(work))}
-    for r in range(a.repeats):
+    # A workload with a bytes pair is a batch-1 decode.
+    reps = [a.batch1_repeats if w[3] else a.repeats for w in work]
+    for r in range(max(reps)):
         for i, (name, lfn, rfn, _, _) in enumerate(work):
-            log(f"repeat {r + 1}/{a.repeats}: {name}")
+            if r >= reps[i]:
+                continue
+            log(f"repeat {r + 1}/{reps[i]}: {name}")
             order = [(0, lfn), (1, rfn)] if (r + i) % 2 == 0 else [(1, rfn), (0, lfn)]
             for k, fn in order:
                 res[i][k].append(fn())
@@ -264,41 +274,70 @@ def main():
     lines = []
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     lines.append(f"Machine: {cpu}, {os.cpu_count()} cores visible, {platform.system()} {platform.release()}; "
-                 f"{datetime.date.today().isoformat()}; {a.threads} threads each, {a.repeats} interleaved repeats, "
-                 "medians (min..max).")
+                 f"{datetime.date.today().isoformat()}; {a.threads} threads each, {a.repeats} interleaved repeats "
+                 f"({a.batch1_repeats} of batch-1 decode), medians (min..max).")
     lines.append(f"Model: llm-make-bench-model --preset {a.preset} --layers {a.layers} --hidden {a.hidden} "
                  "(random weights); llama.cpp GGUFs converted from the same BF16 checkpoint.")
     lines.append("")
-    lines.append("| workload | llama.cpp | llmrt | llmrt / llama.cpp |")
-    lines.append("|---|---:|---:|---:|")
-    per_byte = []
+    lines.append("The last column pairs the two engines' runs of each repeat (run back to back, so a slow or "
+                 "fast phase of the machine's memory moves both) and gives the median of those ratios.")
+    lines.append("")
+    lines.append("| workload | llama.cpp | llmrt | llmrt / llama.cpp (medians) | per-repeat ratio |")
+    lines.append("|---|---:|---:|---:|---:|")
+    per_byte, paired = [], {}
     for i, (name, _, _, bytes_keys, labels) in enumerate(work):
         lc_runs, rt_runs = res[i]
         for j, lab in enumerate(labels):
             lv = [x[j] for x in lc_runs]
             rv = [x[j] for x in rt_runs]
             (lm, llo, lhi), (rm, rlo, rhi) = median_spread(lv), median_spread(rv)
+            pm, plo, phi = median_spread([y / x for x, y in zip(lv, rv)])
+            paired[(i, lab)] = pm
             label = name if len(labels) == 1 else f"{name.split(' (')[0]}: {lab}"
             lines.append(f"| {label} | {lm:.2f} ({llo:.2f}..{lhi:.2f}) | {rm:.2f} ({rlo:.2f}..{rhi:.2f}) | "
-                         f"{rm / lm:.2f}x |")
+                         f"{rm / lm:.2f}x | {pm:.2f}x ({plo:.2f}..{phi:.2f}) |")
             if bytes_keys:
                 lb, rb = gg_bytes[bytes_keys[0]], rt_bytes[bytes_keys[1]]
-                per_byte.append((label, bytes_keys, lb, rb, lm, rm))
+                per_byte.append((label, bytes_keys, lb, rb, lm, rm, pm))
     lines.append("")
     lines.append("Per byte read (batch-1 decode: weight bytes one token reads, and tok/s x bytes/token = "
                  "the weight-read bandwidth achieved):")
     lines.append("")
     lines.append("| workload | llama.cpp format | GB/token | GB/s | llmrt format | GB/token | GB/s | "
-                 "llmrt / llama.cpp GB/s |")
-    lines.append("|---|---|---:|---:|---|---:|---:|---:|")
+                 "llmrt / llama.cpp GB/s (medians) | per-repeat |")
+    lines.append("|---|---|---:|---:|---|---:|---:|---:|---:|")
     def byte_label(label):
         # The workload without its batch size: "Q8_0 vs FP8 decode, BF16 activations".
         parts = label.replace(" (tok/s)", "").split(", ")
         return ", ".join([parts[0]] + [p for p in parts[1:] if "activations" in p])
 
-    for label, (lk, rk), lb, rb, lm, rm in per_byte:
+    byte_ratio = {}
+    for label, (lk, rk), lb, rb, lm, rm, pm in per_byte:
+        byte_ratio[byte_label(label)] = pm * rb / lb
         lines.append(f"| {byte_label(label)} | {lk.upper()} | {lb / 1e9:.3f} | {lm * lb / 1e9:.2f} | {rk} | "
-                     f"{rb / 1e9:.3f} | {rm * rb / 1e9:.2f} | {(rm * rb) / (lm * lb):.2f}x |")
+                     f"{rb / 1e9:.3f} | {rm * rb / 1e9:.2f} | {(rm * rb) / (lm * lb):.2f}x | "
+                     f"{pm * rb / lb:.2f}x |")
+    lines.append("")
+
+    # The targets, each read from the per-repeat ratios of the like-for-like numerics (llama.cpp
+    # rounds BF16-weight activations to bf16 and quantized-weight activations to 8 bits).
+    def row(prefix, lab):
+        i = next(k for k, w in enumerate(work) if w[0] == prefix)
+        return paired[(i, lab)]
+    targets = [
+        ("BF16 decode, batch 1 (BF16 activations)", row("BF16 decode, batch 1, BF16 activations (tok/s)", "1"), 1.1),
+        ("BF16 prefill 512 (BF16 activations)", row("BF16 prefill 128 / 512, BF16 activations (tok/s)", "512"), 1.0),
+        ("BF16 aggregate decode, 64 sequences (BF16 activations)",
+         row("BF16 aggregate decode, 16 / 64 sequences, BF16 activations (tok/s)", "64"), 1.5),
+        ("INT4 decode batch 1 per byte (W4A8 vs Q4_0)",
+         byte_ratio["Q4_0 vs INT4 g32 (all linears) W4A8 decode"], 1.0),
+        ("FP8 decode batch 1 per byte (BF16 activations vs Q8_0)",
+         byte_ratio["Q8_0 vs FP8 decode, BF16 activations"], 1.0),
+    ]
+    lines.append("| target | llmrt / llama.cpp (per-repeat median) | goal | met |")
+    lines.append("|---|---:|---:|---|")
+    for name, v, goal in targets:
+        lines.append(f"| {name} | {v:.2f}x | >= {goal:.1f}x | {'yes' if v >= goal else 'NO'} |")
     lines.append("")
     same_ids = rt_ids == lc_ids
     lines.append(f"Tokenizer check ({TEXT!r}): llmrt {'==' if same_ids else '!='} llama.cpp "
