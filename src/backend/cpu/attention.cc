@@ -157,6 +157,7 @@ struct HeadSpan {
 // result does not depend on how heads are grouped into work items, nor on the batch.
 constexpr int64_t kAttendKeepFloats = 1 << 18;  // whole context decoded at once up to 1 MiB
 constexpr int64_t kAttendChunkRows = 64;
+constexpr int64_t kAttendPrefetchBytes = 8 << 10;
 void AttendHeads(const RowSource& src, int64_t n, const int32_t* selected, const float* q, int64_t ldq,
                  int64_t heads, const HeadSpan& s, float scale, float* out, int64_t ldo) {
   for (int64_t h = 0; h < heads; ++h) std::fill(out + h * ldo, out + h * ldo + s.vd, 0.0f);
@@ -169,8 +170,31 @@ void AttendHeads(const RowSource& src, int64_t n, const int32_t* selected, const
   keys.resize(static_cast<size_t>(chunk * s.kd));
   if (!shared) values.resize(static_cast<size_t>(chunk * s.vd));
   scores.resize(static_cast<size_t>(heads * n));
+  // The rows a few KiB ahead are requested while these are decoded, and the next chunk's first
+  // ones while this chunk's products run: a sequence's rows are short runs of a page each (one
+  // layer's rows of a page, or one KV head's part of each row), which the hardware prefetchers
+  // pick up late or not at all, so that without this decoding stalls on every row's first loads.
+  const int64_t row_bytes_read = (s.kd + (shared ? 0 : s.vd)) * static_cast<int64_t>(DTypeSize(src.dtype));
+  const int64_t ahead = std::max<int64_t>(2, kAttendPrefetchBytes / std::max<int64_t>(row_bytes_read, 1));
+  // (Rows of registered codecs are decoded by src() itself, into one per-thread row: not here.)
+  auto prefetch = [&](int64_t i, bool with_keys, bool with_values) {
+    if (i >= n || src.generic) return;
+    const Row r = src(selected != nullptr ? selected[i] : i);
+    const int64_t es = static_cast<int64_t>(DTypeSize(r.dtype));
+    auto lines = [](const uint8_t* p, int64_t bytes) {
+      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+      if (bytes > 0) __builtin_prefetch(p + bytes - 1, 0, 2);
+    };
+    if (r.mixed != nullptr) {
+      lines(r.data, src.cache.row_bytes);
+      return;
+    }
+    if (with_keys) lines(r.data + s.k_off * es, s.kd * es);
+    if (with_values) lines(r.data + s.v_off * es, s.vd * es);
+  };
   auto decode = [&](int64_t i0, int64_t cn, bool with_keys, bool with_values) {
     for (int64_t i = 0; i < cn; ++i) {
+      prefetch(i0 + i + ahead, with_keys, with_values);
       const Row r = src(selected != nullptr ? selected[i0 + i] : i0 + i);
       if (with_keys) RowToF32(r, s.k_off, s.kd, keys.data() + i * s.kd);
       if (with_values) RowToF32(r, s.v_off, s.vd, values.data() + i * s.vd);
@@ -206,11 +230,15 @@ void AttendHeads(const RowSource& src, int64_t n, const int32_t* selected, const
   }
 }
 
-// How many heads one attention work item takes: enough items for the pool (decode has one token
-// per session) and at most kAttendScoreFloats scores per item. Results do not depend on it.
+// How many heads one attention work item takes: one item per thread when there are fewer tokens
+// than threads (decode has one token per session), and at most kAttendScoreFloats scores per
+// item. Every item decodes all its token's rows, so more items than threads only multiply that
+// work and the cache traffic: Kimi K2's MLA over 32K positions for one session ran in 0.47x the
+// time with 2 items on 2 threads than with 8 (llmrt_attention_microbench). Results do not
+// depend on it.
 constexpr int64_t kAttendScoreFloats = 1 << 20;
 int64_t HeadsPerItem(int64_t heads, int64_t tokens, int64_t max_ctx, int threads) {
-  int64_t items = std::max<int64_t>(1, (4 * threads + tokens - 1) / tokens);
+  int64_t items = std::max<int64_t>(1, (threads + tokens - 1) / tokens);
   items = std::max(items, (heads * std::max<int64_t>(max_ctx, 1) + kAttendScoreFloats - 1) / kAttendScoreFloats);
   items = std::min(items, heads);
   return (heads + items - 1) / items;
