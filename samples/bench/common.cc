@@ -74,11 +74,29 @@ llm_runtime* OpenBenchRuntime(const fs::path& dir, int threads, uint64_t kv_budg
   return rt;
 }
 
+bool StepUntilAllSample(llm_runtime* rt, std::vector<llm_step_result>& res, int max_steps) {
+  for (int i = 0; i < max_steps; ++i) {
+    size_t n = 0;
+    if (llm_decode_step(rt, res.data(), res.size(), &n) != LLM_OK) {
+      std::fprintf(stderr, "llm-bench: a prefill step failed: %s\n", llm_last_error());
+      return false;
+    }
+    if (n == res.size() &&
+        std::all_of(res.begin(), res.end(), [](const llm_step_result& r) { return r.token != LLM_TOKEN_NONE; })) {
+      return true;
+    }
+  }
+  std::fprintf(stderr, "llm-bench: %zu sessions did not all reach decoding in %d steps\n", res.size(), max_steps);
+  return false;
+}
+
 StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, int64_t vocab, double* check_share) {
   llm_sampling_options so;
   llm_sampling_options_init(&so);
   so.flags = LLM_SAMPLING_NO_LOGITS;  // only the sampled ids come back
-  so.max_new_tokens = static_cast<uint32_t>(steps + 4);
+  // Sessions that finish their prefill early decode while the others prefill.
+  const int prefill_steps = 64 + sessions * prompt_len / 128;
+  so.max_new_tokens = static_cast<uint32_t>(steps + 4 + prefill_steps);
   std::vector<llm_session*> ss(sessions);
   for (int i = 0; i < sessions; ++i) {
     llm_session_create(rt, &so, &ss[i]);
@@ -88,6 +106,7 @@ StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, i
   }
   std::vector<llm_step_result> res(sessions);
   size_t n = 0;
+  if (!StepUntilAllSample(rt, res, prefill_steps)) return {};
   for (int w = 0; w < 2; ++w) llm_decode_step(rt, res.data(), res.size(), &n);
   std::vector<double> times;
   llm_runtime_info before;

@@ -62,8 +62,14 @@ struct StepStats {
   double p95_ms = 0;
 };
 
+// Steps until all of res.size() sessions sample a token in one step: a session still prefilling
+// its prompt (a long prompt takes several steps of max_tokens_per_step tokens) returns
+// LLM_TOKEN_NONE, and a step whose results are not all tokens is not yet a decode step. At
+// most max_steps steps; false (with the error printed) when a step fails or they do not.
+bool StepUntilAllSample(llm_runtime* rt, std::vector<llm_step_result>& res, int max_steps);
+
 // Creates `sessions` sessions with prompts of `prompt_len` tokens below `vocab`, prefills them
-// plus one warm-up step, then times `steps` decode steps; destroys the sessions. When
+// until all sample in one step, then two warm-up decode steps, then times `steps` decode steps; destroys the sessions. When
 // check_share is not null it gets the share of the timed steps spent in integrity checks.
 StepStats TimeDecode(llm_runtime* rt, int sessions, int steps, int prompt_len, int64_t vocab,
                      double* check_share = nullptr);

@@ -135,17 +135,8 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
     std::vector<llm_step_result> res(b);
     size_t n = 0;
     // Prefill (as many steps as the step budget needs: b * prompt_len tokens may exceed one step's
-    // max_tokens_per_step) until every session samples in the same step, plus one warm-up decode step.
-    int warm = 0;
-    for (; warm < warmup_steps; ++warm) {
-      st = llm_decode_step(rt, res.data(), res.size(), &n);
-      if (st != LLM_OK || n == static_cast<size_t>(b)) break;
-    }
-    if (st != LLM_OK || n != static_cast<size_t>(b)) {
-      std::fprintf(stderr, "llm-bench: %d sessions did not all reach decoding in %d steps: %s\n", b, warm,
-                   st != LLM_OK ? llm_last_error() : "fewer results than sessions");
-      return 1;
-    }
+    // max_tokens_per_step) until every session samples in the same step.
+    if (!StepUntilAllSample(rt, res, warmup_steps)) return 1;
     // Two warm-up decode steps: on CUDA the first pass of a context bucket runs directly and the
     // second is recorded as a graph, which the timed steps replay. Their times are printed after
     // the table (a capture's cost is paid once per bucket and batch size).
@@ -207,16 +198,17 @@ int RunDecodeBench(const fs::path& dir, const GeneratedModel& cfg, const std::ve
       std::fprintf(stderr, "llm-bench: %s\n", llm_last_error());
       return 1;
     }
-    llm_step_result r[1];
+    std::vector<llm_step_result> r(1);
     size_t n = 0;
-    for (int w = 0; w < 2; ++w) llm_decode_step(rt, r, 1, &n);
+    if (!StepUntilAllSample(rt, r, 64 + prompt_len / 128)) return 1;
+    for (int w = 0; w < 2; ++w) llm_decode_step(rt, r.data(), 1, &n);
     std::printf("\nbatch 1 in rounds (a read-only stream, then 8 decode steps):\n");
     std::printf("| round | stream GB/s | decode GB/s | decode / stream |\n|---:|---:|---:|---:|\n");
     for (int round = 0; round < 5; ++round) {
       const double sgbs = ReadStreamBandwidth(nthreads, huge);
       const auto t0 = Clock::now();
       for (int k = 0; k < 8; ++k) {
-        if (llm_decode_step(rt, r, 1, &n) != LLM_OK || n != 1) {
+        if (llm_decode_step(rt, r.data(), 1, &n) != LLM_OK || n != 1) {
           std::fprintf(stderr, "llm-bench: step failed: %s\n", llm_last_error());
           return 1;
         }
