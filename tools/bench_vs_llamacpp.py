@@ -2,7 +2,7 @@
 """llmrt's CPU backend against llama.cpp on the same generated checkpoints, side by side.
 
   python3 tools/bench_vs_llamacpp.py LLAMA_DIR [--repeats 3] [--batch1-repeats 8] [--threads 2] [--preset k2]
-        [--layers 4] [--hidden 4096] [--work /tmp/llmrt-vs] [--build build] [--venv DIR] [--out FILE]
+        [--layers 4] [--hidden 4096] [--depth 4096] [--work /tmp/llmrt-vs] [--build build] [--venv DIR] [--out FILE]
 
 LLAMA_DIR is a llama.cpp source tree (with convert_hf_to_gguf.py; it is built in LLAMA_DIR/build
 when its tools are missing: cmake Release, GGML_NATIVE=ON, only llama-bench, llama-batched-bench,
@@ -30,7 +30,10 @@ What it does:
     (tools/bench_vs/llamacpp_greedy.c, built against the llama.cpp given) and llm-run give greedy
     tokens from the same prompt ids on the BF16 model (reported as the length of the common
     prefix: with random weights the logits have near-ties, and the engines round differently).
- 4. Every workload runs on both engines, alternating which goes first, --repeats times
+ 4. The workloads: decode at batch 1 and prefill 128 / 512 of each format, aggregate decode of
+    16 and 64 sequences, and batch-1 decode after a prompt of --depth tokens (attention over a
+    long context; llama-bench -d).
+ 5. Every workload runs on both engines, alternating which goes first, --repeats times
     (--batch1-repeats for batch-1 decode), each run a fresh process with --threads threads; the
     table gives medians, the spread (min..max) and the median of the per-repeat ratios (the two
     runs of a repeat are back to back, so the ratio cancels most of a machine's slow and fast
@@ -123,9 +126,11 @@ class Bench:
         self.no_repack, self.notes = set(), []
 
     # --- llama.cpp -------------------------------------------------------------------------
-    def llama_bench(self, gguf, p, n):
+    def llama_bench(self, gguf, p, n, depth=0):
         cmd = [str(c) for c in [self.lbin / "llama-bench", "-m", gguf, "-p", p, "-n", n, "-r", "1", "-t", self.t,
                                 "-o", "json"]]
+        if depth:
+            cmd += ["-d", str(depth)]
         if (gguf, p, n) in self.no_repack:
             cmd += ["--repack", "0"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -136,7 +141,7 @@ class Bench:
             self.notes.append(f"llama-bench {Path(gguf).name} -p {p} -n {n} died of signal {-proc.returncode} with "
                               "its default weight repacking; measured with --repack 0")
             log(self.notes[-1])
-            return self.llama_bench(gguf, p, n)
+            return self.llama_bench(gguf, p, n, depth)
         if proc.returncode != 0:
             sys.exit(f"bench_vs_llamacpp: failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-4000:]}")
         return [r["samples_ts"][0] for r in json.loads(proc.stdout)]
@@ -178,6 +183,8 @@ def main():
     ap.add_argument("--build", default="build", help="llmrt build directory (relative to the repository)")
     ap.add_argument("--venv", type=Path)
     ap.add_argument("--decode-steps", type=int, default=32)
+    ap.add_argument("--depth", type=int, default=4096,
+                    help="context of the long-context decode row (llama-bench -d; llm-bench --prompt); 0 skips it")
     ap.add_argument("--out", type=Path, help="also write the report to this file")
     a = ap.parse_args()
 
@@ -258,6 +265,13 @@ def main():
         ("Q4_0 vs INT4 g32 (all linears) W4A8 prefill 128 (tok/s)", lambda: b.llama_bench(gg["q4_0"], "128", "0"),
          lambda: b.llmrt_prefill(rt["int4-g32-all"], [128], "int8"), None, ["128"]),
     ]
+    if a.depth:
+        # Decode after a long prompt: attention over the cache adds to the weights' reads (the
+        # prompt is prefilled first and not timed by either engine).
+        d = str(a.depth)
+        work.append((f"BF16 decode at {a.depth} tokens of context, batch 1, BF16 activations (tok/s)",
+                     lambda: b.llama_bench(gg["bf16"], "0", "16", a.depth),
+                     lambda: b.llmrt_decode(rt["bf16"], [1], "16", d, "bf16"), None, ["1"]))
     res = {i: ([], []) for i in range(len(work))}
     # A workload with a bytes pair is a batch-1 decode.
     reps = [a.batch1_repeats if w[3] else a.repeats for w in work]
