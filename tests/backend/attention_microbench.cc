@@ -3,7 +3,7 @@
 // the pool in a shuffled order). A program that prints a table, not a test.
 //
 //   llmrt_attention_microbench [--contexts 4096,32768] [--sessions 1,8] [--layers 4]
-//                              [--threads 2] [--reps 5] [--codec bf16|fp8] [--page 16]
+//                              [--threads 2] [--reps 5] [--codec bf16|fp8] [--page 16] [--only mla|gqa]
 //
 // Rows: Kimi K2's MLA (64 heads, latent 512 + rope 64, absorbed: every head scores against the
 // shared latent row and sums its first 512 values) and GLM-4.5's GQA (96 query heads over 8 KV
@@ -134,7 +134,7 @@ int Main(int argc, char** argv) {
   std::vector<int64_t> contexts = {4096, 32768}, sessions_list = {1, 8};
   int64_t layers = 4, page = 16;
   int threads = 2, reps = 5;
-  std::string codec_name = "bf16";
+  std::string codec_name = "bf16", only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) {
@@ -149,6 +149,7 @@ int Main(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(v);
     else if (a == "--reps") reps = std::atoi(v);
     else if (a == "--codec") codec_name = v;
+    else if (a == "--only") only = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -176,6 +177,7 @@ int Main(int argc, char** argv) {
   mla.kv_lora = 512;
   const int64_t gqa_heads = 96, gqa_kv = 8, gqa_dim = 128;
   for (const bool is_mla : {true, false}) {
+    if ((only == "mla" && !is_mla) || (only == "gqa" && is_mla)) continue;
     KvShape shape;
     shape.num_layers = layers;
     if (is_mla) {
