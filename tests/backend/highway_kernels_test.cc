@@ -242,6 +242,57 @@ TEST(HighwayKernels, ToF32AndAccumulateRowsOnEveryTarget) {
   });
 }
 
+// Attention's softmax against a float64 one over the same float32 scaled values and differences:
+// each weight within 8 float32 ulps relative (Highway's exp is within 1 ulp, the inverse of the
+// float64 sum and the product each add half of one) plus 2 FLT_MIN absolute (results below
+// FLT_MIN may be flushed); positions of -inf get exactly 0; the same values anywhere in memory
+// give the same floats; one NaN makes every weight NaN, as the scalar softmax does.
+TEST(HighwayKernels, SoftmaxOnEveryTarget) {
+  std::mt19937 rng(83);
+  ForEachTarget([&](const char*) {
+    for (int64_t n : {1, 2, 5, 15, 16, 17, 31, 33, 40, 71, 1000}) {
+      for (float spread : {1.0f, 40.0f}) {
+        std::vector<float> x = RandomNormal(static_cast<size_t>(n), rng);
+        for (float& v : x) v *= spread;
+        if (n > 3) x[2] = -std::numeric_limits<float>::infinity();
+        const float scale = 0.0883883f;
+        std::vector<double> want(static_cast<size_t>(n));
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i] * scale);
+        double sum = 0;
+        for (int64_t i = 0; i < n; ++i) sum += want[i] = std::exp(static_cast<double>(x[i] * scale - mx));
+        for (double& w : want) w /= sum;
+        for (size_t offset : {0, 1, 3}) {  // misaligned starts; a guard after the end
+          std::vector<float> buf(offset + static_cast<size_t>(n) + 1, 5.0f);
+          std::copy(x.begin(), x.end(), buf.begin() + static_cast<ptrdiff_t>(offset));
+          cpu::SoftmaxScaled(buf.data() + offset, n, scale);
+          ASSERT_EQ(buf.back(), 5.0f) << "wrote past n=" << n;
+          for (int64_t i = 0; i < n; ++i) {
+            const double got = buf[offset + static_cast<size_t>(i)];
+            const double tol = 8 * std::numeric_limits<float>::epsilon() * want[i] + 2 * std::numeric_limits<float>::min();
+            ASSERT_NEAR(got, want[i], tol) << "n=" << n << " spread=" << spread << " i=" << i;
+            if (n > 3 && i == 2) {
+              ASSERT_EQ(got, 0.0) << "a -inf score weighs 0";
+            }
+          }
+          if (offset > 0) {
+            std::vector<float> first(x);
+            cpu::SoftmaxScaled(first.data(), n, scale);
+            ASSERT_EQ(0, std::memcmp(first.data(), buf.data() + offset, static_cast<size_t>(n) * sizeof(float)))
+                << "where the scores lie changed the weights, n=" << n;
+          }
+        }
+        for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+          std::vector<float> y(x);
+          y[static_cast<size_t>(at)] = std::numeric_limits<float>::quiet_NaN();
+          cpu::SoftmaxScaled(y.data(), n, scale);
+          for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isnan(y[i])) << "n=" << n << " NaN at " << at << " i=" << i;
+        }
+      }
+    }
+  });
+}
+
 // A host-memory Weight over a copy of m's codes placed `code_offset` bytes past an aligned start
 // (the kernels read unaligned rows), as the CPU backend's PrepareWeight would view them.
 struct HostWeight {

@@ -206,21 +206,7 @@ void AttendHeads(const RowSource& src, int64_t n, const int32_t* selected, const
     decode(i0, cn, true, once && !shared);
     cpu::MatMulRows(DType::kF32, keys.data(), s.kd, q, ldq, heads, scores.data() + i0, n, 0, cn);
   }
-  for (int64_t h = 0; h < heads; ++h) {
-    float* sc = scores.data() + h * n;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i) {
-      sc[i] *= scale;
-      mx = std::max(mx, sc[i]);
-    }
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      sc[i] = std::exp(sc[i] - mx);
-      sum += sc[i];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t i = 0; i < n; ++i) sc[i] *= inv;
-  }
+  for (int64_t h = 0; h < heads; ++h) cpu::SoftmaxScaled(scores.data() + h * n, n, scale);
   const float* v = shared ? keys.data() + (s.v_off - s.k_off) : values.data();
   const int64_t ldv = shared ? s.kd : s.vd;
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {

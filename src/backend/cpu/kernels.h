@@ -32,6 +32,10 @@ void ToF32(float scale, DType xdtype, const void* x, float* y, int64_t n);
 void AccumulateRows(const float* p, int64_t ldp, int64_t m, DType vdtype, const void* v, int64_t ldv, int64_t n,
                     int64_t cols, float* out, int64_t ldo);
 
+// x = softmax(scale * x) in place (attention's weights): float32 values and exponentials, their
+// sum in float64. The result does not depend on where x lies or on anything beside it.
+void SoftmaxScaled(float* x, int64_t n, float scale);
+
 // Rows [r0, r0 + n) of an FP8 block-scaled matrix (codes [*, cols], float32 scales per
 // block_rows x block_cols block) dequantized into out [n, cols]: bit-identical to
 // DequantizeFp8BlockRow row by row.

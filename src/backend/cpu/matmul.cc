@@ -34,12 +34,14 @@ inline int64_t PrefetchRowBytes() {
 #define HWY_TARGET_INCLUDE "src/backend/cpu/matmul.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/cache_control.h"
+#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -582,6 +584,58 @@ HWY_INLINE void AccumulateRowGroup(DF df, const float* p, int64_t ldp, int64_t m
   for (; c < cv; c += N) AccumulateTile<MT, 1>(df, pr, v, ldv, n, outs, c);
 }
 constexpr int64_t kAccumulateRows = 64;
+// x = softmax(scale * x) in place: the scaled values' maximum subtracted, exp in float32 lanes
+// (Highway's Exp, within 1 ulp of the correctly rounded value; a NaN stays NaN), the sum of the
+// exponentials in float64 lanes, then one multiply by its inverse.
+void SoftmaxScaled(float* x, int64_t n, float scale) {
+  if (n <= 0) return;
+  const DF df;
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dfd;  // as many floats as dd has doubles
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), Nd = static_cast<int64_t>(hn::Lanes(dd));
+  const auto vs = hn::Set(df, scale);
+  auto vmax = hn::Set(df, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::Mul(hn::LoadU(df, x + i), vs);
+    hn::StoreU(v, df, x + i);
+    vmax = hn::Max(vmax, v);
+  }
+  float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (; i < n; ++i) {
+    x[i] *= scale;
+    mx = std::max(mx, x[i]);
+  }
+  const auto vm = hn::Set(df, mx);
+  auto exp_keep_nan = [&](decltype(vm) v) {
+    const auto d = hn::Sub(v, vm);
+    return hn::IfThenElse(hn::Eq(d, d), hn::Exp(df, d), d);
+  };
+  auto s0 = hn::Zero(dd), s1 = hn::Zero(dd);
+  auto add = [&](const float* e) {  // N stored exponentials, widened Nd at a time
+    for (int64_t k = 0; k < N; k += 2 * Nd) {
+      s0 = hn::Add(s0, hn::PromoteTo(dd, hn::LoadU(dfd, e + k)));
+      if (k + Nd < N) s1 = hn::Add(s1, hn::PromoteTo(dd, hn::LoadU(dfd, e + k + Nd)));
+    }
+  };
+  for (i = 0; i + N <= n; i += N) {
+    hn::StoreU(exp_keep_nan(hn::LoadU(df, x + i)), df, x + i);
+    add(x + i);
+  }
+  if (i < n) {  // the tail through one padded vector, its padding zeroed before the sum
+    HWY_ALIGN float tail[hn::MaxLanes(df)] = {};
+    std::memcpy(tail, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    hn::Store(hn::IfThenElseZero(hn::FirstN(df, static_cast<size_t>(n - i)), exp_keep_nan(hn::Load(df, tail))), df,
+              tail);
+    std::memcpy(x + i, tail, static_cast<size_t>(n - i) * sizeof(float));
+    add(tail);
+  }
+  const float inv = static_cast<float>(1.0 / hn::GetLane(hn::SumOfLanes(dd, hn::Add(s0, s1))));
+  const auto vinv = hn::Set(df, inv);
+  for (i = 0; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), vinv), df, x + i);
+  for (; i < n; ++i) x[i] *= inv;
+}
+
 template <typename VT>
 void AccumulateRowsT(const float* p, int64_t ldp, int64_t M, const VT* v, int64_t ldv, int64_t n, int64_t cols,
                      float* out, int64_t ldo) {
@@ -1262,6 +1316,7 @@ HWY_EXPORT(AxpyFp8);
 HWY_EXPORT(Fp8BlockRowsToF32);
 HWY_EXPORT(ToF32);
 HWY_EXPORT(AccumulateRows);
+HWY_EXPORT(SoftmaxScaled);
 
 namespace {
 
@@ -1405,6 +1460,8 @@ void Fp8BlockRowsToF32(const uint8_t* codes, const float* scales, int64_t cols, 
 void ToF32(float scale, DType dtype, const void* x, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(ToF32)(scale, dtype, x, y, n);
 }
+
+void SoftmaxScaled(float* x, int64_t n, float scale) { HWY_DYNAMIC_DISPATCH(SoftmaxScaled)(x, n, scale); }
 
 void AccumulateRows(const float* p, int64_t ldp, int64_t m, DType vdtype, const void* v, int64_t ldv, int64_t n,
                     int64_t cols, float* out, int64_t ldo) {
