@@ -217,7 +217,8 @@ typedef struct llm_comm_id {
  * joined through MPI; the id is a random tag each rank checks when it joins. LLM_BACKEND_CUDA:
  * NCCL's unique id (ncclGetUniqueId, through the libnccl.so.2 found at run time; it names a
  * bootstrap address on this host, so make it on the host of rank 0): LLM_ERR_UNSUPPORTED when
- * NCCL cannot be loaded. AUTO or another value: LLM_ERR_INVALID_ARGUMENT. A CUDA id makes the
+ * NCCL cannot be loaded or cannot make an id (the message gives NCCL's reason). On failure
+ * *out_id is left as it was. AUTO or another value: LLM_ERR_INVALID_ARGUMENT. A CUDA id makes the
  * processes CUDA ranks joined through NCCL (one device each: rank % device count); a runtime whose
  * ranks run on the CPU refuses it with LLM_ERR_UNSUPPORTED, and multi-process CUDA ranks without
  * a CUDA id are LLM_ERR_INVALID_ARGUMENT. */

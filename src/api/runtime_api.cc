@@ -154,6 +154,7 @@ namespace {
 llm_status CreateRuntime(const char* model_dir, const llm_runtime_options* options, llm_runtime** out_runtime,
                          std::optional<uint64_t> synthetic_seed) {
   LLM_GUARD_BEGIN
+  if (out_runtime != nullptr) *out_runtime = nullptr;  // on every failure, the tracker's included
   llm_runtime_options o;
   llm_runtime_options_init(&o);
   const bool options_readable = ReadOptions(options, &o);
@@ -267,8 +268,7 @@ LLM_API llm_status llm_runtime_create_synthetic(const char* config_dir, uint64_t
 
 LLM_API llm_status llm_comm_id_create(int32_t backend, llm_comm_id* out_id) {
   LLM_GUARD_BEGIN
-  LLM_REQUIRE(out_id);
-  std::memset(out_id, 0, sizeof(*out_id));
+  LLM_REQUIRE(out_id);  // written only on success
   absl::StatusOr<llmrt::CommId> id;
   switch (backend) {
     case LLM_BACKEND_CPU: id = llmrt::MakeMpiCommId(); break;
@@ -276,8 +276,11 @@ LLM_API llm_status llm_comm_id_create(int32_t backend, llm_comm_id* out_id) {
     default: return Fail(LLM_ERR_INVALID_ARGUMENT, "backend must be LLM_BACKEND_CPU or LLM_BACKEND_CUDA");
   }
   if (!id.ok()) return Report(id.status());
-  out_id->backend = backend;
-  std::memcpy(out_id->bytes, id->bytes.data(), sizeof(out_id->bytes));
+  llm_comm_id made;
+  std::memset(&made, 0, sizeof(made));
+  made.backend = backend;
+  std::memcpy(made.bytes, id->bytes.data(), sizeof(made.bytes));
+  *out_id = made;
   return LLM_OK;
   LLM_GUARD_END
 }

@@ -68,7 +68,7 @@ absl::StatusOr<CommId> MakeNcclCommId() {
   const int rc = get(id.bytes.data());
   std::string what = rc != 0 && err != nullptr ? err(rc) : "";
   // The library stays loaded: NCCL keeps bootstrap state alive for the id it handed out.
-  if (rc != 0) return absl::FailedPreconditionError(absl::StrCat("ncclGetUniqueId failed (", rc, "): ", what));
+  if (rc != 0) return UnsupportedError(absl::StrCat("ncclGetUniqueId failed (", rc, "): ", what));
   return id;
 }
 

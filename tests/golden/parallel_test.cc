@@ -243,8 +243,10 @@ TEST(ParallelRuntime, CommIdsAreMadeAndCheckedBeforeJoining) {
   EXPECT_EQ(a.reserved, 0u);
   EXPECT_NE(std::memcmp(a.bytes, b.bytes, LLM_COMM_ID_BYTES), 0) << "two ids of different groups are equal";
   EXPECT_EQ(llm_comm_id_create(LLM_BACKEND_CPU, nullptr), LLM_ERR_INVALID_ARGUMENT);
+  const llm_comm_id before = b;
   EXPECT_EQ(llm_comm_id_create(LLM_BACKEND_AUTO, &b), LLM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(llm_comm_id_create(77, &b), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::memcmp(&b, &before, sizeof(b)), 0) << "a failed call changed the caller's id";
   // CUDA: NCCL's unique id where libnccl.so.2 loads (it needs no GPU), else UNSUPPORTED.
   llm_comm_id nccl;
   const llm_status st = llm_comm_id_create(LLM_BACKEND_CUDA, &nccl);

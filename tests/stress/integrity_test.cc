@@ -416,6 +416,23 @@ struct Counts {
   uint64_t veto_session = 0;
 };
 
+// A tracker whose struct_size cannot be read fails creation with INVALID_ARGUMENT, and the
+// runtime pointer is still set to NULL (as on every failed creation).
+TEST(Tracker, AnUnreadableTrackerFailsCreationAndClearsTheOutput) {
+  for (uint32_t size : {0u, 2u, (1u << 16) + 1}) {
+    llm_kv_tracker t;
+    std::memset(&t, 0, sizeof(t));
+    t.struct_size = size;
+    llm_runtime_options ro;
+    llm_runtime_options_init(&ro);
+    ro.tracker = &t;
+    auto* rt = reinterpret_cast<llm_runtime*>(uintptr_t{0x1});  // a stale value the call must clear
+    EXPECT_EQ(llm_runtime_create(TestData(kModel).c_str(), &ro, &rt), LLM_ERR_INVALID_ARGUMENT) << size;
+    EXPECT_EQ(rt, nullptr) << "struct_size " << size;
+    EXPECT_NE(std::string(llm_last_error()).find("tracker"), std::string::npos) << llm_last_error();
+  }
+}
+
 TEST(Tracker, CallbacksSeeTheLifeCycleAndCanVeto) {
   Counts c;
   llm_kv_tracker t;
