@@ -9,6 +9,7 @@
 #include "src/backend/cuda/cuda_backend.h"
 #endif
 #include "src/util/errors.h"
+#include "src/util/log.h"
 
 namespace llmrt {
 namespace {
@@ -56,7 +57,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, const B
   }
   if (kind == BackendKind::kAuto) {
     for (const BackendEntry& e : entries) {  // a device backend that can run here first
-      if (e.kind != BackendKind::kCpu && e.available()) return e.create(options);
+      if (e.kind == BackendKind::kCpu || !e.available()) continue;
+      absl::StatusOr<std::unique_ptr<Backend>> made = e.create(options);
+      // A device that cannot take these options (an activation policy it has no kernel for, a
+      // library it could not load) gives way to the CPU; a real failure (out of memory) is reported.
+      if (made.ok() || made.status().code() != absl::StatusCode::kUnimplemented) return made;
+      Log(LogLevel::kWarning, absl::StrCat("the ", BackendKindName(e.kind), " backend cannot run here (",
+                                           made.status().message(), "); using the CPU backend"));
     }
     kind = BackendKind::kCpu;
   }

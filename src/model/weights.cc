@@ -46,13 +46,16 @@ absl::StatusOr<StoredMatrix> WeightLoader::Find(const std::string& name, int64_t
                                        ", which is not supported for this tensor (BF16, F32)"));
 }
 
-absl::StatusOr<Weight> WeightLoader::Prepare(const StoredMatrix& m) {
+absl::StatusOr<Weight> WeightLoader::Prepare(const StoredMatrix& m, const std::string& name) {
   const WeightFormatTraits& f = WeightFormatOf(m.format);
   if (!backend_.SupportsWeightFormat(m.format)) {
     return UnsupportedError(absl::StrCat(ck_.dir(), ": the ", backend_.name(), " backend has no kernel for ", f.name,
                                          " weights"));
   }
-  LLMRT_ASSIGN_OR_RETURN(Weight w, backend_.PrepareWeight(m));
+  absl::StatusOr<Weight> w = backend_.PrepareWeight(m);
+  if (!w.ok()) {  // a device out of memory, say: which tensor did not fit
+    return absl::Status(w.status().code(), absl::StrCat("tensor \"", name, "\": ", w.status().message()));
+  }
   resident_[m.format] += f.resident_bytes(m.rows, m.cols, m.params);
   return w;
 }
@@ -145,7 +148,7 @@ absl::StatusOr<Weight> WeightLoader::MakeSynthetic(const SyntheticMatrixSpec& sp
     return *std::move(w);
   }
   LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, MakeSyntheticPart(spec));
-  return Prepare(m);
+  return Prepare(m, spec.name);
 }
 
 absl::StatusOr<std::vector<float>> WeightLoader::SyntheticHostRows(const SyntheticMatrixSpec& spec) {
@@ -175,7 +178,7 @@ absl::StatusOr<Weight> WeightLoader::Matrix(const std::string& name, int64_t row
   if (ck_.synthetic()) return MakeSynthetic(SyntheticPart(name, rows, cols, part));
   LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, Find(name, rows, cols));
   LLMRT_ASSIGN_OR_RETURN(StoredMatrix p, Cut(name, m, part));
-  return Prepare(p);
+  return Prepare(p, name);
 }
 
 absl::StatusOr<Weight> WeightLoader::Dense(const std::string& name, int64_t rows, int64_t cols,
@@ -190,7 +193,7 @@ absl::StatusOr<Weight> WeightLoader::Dense(const std::string& name, int64_t rows
     LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, Find(name, rows, cols));
     if (!WeightFormatOf(m.format).quantized) {
       LLMRT_ASSIGN_OR_RETURN(StoredMatrix p, Cut(name, m, part));
-      return Prepare(p);
+      return Prepare(p, name);
     }
     // Dequantized on the host from the mapped checkpoint bytes (only the part's rows), then
     // handed to the backend.
@@ -202,7 +205,7 @@ absl::StatusOr<Weight> WeightLoader::Dense(const std::string& name, int64_t rows
   dense.cols = b.nc;
   dense.codes = NewHostArray(DType::kF32, {b.nr, b.nc});
   std::memcpy(const_cast<uint8_t*>(dense.codes.data), host.data(), host.size() * sizeof(float));
-  return Prepare(dense);
+  return Prepare(dense, name);
 }
 
 absl::StatusOr<Weight> WeightLoader::MlaKvB(const std::string& name, int64_t rows, int64_t cols,
@@ -218,7 +221,7 @@ absl::StatusOr<Weight> WeightLoader::MlaKvB(const std::string& name, int64_t row
   if (WeightFormatOf(m.format).quantized && backend_.ReadsQuantizedMlaKvB(m.format)) {
     // A slice the format cannot cut (blocks across the ranks' rows) is dequantized instead.
     absl::StatusOr<StoredMatrix> p = Cut(name, m, part);
-    if (p.ok()) return Prepare(*p);
+    if (p.ok()) return Prepare(*p, name);
   }
   return Dense(name, rows, cols, part);
 }
@@ -254,7 +257,7 @@ absl::StatusOr<Weight> WeightLoader::Quantized(const std::string& name, int64_t 
     LLMRT_ASSIGN_OR_RETURN(StoredMatrix m, Find(name, rows, cols));
     if (same_layout(m.format, m.params)) {
       LLMRT_ASSIGN_OR_RETURN(StoredMatrix p, Cut(name, m, part));
-      return Prepare(p);
+      return Prepare(p, name);
     }
     if (f.quantize == nullptr) {
       return UnsupportedError(absl::StrCat(f.name, " weights cannot be made at load (\"", name, "\")"));
@@ -262,7 +265,7 @@ absl::StatusOr<Weight> WeightLoader::Quantized(const std::string& name, int64_t 
     host = HostRows(m, part);
   }
   LLMRT_ASSIGN_OR_RETURN(StoredMatrix q, f.quantize(host.data(), b.nr, b.nc, params));
-  return Prepare(q);
+  return Prepare(q, name);
 }
 
 absl::StatusOr<Weight> WeightLoader::Stored(const std::string& name, int64_t rows, int64_t cols, ExpertStorage s,

@@ -70,7 +70,7 @@ class WeightLoader {
   class Source;
   // The stored matrix `name` as the first format that recognizes it; counts its tensors.
   absl::StatusOr<StoredMatrix> Find(const std::string& name, int64_t rows, int64_t cols);
-  absl::StatusOr<Weight> Prepare(const StoredMatrix& m);
+  absl::StatusOr<Weight> Prepare(const StoredMatrix& m, const std::string& name);
   // The stored matrix's `part` in float32 rows.
   static std::vector<float> HostRows(const StoredMatrix& m, const MatrixSlice& part = {});
   // m's `part` in m's format (m itself when the part is the whole matrix). InvalidArgument naming
