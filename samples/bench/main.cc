@@ -63,6 +63,31 @@
 namespace llm_bench {
 namespace {
 
+// --backend cuda in a mode that writes a checkpoint first: whether a CUDA runtime can be made
+// here at all, asked of a synthetic runtime over a config.json alone before gigabytes are
+// written (a machine without a device answers at once). False with the reason printed.
+bool CudaRunsHere(const ModelGenerator& gen) {
+  char tmpl[] = "/tmp/llmrt-bench-probe-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return true;  // the run itself will say what is wrong
+  GeneratedModel cfg;
+  bool ok = true;
+  if (gen.EnsureConfig(tmpl, "k2", "bf16", &cfg)) {
+    llm_runtime_options o;
+    llm_runtime_options_init(&o);
+    o.backend = LLM_BACKEND_CUDA;
+    o.kv_budget_bytes = 64u << 20;
+    llm_runtime* rt = nullptr;
+    if (llm_runtime_create_synthetic(tmpl, 1, &o, &rt) == LLM_ERR_UNSUPPORTED) {
+      std::fprintf(stderr, "llm-bench: --backend cuda: %s\n", llm_last_error());
+      ok = false;
+    }
+    if (rt != nullptr) llm_runtime_destroy(rt);
+  }
+  std::error_code ec;
+  fs::remove_all(tmpl, ec);
+  return ok;
+}
+
 int Main(int argc, char** argv) {
   fs::path dir = "/tmp/llmrt-bench-model";
   std::vector<int> batches = {1, 4, 16, 64};
@@ -222,6 +247,9 @@ int Main(int argc, char** argv) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
     return rc;
+  }
+  if (g_backend == LLM_BACKEND_CUDA && (model.empty() || !formats.empty() || !contexts.empty()) && !CudaRunsHere(gen)) {
+    return 1;
   }
   if (!formats.empty()) {
     std::vector<int> b = batches == std::vector<int>{1, 4, 16, 64} ? std::vector<int>{1, 16, 64} : batches;
