@@ -1,6 +1,6 @@
 // What the C ABI's entry points share: the handle structs, the per-thread error message, status
 // mapping, options and output-struct copying, and the guard that keeps every exception inside
-// the library. The shim holds no engine logic (DESIGN.md section 3).
+// the library. The shim holds no engine logic.
 #ifndef LLMRT_API_API_INTERNAL_H_
 #define LLMRT_API_API_INTERNAL_H_
 

@@ -1,6 +1,6 @@
 // The backend op interface: everything an architecture's forward pass may ask of a device.
 //
-// Contract (DESIGN.md section 2, "the step contract"):
+// Contract ("the step contract", README "Architecture"):
 //  - Tensors passed to ops live in this backend's memory (Allocate, ImportHost, PrepareWeight).
 //    A forward pass allocates nothing: its buffers come from a workspace the runtime allocates
 //    once (src/model/workspace.h), its metadata from one upload per step.

@@ -1,5 +1,5 @@
 // Integrity trackers observe the KV page life cycle and decide whether sessions' page tables are
-// verified before each forward pass (DESIGN.md section 5).
+// verified before each forward pass.
 //  - no-op (default): verifies nothing, observes nothing; the runtime skips every hook.
 //  - tag checker: verifies every (page, tag) a scheduled session expects against the pool.
 //  - host callbacks (src/api adapts llm_kv_tracker): tag checks plus events and a veto.

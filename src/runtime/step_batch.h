@@ -1,6 +1,6 @@
 // The metadata of one forward pass: token ids, positions and the paged-attention arrays, built
 // on the host into one staging buffer and uploaded with one copy into a fixed backend buffer
-// allocated when the runtime is created (DESIGN.md section 2). The host arrays keep their
+// allocated when the runtime is created (the step contract: README, "Architecture"). The host arrays keep their
 // capacity between steps, so a warm step allocates nothing.
 //
 // Decode batches may be padded to a bucket size (what a device backend replays a captured graph

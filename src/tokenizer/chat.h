@@ -1,4 +1,4 @@
-// Chat formats of the two families (MODELS.md section 5), rendered to text that is then
+// Chat formats of the two families (docs/models.md section 5), rendered to text that is then
 // encoded with parse_special.
 //  Kimi: <|im_system|>system<|im_middle|>...<|im_end|><|im_user|>user<|im_middle|>...<|im_end|>
 //        <|im_assistant|>assistant<|im_middle|>

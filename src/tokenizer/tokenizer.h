@@ -31,7 +31,7 @@ namespace llmrt {
 
 enum class TokenizerFamily { kKimi, kGlm };
 
-// Kimi K2's pre-tokenizer (MODELS.md section 5; tokenization_kimi.py).
+// Kimi K2's pre-tokenizer (docs/models.md section 5; tokenization_kimi.py).
 extern const char kKimiPattern[];
 
 // ---- limits (include/llmrt/llmrt.h states them for hosts) ----------------------------------

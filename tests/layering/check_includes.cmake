@@ -1,5 +1,5 @@
-# Fails when a source file includes a header of a layer above its own (DESIGN.md section 1:
-# dependencies point down). Run as: cmake -DSRC=<repo>/src -P check_includes.cmake
+# Fails when a source file includes a header of a layer above its own (README,
+# "Architecture": dependencies point down). Run as: cmake -DSRC=<repo>/src -P check_includes.cmake
 set(allowed_util util)
 set(allowed_parallel parallel util)
 set(allowed_quant quant util)

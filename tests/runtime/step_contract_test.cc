@@ -1,4 +1,4 @@
-// The step contract (DESIGN.md section 2) on the CPU backend, through the runtime itself:
+// The step contract (README, "Architecture") on the CPU backend, through the runtime itself:
 // a step allocates no backend memory, padded decode batches change nothing, and the status
 // channel turns a failing pass into per-session errors.
 #include <cstdint>
