@@ -65,7 +65,9 @@ struct BackendEntry {
 // Adds a backend (the built-in ones are registered on first use). Thread-safe.
 void RegisterBackend(const BackendEntry& entry);
 
-// A backend of `kind`. kAuto picks the first available device backend, else the CPU.
+// A backend of `kind`. kAuto picks the first available device backend that accepts the options
+// (one that refuses them, UNSUPPORTED, gives way with a warning; another failure is returned),
+// else the CPU.
 // UNSUPPORTED when `kind` is not part of this build or cannot run here.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(BackendKind kind, const BackendOptions& options);
 
