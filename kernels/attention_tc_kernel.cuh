@@ -347,8 +347,12 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
         for (int e = 0; e < 4; ++e) acc[e] = fmaf(step[e], kscale[(j0 + (e & 1)) * pl.nks + k0 / 16], acc[e]);
       }
     } else {
-      // Two accumulators (even and odd steps), so that consecutive MMAs do not wait on each other.
+      // An accumulator per (query part, even or odd step): 2 * kTerms independent chains, so that
+      // consecutive MMAs do not wait on each other's results (an MMA's latency is several times
+      // its issue interval, and a block's warps are few).
       float acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float acc3[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float acc4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       int k0 = 0;
       for (; k0 + 32 <= pl.kpad; k0 += 32) {
         uint32_t b[4];
@@ -358,8 +362,8 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
           uint32_t af[4], ag[4];
           LdMatrix4(qa + i * kRows * pl.ks + k0, af);
           LdMatrix4(qa + i * kRows * pl.ks + k0 + 16, ag);
-          Mma16816(acc, af, b[0], b[1]);
-          Mma16816(acc2, ag, b[2], b[3]);
+          Mma16816(i == 0 ? acc : acc3, af, b[0], b[1]);
+          Mma16816(i == 0 ? acc2 : acc4, ag, b[2], b[3]);
         }
       }
       if (k0 < pl.kpad) {  // a last step of 16
@@ -373,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
         }
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[e] += acc2[e];
+      for (int e = 0; e < 4; ++e) acc[e] = (acc[e] + acc2[e]) + (acc3[e] + acc4[e]);
     }
     float s[4];
 #pragma unroll
