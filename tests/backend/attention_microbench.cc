@@ -30,21 +30,8 @@
 namespace llmrt {
 namespace {
 
-template <typename T>
-T Must(absl::StatusOr<T> v, const char* what) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, v.status().ToString().c_str());
-    std::exit(1);
-  }
-  return *std::move(v);
-}
-
-void MustOk(const absl::Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-    std::exit(1);
-  }
-}
+using microbench::Must;
+using microbench::MustOk;
 
 // A tensor of normal values (F32).
 Tensor RandomF32(Backend& be, int64_t rows, int64_t cols, std::mt19937& rng) {

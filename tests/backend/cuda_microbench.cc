@@ -25,25 +25,13 @@
 #include "src/backend/registry.h"
 #include "src/kv/kv_store.h"
 #include "src/util/bf16.h"
+#include "tests/backend/microbench_util.h"
 
 namespace llmrt {
 namespace {
 
-template <typename T>
-T Must(absl::StatusOr<T> v, const char* what) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, v.status().ToString().c_str());
-    std::exit(1);
-  }
-  return *std::move(v);
-}
-
-void MustOk(const absl::Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-    std::exit(1);
-  }
-}
+using microbench::Must;
+using microbench::MustOk;
 
 // Seconds per call of fn, after two warm-up calls, over at least `reps` calls.
 template <typename Fn>

@@ -1,4 +1,4 @@
-// Timing helpers shared by the CPU kernel microbenchmarks (programs that print tables).
+// Setup and timing helpers shared by the kernel microbenchmarks (programs that print tables).
 #ifndef LLMRT_TESTS_BACKEND_MICROBENCH_UTIL_H_
 #define LLMRT_TESTS_BACKEND_MICROBENCH_UTIL_H_
 
@@ -7,13 +7,32 @@
 #include <cstdio>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "hwy/targets.h"
 
 namespace llmrt::microbench {
+
+// The value, or the status printed and the program ended (setup steps of a benchmark).
+template <typename T>
+T Must(absl::StatusOr<T> v, const char* what) {
+  if (!v.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, v.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(v);
+}
+
+inline void MustOk(const absl::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+    std::exit(1);
+  }
+}
 
 inline double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
