@@ -6,7 +6,8 @@
 //   llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] [--hidden N]]
 //             [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]
 //             [--activations exact|int8|bf16|fp8] (llm_runtime_options.quantized_activations; every mode)
-//             [--backend cpu|cuda|auto]         (llm_runtime_options.backend; every mode, default auto)
+//             [--backend cpu|cuda|auto]         (llm_runtime_options.backend; every mode, default auto;
+//                                               cuda: checked before a checkpoint is written)
 //             [--weight-memory auto|mapped|huge-pages] (llm_runtime_options.weight_memory; every mode)
 //             [--kv bf16|f32|fp8|fp8-tiled]     (llm_runtime_options.kv_dtype; decode and prefill modes)
 //             [--kv-gib G]                      (the decode mode's KV budget, default 0.5 GiB)
