@@ -45,15 +45,15 @@
 // llm-bench runs from beside its own binary or from --generator PATH. llm-bench itself uses only
 // the public header: one file per mode under samples/bench/.
 //
-// --synthetic (decode and prefill modes) writes no checkpoint: only the preset's config.json goes
-// to a temporary directory (llm-make-bench-model --config-only), and the runtime generates its
-// weights at load (llm_runtime_create_synthetic, seed --seed, default 1) in the format --weights
-// declares. Tokens are meaningless; speed, memory and load time are those of real shapes. The
-// "-real" presets are the released Kimi K2 (hidden 7168, 64 heads, q_lora 1536, kv_lora 512,
-// experts of 2048 columns, vocabulary 163840), GLM-5 (with its DSA indexer) and GLM-4.5 (GQA)
-// layer shapes with --layers layers (default 4) and --experts routed experts (default 8); at
-// these widths even a few layers are several GB. The decode table's header reports the time from
-// the creating call to the first sampled token.
+// --synthetic (decode, prefill and integrity modes) writes no checkpoint: only the preset's
+// config.json goes to a temporary directory (llm-make-bench-model --config-only), and the runtime
+// generates its weights at load (llm_runtime_create_synthetic, seed --seed, default 1) in the
+// format --weights declares. Tokens are meaningless; speed, memory and load time are those of real
+// shapes. The "-real" presets are the released Kimi K2 (hidden 7168, 64 heads, q_lora 1536, kv_lora
+// 512, experts of 2048 columns, vocabulary 163840), GLM-5 (with its DSA indexer) and GLM-4.5 (GQA)
+// layer shapes with --layers layers (default 4) and --experts routed experts (default 8); at these
+// widths even a few layers are several GB. The decode table's header reports the time from the
+// creating call to the first sampled token.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
