@@ -18,6 +18,17 @@ inline constexpr int kChunk = 8 * kWarps;  // positions per chunk: one n8 tile o
 inline constexpr int kPad = 8;             // elements after each shared row: conflict-free fragment loads
 inline constexpr int kPf = kChunk + 4;     // probability row stride (floats)
 inline constexpr int kMaxShared = 160 * 1024;
+// A stage's row metadata: each chunk row's address (null: missing), flags (kRowValid, kRowFresh)
+// and scale (flat FP8 rows: the layer's; else 1).
+inline constexpr int kMetaBytes = kChunk * (8 + 4 + 4);
+inline constexpr int kRowValid = 1, kRowFresh = 2;
+// Query fragments a warp keeps in registers (TcPlan::qreg): its 16-column steps of the keys,
+// steps warp, warp + kWarps, ...; enough for the usual key width of a value width: 576 and 320
+// columns for 512 and 256 (MLA's latent and a rope of 64; Kimi K2: 9 steps a warp), 128 for 128
+// and 64 (GQA heads; small MLA latents with a rope of 16), 64 for 32.
+constexpr int QuerySteps(int dv_tile) { return dv_tile >= 512 ? 9 : dv_tile >= 256 ? 5 : dv_tile >= 64 ? 2 : 1; }
+template <int kDvTile>
+inline constexpr int kQuerySteps = QuerySteps(kDvTile);  // for device code (a constant's value)
 }  // namespace tc
 
 // How a call runs on the tensor cores: blocks of up to 16 heads that share their K/V row
@@ -30,14 +41,26 @@ struct TcPlan {
   int32_t terms = 0;    // bfloat16 parts of the query and the probabilities (1 or 2)
   int32_t group = 0, tiles_per_group = 0, head_tiles = 0;  // heads per shared row region; blocks
   int32_t q1_pad = 0, kpad = 0;  // q1 in columns [0, q1_len), q2 from q1_pad; kpad columns in all
-  int32_t ks = 0;                // K tile (and query) row stride in elements
+  int32_t ks = 0;                // K tile row stride in elements
+  int32_t qstride = 0, qx = 0;   // query row stride; qx 7: its 16-byte pieces are swizzled (piece
+                                 // p of row r at p ^ (r & 7)), 0: rows padded instead
+  // 1: each warp holds its steps' query fragments in registers for the whole call and multiplies
+  // them by every position of a chunk, the warps' partial scores summed in shared memory (in the
+  // query's place); 0: each warp reads every step's fragments from shared memory per chunk for its
+  // 8 positions (keys wider than kWarps * QuerySteps(dv_tile) steps).
+  int32_t qreg = 0;
   int32_t vs = 0;                // V tile row stride; 0: the values are the K tile's first columns
   int32_t fp8 = 0;               // flat FP8 rows: codes, times the layer scale after the sums
   int32_t tiled = 0;             // tiled FP8 rows: codes, times their tiles' scales (per step / tile)
   int32_t nks = 0;               // 16-column steps of the keys (kpad / 16)
   int32_t async = 0;             // rows loaded by cp.async (every offset and stride 16-byte aligned)
   int32_t ss = 0;                // staged FP8 row stride in bytes (the cache's row_bytes)
-  int32_t off_k = 0, off_v = 0, off_p = 0, off_f = 0, off_r = 0, off_s = 0, bytes = 0;  // shared memory
+  int32_t stages = 1;            // 2: the next chunk's rows load while this one is computed
+  int32_t tile_stages = 1;       // K / V tiles alternating between chunks (2: BF16 rows in place)
+  int32_t blocks_per_sm = 0;     // blocks a multiprocessor holds (0: the device's size unknown)
+  // Shared memory: the query, K tile(s), V tile(s), probabilities, reductions and code table,
+  // per-stage row metadata (off_r, kMetaBytes each), staged FP8 rows (per stage); bytes in all.
+  int32_t off_k = 0, off_v = 0, off_p = 0, off_f = 0, off_r = 0, off_s = 0, bytes = 0;
 };
 
 // False when the scalar kernel runs `a` (chosen, or a case the tensor-core kernel does not take).

@@ -120,33 +120,47 @@ __device__ __forceinline__ int TiledSlot(const KvRowRef& r, int64_t v) {
   return -1;
 }
 
-template <int kDv, int kTerms>
+// Query column col of row r at its place in a row of the query's shared copy: 16-byte piece
+// p at p ^ (r & qx) (qx 7: swizzled; 0: plain).
+__device__ __forceinline__ int QueryColumn(int col, int r, int qx) { return (((col >> 3) ^ (r & qx)) << 3) | (col & 7); }
+
+// A stage's row metadata in shared memory (TcPlan::off_r, kMetaBytes per stage).
+struct RowMeta {
+  const uint8_t** ptr;  // [kChunk] the row's address; null: missing
+  int* flags;           // [kChunk] kRowValid, kRowFresh
+  float* scale;         // [kChunk] flat FP8 rows: the layer scale; else 1
+};
+__device__ __forceinline__ RowMeta MetaOf(uint8_t* smem, const TcPlan& pl, int st) {
+  uint8_t* m = smem + pl.off_r + st * kMetaBytes;
+  return RowMeta{reinterpret_cast<const uint8_t**>(m), reinterpret_cast<int*>(m + kChunk * 8),
+                 reinterpret_cast<float*>(m + kChunk * 12)};
+}
+
+// kQreg: TcPlan::qreg (an instance each way, so that the registers the query's fragments take are
+// not reserved where they are not used).
+template <int kDv, int kTerms, bool kQreg>
 __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4) TcAttentionKernel(AttentionArgs a, TcPlan pl, int32_t* err) {
   constexpr int kNt = kDv / (8 * kWarps);  // n8 tiles of value columns per warp
   static_assert(kNt >= 1 && kDv % (8 * kWarps) == 0, "value columns split evenly over the warps");
+  constexpr int kQSteps = kQreg ? kQuerySteps<kDv> : 1;  // query steps a warp holds in registers
   uint8_t* smem = DynamicShared<uint8_t>();
-  uint16_t* qs = reinterpret_cast<uint16_t*>(smem);               // [kTerms][kRows][ks]
-  uint16_t* kt = reinterpret_cast<uint16_t*>(smem + pl.off_k);    // [kChunk][ks]
-  uint16_t* vt = pl.vs > 0 ? reinterpret_cast<uint16_t*>(smem + pl.off_v) : kt;
+  uint16_t* qs = reinterpret_cast<uint16_t*>(smem);               // [kTerms][kRows][qstride]
+  float* sp = reinterpret_cast<float*>(smem);  // kQreg, once the fragments are loaded: [kWarps][kRows][kPf]
+  uint16_t* kt0 = reinterpret_cast<uint16_t*>(smem + pl.off_k);   // [tile_stages][kChunk][ks]
+  uint16_t* vt0 = pl.vs > 0 ? reinterpret_cast<uint16_t*>(smem + pl.off_v) : kt0;  // [tile_stages][kChunk][vs]
   const int vstride = pl.vs > 0 ? pl.vs : pl.ks;
   constexpr int kNv = kDv / 8;                                    // n8 tiles of value columns
+  const bool staged_codec = pl.fp8 || pl.tiled;
   float* pf = reinterpret_cast<float*>(smem + pl.off_p);          // [kRows][kPf] probabilities
-  float* rs = reinterpret_cast<float*>(smem + pl.off_f);          // [kChunk] row scale (flat rows)
-  int* valid = reinterpret_cast<int*>(rs + kChunk);               // [kChunk]
-  float* red_max = reinterpret_cast<float*>(valid + kChunk);      // [kWarps][kRows]
+  float* red_max = reinterpret_cast<float*>(smem + pl.off_f);     // [kWarps][kRows]
   float* red_sum = red_max + kWarps * kRows;                      // [kWarps][kRows]
-  uint16_t* table = reinterpret_cast<uint16_t*>(red_sum + kWarps * kRows);  // [256] e4m3 -> bf16
+  uint16_t* table = reinterpret_cast<uint16_t*>(red_sum + kWarps * kRows);  // [256] e4m3 -> bf16 (codes)
   // Tiled rows: the scale slot of each 16-column step of the keys and of each 8-column tile of the
   // values (-1: BF16), and each chunk row's scales for them.
-  int* kslot = reinterpret_cast<int*>(table + 256);               // [nks]
-  int* vslot = kslot + pl.nks;                                    // [kNv]
-  float* kscale = reinterpret_cast<float*>(vslot + kNv);          // [kChunk][nks]
-  float* vscale = kscale + kChunk * pl.nks;                       // [kChunk][kNv]
-  // Asynchronous loads (pl.async): each chunk's row addresses (null: missing) and whether each is
-  // a fresh row, and FP8 cache rows' bytes as stored, decoded from there.
-  const uint8_t** rptr = reinterpret_cast<const uint8_t**>(smem + pl.off_r);  // [kChunk]
-  int* rfresh = reinterpret_cast<int*>(rptr + kChunk);                        // [kChunk]
-  uint8_t* stage = smem + pl.off_s;                                           // [kChunk][ss]
+  int* kslot = reinterpret_cast<int*>(table + (staged_codec ? 256 : 0));  // [nks]
+  int* vslot = kslot + pl.nks;                                            // [kNv] (tiled)
+  float* kscale = reinterpret_cast<float*>(vslot + (pl.tiled ? kNv : 0));  // [kChunk][nks]
+  float* vscale = kscale + kChunk * pl.nks;                               // [kChunk][kNv] (tiled)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int64_t t = blockIdx.x / pl.head_tiles, tile = blockIdx.x % pl.head_tiles;
@@ -170,10 +184,10 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
       uint16_t parts[kTerms];
       SplitBf16<kTerms>(x, parts);
 #pragma unroll
-      for (int i = 0; i < kTerms; ++i) qs[(i * kRows + r) * pl.ks + col] = parts[i];
+      for (int i = 0; i < kTerms; ++i) qs[(i * kRows + r) * pl.qstride + QueryColumn(col, r, pl.qx)] = parts[i];
     }
   }
-  if (pl.fp8 || pl.tiled) {
+  if (staged_codec) {
     for (int i = threadIdx.x; i < 256; i += kThreads) table[i] = ToBf16Bits(Fp8ToFloat(static_cast<uint32_t>(i)));
   }
   const int64_t kv_index = h0 / a.kv_group;  // MLA: any (its head steps are 0)
@@ -190,12 +204,34 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
     }
   }
   if (pl.async) {  // rows copied in place leave the padding columns alone: zero them once
-    for (int e = threadIdx.x; e < kChunk * pl.ks; e += kThreads) kt[e] = 0;
+    for (int e = threadIdx.x; e < pl.tile_stages * kChunk * pl.ks; e += kThreads) kt0[e] = 0;
     if (pl.vs > 0) {
-      for (int e = threadIdx.x; e < kChunk * pl.vs; e += kThreads) vt[e] = 0;
+      for (int e = threadIdx.x; e < pl.tile_stages * kChunk * pl.vs; e += kThreads) vt0[e] = 0;
     }
   }
   __syncthreads();
+
+  // ldmatrix row addresses of the query's A fragments: matrix j (lanes 8j .. 8j + 7) is rows
+  // 8(j & 1) .. + 7 at columns k0 + 8(j >> 1), i.e. 16-byte piece k0 / 8 + (j >> 1) at its
+  // swizzled place in the row (the row's low bits are lane & 7).
+  const uint16_t* qa = qs + ((lane & 7) + 8 * ((lane >> 3) & 1)) * pl.qstride;
+  const int qpiece = lane >> 4, qsw = lane & pl.qx;
+  const auto qat = [&](int i, int k0) { return qa + i * kRows * pl.qstride + ((((k0 >> 3) + qpiece) ^ qsw) << 3); };
+  // kQreg: this warp's steps (warp, warp + kWarps, ...) of the query, all parts, for the call.
+  uint32_t qf[kTerms][kQSteps][4];
+#pragma unroll
+  for (int s = 0; s < kQSteps; ++s) {
+    const int k0 = (s * kWarps + warp) * 16;
+#pragma unroll
+    for (int i = 0; i < kTerms; ++i) {
+      if (kQreg && k0 < pl.kpad) {
+        LdMatrix4(qat(i, k0), qf[i][s]);
+      } else {
+        qf[i][s][0] = qf[i][s][1] = qf[i][s][2] = qf[i][s][3] = 0u;
+      }
+    }
+  }
+  // (The query's area is rewritten, as partial scores, only after the chunk loop's barriers.)
 
   const BatchRef& b = a.batch;
   const Context cx = ContextOf(a.kv, b, t);
@@ -216,69 +252,97 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8
   bool bad = false;
   const int j0 = warp * 8 + 2 * c;  // this thread's two score columns: j0, j0 + 1
-  const bool staged_codec = pl.fp8 || pl.tiled;
-  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
-    if (pl.async) {
-      // Every row of the chunk in flight at once: one thread per row finds it, then the block
-      // issues 16-byte asynchronous copies (BF16 rows' key and value columns straight into the
-      // tiles, FP8 rows whole into the staging area) and waits for all of them together.
-      if (threadIdx.x < kChunk) {
-        const int i = threadIdx.x;
-        RowPtr row{nullptr, false};
-        bool ok = false;
-        if (c0 + i < end) {
-          const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
-          ok = Locate(a.kv, a.layer, cx, p, &row);
-          if (!ok) bad = true;
-        }
-        rptr[i] = ok ? row.data : nullptr;
-        rfresh[i] = ok && row.fresh ? 1 : 0;
-        valid[i] = ok ? 1 : 0;
-        rs[i] = ok && pl.fp8 && !row.fresh ? layer_scale : 1.0f;
+  // Whether a row of the cache is copied in place into the tiles (BF16 values): every BF16 row,
+  // and a staged codec's fresh rows with one stage (with two, the tile they would land in is
+  // being read: the decode pass below reads them from global memory instead).
+  const auto in_place = [&](int flags) { return !staged_codec || ((flags & kRowFresh) != 0 && pl.stages == 1); };
+  // Asynchronous loads (pl.async), in two halves: the rows of the chunk at c0 found into stage
+  // st's metadata (one thread per row) ...
+  const auto locate = [&](int64_t c0, int st) {
+    if (threadIdx.x < kChunk) {
+      const int i = threadIdx.x;
+      RowPtr row{nullptr, false};
+      bool ok = false;
+      if (c0 + i < end) {
+        const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
+        ok = Locate(a.kv, a.layer, cx, p, &row);
+        if (!ok) bad = true;
       }
-      __syncthreads();
-      const int pk1 = static_cast<int>(a.q1_len / 8), pk2 = pl.kpad > pl.q1_pad ? static_cast<int>(a.q2_len / 8) : 0;
-      const int pd = pk1 + pk2 + (pl.vs > 0 ? static_cast<int>(a.dv / 8) : 0);
-      // Warp w copies rows w, w + kWarps, ...: a row's pieces over the lanes, contiguous.
-      for (int i = warp; i < kChunk; i += kWarps) {
-        const uint8_t* src = rptr[i];
-        if (src == nullptr && staged_codec) continue;  // the decode below zeroes it
-        if (!staged_codec || rfresh[i]) {  // in place (a missing row: zeros)
-          for (int j = lane; j < pd; j += 32) {
-            int64_t from;
-            uint16_t* dst;
-            if (j < pk1) {
-              from = k1 + 8 * j;
-              dst = kt + i * pl.ks + 8 * j;
-            } else if (j < pk1 + pk2) {
-              from = a.k2_off + 8 * (j - pk1);
-              dst = kt + i * pl.ks + pl.q1_pad + 8 * (j - pk1);
-            } else {
-              from = v_off + 8 * (j - pk1 - pk2);
-              dst = vt + i * pl.vs + 8 * (j - pk1 - pk2);
-            }
-            if (src != nullptr) {
-              CpAsync16(dst, src + from * 2);
-            } else {
-              *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
-            }
-          }
-        } else {
-          for (int j = lane; j < pl.ss / 16; j += 32) CpAsync16(stage + i * pl.ss + 16 * j, src + 16 * j);
-        }
-      }
-      CpAsyncWaitAll();
-      __syncthreads();
+      const RowMeta m = MetaOf(smem, pl, st);
+      m.ptr[i] = ok ? row.data : nullptr;
+      m.flags[i] = (ok ? kRowValid : 0) | (ok && row.fresh ? kRowFresh : 0);
+      m.scale[i] = ok && pl.fp8 && !row.fresh ? layer_scale : 1.0f;
     }
-    // Decode: warp w takes rows w, w + kWarps, ... (loading them itself without pl.async). BF16
-    // rows copied in place need nothing more (their valid and rs were set with their addresses).
+  };
+  // ... and, once the metadata is published, 16-byte asynchronous copies of them (BF16 rows' key
+  // and value columns straight into stage st's tiles, FP8 rows whole into its staging area),
+  // warp w taking rows w, w + kWarps, ..., a row's pieces over the lanes.
+  const auto issue = [&](int st) {
+    const RowMeta m = MetaOf(smem, pl, st);
+    uint16_t* kt = kt0 + (pl.tile_stages > 1 ? st : 0) * kChunk * pl.ks;
+    uint16_t* vt = pl.vs > 0 ? vt0 + (pl.tile_stages > 1 ? st : 0) * kChunk * pl.vs : kt;
+    uint8_t* stage = smem + pl.off_s + st * kChunk * pl.ss;
+    const int pk1 = static_cast<int>(a.q1_len / 8), pk2 = pl.kpad > pl.q1_pad ? static_cast<int>(a.q2_len / 8) : 0;
+    const int pd = pk1 + pk2 + (pl.vs > 0 ? static_cast<int>(a.dv / 8) : 0);
+    for (int i = warp; i < kChunk; i += kWarps) {
+      const uint8_t* src = m.ptr[i];
+      const int flags = m.flags[i];
+      if (src == nullptr && staged_codec) continue;  // the decode pass zeroes it
+      if (in_place(flags)) {  // a missing row: zeros
+        for (int j = lane; j < pd; j += 32) {
+          int64_t from;
+          uint16_t* dst;
+          if (j < pk1) {
+            from = k1 + 8 * j;
+            dst = kt + i * pl.ks + 8 * j;
+          } else if (j < pk1 + pk2) {
+            from = a.k2_off + 8 * (j - pk1);
+            dst = kt + i * pl.ks + pl.q1_pad + 8 * (j - pk1);
+          } else {
+            from = v_off + 8 * (j - pk1 - pk2);
+            dst = vt + i * pl.vs + 8 * (j - pk1 - pk2);
+          }
+          if (src != nullptr) {
+            CpAsync16(dst, src + from * 2);
+          } else {
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+          }
+        }
+      } else if ((flags & kRowFresh) == 0) {
+        for (int j = lane; j < pl.ss / 16; j += 32) CpAsync16(stage + i * pl.ss + 16 * j, src + 16 * j);
+      }
+    }
+  };
+  // With two stages the next chunk's rows are found before this chunk's copies are awaited and
+  // copied while this chunk is computed; with one, after this chunk is done.
+  if (pl.async && begin < end) {
+    locate(begin, 0);
+    __syncthreads();
+    issue(0);
+  }
+  int st = 0;
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const int64_t next = c0 + kChunk;
+    if (pl.async) {
+      if (pl.stages == 2 && next < end) locate(next, st ^ 1);
+      CpAsyncWaitAll();
+      __syncthreads();  // this chunk's rows have landed; the next chunk's addresses are published
+      if (pl.stages == 2 && next < end) issue(st ^ 1);
+    }
+    const RowMeta meta = MetaOf(smem, pl, st);
+    uint16_t* kt = kt0 + (pl.tile_stages > 1 ? st : 0) * kChunk * pl.ks;
+    uint16_t* vt = pl.vs > 0 ? vt0 + (pl.tile_stages > 1 ? st : 0) * kChunk * pl.vs : kt;
+    uint8_t* stage = smem + pl.off_s + st * kChunk * pl.ss;
+    // Decode: warp w takes rows w, w + kWarps, ... (finding and loading them itself without
+    // pl.async). Rows copied in place need nothing more (their metadata was set with their
+    // addresses).
     for (int i = warp; i < kChunk && (!pl.async || staged_codec); i += kWarps) {
       RowPtr row{nullptr, false};
       bool ok = false;
       if (pl.async) {
-        ok = rptr[i] != nullptr;
-        row.fresh = rfresh[i] != 0;
-        row.data = ok && staged_codec && !row.fresh ? stage + i * pl.ss : rptr[i];
+        ok = meta.ptr[i] != nullptr;
+        row.fresh = (meta.flags[i] & kRowFresh) != 0;
+        row.data = ok && !row.fresh ? stage + i * pl.ss : meta.ptr[i];
       } else if (c0 + i < end) {
         const int64_t p = sel != nullptr ? sel[c0 + i] : c0 + i;
         ok = Locate(a.kv, a.layer, cx, p, &row);
@@ -286,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
       }
       uint16_t* krow = kt + i * pl.ks;
       const bool codes = pl.fp8 && !row.fresh, tiled = pl.tiled && !row.fresh;
-      if (ok && pl.async && !codes && !tiled) {
+      if (ok && pl.async && in_place(meta.flags[i])) {
         // BF16 values, already in place
       } else if (ok && tiled) {
         CopyTiledValues(row.data, a.kv.row, table, k1, static_cast<int>(a.q1_len), pl.q1_pad, krow, lane);
@@ -310,9 +374,9 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
           for (int j = lane; j < kDv; j += 32) vt[i * pl.vs + j] = 0;
         }
       }
-      if (lane == 0) {
-        valid[i] = ok ? 1 : 0;
-        rs[i] = ok && codes ? layer_scale : 1.0f;
+      if (lane == 0 && !pl.async) {
+        meta.flags[i] = (ok ? kRowValid : 0) | (ok && row.fresh ? kRowFresh : 0);
+        meta.scale[i] = ok && codes ? layer_scale : 1.0f;
       }
       if (pl.tiled) {  // fresh and missing rows: 1
         const float* scales = ok && tiled ? reinterpret_cast<const float*>(row.data + a.kv.row.scale_offset) : nullptr;
@@ -326,22 +390,64 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
     }
     __syncthreads();
 
-    // Scores of the 16 rows at this warp's 8 positions. ldmatrix row addresses: the B operand's
-    // matrices are this warp's 8 positions of the K tile at columns k0 + 8j (j = lane / 8), the A
-    // operand's the query's rows 8(j & 1) .. at columns k0 + 8(j >> 1).
+    // Scores of the 16 rows at this thread's positions j0, j0 + 1 (rows g, g + 8) into acc.
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const uint16_t* kb = kt + (warp * 8 + (lane & 7)) * pl.ks + 8 * (lane >> 3);
-    const uint16_t* qa = qs + ((lane & 7) + 8 * ((lane >> 3) & 1)) * pl.ks + 8 * (lane >> 4);
-    if (pl.tiled) {  // each step's products times its tile's scale (one per position)
+    if constexpr (kQreg) {
+      // This warp's steps of the query (registers) times all 32 positions: four n8 tiles of
+      // positions, each an independent accumulator chain; ldmatrix .x2 B fragments (lanes 0-7:
+      // the tile's positions at columns k0 .., lanes 8-15: at k0 + 8 ..). Tiled rows: each step's
+      // products times its tile's scale.
+      float sa[4][4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) sa[nt][0] = sa[nt][1] = sa[nt][2] = sa[nt][3] = 0.0f;
+      const uint16_t* kr = kt + (lane & 7) * pl.ks + 8 * ((lane >> 3) & 1);
+#pragma unroll
+      for (int s = 0; s < kQSteps; ++s) {
+        const int k0 = (s * kWarps + warp) * 16;
+        if (k0 >= pl.kpad) break;  // uniform over the warp
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          uint32_t bq[2];
+          LdMatrix2(kr + nt * 8 * pl.ks + k0, bq);
+          if (pl.tiled) {
+            float step[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < kTerms; ++i) Mma16816(step, qf[i][s], bq[0], bq[1]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              sa[nt][e] = fmaf(step[e], kscale[(nt * 8 + 2 * c + (e & 1)) * pl.nks + k0 / 16], sa[nt][e]);
+            }
+          } else {
+#pragma unroll
+            for (int i = 0; i < kTerms; ++i) Mma16816(sa[nt], qf[i][s], bq[0], bq[1]);
+          }
+        }
+      }
+      // The warps' partial sums (over their steps), added in warp order.
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sp[(warp * kRows + g + 8 * (e >> 1)) * kPf + nt * 8 + 2 * c + (e & 1)] = sa[nt][e];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = g + 8 * (e >> 1), j = j0 + (e & 1);
+        float x = sp[r * kPf + j];
+        for (int w = 1; w < kWarps; ++w) x += sp[(w * kRows + r) * kPf + j];
+        acc[e] = x;
+      }
+    } else if (pl.tiled) {  // each step's products times its tile's scale (one per position)
       for (int k0 = 0; k0 < pl.kpad; k0 += 16) {
-        uint32_t b[2];
-        LdMatrix2(kb + k0, b);
+        uint32_t bq[2];
+        LdMatrix2(kb + k0, bq);
         float step[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < kTerms; ++i) {
           uint32_t af[4];
-          LdMatrix4(qa + i * kRows * pl.ks + k0, af);
-          Mma16816(step, af, b[0], b[1]);
+          LdMatrix4(qat(i, k0), af);
+          Mma16816(step, af, bq[0], bq[1]);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[e] = fmaf(step[e], kscale[(j0 + (e & 1)) * pl.nks + k0 / 16], acc[e]);
@@ -355,25 +461,25 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
       float acc4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       int k0 = 0;
       for (; k0 + 32 <= pl.kpad; k0 += 32) {
-        uint32_t b[4];
-        LdMatrix4(kb + k0, b);  // steps k0 (b[0], b[1]) and k0 + 16 (b[2], b[3])
+        uint32_t bq[4];
+        LdMatrix4(kb + k0, bq);  // steps k0 (bq[0], bq[1]) and k0 + 16 (bq[2], bq[3])
 #pragma unroll
         for (int i = 0; i < kTerms; ++i) {
           uint32_t af[4], ag[4];
-          LdMatrix4(qa + i * kRows * pl.ks + k0, af);
-          LdMatrix4(qa + i * kRows * pl.ks + k0 + 16, ag);
-          Mma16816(i == 0 ? acc : acc3, af, b[0], b[1]);
-          Mma16816(i == 0 ? acc2 : acc4, ag, b[2], b[3]);
+          LdMatrix4(qat(i, k0), af);
+          LdMatrix4(qat(i, k0 + 16), ag);
+          Mma16816(i == 0 ? acc : acc3, af, bq[0], bq[1]);
+          Mma16816(i == 0 ? acc2 : acc4, ag, bq[2], bq[3]);
         }
       }
       if (k0 < pl.kpad) {  // a last step of 16
-        uint32_t b[2];
-        LdMatrix2(kb + k0, b);
+        uint32_t bq[2];
+        LdMatrix2(kb + k0, bq);
 #pragma unroll
         for (int i = 0; i < kTerms; ++i) {
           uint32_t af[4];
-          LdMatrix4(qa + i * kRows * pl.ks + k0, af);
-          Mma16816(acc, af, b[0], b[1]);
+          LdMatrix4(qat(i, k0), af);
+          Mma16816(acc, af, bq[0], bq[1]);
         }
       }
 #pragma unroll
@@ -383,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = j0 + (e & 1);
-      s[e] = valid[j] ? acc[e] * rs[j] * a.scale : -INFINITY;
+      s[e] = (meta.flags[j] & kRowValid) != 0 ? acc[e] * meta.scale[j] * a.scale : -INFINITY;
     }
     float mx0 = fmaxf(s[0], s[1]), mx1 = fmaxf(s[2], s[3]);
     for (int x = 1; x <= 2; x <<= 1) {
@@ -442,7 +548,7 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
     for (int k0 = 0; k0 < kChunk; k0 += 16) {
       uint32_t af[kTerms][4];
       if (!pl.tiled) {
-        ProbabilityFragments<kTerms>(pf, k0, g, c, rs, 1, af);
+        ProbabilityFragments<kTerms>(pf, k0, g, c, meta.scale, 1, af);
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt) {
           const int n0 = warp * (kDv / kWarps) + nt * 8;
@@ -465,7 +571,13 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
         }
       }
     }
-    __syncthreads();  // the tiles, scales and probabilities are rewritten by the next chunk
+    __syncthreads();  // the tiles, scales, probabilities and metadata are rewritten next
+    if (pl.async && pl.stages == 1 && next < end) {
+      locate(next, 0);
+      __syncthreads();
+      issue(0);
+    }
+    if (pl.stages == 2) st ^= 1;
   }
   if (bad) RaiseError(err, sel != nullptr ? kErrSelected : kErrPage);
 

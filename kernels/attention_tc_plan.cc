@@ -91,38 +91,80 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
       }
     }
   }
-  p.off_k = p.terms * kRows * p.ks * 2;
-  p.off_v = p.off_k + kChunk * p.ks * 2;
-  p.off_p = p.off_v + kChunk * p.vs * 2;
-  p.off_f = p.off_p + kRows * kPf * 4;
-  // rs, valid, red_max, red_sum, the code table, kslot, vslot, kscale, vscale
-  p.bytes = p.off_f + kChunk * 4 + kChunk * 4 + 2 * kWarps * kRows * 4 + 256 * 2 + p.nks * 4 + (p.dv_tile / 8) * 4 +
-            kChunk * p.nks * 4 + (p.tiled ? kChunk * (p.dv_tile / 8) * 4 : 0);
+  // The query's 16-byte pieces are swizzled where its rows are whole groups of 8 pieces (no
+  // padding needed for conflict-free ldmatrix; it saves the shared memory that lets Kimi K2's
+  // two-stage plan keep two blocks a multiprocessor); other widths pad each row instead.
+  p.qx = p.kpad % 64 == 0 ? 7 : 0;
+  p.qstride = p.qx != 0 ? p.kpad : p.ks;
+  const bool staged = p.fp8 || p.tiled;
+  const int32_t kv_steps = p.dv_tile / 8;
+  p.qreg = a.query_in_registers && p.kpad <= 16 * kWarps * tc::QuerySteps(p.dv_tile) ? 1 : 0;
+  // The query's area holds the warps' partial scores ([kWarps][kRows][kPf] floats) once its
+  // fragments are in registers.
+  const int32_t query_bytes = p.terms * kRows * p.qstride * 2, partial_bytes = kWarps * kRows * kPf * 4;
+  // The layout of a plan with `async` loads in `stages` stages (BF16 rows in place alternate
+  // their K / V tiles; staged FP8 rows alternate their staging area).
+  const auto layout = [&](TcPlan q, bool async, int32_t stages) {
+    q.async = async ? 1 : 0;
+    q.stages = async ? stages : 1;
+    q.tile_stages = async && !staged ? q.stages : 1;
+    q.off_k = q.qreg && partial_bytes > query_bytes ? partial_bytes : query_bytes;
+    q.off_v = q.off_k + q.tile_stages * kChunk * q.ks * 2;
+    q.off_p = q.off_v + q.tile_stages * kChunk * q.vs * 2;
+    q.off_f = q.off_p + kRows * kPf * 4;
+    // red_max, red_sum, the code table (codes only), kslot, vslot, kscale, vscale (tiled only)
+    const int32_t f = 2 * kWarps * kRows * 4 + (staged ? 256 * 2 : 0) + q.nks * 4 + (q.tiled ? kv_steps * 4 : 0) +
+                      kChunk * q.nks * 4 + (q.tiled ? kChunk * kv_steps * 4 : 0);
+    q.off_r = Round16(q.off_f + f);
+    q.bytes = q.off_r + q.stages * tc::kMetaBytes;
+    q.ss = 0;
+    q.off_s = 0;
+    if (async && staged) {
+      q.ss = static_cast<int32_t>(a.kv.row_bytes);
+      q.off_s = Round16(q.bytes);
+      q.bytes = q.off_s + q.stages * kChunk * q.ss;
+    }
+    return q;
+  };
   const auto fits = [&](int32_t bytes) {
     return bytes <= kMaxShared && (a.max_shared_bytes <= 0 || bytes <= a.max_shared_bytes);
   };
-  if (!fits(p.bytes)) return false;
+  // Blocks a multiprocessor holds: by shared memory, and by registers (the launch bounds' count).
+  const int32_t by_registers = p.dv_tile >= 512 ? 2 : p.dv_tile >= 256 ? 3 : 4;
+  const auto resident = [&](int32_t bytes) -> int32_t {
+    if (a.sm_shared_bytes <= 0) return 0;
+    const int64_t n = a.sm_shared_bytes / (bytes + a.reserved_shared_bytes);
+    return static_cast<int32_t>(n < by_registers ? n : by_registers);
+  };
+  TcPlan chosen = layout(p, false, 1);
+  if (!fits(chosen.bytes)) return false;
   // Asynchronous row loads: BF16 values copied in place in 16-byte pieces need every column
   // offset and length in whole pieces (8 values) and rows starting 16-byte aligned; FP8 rows are
   // staged whole (row_bytes a multiple of 16). Past the shared memory limit, the warps load.
   const auto whole = [](int64_t x) { return x % 8 == 0; };
-  const bool staged = p.fp8 || p.tiled;
   const bool aligned = whole(a.k1_off) && whole(a.k_head_step) && whole(a.q1_len) &&
                        (q2_len == 0 || (whole(a.k2_off) && whole(q2_len))) &&
                        (p.vs == 0 || (whole(a.v_off) && whole(a.v_head_step) && whole(a.dv))) &&
-                       a.kv.row_bytes % 16 == 0 && whole(a.kv.width);
+                       a.kv.row_bytes % 16 == 0 && whole(a.kv.width) && a.kv.row_bytes <= (int64_t{1} << 16);
   if (aligned) {
-    TcPlan q = p;
-    q.async = 1;
-    q.off_r = Round16(p.bytes);
-    q.bytes = q.off_r + kChunk * 8 + kChunk * 4;
-    if (staged) {
-      q.ss = static_cast<int32_t>(a.kv.row_bytes);
-      q.off_s = Round16(q.bytes);
-      q.bytes = q.off_s + kChunk * q.ss;
+    const TcPlan one = layout(p, true, 1), two = layout(p, true, 2);
+    bool pipelined = false;
+    if (a.stages == 2) {
+      pipelined = fits(two.bytes);
+    } else if (a.stages == 0 && fits(two.bytes)) {
+      // Automatic: two stages where they keep as many blocks on a multiprocessor (unknown
+      // multiprocessor: one).
+      const int32_t r1 = resident(one.bytes), r2 = resident(two.bytes);
+      pipelined = r2 > 0 && r2 >= r1;
     }
-    if (a.kv.row_bytes <= (int64_t{1} << 16) && fits(q.bytes)) p = q;
+    if (pipelined) {
+      chosen = two;
+    } else if (fits(one.bytes)) {
+      chosen = one;
+    }
   }
+  chosen.blocks_per_sm = resident(chosen.bytes);
+  p = chosen;
   *pl = p;
   return true;
 }

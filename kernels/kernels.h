@@ -297,6 +297,16 @@ struct AttentionArgs {
   float* partial = nullptr;
   AttentionKernel kernel = AttentionKernel::kTensorCore;
   int64_t max_shared_bytes = 0;  // the device's opt-in limit per block (0: the kernels' own cap)
+  // Shared memory per multiprocessor and the part the driver reserves per block (0: unknown);
+  // with them the tensor-core kernel's plan counts the blocks a multiprocessor holds.
+  int64_t sm_shared_bytes = 0, reserved_shared_bytes = 0;
+  // The tensor-core kernel's row loads: 1 loads each chunk of rows after the previous one is
+  // done, 2 loads the next chunk while this one is computed (two buffers); 0 (auto) takes 2
+  // where the second buffer keeps as many blocks on a multiprocessor.
+  int32_t stages = 0;
+  // The tensor-core kernel's query fragments in registers where they fit (TcPlan::qreg); false
+  // reads them from shared memory per chunk (for comparisons and tests).
+  bool query_in_registers = true;
 };
 // Blocks per token per split of the kernel that runs `a`: heads (scalar kernel) or head tiles
 // (tensor cores); sizes the split over the KV length.

@@ -324,13 +324,14 @@ gpu_tables() {
 }
 export -f gpu_tables
 # Nsight Compute on the two kernels furthest from the copy bandwidth in the microbenchmark: the
-# tensor-core MLA attention at 128K positions (its 15th launch: 7 per context length) and the
+# two-stage tensor-core MLA attention at 128K positions, BF16 KV (its 57th launch: 7 per context
+# length and codec, the one-stage kernel's 42 first) and the
 # INT4 GEMV at T = 1. Where ncu cannot read the counters, the step fails and nothing else does.
 ncu_bin=$(command -v ncu || ls "$cuda_root"/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 gpu_profile() {
   local sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
                   --section SchedulerStats --section MemoryWorkloadAnalysis)
-  "$ncu_bin" --clock-control none -k regex:TcAttentionKernel -s 14 -c 1 "${sections[@]}" \
+  "$ncu_bin" --clock-control none -k regex:TcAttentionKernel -s 56 -c 1 "${sections[@]}" \
     "$build/tests/llmrt_cuda_microbench" || return 1
   "$ncu_bin" --clock-control none --kernel-name-base mangled -k regex:QuantGemvKernelILi4E -s 2 -c 1 "${sections[@]}" \
     "$build/tests/llmrt_cuda_microbench" || return 1

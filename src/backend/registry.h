@@ -42,6 +42,11 @@ struct BackendOptions {
   // kTensorCoreBf16: one part (FlashMLA's numerics, faster); kScalar: float32 on the CUDA cores.
   enum class DeviceAttention { kTensorCore, kTensorCoreBf16, kScalar };
   DeviceAttention device_attention = DeviceAttention::kTensorCore;
+  // CUDA: the tensor-core attention kernel's row loads (LLMRT_CUDA_ATTENTION_STAGES in the
+  // environment: "auto", "1" or "2"). 2: the next chunk of KV rows is copied while this one is
+  // computed (two buffers); 1: after it; 0 (auto): 2 where the second buffer keeps as many blocks
+  // on a multiprocessor.
+  int device_attention_stages = 0;
   // CUDA: whether the routed experts' grouped GEMM may run on the tensor cores under the BF16 and
   // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
   // the CUDA-core kernel every policy ran before; for comparisons).

@@ -191,6 +191,14 @@ absl::Status Runtime::CreateBackends(int threads) {
             absl::StrCat("LLMRT_CUDA_ATTENTION=", v, " in the environment: expected tc, tc-bf16 or scalar"));
       }
     }
+    if (const char* st = std::getenv("LLMRT_CUDA_ATTENTION_STAGES"); st != nullptr && *st != '\0') {
+      const std::string v = st;
+      if (v != "auto" && v != "1" && v != "2") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("LLMRT_CUDA_ATTENTION_STAGES=", v, " in the environment: expected auto, 1 or 2"));
+      }
+      bo.device_attention_stages = v == "auto" ? 0 : v == "1" ? 1 : 2;
+    }
     if (const char* moe = std::getenv("LLMRT_CUDA_MOE"); moe != nullptr && *moe != '\0') {
       const std::string v = moe;
       if (v != "mma" && v != "gemv") {

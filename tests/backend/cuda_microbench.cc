@@ -12,8 +12,9 @@
 //    as a fraction of the copy bandwidth: decode batches are meant to be memory-bound) and 256;
 //  - MLA decode attention of one token, 64 heads, kv_lora 512 + rope 64, BF16 and FP8 (per-layer
 //    scale) KV at 4K, 32K and 128K positions, for each attention kernel (tc, tc-bf16, scalar:
-//    LLMRT_CUDA_ATTENTION): the cache bytes, read once, per second as a fraction of the copy
-//    bandwidth.
+//    LLMRT_CUDA_ATTENTION; the tensor-core ones with one and two load stages:
+//    LLMRT_CUDA_ATTENTION_STAGES): the cache bytes, read once, per second as a fraction of the
+//    copy bandwidth, and the MMA work per second.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -190,17 +191,23 @@ int Main() {
   struct Kernel {
     const char* name;
     BackendOptions::DeviceAttention kind;
+    int stages;  // LLMRT_CUDA_ATTENTION_STAGES
+    int terms;   // bfloat16 parts of the query and probabilities (MMA work per product)
   };
-  const Kernel kernels[] = {{"tc", BackendOptions::DeviceAttention::kTensorCore},
-                            {"tc-bf16", BackendOptions::DeviceAttention::kTensorCoreBf16},
-                            {"scalar", BackendOptions::DeviceAttention::kScalar}};
-  std::printf("\nMLA decode attention, %lld heads, KV [%lld + %lld], one token (LLMRT_CUDA_ATTENTION kernels)\n"
-              "%8s %8s %8s %12s %16s\n",
+  const Kernel kernels[] = {{"tc s1", BackendOptions::DeviceAttention::kTensorCore, 1, 2},
+                            {"tc s2", BackendOptions::DeviceAttention::kTensorCore, 2, 2},
+                            {"tc-bf16 s1", BackendOptions::DeviceAttention::kTensorCoreBf16, 1, 1},
+                            {"tc-bf16 s2", BackendOptions::DeviceAttention::kTensorCoreBf16, 2, 1},
+                            {"scalar", BackendOptions::DeviceAttention::kScalar, 0, 1}};
+  std::printf("\nMLA decode attention, %lld heads, KV [%lld + %lld], one token (LLMRT_CUDA_ATTENTION kernels; s1 / s2:\n"
+              "LLMRT_CUDA_ATTENTION_STAGES; TFLOP/s counts each product once per bfloat16 part of the query)\n"
+              "%10s %6s %8s %10s %16s %10s\n",
               static_cast<long long>(H), static_cast<long long>(L), static_cast<long long>(R), "kernel", "KV",
-              "context", "ms", "KV GB/s (once)");
+              "context", "ms", "KV GB/s (once)", "TFLOP/s");
   for (const Kernel& k : kernels) {
     BackendOptions bo;
     bo.device_attention = k.kind;
+    bo.device_attention_stages = k.stages;
     std::unique_ptr<Backend> ab = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
     for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
       for (int64_t ctx : {4096, 32768, 131072}) {
@@ -240,9 +247,11 @@ int Main() {
         const double t =
             Time(*ab, 5, [&] { ab->MlaAttention(q_lat, q, store->view(), 0, batch, d, 0.1f, nullptr, out); });
         const double kv_bw = static_cast<double>(ctx * store->view().row_bytes) / t;
-        std::printf("%8s %8s %8lld %12.3f %16.0f   (%.0f%% of the copy bandwidth)\n", k.name,
+        // Scores over the latent and rope columns, values over the latent: 2 FLOP per product.
+        const double flops = 2.0 * static_cast<double>(H * ctx * (L + R + L)) * k.terms;
+        std::printf("%10s %6s %8lld %10.3f %16.0f %10.1f   (%.0f%% of the copy bandwidth)\n", k.name,
                     codec == kKvCodecFp8 ? "FP8" : "BF16", static_cast<long long>(ctx), t * 1e3, kv_bw / 1e9,
-                    100.0 * kv_bw / copy_bw);
+                    flops / t / 1e12, 100.0 * kv_bw / copy_bw);
       }
     }
   }

@@ -69,14 +69,33 @@ void LdMatrix(const uint16_t* row, uint32_t (&r)[kMatrices]) {
 inline void LdMatrix4(const uint16_t* row, uint32_t (&r)[4]) { LdMatrix<4>(row, r); }
 inline void LdMatrix2(const uint16_t* row, uint32_t (&r)[2]) { LdMatrix<2>(row, r); }
 
-// cp.async copies at once here; the kernel's barrier after CpAsyncWaitAll still orders them.
+// cp.async: a copy lands at some time between its issue and the issuing thread's wait. The
+// emulation lands it at either end: at the wait (the default: a thread that reads a tile before
+// the copies into it were awaited and published by a barrier reads stale bytes) or at once (a
+// copy into a tile that other warps are still reading overwrites it under them). The kernel's
+// barriers are right when both give the reference's result.
+enum class Landing { kAtWait, kAtIssue };
+inline Landing g_landing = Landing::kAtWait;
+struct PendingCopy {
+  void* dst;
+  const void* src;
+};
+inline std::vector<std::vector<PendingCopy>> g_pending(1024);  // per thread of a block
+
 inline void CpAsync16(void* shared_dst, const void* global_src) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(shared_dst) % 16, 0u) << "cp.async destinations are 16-byte aligned";
   EXPECT_EQ(reinterpret_cast<uintptr_t>(global_src) % 16, 0u) << "cp.async sources are 16-byte aligned";
-  std::memcpy(shared_dst, global_src, 16);
+  if (g_landing == Landing::kAtIssue) {
+    std::memcpy(shared_dst, global_src, 16);
+  } else {
+    g_pending[threadIdx.x].push_back({shared_dst, global_src});
+  }
 }
 
-inline void CpAsyncWaitAll() {}
+inline void CpAsyncWaitAll() {
+  for (const PendingCopy& c : g_pending[threadIdx.x]) std::memcpy(c.dst, c.src, 16);
+  g_pending[threadIdx.x].clear();
+}
 
 }  // namespace llmrt::cuda::tc
 
@@ -89,8 +108,16 @@ namespace {
 template <int kDv, int kTerms>
 void RunKernel(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
   emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * pl.head_tiles), static_cast<unsigned>(a.splits), 1},
-                     tc::kThreads, static_cast<size_t>(pl.bytes),
-                     [&] { tc::TcAttentionKernel<kDv, kTerms>(a, pl, err); });
+                     tc::kThreads, static_cast<size_t>(pl.bytes), [&] {
+                       if (pl.qreg) {
+                         tc::TcAttentionKernel<kDv, kTerms, true>(a, pl, err);
+                       } else {
+                         tc::TcAttentionKernel<kDv, kTerms, false>(a, pl, err);
+                       }
+                       // A block ends with every copy it issued awaited.
+                       EXPECT_TRUE(tc::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
+                       tc::g_pending[threadIdx.x].clear();
+                     });
 }
 
 void Run(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
@@ -101,6 +128,7 @@ void Run(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
     case 64 * 4 + 1: return RunKernel<64, 1>(a, pl, err);
     case 64 * 4 + 2: return RunKernel<64, 2>(a, pl, err);
     case 128 * 4 + 2: return RunKernel<128, 2>(a, pl, err);
+    case 512 * 4 + 1: return RunKernel<512, 1>(a, pl, err);
     case 512 * 4 + 2: return RunKernel<512, 2>(a, pl, err);
     default: FAIL() << "no emulated instance for dv_tile " << pl.dv_tile << " terms " << pl.terms;
   }
@@ -130,6 +158,8 @@ struct Case {
   std::vector<std::pair<int64_t, int64_t>> seqs;  // (cached history, new tokens)
   int64_t splits;
   AttentionKernel kernel;
+  int32_t stages = 0;  // AttentionArgs::stages (0: the plan's choice)
+  bool query_in_registers = true;  // AttentionArgs::query_in_registers
   std::string Describe() const {
     std::string s = mla ? "MLA kv_lora " + std::to_string(kv_lora) + " rope " + std::to_string(rope)
                         : "GQA kv_heads " + std::to_string(kv_heads) + " head_dim " + std::to_string(head_dim);
@@ -138,6 +168,9 @@ struct Case {
          (kernel == AttentionKernel::kTensorCoreBf16 ? " one bf16 part"
           : kernel == AttentionKernel::kTensorCore   ? " two bf16 parts"
                                                      : " scalar kernel");
+    if (stages != 0) s += " stages " + std::to_string(stages);
+    if (!query_in_registers) s += " query in shared memory";
+    s += tc::g_landing == tc::Landing::kAtWait ? " (copies land at the wait)" : " (copies land at once)";
     return s;
   }
 };
@@ -283,8 +316,12 @@ void Check(const Case& cs, std::mt19937& rng) {
   if (cs.kernel == AttentionKernel::kScalar) {
     RunScalar(a, &err);
   } else {
+    a.stages = cs.stages;
+    a.query_in_registers = cs.query_in_registers;
     TcPlan plan;
     ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+    EXPECT_EQ(plan.qreg, cs.query_in_registers ? 1 : 0);
+    if (cs.stages != 0 && plan.async) EXPECT_EQ(plan.stages, cs.stages);
     Run(a, plan, &err);
   }
   if (cs.splits > 1) Combine(a);
@@ -409,12 +446,124 @@ TEST(TensorCoreAttentionEmulated, ScalarKernel) {
 }
 
 // Kimi K2's rows (latent 512 in FP8 tiles of 128, BF16 rope 64) and GLM-4.5's heads (128 values,
-// 12 query heads per KV head): the kernel's largest instances.
+// 12 query heads per KV head): the kernel's largest instances, the query's fragments in registers
+// (the plan's choice) and read from shared memory per chunk, one load stage and two.
 TEST(TensorCoreAttentionEmulated, RealLayerShapes) {
   std::mt19937 rng(74);
-  Check({true, 18, 0, 0, 512, 64, kKvCodecFp8Tiled, true, false, 16, {{70, 1}, {33, 2}}, 2, kTwo}, rng);
-  Check({true, 18, 0, 0, 512, 64, kKvCodecBf16, false, false, 16, {{40, 1}}, 1, kTwo}, rng);
-  Check({false, 12, 1, 128, 0, 0, kKvCodecFp8Tiled, false, false, 16, {{40, 1}}, 1, kTwo}, rng);
+  for (bool qreg : {true, false}) {
+    const int32_t stages = qreg ? 2 : 1;
+    Check({true, 18, 0, 0, 512, 64, kKvCodecFp8Tiled, true, false, 16, {{70, 1}, {33, 2}}, 2, kTwo, stages, qreg}, rng);
+    Check({true, 18, 0, 0, 512, 64, kKvCodecBf16, false, false, 16, {{40, 1}}, 1, kTwo, stages, qreg}, rng);
+    Check({true, 16, 0, 0, 512, 64, kKvCodecFp8, false, false, 16, {{90, 1}}, 1, kOne, stages, qreg}, rng);
+    Check({false, 12, 1, 128, 0, 0, kKvCodecFp8Tiled, false, false, 16, {{40, 1}}, 1, kTwo, stages, qreg}, rng);
+  }
+}
+
+// The query's fragments read from shared memory per chunk (AttentionArgs::query_in_registers
+// false; what keys wider than the registers hold take) over the other tests' shapes.
+TEST(TensorCoreAttentionEmulated, QueryFromSharedMemory) {
+  std::mt19937 rng(78);
+  for (uint32_t codec : kCodecs) {
+    for (bool fresh : {false, true}) {
+      if (fresh && codec == kKvCodecBf16) continue;
+      Check({true, 3, 0, 0, 48, 7, codec, fresh, true, 3, kMixed, 1, kTwo, 0, false}, rng);
+      Check({true, 20, 0, 0, 64, 16, codec, fresh, false, 4, kLonger, 1, kTwo, 2, false}, rng);
+      Check({false, 40, 2, 32, 0, 0, codec, fresh, false, 4, kLonger, 2, kOne, 1, false}, rng);
+    }
+  }
+}
+
+// The pipelined loads (two stages: the next chunk's rows copied while this one is computed, in
+// alternating tiles or staging areas) against one stage, with the copies landing as late and as
+// early as cp.async allows; fresh rows of an FP8 cache (read by the decode pass with two stages);
+// query rows of 64 and 576 columns (swizzled in shared memory) and of 80 and 16 (padded).
+TEST(TensorCoreAttentionEmulated, PipelinedLoads) {
+  std::mt19937 rng(77);
+  const Seqs longest = {{150, 1}, {97, 3}};  // five and four chunks
+  for (tc::Landing landing : {tc::Landing::kAtWait, tc::Landing::kAtIssue}) {
+    tc::g_landing = landing;
+    for (int32_t stages : {1, 2}) {
+      for (uint32_t codec : kCodecs) {
+        for (bool fresh : {false, true}) {
+          if (fresh && codec == kKvCodecBf16) continue;
+          Check({true, 3, 0, 0, 48, 16, codec, fresh, false, 8, longest, 1, kTwo, stages}, rng);
+          Check({true, 2, 0, 0, 64, 16, codec, fresh, true, 4, kLonger, 1, kTwo, stages}, rng);
+          Check({true, 2, 0, 0, 64, 16, codec, fresh, false, 5, longest, 3, kOne, stages}, rng);
+          Check({false, 4, 2, 64, 0, 0, codec, fresh, false, 16, longest, 2, kTwo, stages}, rng);
+          Check({false, 4, 2, 16, 0, 0, codec, fresh, false, 4, kMixed, 1, kTwo, stages}, rng);
+        }
+      }
+    }
+  }
+  tc::g_landing = tc::Landing::kAtWait;
+}
+
+// The plan's choice of stages: two where they keep as many blocks on a multiprocessor (Kimi K2's
+// rows on a Hopper multiprocessor: two blocks either way, BF16 and flat FP8), one where the second
+// buffer would cost a block, or the multiprocessor's size is not known; and the query's swizzle.
+TEST(TensorCoreAttentionEmulated, ThePlanPipelinesWhereItKeepsTheBlocks) {
+  AttentionArgs a{};
+  a.heads = 64;
+  a.kv_group = 1;
+  a.q1_len = 512;
+  a.q2 = reinterpret_cast<const float*>(16);  // present
+  a.q2_len = 64;
+  a.k2_off = 512;
+  a.dv = 512;
+  a.kv.width = 576;  // latent, rope
+  a.kv.type = a.kv.row.type = kElemBf16;
+  a.kv.row_bytes = a.kv.width * 2;
+  TcPlan plan;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.stages, 1);  // the multiprocessor's size unknown
+  EXPECT_EQ(plan.qx, 7);
+  EXPECT_EQ(plan.qstride, 576);
+  a.sm_shared_bytes = 228 * 1024;  // Hopper
+  a.reserved_shared_bytes = 1024;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_TRUE(plan.async);
+  EXPECT_EQ(plan.stages, 2);
+  EXPECT_EQ(plan.tile_stages, 2);
+  EXPECT_EQ(plan.blocks_per_sm, 2) << plan.bytes << " bytes";
+  a.kv.type = a.kv.row.type = kElemFp8E4M3;  // flat FP8: codes staged twice, one K tile
+  a.kv.row_bytes = a.kv.width;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.stages, 2);
+  EXPECT_EQ(plan.tile_stages, 1);
+  EXPECT_EQ(plan.blocks_per_sm, 2) << plan.bytes << " bytes";
+  a.sm_shared_bytes = 200 * 1024;  // a smaller multiprocessor: the second stage would cost a block
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.stages, 1);
+  EXPECT_EQ(plan.blocks_per_sm, 2);
+  a.stages = 2;  // asked for
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.stages, 2);
+  EXPECT_EQ(plan.blocks_per_sm, 1);
+  a.stages = 1;
+  a.sm_shared_bytes = 228 * 1024;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.stages, 1);
+  // GLM-4.5's heads of 128: swizzled; heads of 80: padded.
+  a = AttentionArgs{};
+  a.heads = 12;
+  a.kv_group = 12;
+  a.q1_len = 128;
+  a.k_head_step = 128;
+  a.v_off = 128;
+  a.v_head_step = 128;
+  a.dv = 128;
+  a.kv.width = 256;
+  a.kv.type = a.kv.row.type = kElemBf16;
+  a.kv.row_bytes = 512;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.qx, 7);
+  a.q1_len = a.dv = a.k_head_step = a.v_head_step = 80;
+  a.v_off = 80;
+  a.kv.width = 160;
+  a.kv.row_bytes = 320;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.qx, 0);
+  EXPECT_EQ(plan.qstride, plan.ks);
 }
 
 // What the plan leaves to the scalar kernel: F32 rows, tiles that do not fit whole MMA steps,
@@ -437,6 +586,8 @@ TEST(TensorCoreAttentionEmulated, ThePlanRefusesWhatTheKernelDoesNotTake) {
   EXPECT_FALSE(PlanTensorCoreAttention(a, &plan));
   a.kv.row.type = kElemFp8E4M3;
   a.kv.row.nseg = 1;
+  a.kv.width = 64;
+  a.kv.row_bytes = 80;  // 64 codes, scales, padding
   a.kv.row.seg[0] = {0, 64, 24, 0, 0, 0};  // tiles of 24 values: a step of 16 straddles two
   EXPECT_FALSE(PlanTensorCoreAttention(a, &plan));
   a.kv.row.seg[0].tile = 32;

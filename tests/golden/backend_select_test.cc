@@ -172,11 +172,39 @@ TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
   }
 }
 
-// A value the runtime does not know (LLMRT_CUDA_ATTENTION, LLMRT_CUDA_MOE, LLMRT_CUDA_QUANT) is
-// refused at creation, naming the variable, whichever backend runs.
+// The tensor-core attention's row loads in one stage or two (LLMRT_CUDA_ATTENTION_STAGES): the
+// same arithmetic in the same order, so the logits are bit for bit the same.
+TEST_P(CudaMatchesCpu, AttentionStagesAreBitIdentical) {
+  const std::string dir = TestData(GetParam().dir);
+  if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+  const std::vector<std::vector<int32_t>> prompts = GoldenPrompts(GetParam().golden);
+  RunConfig cfg;
+  cfg.kv_dtype = LLM_KV_DTYPE_BF16;
+  cfg.backend = LLM_BACKEND_CUDA;
+  std::vector<RunOutput> runs[2];
+  for (int s = 0; s < 2; ++s) {
+    setenv("LLMRT_CUDA_ATTENTION_STAGES", s == 0 ? "1" : "2", 1);
+    runs[s] = RunBatch(dir, prompts, cfg);
+    unsetenv("LLMRT_CUDA_ATTENTION_STAGES");
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[0][i].tokens, runs[1][i].tokens) << "prompt " << i;
+    ASSERT_EQ(runs[0][i].logits.size(), runs[1][i].logits.size());
+    for (size_t j = 0; j < runs[0][i].logits.size(); ++j) {
+      EXPECT_EQ(MaxAbsDiff(runs[0][i].logits[j], runs[1][i].logits[j]), 0.0f) << "prompt " << i << " step " << j;
+    }
+  }
+}
+
+// A value the runtime does not know (LLMRT_CUDA_ATTENTION, LLMRT_CUDA_ATTENTION_STAGES,
+// LLMRT_CUDA_MOE, LLMRT_CUDA_QUANT) is refused at creation, naming the variable, whichever
+// backend runs.
 TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
-  const std::pair<const char*, const char*> settings[] = {
-      {"LLMRT_CUDA_ATTENTION", "flash"}, {"LLMRT_CUDA_MOE", "cutlass"}, {"LLMRT_CUDA_QUANT", "marlin"}};
+  const std::pair<const char*, const char*> settings[] = {{"LLMRT_CUDA_ATTENTION", "flash"},
+                                                          {"LLMRT_CUDA_ATTENTION_STAGES", "3"},
+                                                          {"LLMRT_CUDA_MOE", "cutlass"},
+                                                          {"LLMRT_CUDA_QUANT", "marlin"}};
   for (const auto& [name, value] : settings) {
     setenv(name, value, 1);
     llm_runtime_options ro;

@@ -73,9 +73,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
   if (options.device < 0 || options.device >= n) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (", n, " devices)"));
   }
-  std::unique_ptr<CudaBackend> be(
-      new CudaBackend(options.device, options.activations, options.device_attention, options.device_moe_mma,
-                      options.device_quant_mma));
+  std::unique_ptr<CudaBackend> be(new CudaBackend(options));
   LLMRT_RETURN_IF_ERROR(be->Init());
   return std::unique_ptr<Backend>(std::move(be));
 }
@@ -118,6 +116,14 @@ absl::Status CudaBackend::Init() {
   if (cudaDeviceGetAttribute(&shared_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_) != cudaSuccess ||
       shared_optin_ < 48 * 1024) {
     shared_optin_ = 48 * 1024;
+  }
+  // The multiprocessor's shared memory and the driver's reserve per block: the tensor-core
+  // attention's plan counts the blocks a multiprocessor holds with them.
+  if (cudaDeviceGetAttribute(&shared_per_sm_, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device_) != cudaSuccess) {
+    shared_per_sm_ = 0;
+  }
+  if (cudaDeviceGetAttribute(&shared_reserved_, cudaDevAttrReservedSharedMemoryPerBlock, device_) != cudaSuccess) {
+    shared_reserved_ = 0;
   }
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {

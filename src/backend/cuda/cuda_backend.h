@@ -143,9 +143,13 @@ class CudaBackend final : public Backend {
   absl::StatusOr<Tensor> DoAllocate(DType dtype, const int64_t* shape, int rank) override;
 
  private:
-  CudaBackend(int device, QuantizedActivations activations, BackendOptions::DeviceAttention attention, bool moe_mma,
-              bool quant_mma)
-      : device_(device), activations_(activations), attention_(attention), moe_mma_(moe_mma), quant_mma_(quant_mma) {}
+  explicit CudaBackend(const BackendOptions& o)
+      : device_(o.device),
+        activations_(o.activations),
+        attention_(o.device_attention),
+        attention_stages_(o.device_attention_stages),
+        moe_mma_(o.device_moe_mma),
+        quant_mma_(o.device_quant_mma) {}
   absl::Status Init();
   // out = x w^T for a BF16 weight under the BF16 activation policy (MatMul, the router).
   absl::Status Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
@@ -184,6 +188,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   QuantizedActivations activations_ = QuantizedActivations::kExact;
   BackendOptions::DeviceAttention attention_ = BackendOptions::DeviceAttention::kTensorCore;
+  int attention_stages_ = 0;  // BackendOptions::device_attention_stages
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,
@@ -194,6 +199,8 @@ class CudaBackend final : public Backend {
   bool fp8_cublaslt_ = false;
   int sm_count_ = 1;
   int shared_optin_ = 48 * 1024;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+  int shared_per_sm_ = 0;         // cudaDevAttrMaxSharedMemoryPerMultiprocessor (0: unknown)
+  int shared_reserved_ = 0;       // cudaDevAttrReservedSharedMemoryPerBlock
   void* stream_ = nullptr;       // cudaStream_t
   int32_t* error_word_ = nullptr;  // device: the first kernel-detected failure (kernels/kernels.h ErrorCode)
   int32_t* error_host_ = nullptr;  // pinned: its copy at Synchronize

@@ -127,6 +127,9 @@ absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length)
     case BackendOptions::DeviceAttention::kScalar: a->kernel = cuda::AttentionKernel::kScalar; break;
   }
   a->max_shared_bytes = shared_optin_;
+  a->sm_shared_bytes = shared_per_sm_;
+  a->reserved_shared_bytes = shared_reserved_;
+  a->stages = attention_stages_;
   // Two blocks per multiprocessor, splits of at least 64 positions (two chunks of the tensor-core
   // kernel: a block's fixed work, the query's load, is a fraction of a chunk's), at most 64
   // splits. Batch-1 decode of a short context would otherwise run on a handful of
