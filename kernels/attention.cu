@@ -174,9 +174,24 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
                             int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s) {
   if (batch.num_tokens == 0) return cudaSuccess;
   if (batch.max_ctx > top_k) {
-    const dim3 grid(BlocksFor(batch.max_ctx, 128), static_cast<unsigned>(batch.num_tokens));
-    kvk::DsaScoreKernel<<<grid, 128, 0, s>>>(q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k, scores,
-                                        err);
+    // The staged kernel where its shared memory fits the device (GLM-5's 32 heads of 128: 84 KiB);
+    // else one thread per position reading its row from global memory.
+    const int64_t staged = kvk::DsaStagedBytes(heads, head_dim);
+    bool use_staged = staged <= 48 * 1024;
+    if (!use_staged && staged <= 227 * 1024) {
+      use_staged = cudaFuncSetAttribute(kvk::DsaScoreStagedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(staged)) == cudaSuccess;
+      if (!use_staged) (void)cudaGetLastError();  // the device's limit is lower: not an error
+    }
+    if (use_staged) {
+      const dim3 grid(BlocksFor(batch.max_ctx, kvk::kDsaPositions), static_cast<unsigned>(batch.num_tokens));
+      kvk::DsaScoreStagedKernel<<<grid, kvk::kDsaPositions, static_cast<size_t>(staged), s>>>(
+          q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k, scores, err);
+    } else {
+      const dim3 grid(BlocksFor(batch.max_ctx, 128), static_cast<unsigned>(batch.num_tokens));
+      kvk::DsaScoreKernel<<<grid, 128, 0, s>>>(q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k,
+                                          scores, err);
+    }
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }

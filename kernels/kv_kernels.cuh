@@ -292,6 +292,87 @@ __global__ void DsaScoreKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer, 
   scores[t * b.max_ctx + p] = s == 0.0f ? 0.0f : s;  // -0 and +0 are one score (ties by position)
 }
 
+// The same scores, each block's kDsaPositions rows staged in shared memory: the block's threads
+// find one row each, its warps decode the rows' keys (a row over the lanes, coalesced) into a
+// float tile, and the query and weights go to shared memory once; then each thread runs its
+// position's fmaf chains from there (four columns a load where head_dim is a multiple of 4).
+// The same float operations in the same order as DsaScoreKernel, so the same bits; what changes
+// is that each key value is decoded once instead of once per head, and the loads are shared.
+// Shared memory: DsaStagedBytes(heads, head_dim).
+inline constexpr int kDsaPositions = 128;  // threads and positions per block
+__host__ __device__ inline int64_t DsaRound4(int64_t n) { return (n + 3) / 4 * 4; }
+// A staged key row's stride in floats: whole float4s, and 4 banks apart from the next row (the
+// threads of a quarter warp read 8 rows' float4s at one column: no conflict).
+__host__ __device__ inline int64_t DsaKeyStride(int64_t head_dim) { return DsaRound4(head_dim) + 4; }
+__host__ __device__ inline int64_t DsaStagedBytes(int64_t heads, int64_t head_dim) {
+  return (DsaRound4(heads * head_dim) + DsaRound4(heads) + kDsaPositions * DsaKeyStride(head_dim)) * 4 +
+         kDsaPositions * 16;
+}
+
+__global__ void __launch_bounds__(kDsaPositions) DsaScoreStagedKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer,
+                                                                       BatchRef b, int64_t heads, int64_t head_dim,
+                                                                       int64_t key_offset, float key_scale,
+                                                                       int64_t top_k, float* scores, int32_t* err) {
+  const int64_t t = blockIdx.y, p0 = blockIdx.x * static_cast<int64_t>(kDsaPositions);
+  const int64_t ctx = b.token_ctx[t];
+  if (ctx <= top_k || p0 >= ctx || p0 >= b.max_ctx) return;  // uniform over the block
+  const int64_t n = ctx - p0 < kDsaPositions ? ctx - p0 : kDsaPositions;  // this block's positions
+  const int64_t ks = DsaKeyStride(head_dim);
+  float* qs = DynamicShared<float>();                        // [heads * head_dim]
+  float* ws = qs + DsaRound4(heads * head_dim);               // [heads]
+  float* kt = ws + DsaRound4(heads);                          // [kDsaPositions][ks], 16-byte aligned
+  const uint8_t** rows = reinterpret_cast<const uint8_t**>(kt + kDsaPositions * ks);  // [kDsaPositions]
+  int* fresh = reinterpret_cast<int*>(rows + kDsaPositions);  // [kDsaPositions]
+  const int x = threadIdx.x, lane = x & 31, warp = x >> 5;
+  const float* qt = q.data + t * q.ld;
+  const float* wt = w.data + t * w.ld;
+  for (int64_t i = x; i < heads * head_dim; i += kDsaPositions) qs[i] = qt[i];
+  for (int64_t i = x; i < heads; i += kDsaPositions) ws[i] = wt[i];
+  const Context cx = ContextOf(kv, b, t);
+  bool ok = false;
+  if (x < n) {
+    RowPtr row{nullptr, false};
+    ok = Locate(kv, layer, cx, p0 + x, &row);
+    if (!ok) RaiseError(err, kErrPage);
+    rows[x] = ok ? row.data : nullptr;
+    fresh[x] = ok && row.fresh ? 1 : 0;
+  }
+  __syncthreads();
+  const float layer_scale = LayerScale(kv, layer);
+  for (int64_t r = warp; r < n; r += kDsaPositions / 32) {
+    const RowPtr row{rows[r], fresh[r] != 0};
+    for (int64_t i = lane; i < head_dim; i += 32) {
+      kt[r * ks + i] = row.data != nullptr ? RowValue(kv, row, key_offset + i, layer_scale) : 0.0f;
+    }
+  }
+  __syncthreads();
+  if (x >= n) return;
+  if (!ok) {
+    scores[t * b.max_ctx + p0 + x] = 0.0f;
+    return;
+  }
+  const float* k = kt + x * ks;
+  float s = 0.0f;
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* qh = qs + h * head_dim;
+    float d = 0.0f;
+    int64_t i = 0;
+    if ((head_dim & 3) == 0) {
+      for (; i < head_dim; i += 4) {
+        const float4 qv = *reinterpret_cast<const float4*>(qh + i), kv4 = *reinterpret_cast<const float4*>(k + i);
+        d = fmaf(qv.x, kv4.x, d);
+        d = fmaf(qv.y, kv4.y, d);
+        d = fmaf(qv.z, kv4.z, d);
+        d = fmaf(qv.w, kv4.w, d);
+      }
+    }
+    for (; i < head_dim; ++i) d = fmaf(qh[i], k[i], d);
+    const float dot = d * key_scale;
+    if (dot > 0.0f) s += ws[h] * dot;
+  }
+  scores[t * b.max_ctx + p0 + x] = s == 0.0f ? 0.0f : s;  // -0 and +0 are one score (ties by position)
+}
+
 }  // namespace llmrt::cuda::kvk
 
 #endif  // LLMRT_KERNELS_KV_KERNELS_CUH_

@@ -14,7 +14,9 @@
 //    scale) KV at 4K, 32K and 128K positions, for each attention kernel (tc, tc-bf16, scalar:
 //    LLMRT_CUDA_ATTENTION; the tensor-core ones with one and two load stages:
 //    LLMRT_CUDA_ATTENTION_STAGES): the cache bytes, read once, per second as a fraction of the
-//    copy bandwidth, and the MMA work per second.
+//    copy bandwidth, and the MMA work per second;
+//  - the DSA indexer of one token (GLM-5: 32 heads of 128, top 2048) at 32K and 128K positions,
+//    BF16 and FP8 KV: scores and selection, the index keys' bytes per second.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -252,6 +254,54 @@ int Main() {
         std::printf("%10s %6s %8lld %10.3f %16.0f %10.1f   (%.0f%% of the copy bandwidth)\n", k.name,
                     codec == kKvCodecFp8 ? "FP8" : "BF16", static_cast<long long>(ctx), t * 1e3, kv_bw / 1e9,
                     flops / t / 1e12, 100.0 * kv_bw / copy_bw);
+      }
+    }
+  }
+
+  // The DSA indexer (GLM-5: 32 heads of 128 over the indexer key after the latent and rope of
+  // each row) for one token: scores of every position, then the top 2048.
+  {
+    const int64_t IH = 32, ID = 128, top_k = 2048;
+    std::printf("\nDSA indexer, %lld heads x %lld, top %lld, one token (scores and selection)\n%6s %8s %10s %22s\n",
+                static_cast<long long>(IH), static_cast<long long>(ID), static_cast<long long>(top_k), "KV",
+                "context", "ms", "index keys GB/s (once)");
+    std::unique_ptr<Backend> db = Must(CreateBackend(BackendKind::kCuda, BackendOptions{}), "the CUDA backend");
+    for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
+      for (int64_t ctx : {32768, 131072}) {
+        KvStoreOptions o;
+        o.codec = FindKvCodec(codec);
+        o.shape.num_layers = 1;
+        o.shape.parts = {{L, 128, false}, {R, 128, true}, {ID, 128, false}};
+        o.page_size = page;
+        o.num_pages = ctx / page;
+        std::unique_ptr<KvStore> store = Must(KvStore::Create(*db, o), "KvStore");
+        if (codec == kKvCodecFp8) MustOk(store->SetScale(0, 0.05f), "SetScale");
+        const int64_t pages = ctx / page;
+        std::vector<int32_t> meta = {0, static_cast<int32_t>(ctx), 0, static_cast<int32_t>(pages)};
+        for (int64_t p = 0; p < pages; ++p) meta.push_back(static_cast<int32_t>(p));
+        meta.push_back(static_cast<int32_t>(ctx - 1));
+        meta.push_back(0);
+        Tensor m = Must(db->Allocate(DType::kI32, {static_cast<int64_t>(meta.size())}), "Allocate");
+        MustOk(db->Upload(meta.data(), meta.size() * 4, m), "Upload");
+        AttentionBatch batch;
+        batch.token_seq = m.Rows(0, 1);
+        batch.token_ctx = m.Rows(1, 2);
+        batch.seq_page_start = m.Rows(2, 4);
+        batch.page_ids = m.Rows(4, 4 + pages);
+        batch.slot_mapping = m.Rows(4 + pages, 5 + pages);
+        batch.seq_first_token = m.Rows(5 + pages, 6 + pages);
+        batch.num_tokens = 1;
+        batch.num_seqs = 1;
+        batch.max_ctx = ctx;
+        Tensor q = Random(*db, DType::kF32, {1, IH * ID}, rng);
+        Tensor w = Random(*db, DType::kF32, {1, IH}, rng);
+        Tensor selected = Must(db->Allocate(DType::kI32, {1, top_k}), "Allocate");
+        const double t = Time(*db, 5, [&] {
+          db->DsaSelect(q, w, store->view(), 0, batch, IH, ID, L + R, 0.088f, top_k, selected);
+        });
+        const double key_bw = static_cast<double>(ctx * ID * (codec == kKvCodecFp8 ? 1 : 2)) / t;
+        std::printf("%6s %8lld %10.3f %22.0f   (%.0f%% of the copy bandwidth)\n", codec == kKvCodecFp8 ? "FP8" : "BF16",
+                    static_cast<long long>(ctx), t * 1e3, key_bw / 1e9, 100.0 * key_bw / copy_bw);
       }
     }
   }

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -162,15 +164,28 @@ TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
 
 // The DSA indexer's scores over each codec's rows: I(t, p) = sum over heads of w * relu(q . k_p *
 // key_scale) in the CPU's float operations (an fmaf chain per head, heads in order), so equal
-// to the reference bit for bit; tokens whose context fits top_k are left alone (dense).
-TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
-  std::mt19937 rng(102);
+// to the reference bit for bit; tokens whose context fits top_k are left alone (dense). Both
+// kernels: one thread per position reading global memory, and the staged one (rows decoded into
+// shared memory, four columns a load where head_dim allows), over one block of positions and
+// several, head_dim 12 and 7 (a tail of single columns), and a page out of range (its positions
+// score 0 and raise the page error; the others are unchanged).
+void CheckDsaScores(bool staged, int64_t heads, int64_t hd, int64_t len0, int64_t len1, bool bad_page,
+                    std::mt19937& rng) {
+  SCOPED_TRACE(std::string(staged ? "staged" : "per-thread") + " heads " + std::to_string(heads) + " head_dim " +
+               std::to_string(hd) + " contexts " + std::to_string(len0) + ", " + std::to_string(len1) +
+               (bad_page ? " bad page" : ""));
   std::normal_distribution<float> normal;
-  const int64_t page_size = 4, num_pages = 8, layer = 1, heads = 3, hd = 12, key_offset = 80, top_k = 5;
-  // Tokens of two sequences: contexts 9 and 4 (dense: no scores) of sequence 0 ... and 13 of 1.
-  const std::vector<int32_t> token_seq = {0, 0, 1}, token_ctx = {9, 4, 13}, page_start = {0, 3, 7};
-  const std::vector<int32_t> page_ids = {5, 0, 2, 7, 1, 6, 3};
-  const int64_t T = 3, max_ctx = 13;
+  const int64_t page_size = 4, layer = 1, key_offset = 80, top_k = 5;
+  const int64_t pages0 = (len0 + page_size - 1) / page_size, pages1 = (len1 + page_size - 1) / page_size;
+  const int64_t num_pages = pages0 + pages1 + 1;
+  // Tokens: sequence 0 at contexts len0 and 4 (dense: no scores), sequence 1 at len1.
+  const std::vector<int32_t> token_seq = {0, 0, 1}, token_ctx = {static_cast<int32_t>(len0), 4, static_cast<int32_t>(len1)};
+  const std::vector<int32_t> page_start = {0, static_cast<int32_t>(pages0), static_cast<int32_t>(pages0 + pages1)};
+  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  std::shuffle(page_ids.begin(), page_ids.end(), rng);
+  page_ids.resize(static_cast<size_t>(pages0 + pages1));
+  const int64_t T = 3, max_ctx = std::max(len0, len1), bad_index = pages0 + pages1 / 2;
   for (uint32_t id : {kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled}) {
     Cache cache(id, num_pages, page_size, 0);
     SCOPED_TRACE(cache.codec->name());
@@ -178,7 +193,7 @@ TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
     const int64_t W = cache.layout.width;
     std::vector<std::vector<std::vector<float>>> read(2);
     for (int64_t sq = 0; sq < 2; ++sq) {
-      for (int64_t p = 0; p < (sq == 0 ? 9 : 13); ++p) {
+      for (int64_t p = 0; p < (sq == 0 ? len0 : len1); ++p) {
         std::vector<float> x(W), v(W);
         for (float& e : x) e = normal(rng);
         const int32_t slot = page_ids[page_start[sq] + p / page_size] * page_size + p % page_size;
@@ -188,23 +203,38 @@ TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
         read[sq].push_back(v);
       }
     }
+    std::vector<int32_t> ids = page_ids;
+    if (bad_page) ids[bad_index] = static_cast<int32_t>(num_pages);
     std::vector<float> q(T * heads * hd), w(T * heads), scores(T * max_ctx, -3.0f);
     for (float& e : q) e = normal(rng);
     for (float& e : w) e = std::fabs(normal(rng));
-    BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), page_ids.data(), nullptr, T, max_ctx};
+    BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), ids.data(), nullptr, T, max_ctx};
     int32_t err = 0;
-    emulation::RunGrid({BlocksFor(max_ctx, 128), static_cast<unsigned>(T), 1}, 128, 0, [&] {
-      kvk::DsaScoreKernel(ConstMat{q.data(), T, heads * hd, heads * hd}, ConstMat{w.data(), T, heads, heads}, cache.ref,
-                          layer, batch, heads, hd, key_offset, 0.5f, top_k, scores.data(), &err);
-    });
-    EXPECT_EQ(err, 0);
+    const ConstMat qm{q.data(), T, heads * hd, heads * hd}, wm{w.data(), T, heads, heads};
+    if (staged) {
+      emulation::RunGrid({BlocksFor(max_ctx, kvk::kDsaPositions), static_cast<unsigned>(T), 1}, kvk::kDsaPositions,
+                         static_cast<size_t>(kvk::DsaStagedBytes(heads, hd)), [&] {
+                           kvk::DsaScoreStagedKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f,
+                                                     top_k, scores.data(), &err);
+                         });
+    } else {
+      emulation::RunGrid({BlocksFor(max_ctx, 128), static_cast<unsigned>(T), 1}, 128, 0, [&] {
+        kvk::DsaScoreKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f, top_k, scores.data(), &err);
+      });
+    }
+    EXPECT_EQ(err, bad_page ? static_cast<int32_t>(kErrPage) : 0);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t p = 0; p < max_ctx; ++p) {
         if (token_ctx[t] <= top_k || p >= token_ctx[t]) {
           EXPECT_EQ(scores[t * max_ctx + p], -3.0f) << "token " << t << " position " << p << " written";
           continue;
         }
-        const float* k = read[token_seq[t]][p].data() + key_offset;
+        const int64_t sq = token_seq[t];
+        if (bad_page && sq == 1 && page_start[1] + p / page_size == bad_index) {
+          EXPECT_EQ(scores[t * max_ctx + p], 0.0f) << "token " << t << " position " << p << " (page out of range)";
+          continue;
+        }
+        const float* k = read[sq][p].data() + key_offset;
         float want = 0.0f;
         for (int64_t h = 0; h < heads; ++h) {
           float d = 0.0f;
@@ -215,6 +245,16 @@ TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
         EXPECT_EQ(scores[t * max_ctx + p], want == 0.0f ? 0.0f : want) << "token " << t << " position " << p;
       }
     }
+  }
+}
+
+TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
+  std::mt19937 rng(102);
+  for (bool staged : {false, true}) {
+    CheckDsaScores(staged, 3, 12, 9, 13, false, rng);
+    CheckDsaScores(staged, 5, 7, 9, 13, false, rng);
+    CheckDsaScores(staged, 3, 12, 150, 270, false, rng);  // several blocks of positions
+    CheckDsaScores(staged, 2, 7, 40, 140, true, rng);
   }
 }
 
