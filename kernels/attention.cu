@@ -140,9 +140,10 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
   return cudaGetLastError();
 }
 
-int64_t AttentionBlocksPerToken(const AttentionArgs& a) {
+AttentionBlocks AttentionBlocksOf(const AttentionArgs& a) {
   TcPlan plan;
-  return PlanTensorCoreAttention(a, &plan) ? plan.head_tiles : a.heads;
+  if (PlanTensorCoreAttention(a, &plan)) return AttentionBlocks{plan.head_tiles, plan.blocks_per_sm};
+  return AttentionBlocks{a.heads, 0};
 }
 
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s) {

@@ -309,8 +309,13 @@ struct AttentionArgs {
   bool query_in_registers = true;
 };
 // Blocks per token per split of the kernel that runs `a`: heads (scalar kernel) or head tiles
-// (tensor cores); sizes the split over the KV length.
-int64_t AttentionBlocksPerToken(const AttentionArgs& a);
+// (tensor cores), and how many of its blocks a multiprocessor holds (0: not known); size the
+// split over the KV length.
+struct AttentionBlocks {
+  int64_t per_token = 0;
+  int64_t per_sm = 0;
+};
+AttentionBlocks AttentionBlocksOf(const AttentionArgs& a);
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s);
 
 // DSA: scores [T, max_ctx] (workspace) then the top_k per token into selected [T, top_k].

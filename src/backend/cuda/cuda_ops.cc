@@ -130,12 +130,13 @@ absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length)
   a->sm_shared_bytes = shared_per_sm_;
   a->reserved_shared_bytes = shared_reserved_;
   a->stages = attention_stages_;
-  // Two blocks per multiprocessor, splits of at least 64 positions (two chunks of the tensor-core
-  // kernel: a block's fixed work, the query's load, is a fraction of a chunk's), at most 64
-  // splits. Batch-1 decode of a short context would otherwise run on a handful of
-  // multiprocessors (Kimi K2's 64 heads: 4 blocks).
-  const int64_t blocks = a->batch.num_tokens * cuda::AttentionBlocksPerToken(*a),
-                target = 2 * static_cast<int64_t>(sm_count_);
+  // As many blocks as the multiprocessors hold (the tensor-core plan's count; else two each),
+  // splits of at least 64 positions (two chunks of the tensor-core kernel: a block's fixed work,
+  // the query's load, is a fraction of a chunk's), at most 64 splits. Batch-1 decode of a short
+  // context would otherwise run on a handful of multiprocessors (Kimi K2's 64 heads: 4 blocks).
+  const cuda::AttentionBlocks ab = cuda::AttentionBlocksOf(*a);
+  const int64_t blocks = a->batch.num_tokens * ab.per_token,
+                target = (ab.per_sm > 0 ? ab.per_sm : 2) * static_cast<int64_t>(sm_count_);
   a->splits = 1;
   if (blocks == 0 || blocks >= target || length < 128) return absl::OkStatus();
   a->splits = std::min<int64_t>({(target + blocks - 1) / blocks, (length + 63) / 64, 64});
