@@ -48,6 +48,30 @@ double Time(Backend& be, int reps, Fn fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
+// One token of one sequence decoding at position ctx - 1 over pages 0 .. ctx / page - 1: the
+// attention batch, its metadata uploaded into *meta (which the batch's views point into).
+AttentionBatch OneTokenBatch(Backend& be, int64_t ctx, int64_t page, Tensor* meta) {
+  const int64_t pages = ctx / page;
+  // token_seq [1], token_ctx [1], seq_page_start [2], page_ids [pages], slot [1], first [1]
+  std::vector<int32_t> v = {0, static_cast<int32_t>(ctx), 0, static_cast<int32_t>(pages)};
+  for (int64_t p = 0; p < pages; ++p) v.push_back(static_cast<int32_t>(p));
+  v.push_back(static_cast<int32_t>(ctx - 1));
+  v.push_back(0);
+  *meta = Must(be.Allocate(DType::kI32, {static_cast<int64_t>(v.size())}), "Allocate");
+  MustOk(be.Upload(v.data(), v.size() * 4, *meta), "Upload");
+  AttentionBatch batch;
+  batch.token_seq = meta->Rows(0, 1);
+  batch.token_ctx = meta->Rows(1, 2);
+  batch.seq_page_start = meta->Rows(2, 4);
+  batch.page_ids = meta->Rows(4, 4 + pages);
+  batch.slot_mapping = meta->Rows(4 + pages, 5 + pages);
+  batch.seq_first_token = meta->Rows(5 + pages, 6 + pages);
+  batch.num_tokens = 1;
+  batch.num_seqs = 1;
+  batch.max_ctx = ctx;
+  return batch;
+}
+
 Tensor Random(Backend& be, DType dtype, std::initializer_list<int64_t> shape, std::mt19937& rng) {
   Tensor t = Must(be.Allocate(dtype, shape), "Allocate");
   std::normal_distribution<float> d(0.0f, 1.0f);
@@ -221,28 +245,8 @@ int Main() {
         o.num_pages = ctx / page;
         std::unique_ptr<KvStore> store = Must(KvStore::Create(*ab, o), "KvStore");
         if (codec == kKvCodecFp8) MustOk(store->SetScale(0, 0.05f), "SetScale");
-        std::vector<int32_t> meta;
-        const int64_t pages = ctx / page;
-        // token_seq [1], token_ctx [1], seq_page_start [2], page_ids [pages], slot [1], first [1]
-        meta.push_back(0);
-        meta.push_back(static_cast<int32_t>(ctx));
-        meta.push_back(0);
-        meta.push_back(static_cast<int32_t>(pages));
-        for (int64_t p = 0; p < pages; ++p) meta.push_back(static_cast<int32_t>(p));
-        meta.push_back(static_cast<int32_t>(ctx - 1));
-        meta.push_back(0);
-        Tensor m = Must(ab->Allocate(DType::kI32, {static_cast<int64_t>(meta.size())}), "Allocate");
-        MustOk(ab->Upload(meta.data(), meta.size() * 4, m), "Upload");
-        AttentionBatch batch;
-        batch.token_seq = m.Rows(0, 1);
-        batch.token_ctx = m.Rows(1, 2);
-        batch.seq_page_start = m.Rows(2, 4);
-        batch.page_ids = m.Rows(4, 4 + pages);
-        batch.slot_mapping = m.Rows(4 + pages, 5 + pages);
-        batch.seq_first_token = m.Rows(5 + pages, 6 + pages);
-        batch.num_tokens = 1;
-        batch.num_seqs = 1;
-        batch.max_ctx = ctx;
+        Tensor m;
+        const AttentionBatch batch = OneTokenBatch(*ab, ctx, page, &m);
         Tensor q_lat = Random(*ab, DType::kF32, {1, H * L}, rng);
         Tensor q = Random(*ab, DType::kF32, {1, H * (d.nope + R)}, rng);
         Tensor out = Must(ab->Allocate(DType::kF32, {1, H * L}), "Allocate");
@@ -276,23 +280,8 @@ int Main() {
         o.num_pages = ctx / page;
         std::unique_ptr<KvStore> store = Must(KvStore::Create(*db, o), "KvStore");
         if (codec == kKvCodecFp8) MustOk(store->SetScale(0, 0.05f), "SetScale");
-        const int64_t pages = ctx / page;
-        std::vector<int32_t> meta = {0, static_cast<int32_t>(ctx), 0, static_cast<int32_t>(pages)};
-        for (int64_t p = 0; p < pages; ++p) meta.push_back(static_cast<int32_t>(p));
-        meta.push_back(static_cast<int32_t>(ctx - 1));
-        meta.push_back(0);
-        Tensor m = Must(db->Allocate(DType::kI32, {static_cast<int64_t>(meta.size())}), "Allocate");
-        MustOk(db->Upload(meta.data(), meta.size() * 4, m), "Upload");
-        AttentionBatch batch;
-        batch.token_seq = m.Rows(0, 1);
-        batch.token_ctx = m.Rows(1, 2);
-        batch.seq_page_start = m.Rows(2, 4);
-        batch.page_ids = m.Rows(4, 4 + pages);
-        batch.slot_mapping = m.Rows(4 + pages, 5 + pages);
-        batch.seq_first_token = m.Rows(5 + pages, 6 + pages);
-        batch.num_tokens = 1;
-        batch.num_seqs = 1;
-        batch.max_ctx = ctx;
+        Tensor m;
+        const AttentionBatch batch = OneTokenBatch(*db, ctx, page, &m);
         Tensor q = Random(*db, DType::kF32, {1, IH * ID}, rng);
         Tensor w = Random(*db, DType::kF32, {1, IH}, rng);
         Tensor selected = Must(db->Allocate(DType::kI32, {1, top_k}), "Allocate");
