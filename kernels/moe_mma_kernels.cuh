@@ -7,10 +7,11 @@
 //   void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1)
 //       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d.
 //
-// One block per (64 output columns, tile of at most 32 rows of one expert); per step of 32 along
+// One block per (128 output columns, tile of at most 32 rows of one expert); per step of 32 along
 // k the block stages the rows' activations (already bfloat16 values: exact as bfloat16) and the
-// expert's 64 weight rows in shared memory (16-byte loads), and each of 4 warps multiplies the
-// 32 rows by its 16 columns (2 x 2 MMAs per 16 of k), accumulating in float32. Each output is a
+// expert's 128 weight rows in shared memory (16-byte loads, the next step's loaded into registers
+// while this one is multiplied), and each of 8 warps multiplies the 32 rows by its 16 columns
+// (2 x 2 MMAs per 16 of k), accumulating in float32. Each output is a
 // float32 sum of exact products, as the CPU's BF16 policy computes it, in the tensor cores' order;
 // a row's result depends on its activation row and the weights alone, not on the tile it shares.
 #ifndef LLMRT_KERNELS_MOE_MMA_KERNELS_CUH_
@@ -22,22 +23,27 @@
 
 namespace llmrt::cuda::gmm {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kRows = 32;     // rows of a tile (kGemmTileRows): two m16 tiles
-constexpr int kCols = 64;     // output columns of a block: 16 per warp, two n8 tiles
+constexpr int kCols = 128;    // output columns of a block: 16 per warp, two n8 tiles
 constexpr int kStep = 32;     // k per staging step: two k16 MMA steps
 constexpr int kStride = kStep + 8;  // shared row stride (bfloat16): conflict-free fragment loads
 static_assert(kRows == kGemmTileRows, "a block holds a whole tile");
+static_assert(kRows * kStep == 4 * kThreads, "a thread loads 4 activations a step");
+static_assert(kCols * kStep / 8 == 2 * kThreads, "a thread loads 2 pieces of BF16 weights a step");
+static_assert(kCols * kStep / 16 == kThreads, "a thread loads 1 piece of FP8 codes a step");
 
 __device__ __forceinline__ uint32_t Pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // Rows [r0, r1) of tile `tile` (x row of output row r: x_rows ? x_rows[r] : r) times the weight
-// of its expert, columns [n0, n0 + 64). kFp8 false: BF16 weights ([N, K], rows 16-byte aligned,
+// of its expert, columns [n0, n0 + 128). kFp8 false: BF16 weights ([N, K], rows 16-byte aligned,
 // K a multiple of 8), x holding bfloat16 values. kFp8 true (the FP8 policy): FP8 block-scaled
 // weights (K a multiple of 16, block_cols of 32), x holding e4m3 values with a scale per row and
 // column block (act); the codes of both are exact in bfloat16, each block of block_cols columns
 // is summed on the tensor cores, and its sum is folded in as the GEMV does:
 // acc = fma(block sum, s(n, b) * sa(row, b), acc).
+// Each step's global loads go to registers while the previous step is multiplied (the shared
+// tiles are written after that step's last read), so load latency overlaps the MMAs.
 template <bool kFp8>
 __global__ void __launch_bounds__(kThreads)
     GroupedMmaKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K, TileTable tiles,
@@ -55,40 +61,76 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t block_cols = kFp8 ? wr.block_cols : K;  // the k-span each fold covers
   float acc[2][2][4] = {};  // [m16 tile][n8 tile][fragment]
   float part[2][2][4] = {};  // the current column block's sums (kFp8)
-  for (int64_t k0 = 0; k0 < K; k0 += kStep) {
-    // Activations: 32 rows x 32 values, each thread 8 (bfloat16 or e4m3 values held as float32).
-    for (int i = threadIdx.x; i < kRows * kStep; i += kThreads) {
-      const int r = i / kStep, k = i % kStep;
-      float v = 0.0f;
-      if (r < rows && k0 + k < K) {
-        const int64_t m = r0 + r;
-        v = x.data[(x_rows != nullptr ? x_rows[m] : m) * x.ld + k0 + k];
-      }
-      as[r * kStride + k] = ToBf16Bits(v);
+
+  // This thread's loads: activations of row ar, columns ak .. ak + 3 of each step (one float4
+  // where x's rows are 16-byte aligned); BF16 weight pieces (8 values) i and i + kThreads, or
+  // FP8 piece i (16 codes): row i / pieces per row, piece i % pieces per row.
+  const int ar = threadIdx.x >> 3, ak = (threadIdx.x & 7) * 4;
+  const float* xrow = nullptr;
+  if (ar < rows) {
+    const int64_t m = r0 + ar;
+    xrow = x.data + (x_rows != nullptr ? x_rows[m] : m) * x.ld;
+  }
+  const bool x_vec = (x.ld & 3) == 0 && (K & 3) == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
+  float xv[4];
+  uint4 wv[2];
+  const auto load = [&](int64_t k0) {
+    if (xrow != nullptr && x_vec && k0 + ak < K) {
+      const float4 v = *reinterpret_cast<const float4*>(xrow + k0 + ak);
+      xv[0] = v.x;
+      xv[1] = v.y;
+      xv[2] = v.z;
+      xv[3] = v.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xv[j] = xrow != nullptr && k0 + ak + j < K ? xrow[k0 + ak + j] : 0.0f;
     }
-    // Weights: 64 rows x 32 values in 16-byte pieces, zeros past N and K; FP8 codes to their
-    // exact bfloat16 values.
     if constexpr (kFp8) {
       const uint8_t* w = static_cast<const uint8_t*>(wr.data);
-      for (int i = threadIdx.x; i < kCols * (kStep / 16); i += kThreads) {
-        const int n = i / (kStep / 16), p = i % (kStep / 16);
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (n0 + n < N && k0 + 16 * p < K) v = *reinterpret_cast<const uint4*>(w + (n0 + n) * K + k0 + 16 * p);
-        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-        uint16_t* dst = bs + n * kStride + 16 * p;
-#pragma unroll
-        for (int q = 0; q < 16; ++q) dst[q] = ToBf16Bits(Fp8ToFloat((words[q / 4] >> (8 * (q % 4))) & 0xffu));
-      }
+      const int n = threadIdx.x >> 1, p = threadIdx.x & 1;
+      wv[0] = make_uint4(0, 0, 0, 0);
+      if (n0 + n < N && k0 + 16 * p < K) wv[0] = *reinterpret_cast<const uint4*>(w + (n0 + n) * K + k0 + 16 * p);
     } else {
       const uint16_t* w = static_cast<const uint16_t*>(wr.data);
-      for (int i = threadIdx.x; i < kCols * (kStep / 8); i += kThreads) {
-        const int n = i / (kStep / 8), p = i % (kStep / 8);
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (n0 + n < N && k0 + 8 * p < K) v = *reinterpret_cast<const uint4*>(w + (n0 + n) * K + k0 + 8 * p);
-        *reinterpret_cast<uint4*>(bs + n * kStride + 8 * p) = v;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int i = threadIdx.x + q * kThreads, n = i >> 2, p = i & 3;
+        wv[q] = make_uint4(0, 0, 0, 0);
+        if (n0 + n < N && k0 + 8 * p < K) wv[q] = *reinterpret_cast<const uint4*>(w + (n0 + n) * K + k0 + 8 * p);
       }
     }
+  };
+  // The loaded step into the shared tiles (activations as bfloat16 bits; FP8 codes to their exact
+  // bfloat16 values); zeros past the rows, N and K.
+  const auto store = [&]() {
+    *reinterpret_cast<uint2*>(as + ar * kStride + ak) =
+        make_uint2(ToBf16Bits(xv[0]) | (static_cast<uint32_t>(ToBf16Bits(xv[1])) << 16),
+                   ToBf16Bits(xv[2]) | (static_cast<uint32_t>(ToBf16Bits(xv[3])) << 16));
+    if constexpr (kFp8) {
+      const int n = threadIdx.x >> 1, p = threadIdx.x & 1;
+      const uint32_t words[4] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w};
+      uint32_t bf[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        const uint32_t lo = (words[q / 2] >> (16 * (q % 2))) & 0xffu, hi = (words[q / 2] >> (16 * (q % 2) + 8)) & 0xffu;
+        bf[q] = ToBf16Bits(Fp8ToFloat(lo)) | (static_cast<uint32_t>(ToBf16Bits(Fp8ToFloat(hi))) << 16);
+      }
+      uint4* dst = reinterpret_cast<uint4*>(bs + n * kStride + 16 * p);
+      dst[0] = make_uint4(bf[0], bf[1], bf[2], bf[3]);
+      dst[1] = make_uint4(bf[4], bf[5], bf[6], bf[7]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const int i = threadIdx.x + q * kThreads, n = i >> 2, p = i & 3;
+        *reinterpret_cast<uint4*>(bs + n * kStride + 8 * p) = wv[q];
+      }
+    }
+  };
+  load(0);
+  for (int64_t k0 = 0; k0 < K; k0 += kStep) {
+    store();
     __syncthreads();
+    if (k0 + kStep < K) load(k0 + kStep);  // in flight while this step is multiplied
 #pragma unroll
     for (int kk = 0; kk < kStep; kk += 16) {
       uint32_t b[2][2];

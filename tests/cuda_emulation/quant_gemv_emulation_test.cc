@@ -309,21 +309,24 @@ TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
   const MmaRouting routing;
   const std::vector<int32_t>& x_rows = routing.x_rows;
   const auto expert_of = [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; };
-  std::vector<float> x(static_cast<size_t>(M * K));
-  for (float& v : x) v = Bf16ToF32(F32ToBf16(normal(rng)));  // the policy's rounded inputs
   const ExpertTable table{refs.data(), 16};
   const TileTable tiles = routing.Tiles();
   const emulation::Index3 grid{static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), 4, 1};
-  for (const bool gather : {true, false}) {
-    SCOPED_TRACE(gather ? "rows gathered through x_rows" : "rows in place");
-    std::vector<float> out(static_cast<size_t>(M * N), NAN);
-    emulation::RunGrid(grid, gmm::kThreads, 0, [&] {
-      gmm::GroupedMmaKernel<false>(ConstMat{x.data(), M, K, K}, gather ? x_rows.data() : nullptr, table, N, K, tiles,
-                                   MutMat{out.data(), M, N, N}, ActScales{});
-    });
-    Expect(
-        out, M, N, K, x.data(), K, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; }, expert_of,
-        [](int64_t, int64_t) { return 1.0; }, 1);
+  // Rows of x 16-byte aligned (float4 loads) and not (ld K + 1: one value a load).
+  for (const int64_t ld : {K, K + 1}) {
+    std::vector<float> x(static_cast<size_t>(M * ld));
+    for (float& v : x) v = Bf16ToF32(F32ToBf16(normal(rng)));  // the policy's rounded inputs
+    for (const bool gather : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << (gather ? "rows gathered through x_rows" : "rows in place") << ", ld " << ld);
+      std::vector<float> out(static_cast<size_t>(M * N), NAN);
+      emulation::RunGrid(grid, gmm::kThreads, 0, [&] {
+        gmm::GroupedMmaKernel<false>(ConstMat{x.data(), M, K, ld}, gather ? x_rows.data() : nullptr, table, N, K, tiles,
+                                     MutMat{out.data(), M, N, N}, ActScales{});
+      });
+      Expect(
+          out, M, N, K, x.data(), ld, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; },
+          expert_of, [](int64_t, int64_t) { return 1.0; }, 1);
+    }
   }
 }
 
