@@ -106,8 +106,7 @@ __global__ void __launch_bounds__(kSelectThreads) DsaTopKKernel(BatchRef b, int6
 template <typename Kernel>
 cudaError_t RowSharedMemory(Kernel kernel, int64_t width, size_t* bytes) {
   *bytes = static_cast<size_t>(width) * sizeof(float);
-  if (*bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(*bytes));
+  return AllowDynamicShared(kernel, static_cast<int64_t>(*bytes));
 }
 
 cudaError_t LaunchKvWrite(KvRef kv, int64_t layer, KvParts parts, BatchRef batch, int32_t* err, cudaStream_t s) {
@@ -142,8 +141,16 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 
 AttentionBlocks AttentionBlocksOf(const AttentionArgs& a) {
   TcPlan plan;
-  if (PlanTensorCoreAttention(a, &plan)) return AttentionBlocks{plan.head_tiles, plan.blocks_per_sm};
-  return AttentionBlocks{a.heads, 0};
+  if (!PlanTensorCoreAttention(a, &plan)) return AttentionBlocks{a.heads, 0};
+  // The residency of the one-stage plan, so that the split (and with it the order in which the
+  // combine adds the splits) does not depend on the load stages: automatic stages take two only
+  // where they keep that count, and a forced second stage that costs a block leaves the split as
+  // it was.
+  AttentionArgs one = a;
+  one.stages = 1;
+  TcPlan single;
+  const int64_t per_sm = PlanTensorCoreAttention(one, &single) ? single.blocks_per_sm : plan.blocks_per_sm;
+  return AttentionBlocks{plan.head_tiles, per_sm};
 }
 
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s) {
@@ -156,10 +163,9 @@ cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s
     return cudaGetLastError();
   }
   const size_t smem = static_cast<size_t>(a.q1_len + a.q2_len + a.dv + kvk::kChunk) * sizeof(float);
-  if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kvk::ScalarAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
+  if (const cudaError_t e = AllowDynamicShared(kvk::ScalarAttentionKernel, static_cast<int64_t>(smem), a.max_shared_bytes);
+      e != cudaSuccess) {
+    return e;
   }
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.splits));
   kvk::ScalarAttentionKernel<<<grid, kvk::kAttnThreads, smem, s>>>(a, err);
@@ -178,12 +184,8 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
     // The staged kernel where its shared memory fits the device (GLM-5's 32 heads of 128: 84 KiB);
     // else one thread per position reading its row from global memory.
     const int64_t staged = kvk::DsaStagedBytes(heads, head_dim);
-    bool use_staged = staged <= 48 * 1024;
-    if (!use_staged && staged <= 227 * 1024) {
-      use_staged = cudaFuncSetAttribute(kvk::DsaScoreStagedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(staged)) == cudaSuccess;
-      if (!use_staged) (void)cudaGetLastError();  // the device's limit is lower: not an error
-    }
+    const bool use_staged = AllowDynamicShared(kvk::DsaScoreStagedKernel, staged) == cudaSuccess;
+    if (!use_staged) (void)cudaGetLastError();  // the device allows less: not an error
     if (use_staged) {
       const dim3 grid(BlocksFor(batch.max_ctx, kvk::kDsaPositions), static_cast<unsigned>(batch.num_tokens));
       kvk::DsaScoreStagedKernel<<<grid, kvk::kDsaPositions, static_cast<size_t>(staged), s>>>(

@@ -61,13 +61,13 @@ namespace {
 template <int kDv, int kTerms>
 cudaError_t Launch(const AttentionArgs& a, const TcPlan& pl, int32_t* err, cudaStream_t s) {
   auto kernel = pl.qreg ? tc::TcAttentionKernel<kDv, kTerms, true> : tc::TcAttentionKernel<kDv, kTerms, false>;
-  if (pl.bytes > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pl.bytes);
-    if (e != cudaSuccess) return e;
-    // All of the unified L1 / shared memory as shared memory, so that the blocks the plan counted
-    // on (TcPlan::blocks_per_sm) fit on a multiprocessor: the rows bypass L1 (cp.async.cg).
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (e != cudaSuccess) return e;
+  if (const cudaError_t e = AllowDynamicShared(kernel, pl.bytes, a.max_shared_bytes); e != cudaSuccess) return e;
+  // All of the unified L1 / shared memory as shared memory, so that the blocks the plan counted
+  // on (TcPlan::blocks_per_sm) fit on a multiprocessor: the rows bypass L1 (cp.async.cg).
+  if (const cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+      e != cudaSuccess) {
+    return e;
   }
   const dim3 grid(static_cast<unsigned>(a.batch.num_tokens * pl.head_tiles), static_cast<unsigned>(a.splits));
   kernel<<<grid, tc::kThreads, static_cast<size_t>(pl.bytes), s>>>(a, pl, err);

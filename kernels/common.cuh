@@ -111,6 +111,28 @@ __device__ T BlockSum(T v, T* shared) {
 inline unsigned BlocksFor(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 #ifndef LLMRT_CUDA_EMULATION
+// Lets `kernel` be launched with `bytes` of dynamic shared memory on the current device (above
+// 48 KiB it must be allowed explicitly); `optin` is the device's limit per block (0: asked here).
+// The allowance is a per-function cap that every host thread sets, so it is always set to the
+// device's whole limit, the same value from every caller: one thread never lowers it under
+// another's larger launch (the launch's own size still decides how many blocks fit).
+// cudaErrorInvalidValue where the device does not allow `bytes`.
+template <typename Kernel>
+inline cudaError_t AllowDynamicShared(Kernel kernel, int64_t bytes, int64_t optin = 0) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  if (optin <= 0) {
+    int device = 0, v = 0;
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    if (const cudaError_t e = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        e != cudaSuccess) {
+      return e;
+    }
+    optin = v;
+  }
+  if (bytes > optin) return cudaErrorInvalidValue;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(optin));
+}
+
 // The block's dynamic shared memory (the launch's third parameter), 16-byte aligned. (The host
 // emulation of tests/cuda_emulation/ defines its own.)
 template <typename T>
