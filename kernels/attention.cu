@@ -19,87 +19,12 @@
 #include <cfloat>
 #include <cmath>
 
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
-
 #include "kernels/attention_tc.h"
 #include "kernels/common.cuh"
 #include "kernels/kv_access.cuh"
 #include "kernels/kv_kernels.cuh"
 
 namespace llmrt::cuda {
-namespace {
-
-// A float's bits mapped so that unsigned order is float order.
-__device__ __forceinline__ uint32_t OrderKey(float f) {
-  const uint32_t u = __float_as_uint(f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-constexpr int kSelectThreads = 1024;
-
-// One block per token: the top_k scores (ties to the earlier position) by a radix select of the
-// threshold key, then the selected positions in ascending order by a block scan.
-__global__ void __launch_bounds__(kSelectThreads) DsaTopKKernel(BatchRef b, int64_t top_k, const float* scores, int32_t* selected, int64_t ld,
-                              int32_t* err) {
-  using Reduce = cub::BlockReduce<int, kSelectThreads>;
-  using Scan = cub::BlockScan<int, kSelectThreads>;
-  __shared__ union {
-    typename Reduce::TempStorage reduce;
-    typename Scan::TempStorage scan;
-  } tmp;
-  __shared__ int shared_count;
-  const int64_t t = blockIdx.x, ctx = b.token_ctx[t];
-  int32_t* out = selected + t * ld;
-  if (ctx <= top_k) {  // every position: dense
-    for (int64_t i = threadIdx.x; i < top_k; i += blockDim.x) out[i] = i < ctx ? static_cast<int32_t>(i) : -1;
-    return;
-  }
-  if (ctx > b.max_ctx) {  // scores hold max_ctx positions per token
-    if (threadIdx.x == 0) RaiseError(err, kErrPage);
-    for (int64_t i = threadIdx.x; i < top_k; i += blockDim.x) out[i] = -1;
-    return;
-  }
-  const float* sc = scores + t * b.max_ctx;
-  uint32_t prefix = 0, mask = 0;
-  int64_t remaining = top_k;  // how many of the keys matching `prefix` are still to be taken
-  for (int bit = 31; bit >= 0; --bit) {
-    const uint32_t want = prefix | (1u << bit), m = mask | (1u << bit);
-    int c = 0;
-    for (int64_t p = threadIdx.x; p < ctx; p += blockDim.x) c += (OrderKey(sc[p]) & m) == want;
-    const int total = Reduce(tmp.reduce).Sum(c);
-    if (threadIdx.x == 0) shared_count = total;
-    __syncthreads();
-    const int ones = shared_count;
-    __syncthreads();
-    if (ones >= remaining) {
-      prefix = want;
-    } else {
-      remaining -= ones;
-    }
-    mask = m;
-  }
-  // prefix is now the key of the top_k-th score; take every larger key and the first
-  // `remaining` positions holding it.
-  int equal_before = 0, written = 0;
-  for (int64_t base = 0; base < ctx; base += blockDim.x) {
-    const int64_t p = base + threadIdx.x;
-    const uint32_t key = p < ctx ? OrderKey(sc[p]) : 0u;
-    const int eq = (p < ctx && key == prefix) ? 1 : 0;
-    int eq_rank, eq_total;
-    Scan(tmp.scan).ExclusiveSum(eq, eq_rank, eq_total);
-    __syncthreads();
-    const int take = (p < ctx && (key > prefix || (eq && equal_before + eq_rank < remaining))) ? 1 : 0;
-    int pos, take_total;
-    Scan(tmp.scan).ExclusiveSum(take, pos, take_total);
-    __syncthreads();
-    if (take && written + pos < top_k) out[written + pos] = static_cast<int32_t>(p);
-    equal_before += eq_total;
-    written += take_total;
-  }
-}
-
-}  // namespace
 
 // Dynamic shared memory of a kernel holding one row of `width` floats (above 48 KiB it must be
 // allowed explicitly).
@@ -198,8 +123,8 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
-  DsaTopKKernel<<<static_cast<unsigned>(batch.num_tokens), kSelectThreads, 0, s>>>(batch, top_k, scores, selected,
-                                                                                   selected_ld, err);
+  kvk::DsaTopKKernel<<<static_cast<unsigned>(batch.num_tokens), kvk::kSelectThreads, 0, s>>>(
+      batch, top_k, scores, selected, selected_ld, err);
   return cudaGetLastError();
 }
 

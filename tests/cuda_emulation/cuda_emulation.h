@@ -119,6 +119,17 @@ inline int32_t __shfl_xor_sync(unsigned /*mask*/, int32_t v, int lane_mask) {
   return r;
 }
 
+// Lane l receives lane l - delta's value (its own where l < delta).
+inline int32_t __shfl_up_sync(unsigned /*mask*/, int32_t v, unsigned delta) {
+  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
+  const unsigned lane = threadIdx.x % 32;
+  w.words[lane][7] = static_cast<uint32_t>(v);
+  w.bar.ArriveAndWait();
+  const int32_t r = lane >= delta ? static_cast<int32_t>(w.words[lane - delta][7]) : v;
+  w.bar.ArriveAndWait();
+  return r;
+}
+
 // The lanes (all 32 take part) whose value equals this lane's.
 inline unsigned __match_any_sync(unsigned /*mask*/, int32_t v) {
   llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();

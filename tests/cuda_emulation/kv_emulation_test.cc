@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -243,6 +244,72 @@ void CheckDsaScores(bool staged, int64_t heads, int64_t hd, int64_t len0, int64_
           if (dot > 0.0f) want += w[t * heads + h] * dot;
         }
         EXPECT_EQ(scores[t * max_ctx + p], want == 0.0f ? 0.0f : want) << "token " << t << " position " << p;
+      }
+    }
+  }
+}
+
+// The DSA top-k: the positions of the top_k scores, ties to the earlier position, ascending; a
+// context within top_k takes every position (padded with -1); one past the scores' bound raises
+// the page error and selects nothing. The CPU's rule (larger score first, equal scores by
+// position) over scores drawn at random, with many ties (every score one of a few values: the
+// threshold key is shared by positions across thread ranges), with many zeros (the score kernel
+// writes +0 for -0, so a zero is one score), and with infinities; and with NaN, for which the
+// CPU's comparison gives no order, the device's own rule (by the bits: above +infinity with the
+// sign clear, below -infinity with it set), over contexts from one block of positions to many.
+TEST(KvKernelsEmulated, DsaTopKIsTheTopScoresTiesToTheEarlierPosition) {
+  std::mt19937 rng(103);
+  std::normal_distribution<float> normal;
+  const auto order_key = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  };
+  enum Kind { kRandom, kFewValues, kZeros, kSpecials };
+  for (const Kind kind : {kRandom, kFewValues, kZeros, kSpecials}) {
+    for (const int64_t top_k : {int64_t{5}, int64_t{64}, int64_t{700}}) {
+      const std::vector<int32_t> token_ctx = {3, 5, 6, 100, 1500, 3333, 4000};
+      const int64_t T = static_cast<int64_t>(token_ctx.size()), max_ctx = 3500;  // 4000: past the bound
+      SCOPED_TRACE(::testing::Message() << "kind " << kind << " top_k " << top_k);
+      std::vector<float> scores(static_cast<size_t>(T * max_ctx));
+      for (float& s : scores) {
+        switch (kind) {
+          case kRandom: s = normal(rng); break;
+          case kFewValues: s = static_cast<float>(static_cast<int>(rng() % 4)) * 0.5f; break;
+          case kZeros: s = rng() % 3 == 0 ? std::fabs(normal(rng)) : 0.0f; break;
+          case kSpecials: {
+            const uint32_t r = rng() % 16;
+            s = r == 0 ? (rng() % 2 ? NAN : -NAN) : r == 1 ? INFINITY : r == 2 ? -INFINITY : normal(rng);
+            break;
+          }
+        }
+      }
+      std::vector<int32_t> selected(static_cast<size_t>(T * top_k), -5);
+      const std::vector<int32_t> token_seq(static_cast<size_t>(T), 0);
+      BatchRef batch{token_seq.data(), token_ctx.data(), nullptr, nullptr, nullptr, T, max_ctx};
+      int32_t err = 0;
+      emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, kvk::kSelectThreads, 0, [&] {
+        kvk::DsaTopKKernel(batch, top_k, scores.data(), selected.data(), top_k, &err);
+      });
+      EXPECT_EQ(err, static_cast<int32_t>(kErrPage));  // the context of 4000
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t ctx = token_ctx[t];
+        std::vector<int32_t> want;
+        if (ctx > max_ctx) {
+          want.assign(static_cast<size_t>(top_k), -1);
+        } else if (ctx <= top_k) {
+          for (int64_t i = 0; i < top_k; ++i) want.push_back(i < ctx ? static_cast<int32_t>(i) : -1);
+        } else {
+          std::vector<int32_t> pos(static_cast<size_t>(ctx));
+          std::iota(pos.begin(), pos.end(), 0);
+          const float* sc = scores.data() + t * max_ctx;
+          std::stable_sort(pos.begin(), pos.end(), [&](int32_t a, int32_t b) { return order_key(sc[a]) > order_key(sc[b]); });
+          pos.resize(static_cast<size_t>(top_k));
+          std::sort(pos.begin(), pos.end());
+          want = pos;
+        }
+        const std::vector<int32_t> got(selected.begin() + t * top_k, selected.begin() + (t + 1) * top_k);
+        EXPECT_EQ(got, want) << "token " << t << " context " << ctx;
       }
     }
   }
