@@ -47,6 +47,10 @@ struct BackendOptions {
   // computed (two buffers); 1: after it; 0 (auto): 2 where the second buffer keeps as many blocks
   // on a multiprocessor.
   int device_attention_stages = 0;
+  // CUDA: whether the tensor-core attention keeps the query's fragments in registers where they
+  // fit (the default) or reads them from shared memory every chunk (for comparisons in the
+  // microbenchmark; no environment variable).
+  bool device_attention_query_registers = true;
   // CUDA: whether the routed experts' grouped GEMM may run on the tensor cores under the BF16 and
   // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
   // the CUDA-core kernel every policy ran before; for comparisons).

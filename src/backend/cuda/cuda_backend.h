@@ -148,6 +148,7 @@ class CudaBackend final : public Backend {
         activations_(o.activations),
         attention_(o.device_attention),
         attention_stages_(o.device_attention_stages),
+        attention_query_registers_(o.device_attention_query_registers),
         moe_mma_(o.device_moe_mma),
         quant_mma_(o.device_quant_mma) {}
   absl::Status Init();
@@ -189,6 +190,7 @@ class CudaBackend final : public Backend {
   QuantizedActivations activations_ = QuantizedActivations::kExact;
   BackendOptions::DeviceAttention attention_ = BackendOptions::DeviceAttention::kTensorCore;
   int attention_stages_ = 0;  // BackendOptions::device_attention_stages
+  bool attention_query_registers_ = true;  // BackendOptions::device_attention_query_registers
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,
