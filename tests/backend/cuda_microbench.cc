@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "src/backend/registry.h"
@@ -46,6 +47,21 @@ double Time(Backend& be, int reps, Fn fn) {
   for (int i = 0; i < reps; ++i) fn();
   MustOk(be.Synchronize(), "timed calls");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+// A one-layer KV store of the codec over the row parts, pages for ctx positions (an FP8 layer
+// scale of 0.05 where the codec has one).
+std::unique_ptr<KvStore> OneLayerStore(Backend& be, uint32_t codec, std::vector<KvPart> parts, int64_t ctx,
+                                       int64_t page) {
+  KvStoreOptions o;
+  o.codec = FindKvCodec(codec);
+  o.shape.num_layers = 1;
+  o.shape.parts = std::move(parts);
+  o.page_size = page;
+  o.num_pages = ctx / page;
+  std::unique_ptr<KvStore> store = Must(KvStore::Create(be, o), "KvStore");
+  if (codec == kKvCodecFp8) MustOk(store->SetScale(0, 0.05f), "SetScale");
+  return store;
 }
 
 // One token of one sequence decoding at position ctx - 1 over pages 0 .. ctx / page - 1: the
@@ -241,14 +257,7 @@ int Main() {
     std::unique_ptr<Backend> ab = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
     for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
       for (int64_t ctx : {4096, 32768, 131072}) {
-        KvStoreOptions o;
-        o.codec = FindKvCodec(codec);
-        o.shape.num_layers = 1;
-        o.shape.parts = {{L, 128, false}, {R, 128, true}};
-        o.page_size = page;
-        o.num_pages = ctx / page;
-        std::unique_ptr<KvStore> store = Must(KvStore::Create(*ab, o), "KvStore");
-        if (codec == kKvCodecFp8) MustOk(store->SetScale(0, 0.05f), "SetScale");
+        std::unique_ptr<KvStore> store = OneLayerStore(*ab, codec, {{L, 128, false}, {R, 128, true}}, ctx, page);
         Tensor m;
         const AttentionBatch batch = OneTokenBatch(*ab, ctx, page, &m);
         Tensor q_lat = Random(*ab, DType::kF32, {1, H * L}, rng);
@@ -276,14 +285,8 @@ int Main() {
     std::unique_ptr<Backend> db = Must(CreateBackend(BackendKind::kCuda, BackendOptions{}), "the CUDA backend");
     for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
       for (int64_t ctx : {32768, 131072}) {
-        KvStoreOptions o;
-        o.codec = FindKvCodec(codec);
-        o.shape.num_layers = 1;
-        o.shape.parts = {{L, 128, false}, {R, 128, true}, {ID, 128, false}};
-        o.page_size = page;
-        o.num_pages = ctx / page;
-        std::unique_ptr<KvStore> store = Must(KvStore::Create(*db, o), "KvStore");
-        if (codec == kKvCodecFp8) MustOk(store->SetScale(0, 0.05f), "SetScale");
+        std::unique_ptr<KvStore> store =
+            OneLayerStore(*db, codec, {{L, 128, false}, {R, 128, true}, {ID, 128, false}}, ctx, page);
         Tensor m;
         const AttentionBatch batch = OneTokenBatch(*db, ctx, page, &m);
         Tensor q = Random(*db, DType::kF32, {1, IH * ID}, rng);
