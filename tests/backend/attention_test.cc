@@ -58,10 +58,12 @@ class AttentionOps : public BackendTest {
     return 0.0;
   }
   // Replaces the backend by one running `attention` (CUDA).
-  void UseCudaAttention(BackendOptions::DeviceAttention attention) {
+  void UseCudaAttention(BackendOptions::DeviceAttention attention, int stages = 0, bool query_registers = true) {
     MustOk(be().Synchronize(), "Synchronize");
     BackendOptions options;
     options.device_attention = attention;
+    options.device_attention_stages = stages;
+    options.device_attention_query_registers = query_registers;
     be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
     cuda_attention_ = attention;
   }
@@ -307,6 +309,28 @@ TEST_P(AttentionOps, EveryCudaAttentionKernelMatchesTheReference) {
           for (bool sparse : {false, true}) CheckMla(codec, c, fresh, sparse, rng);
         }
         CheckMla(codec, MlaCases()[0], fresh, /*sparse=*/false, rng, {{700, 1}, {1500, 1}, {300, 2}});
+      }
+    }
+  }
+}
+
+// The tensor-core kernel's forms on the device (the emulation checks their indexing; this, the
+// real cp.async, barriers and shared memory limits): one load stage and two, the query's
+// fragments in registers and read from shared memory every chunk, in the default kernel's bound.
+TEST_P(AttentionOps, CudaAttentionStagesAndQueryPlacement) {
+  if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's attention kernels";
+  std::mt19937 rng(55);
+  for (const int stages : {1, 2}) {
+    for (const bool query_registers : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "stages " << stages << (query_registers ? "" : ", query in shared memory"));
+      UseCudaAttention(BackendOptions::DeviceAttention::kTensorCore, stages, query_registers);
+      for (const KvCodec* codec : KvCodecs()) {
+        for (bool fresh : {false, true}) {
+          if (fresh && !codec->lossy()) continue;
+          for (const GqaCase& c : GqaCases()) CheckGqa(codec, c, fresh, rng);
+          for (const MlaCase& c : MlaCases()) CheckMla(codec, c, fresh, /*sparse=*/false, rng);
+          CheckMla(codec, MlaCases()[0], fresh, /*sparse=*/false, rng, {{700, 1}, {1500, 1}, {300, 2}});
+        }
       }
     }
   }
