@@ -123,7 +123,7 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
-  kvk::DsaTopKKernel<<<static_cast<unsigned>(batch.num_tokens), kvk::kSelectThreads, 0, s>>>(
+  kvk::DsaTopKKernel<<<static_cast<unsigned>(batch.num_tokens), sel::kSelectThreads, 0, s>>>(
       batch, top_k, scores, selected, selected_ld, err);
   return cudaGetLastError();
 }

@@ -1,5 +1,5 @@
 // The KV cache and attention kernels' bodies (kernels/attention.cu describes them and launches
-// them; the DSA top-k, built on cub, stays there), in a header of their own so that they compile
+// them), in a header of their own so that they compile
 // twice: for the device, and on the host in tests/cuda_emulation/ (see attention_tc_kernel.cuh).
 #ifndef LLMRT_KERNELS_KV_KERNELS_CUH_
 #define LLMRT_KERNELS_KV_KERNELS_CUH_
@@ -9,6 +9,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/kv_access.cuh"
+#include "kernels/select.cuh"
 
 namespace llmrt::cuda::kvk {
 
@@ -375,53 +376,11 @@ __global__ void __launch_bounds__(kDsaPositions) DsaScoreStagedKernel(ConstMat q
 
 // ---- the DSA top-k ----
 
-// A float's bits mapped so that unsigned order is float order (a NaN with the sign clear above
-// +infinity, one with it set below -infinity).
-__device__ __forceinline__ uint32_t OrderKey(float f) {
-  const uint32_t u = __float_as_uint(f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-inline constexpr int kSelectThreads = 1024, kSelectWarps = kSelectThreads / 32;
-
-// The exclusive prefix sum of v over the block's threads in thread order, and the block's total
-// in *total; every thread calls it. scratch: kSelectWarps ints of shared memory.
-__device__ __forceinline__ int BlockExclusiveSum(int v, int* scratch, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = v;  // inclusive over the warp
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) scratch[warp] = x;
-  __syncthreads();
-  if (warp == 0) {  // inclusive over the warps' sums
-    int w = lane < kSelectWarps ? scratch[lane] : 0;
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += y;
-    }
-    if (lane < kSelectWarps) scratch[lane] = w;
-  }
-  __syncthreads();
-  const int before = (warp > 0 ? scratch[warp - 1] : 0) + x - v;
-  *total = scratch[kSelectWarps - 1];
-  __syncthreads();  // scratch is rewritten by the next call
-  return before;
-}
-
-// One block per token: the positions of the top_k scores (ties to the earlier position) in
-// ascending order. The threshold key (the top_k-th largest) by a radix select, 8 bits a pass
-// (a 256-bin histogram of the keys that match the digits found so far, counted with one shared
-// atomic per distinct bin a warp; then the bin where the count from the top reaches the number
-// still to take); then each thread takes a contiguous range of positions, and two block scans
-// (the threshold key's occurrences before the range, the positions taken before it) tell each
-// range which of its positions to write where.
-__global__ void __launch_bounds__(kSelectThreads) DsaTopKKernel(BatchRef b, int64_t top_k, const float* scores,
-                                                                int32_t* selected, int64_t ld, int32_t* err) {
-  __shared__ int hist[256];
-  __shared__ int scratch[kSelectWarps];
-  __shared__ int digit_s, remaining_s;
+// One block of sel::kSelectThreads per token: the positions of the top_k scores (ties to the
+// earlier position) in ascending order, by sel::RadixSelect and sel::TakeSelected.
+__global__ void __launch_bounds__(sel::kSelectThreads) DsaTopKKernel(BatchRef b, int64_t top_k, const float* scores,
+                                                                     int32_t* selected, int64_t ld, int32_t* err) {
+  __shared__ sel::SelectShared sh;
   const int64_t t = blockIdx.x, ctx = b.token_ctx[t];
   int32_t* out = selected + t * ld;
   if (ctx <= top_k) {  // every position: dense
@@ -434,57 +393,9 @@ __global__ void __launch_bounds__(kSelectThreads) DsaTopKKernel(BatchRef b, int6
     return;
   }
   const float* sc = scores + t * b.max_ctx;
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
-  uint32_t prefix = 0, mask = 0;
-  int remaining = static_cast<int>(top_k);  // how many of the keys matching `prefix` are still to be taken
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < 256; i += kSelectThreads) hist[i] = 0;
-    __syncthreads();
-    for (int64_t base = 0; base < ctx; base += kSelectThreads) {  // uniform trip count: whole warps
-      const int64_t p = base + tid;
-      int bin = -1;
-      if (p < ctx) {
-        const uint32_t key = OrderKey(sc[p]);
-        if ((key & mask) == prefix) bin = static_cast<int>((key >> shift) & 255u);
-      }
-      const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      if (bin >= 0 && lane == __ffs(static_cast<int>(peers)) - 1) atomicAdd(&hist[bin], __popc(peers));
-    }
-    __syncthreads();
-    // Thread i < 256 holds bin 255 - i: the keys above it are the exclusive sum.
-    const int h = tid < 256 ? hist[255 - tid] : 0;
-    int all = 0;
-    const int above = BlockExclusiveSum(h, scratch, &all);
-    if (tid < 256 && above < remaining && above + h >= remaining) {  // exactly one bin
-      digit_s = 255 - tid;
-      remaining_s = remaining - above;
-    }
-    __syncthreads();
-    prefix |= static_cast<uint32_t>(digit_s) << shift;
-    mask |= 255u << shift;
-    remaining = remaining_s;
-    __syncthreads();  // digit_s, remaining_s and hist are rewritten by the next pass
-  }
-  // prefix is now the key of the top_k-th score: take every larger key and the first `remaining`
-  // positions holding it, each thread over its own range of positions.
-  const int64_t per = (ctx + kSelectThreads - 1) / kSelectThreads;
-  const int64_t lo = tid * per < ctx ? tid * per : ctx, hi = lo + per < ctx ? lo + per : ctx;
-  int eq = 0, gt = 0;
-  for (int64_t p = lo; p < hi; ++p) {
-    const uint32_t key = OrderKey(sc[p]);
-    eq += key == prefix ? 1 : 0;
-    gt += key > prefix ? 1 : 0;
-  }
-  int total = 0;
-  const int eq_before = BlockExclusiveSum(eq, scratch, &total);
-  const int eq_take = remaining - eq_before <= 0 ? 0 : (remaining - eq_before < eq ? remaining - eq_before : eq);
-  int pos = BlockExclusiveSum(gt + eq_take, scratch, &total);
-  int eq_seen = 0;
-  for (int64_t p = lo; p < hi; ++p) {
-    const uint32_t key = OrderKey(sc[p]);
-    const bool take = key > prefix || (key == prefix && eq_seen++ < eq_take);
-    if (take && pos < top_k) out[pos++] = static_cast<int32_t>(p);
-  }
+  const auto key_at = [&](int64_t p) { return sel::OrderKey(sc[p]); };
+  const sel::Threshold th = sel::RadixSelect(ctx, top_k, key_at, sh);
+  sel::TakeSelected(ctx, th, key_at, sh, [&](int64_t p, int slot, uint32_t) { out[slot] = static_cast<int32_t>(p); });
 }
 
 }  // namespace llmrt::cuda::kvk

@@ -288,7 +288,7 @@ TEST(KvKernelsEmulated, DsaTopKIsTheTopScoresTiesToTheEarlierPosition) {
       const std::vector<int32_t> token_seq(static_cast<size_t>(T), 0);
       BatchRef batch{token_seq.data(), token_ctx.data(), nullptr, nullptr, nullptr, T, max_ctx};
       int32_t err = 0;
-      emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, kvk::kSelectThreads, 0, [&] {
+      emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, sel::kSelectThreads, 0, [&] {
         kvk::DsaTopKKernel(batch, top_k, scores.data(), selected.data(), top_k, &err);
       });
       EXPECT_EQ(err, static_cast<int32_t>(kErrPage));  // the context of 4000
