@@ -16,7 +16,9 @@
 //    LLMRT_CUDA_ATTENTION_STAGES): the cache bytes, read once, per second as a fraction of the
 //    copy bandwidth, and the MMA work per second;
 //  - the DSA indexer of one token (GLM-5: 32 heads of 128, top 2048) at 32K and 128K positions,
-//    BF16 and FP8 KV: scores and selection, the index keys' bytes per second.
+//    BF16 and FP8 KV: scores and selection, the index keys' bytes per second;
+//  - sampling from Kimi K2's vocabulary at 1, 16 and 64 rows: greedy, drawing rows that the fast
+//    path samples, and drawing rows that take the full sort.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "src/backend/registry.h"
+#include "src/backend/sampling.h"
 #include "src/kv/kv_store.h"
 #include "src/util/bf16.h"
 #include "tests/backend/microbench_util.h"
@@ -298,6 +301,55 @@ int Main() {
         const double key_bw = static_cast<double>(ctx * ID * (codec == kKvCodecFp8 ? 1 : 2)) / t;
         std::printf("%6s %8lld %10.3f %22.0f   (%.0f%% of the copy bandwidth)\n", codec == kKvCodecFp8 ? "FP8" : "BF16",
                     static_cast<long long>(ctx), t * 1e3, key_bw / 1e9, 100.0 * key_bw / copy_bw);
+      }
+    }
+  }
+
+  // Sampling from Kimi K2's vocabulary of 163,840 logits per row: greedy rows; drawing rows that
+  // the fast path samples (a trained model's peaked logits, with top_k 50 and top_p 0.95, or with
+  // the temperature alone); and drawing rows it hands to the full sort (nearly flat logits with the
+  // temperature alone, the draw past the best 2,048 candidates: what every drawing row cost before
+  // the fast path).
+  {
+    const int64_t V = 163840;
+    std::printf("\nSampling, %lld logits a row\n%6s %-34s %10s %12s\n", static_cast<long long>(V), "rows", "mode",
+                "ms", "us per row");
+    struct Mode {
+      const char* name;
+      SamplingParams params;
+      bool peaked;
+    };
+    const Mode modes[] = {{"greedy", {0.0f, 0, 1.0f, 0.0f}, true},
+                          {"top_k 50, top_p 0.95 (fast path)", {0.7f, 50, 0.95f, 0.0f}, true},
+                          {"temperature 1 (fast path)", {1.0f, 0, 1.0f, 0.0f}, true},
+                          {"temperature 1, flat (full sort)", {1.0f, 0, 1.0f, 0.0f}, false}};
+    std::normal_distribution<float> normal;
+    for (const int64_t rows : {1, 16, 64}) {
+      for (const Mode& mode : modes) {
+        std::vector<float> logits(static_cast<size_t>(rows * V));
+        for (int64_t r = 0; r < rows; ++r) {
+          float* l = logits.data() + r * V;
+          for (int64_t i = 0; i < V; ++i) l[i] = mode.peaked ? 2.0f * normal(rng) : 0.05f * normal(rng);
+          if (mode.peaked) {
+            for (int i = 0; i < 40; ++i) l[rng() % V] = 14.0f + 2.0f * normal(rng);
+          }
+        }
+        std::vector<int32_t> words(static_cast<size_t>(rows * kSamplingWords)), drawing;
+        for (int64_t r = 0; r < rows; ++r) {
+          PackSamplingRow(mode.params, 0.5, words.data() + r * kSamplingWords);
+          if (SamplingDraws(mode.params, V)) drawing.push_back(static_cast<int32_t>(r));
+        }
+        Tensor l = Must(be->Allocate(DType::kF32, {rows, V}), "Allocate");
+        Tensor pw = Must(be->Allocate(DType::kI32, {static_cast<int64_t>(words.size())}), "Allocate");
+        Tensor rr = Must(be->Allocate(DType::kI32, {rows}), "Allocate");
+        Tensor ids = Must(be->Allocate(DType::kI32, {rows}), "Allocate");
+        MustOk(be->Upload(logits.data(), logits.size() * 4, l), "Upload");
+        MustOk(be->Upload(words.data(), words.size() * 4, pw), "Upload");
+        if (!drawing.empty()) MustOk(be->Upload(drawing.data(), drawing.size() * 4, rr), "Upload");
+        const Tensor random = rr.Rows(0, static_cast<int64_t>(drawing.size()));
+        const double t = Time(*be, 10, [&] { be->SampleTokens(l, pw, random, ids); });
+        std::printf("%6lld %-34s %10.3f %12.1f\n", static_cast<long long>(rows), mode.name, t * 1e3,
+                    t * 1e6 / static_cast<double>(rows));
       }
     }
   }

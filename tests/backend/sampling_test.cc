@@ -117,6 +117,32 @@ TEST_P(SamplingOps, MixedRowsSampleByTheirOwnParameters) {
   ExpectReferenceTokens(rows, V);
 }
 
+// Kimi K2's vocabulary of 163,840: rows a device samples from its best 2,048 candidates (peaked
+// logits like a trained model's, with and without top_k, top_p and min_p; top_k past the
+// candidates; flat logits cut to top_k 50) and rows it sorts whole (flat logits with the
+// temperature alone, a top_p that the best 2,048 do not reach), in one call.
+TEST_P(SamplingOps, FullVocabularyRowsOfEveryKind) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  const int64_t V = 163840;
+  const auto peaked = [&] {
+    std::vector<float> l = RandomNormal(V, rng, 2.0f);
+    std::normal_distribution<float> normal;
+    for (int i = 0; i < 40; ++i) l[rng() % V] = 14.0f + 2.0f * normal(rng);
+    return l;
+  };
+  std::vector<Row> rows;
+  rows.push_back({peaked(), {1.0f, 0, 1.0f, 0.0f}, uniform(rng)});
+  rows.push_back({peaked(), {0.7f, 50, 0.95f, 0.0f}, uniform(rng)});
+  rows.push_back({peaked(), {0.9f, 0, 0.9f, 0.05f}, uniform(rng)});
+  rows.push_back({peaked(), {1.2f, 3000, 1.0f, 0.0f}, uniform(rng)});
+  rows.push_back({RandomNormal(V, rng, 0.05f), {1.0f, 0, 1.0f, 0.0f}, 0.5});
+  rows.push_back({RandomNormal(V, rng, 0.05f), {1.0f, 0, 0.9f, 0.0f}, uniform(rng)});
+  rows.push_back({RandomNormal(V, rng, 0.05f), {1.0f, 50, 1.0f, 0.0f}, uniform(rng)});
+  rows.push_back({peaked(), {}, 0.0});  // greedy
+  ExpectReferenceTokens(rows, V);
+}
+
 LLMRT_BACKEND_SUITE(SamplingOps);
 
 }  // namespace

@@ -50,6 +50,7 @@ struct Warp {
   uint32_t words[32][8] = {};
   const void* ptrs[32] = {};
   float floats[32] = {};
+  double doubles[32] = {};
 };
 
 struct Fiber {
@@ -99,6 +100,17 @@ inline uint32_t __float_as_uint(float f) {
   return u;
 }
 
+inline float __int_as_float(int32_t i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+inline double __longlong_as_double(long long i) {
+  double d;
+  std::memcpy(&d, &i, 8);
+  return d;
+}
+
 inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
   llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
   const unsigned lane = threadIdx.x % 32;
@@ -126,6 +138,26 @@ inline int32_t __shfl_up_sync(unsigned /*mask*/, int32_t v, unsigned delta) {
   w.words[lane][7] = static_cast<uint32_t>(v);
   w.bar.ArriveAndWait();
   const int32_t r = lane >= delta ? static_cast<int32_t>(w.words[lane - delta][7]) : v;
+  w.bar.ArriveAndWait();
+  return r;
+}
+
+inline double __shfl_xor_sync(unsigned /*mask*/, double v, int lane_mask) {
+  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
+  const unsigned lane = threadIdx.x % 32;
+  w.doubles[lane] = v;
+  w.bar.ArriveAndWait();
+  const double r = w.doubles[lane ^ static_cast<unsigned>(lane_mask)];
+  w.bar.ArriveAndWait();
+  return r;
+}
+
+inline double __shfl_up_sync(unsigned /*mask*/, double v, unsigned delta) {
+  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
+  const unsigned lane = threadIdx.x % 32;
+  w.doubles[lane] = v;
+  w.bar.ArriveAndWait();
+  const double r = lane >= delta ? w.doubles[lane - delta] : v;
   w.bar.ArriveAndWait();
   return r;
 }
@@ -158,6 +190,12 @@ inline T max(T a, T b) {
 inline int32_t atomicAdd(int32_t* p, int32_t v) {  // fibers never preempt
   const int32_t old = *p;
   *p = old + v;
+  return old;
+}
+
+inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {  // fibers never preempt
+  const unsigned long long old = *p;
+  if (v < old) *p = v;
   return old;
 }
 
