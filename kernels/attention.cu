@@ -67,14 +67,16 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 AttentionBlocks AttentionBlocksOf(const AttentionArgs& a) {
   TcPlan plan;
   if (!PlanTensorCoreAttention(a, &plan)) return AttentionBlocks{a.heads, 0};
-  // The residency of the one-stage plan, so that the split (and with it the order in which the
-  // combine adds the splits) does not depend on the load stages: automatic stages take two only
-  // where they keep that count, and a forced second stage that costs a block leaves the split as
-  // it was.
+  // The residency of the one-stage plan of one tile a block, so that the split (and with it the
+  // order in which the combine adds the splits) does not depend on the load stages or the tiles a
+  // block: automatic stages take two only where they keep that count, and two tiles a block
+  // only where they keep as many warps; a forced choice that costs blocks leaves the split as it
+  // was. Counted in tiles: a block of two tiles is two of them.
   AttentionArgs one = a;
   one.stages = 1;
+  one.tiles_per_block = 1;
   TcPlan single;
-  const int64_t per_sm = PlanTensorCoreAttention(one, &single) ? single.blocks_per_sm : plan.blocks_per_sm;
+  const int64_t per_sm = PlanTensorCoreAttention(one, &single) ? single.blocks_per_sm : plan.blocks_per_sm * plan.tiles;
   return AttentionBlocks{plan.head_tiles, per_sm};
 }
 

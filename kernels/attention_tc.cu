@@ -1,6 +1,8 @@
 // Attention on the tensor cores, FlashMLA's design in mma.sync form: one block per (token, tile of
 // up to 16 heads sharing a K/V row region, split of the positions), so an MLA layer reads each
-// latent row once per 16 heads instead of once per head. Per chunk of 32 positions:
+// latent row once per 16 heads instead of once per head; with 512 value columns (MLA's latent),
+// a block of 8 warps takes two tiles of the same rows (TcPlan::tiles), and each row is read once
+// per 32 heads (Kimi K2's 64 heads: twice, not four times, from L2). Per chunk of 32 positions:
 //   load   all 32 rows in flight at once (cp.async, where offsets allow): BF16 rows straight
 //          into a shared K tile (and a V tile unless the values are the keys' first columns, as
 //          MLA's latent is), FP8 rows whole into a staging area, whose codes each warp then
@@ -58,9 +60,9 @@ __device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_a
 namespace llmrt::cuda {
 namespace {
 
-template <int kDv, int kTerms>
+template <int kDv, int kTerms, int kTiles>
 cudaError_t Launch(const AttentionArgs& a, const TcPlan& pl, int32_t* err, cudaStream_t s) {
-  auto kernel = pl.qreg ? tc::TcAttentionKernel<kDv, kTerms, true> : tc::TcAttentionKernel<kDv, kTerms, false>;
+  auto kernel = pl.qreg ? tc::TcAttentionKernel<kDv, kTerms, true, kTiles> : tc::TcAttentionKernel<kDv, kTerms, false, kTiles>;
   if (const cudaError_t e = AllowDynamicShared(kernel, pl.bytes, a.max_shared_bytes); e != cudaSuccess) return e;
   // All of the unified L1 / shared memory as shared memory, so that the blocks the plan counted
   // on (TcPlan::blocks_per_sm) fit on a multiprocessor: the rows bypass L1 (cp.async.cg).
@@ -69,19 +71,19 @@ cudaError_t Launch(const AttentionArgs& a, const TcPlan& pl, int32_t* err, cudaS
       e != cudaSuccess) {
     return e;
   }
-  const dim3 grid(static_cast<unsigned>(a.batch.num_tokens * pl.head_tiles), static_cast<unsigned>(a.splits));
-  kernel<<<grid, tc::kThreads, static_cast<size_t>(pl.bytes), s>>>(a, pl, err);
+  const dim3 grid(static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits));
+  kernel<<<grid, tc::kThreads * kTiles, static_cast<size_t>(pl.bytes), s>>>(a, pl, err);
   return cudaGetLastError();
 }
 
 template <int kTerms>
 cudaError_t LaunchTerms(const AttentionArgs& a, const TcPlan& pl, int32_t* err, cudaStream_t s) {
   switch (pl.dv_tile) {
-    case 32: return Launch<32, kTerms>(a, pl, err, s);
-    case 64: return Launch<64, kTerms>(a, pl, err, s);
-    case 128: return Launch<128, kTerms>(a, pl, err, s);
-    case 256: return Launch<256, kTerms>(a, pl, err, s);
-    case 512: return Launch<512, kTerms>(a, pl, err, s);
+    case 32: return Launch<32, kTerms, 1>(a, pl, err, s);
+    case 64: return Launch<64, kTerms, 1>(a, pl, err, s);
+    case 128: return Launch<128, kTerms, 1>(a, pl, err, s);
+    case 256: return Launch<256, kTerms, 1>(a, pl, err, s);
+    case 512: return pl.tiles == 2 ? Launch<512, kTerms, 2>(a, pl, err, s) : Launch<512, kTerms, 1>(a, pl, err, s);
     default: return cudaErrorInvalidValue;
   }
 }

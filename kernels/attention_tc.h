@@ -29,6 +29,13 @@ inline constexpr int kRowValid = 1, kRowFresh = 2;
 constexpr int QuerySteps(int dv_tile) { return dv_tile >= 512 ? 9 : dv_tile >= 256 ? 5 : dv_tile >= 64 ? 2 : 1; }
 template <int kDvTile>
 inline constexpr int kQuerySteps = QuerySteps(kDvTile);  // for device code (a constant's value)
+// Blocks of `tiles` head tiles a multiprocessor holds by registers: the launch bounds' minimum
+// (two blocks of 4 warps for 512 value columns, up to 255 registers a thread; three for 256, up
+// to 168; four below, up to 128), the same warps in blocks of two tiles.
+constexpr int MinBlocks(int dv_tile, int tiles) {
+  const int b = dv_tile >= 512 ? 2 : dv_tile >= 256 ? 3 : 4;
+  return b / tiles > 0 ? b / tiles : 1;
+}
 }  // namespace tc
 
 // How a call runs on the tensor cores: blocks of up to 16 heads that share their K/V row
@@ -39,7 +46,10 @@ inline constexpr int kQuerySteps = QuerySteps(kDvTile);  // for device code (a c
 struct TcPlan {
   int32_t dv_tile = 0;  // dv rounded up to 32, 64, 128, 256 or 512 (the kernel's instance)
   int32_t terms = 0;    // bfloat16 parts of the query and the probabilities (1 or 2)
-  int32_t group = 0, tiles_per_group = 0, head_tiles = 0;  // heads per shared row region; blocks
+  int32_t group = 0, tiles_per_group = 0, head_tiles = 0;  // heads per shared row region; tiles
+  // Head tiles per block (1 or 2: blocks of kThreads * tiles threads, warp w computing for tile
+  // w / kWarps; the two tiles share their row region) and blocks per token (head_tiles / tiles).
+  int32_t tiles = 1, head_blocks = 0;
   int32_t q1_pad = 0, kpad = 0;  // q1 in columns [0, q1_len), q2 from q1_pad; kpad columns in all
   int32_t ks = 0;                // K tile row stride in elements
   int32_t qstride = 0, qx = 0;   // query row stride; qx 7: its 16-byte pieces are swizzled (piece
@@ -58,9 +68,10 @@ struct TcPlan {
   int32_t stages = 1;            // 2: the next chunk's rows load while this one is computed
   int32_t tile_stages = 1;       // K / V tiles alternating between chunks (2: BF16 rows in place)
   int32_t blocks_per_sm = 0;     // blocks a multiprocessor holds (0: the device's size unknown)
-  // Shared memory: the query, K tile(s), V tile(s), probabilities, reductions and code table,
-  // per-stage row metadata (off_r, kMetaBytes each), staged FP8 rows (per stage); bytes in all.
-  int32_t off_k = 0, off_v = 0, off_p = 0, off_f = 0, off_r = 0, off_s = 0, bytes = 0;
+  // Shared memory: the query (per tile, qbytes apart), K tile(s), V tile(s), probabilities (per
+  // tile), reductions (per tile) and code table, per-stage row metadata (off_r, kMetaBytes each),
+  // staged FP8 rows (per stage); bytes in all.
+  int32_t qbytes = 0, off_k = 0, off_v = 0, off_p = 0, off_f = 0, off_r = 0, off_s = 0, bytes = 0;
 };
 
 // False when the scalar kernel runs `a` (chosen, or a case the tensor-core kernel does not take).

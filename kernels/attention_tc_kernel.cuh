@@ -137,24 +137,30 @@ __device__ __forceinline__ RowMeta MetaOf(uint8_t* smem, const TcPlan& pl, int s
 }
 
 // kQreg: TcPlan::qreg (an instance each way, so that the registers the query's fragments take are
-// not reserved where they are not used).
-template <int kDv, int kTerms, bool kQreg>
-__global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4) TcAttentionKernel(AttentionArgs a, TcPlan pl, int32_t* err) {
+// not reserved where they are not used). kTiles: TcPlan::tiles, head tiles per block: the warps
+// of tile i are warps kWarps * i .. kWarps * i + kWarps - 1, each tile with its own query,
+// probabilities and reductions; the rows' loads and decoding are shared by all the block's warps.
+template <int kDv, int kTerms, bool kQreg, int kTiles>
+__global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcAttentionKernel(AttentionArgs a, TcPlan pl, int32_t* err) {
   constexpr int kNt = kDv / (8 * kWarps);  // n8 tiles of value columns per warp
   static_assert(kNt >= 1 && kDv % (8 * kWarps) == 0, "value columns split evenly over the warps");
   constexpr int kQSteps = kQreg ? kQuerySteps<kDv> : 1;  // query steps a warp holds in registers
+  constexpr int kBlockWarps = kWarps * kTiles, kBlockThreads = kThreads * kTiles;
+  const int lane = threadIdx.x & 31, bw = threadIdx.x >> 5, warp = bw % kWarps, gt = bw / kWarps, g = lane >> 2,
+            c = lane & 3;  // bw: the warp in the block; warp: in its tile gt
   uint8_t* smem = DynamicShared<uint8_t>();
-  uint16_t* qs = reinterpret_cast<uint16_t*>(smem);               // [kTerms][kRows][qstride]
-  float* sp = reinterpret_cast<float*>(smem);  // kQreg, once the fragments are loaded: [kWarps][kRows][kPf]
+  uint16_t* qs = reinterpret_cast<uint16_t*>(smem + gt * pl.qbytes);  // [kTerms][kRows][qstride]
+  float* sp = reinterpret_cast<float*>(smem + gt * pl.qbytes);  // kQreg, once the fragments are loaded: [kWarps][kRows][kPf]
   uint16_t* kt0 = reinterpret_cast<uint16_t*>(smem + pl.off_k);   // [tile_stages][kChunk][ks]
   uint16_t* vt0 = pl.vs > 0 ? reinterpret_cast<uint16_t*>(smem + pl.off_v) : kt0;  // [tile_stages][kChunk][vs]
   const int vstride = pl.vs > 0 ? pl.vs : pl.ks;
   constexpr int kNv = kDv / 8;                                    // n8 tiles of value columns
   const bool staged_codec = pl.fp8 || pl.tiled;
-  float* pf = reinterpret_cast<float*>(smem + pl.off_p);          // [kRows][kPf] probabilities
-  float* red_max = reinterpret_cast<float*>(smem + pl.off_f);     // [kWarps][kRows]
-  float* red_sum = red_max + kWarps * kRows;                      // [kWarps][kRows]
-  uint16_t* table = reinterpret_cast<uint16_t*>(red_sum + kWarps * kRows);  // [256] e4m3 -> bf16 (codes)
+  float* pf = reinterpret_cast<float*>(smem + pl.off_p) + gt * kRows * kPf;  // [kRows][kPf] probabilities
+  float* reductions = reinterpret_cast<float*>(smem + pl.off_f);  // [2][kTiles][kWarps][kRows]
+  float* red_max = reductions + gt * kWarps * kRows;               // [kWarps][kRows]
+  float* red_sum = reductions + (kTiles + gt) * kWarps * kRows;    // [kWarps][kRows]
+  uint16_t* table = reinterpret_cast<uint16_t*>(reductions + 2 * kTiles * kWarps * kRows);  // [256] e4m3 -> bf16 (codes)
   // Tiled rows: the scale slot of each 16-column step of the keys and of each 8-column tile of the
   // values (-1: BF16), and each chunk row's scales for them.
   int* kslot = reinterpret_cast<int*>(table + (staged_codec ? 256 : 0));  // [nks]
@@ -162,8 +168,7 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
   float* kscale = reinterpret_cast<float*>(vslot + (pl.tiled ? kNv : 0));  // [kChunk][nks]
   float* vscale = kscale + kChunk * pl.nks;                               // [kChunk][kNv] (tiled)
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int64_t t = blockIdx.x / pl.head_tiles, tile = blockIdx.x % pl.head_tiles;
+  const int64_t t = blockIdx.x / pl.head_blocks, tile = (blockIdx.x % pl.head_blocks) * kTiles + gt;
   const int64_t in_group = (tile % pl.tiles_per_group) * kRows;
   const int64_t h0 = (tile / pl.tiles_per_group) * pl.group + in_group;
   const int nh = static_cast<int>(pl.group - in_group < kRows ? pl.group - in_group : kRows);
@@ -188,25 +193,25 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
     }
   }
   if (staged_codec) {
-    for (int i = threadIdx.x; i < 256; i += kThreads) table[i] = ToBf16Bits(Fp8ToFloat(static_cast<uint32_t>(i)));
+    for (int i = threadIdx.x; i < 256; i += kBlockThreads) table[i] = ToBf16Bits(Fp8ToFloat(static_cast<uint32_t>(i)));
   }
   const int64_t kv_index = h0 / a.kv_group;  // MLA: any (its head steps are 0)
   const int64_t k1 = a.k1_off + kv_index * a.k_head_step, v_off = a.v_off + kv_index * a.v_head_step;
   if (pl.tiled) {  // the plan checked each step and tile lies in one scale tile
-    for (int ks = threadIdx.x; ks < pl.nks; ks += kThreads) {
+    for (int ks = threadIdx.x; ks < pl.nks; ks += kBlockThreads) {
       const int col = ks * 16;
       kslot[ks] = TiledSlot(a.kv.row, col < pl.q1_pad ? k1 + col : a.k2_off + (col - pl.q1_pad));
     }
-    for (int nv = threadIdx.x; nv < kNv; nv += kThreads) {
+    for (int nv = threadIdx.x; nv < kNv; nv += kBlockThreads) {
       const int col = nv * 8;
       const int64_t v = pl.vs > 0 ? v_off + col : (col < pl.q1_pad ? k1 + col : a.k2_off + (col - pl.q1_pad));
       vslot[nv] = col < a.dv ? TiledSlot(a.kv.row, v) : -1;
     }
   }
   if (pl.async) {  // rows copied in place leave the padding columns alone: zero them once
-    for (int e = threadIdx.x; e < pl.tile_stages * kChunk * pl.ks; e += kThreads) kt0[e] = 0;
+    for (int e = threadIdx.x; e < pl.tile_stages * kChunk * pl.ks; e += kBlockThreads) kt0[e] = 0;
     if (pl.vs > 0) {
-      for (int e = threadIdx.x; e < pl.tile_stages * kChunk * pl.vs; e += kThreads) vt0[e] = 0;
+      for (int e = threadIdx.x; e < pl.tile_stages * kChunk * pl.vs; e += kBlockThreads) vt0[e] = 0;
     }
   }
   __syncthreads();
@@ -276,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
   };
   // ... and, once the metadata is published, 16-byte asynchronous copies of them (BF16 rows' key
   // and value columns straight into stage st's tiles, FP8 rows whole into its staging area),
-  // warp w taking rows w, w + kWarps, ..., a row's pieces over the lanes.
+  // the block's warp w taking rows w, w + kBlockWarps, ..., a row's pieces over the lanes.
   const auto issue = [&](int st) {
     const RowMeta m = MetaOf(smem, pl, st);
     uint16_t* kt = kt0 + (pl.tile_stages > 1 ? st : 0) * kChunk * pl.ks;
@@ -284,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
     uint8_t* stage = smem + pl.off_s + st * kChunk * pl.ss;
     const int pk1 = static_cast<int>(a.q1_len / 8), pk2 = pl.kpad > pl.q1_pad ? static_cast<int>(a.q2_len / 8) : 0;
     const int pd = pk1 + pk2 + (pl.vs > 0 ? static_cast<int>(a.dv / 8) : 0);
-    for (int i = warp; i < kChunk; i += kWarps) {
+    for (int i = bw; i < kChunk; i += kBlockWarps) {
       const uint8_t* src = m.ptr[i];
       const int flags = m.flags[i];
       if (src == nullptr && staged_codec) continue;  // the decode pass zeroes it
@@ -333,10 +338,10 @@ __global__ void __launch_bounds__(kThreads, kDv >= 512 ? 2 : kDv >= 256 ? 3 : 4)
     uint16_t* kt = kt0 + (pl.tile_stages > 1 ? st : 0) * kChunk * pl.ks;
     uint16_t* vt = pl.vs > 0 ? vt0 + (pl.tile_stages > 1 ? st : 0) * kChunk * pl.vs : kt;
     uint8_t* stage = smem + pl.off_s + st * kChunk * pl.ss;
-    // Decode: warp w takes rows w, w + kWarps, ... (finding and loading them itself without
-    // pl.async). Rows copied in place need nothing more (their metadata was set with their
+    // Decode: the block's warp w takes rows w, w + kBlockWarps, ... (finding and loading them
+    // itself without pl.async). Rows copied in place need nothing more (their metadata was set with their
     // addresses).
-    for (int i = warp; i < kChunk && (!pl.async || staged_codec); i += kWarps) {
+    for (int i = bw; i < kChunk && (!pl.async || staged_codec); i += kBlockWarps) {
       RowPtr row{nullptr, false};
       bool ok = false;
       if (pl.async) {

@@ -99,22 +99,24 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
   const bool staged = p.fp8 || p.tiled;
   const int32_t kv_steps = p.dv_tile / 8;
   p.qreg = a.query_in_registers && p.kpad <= 16 * kWarps * tc::QuerySteps(p.dv_tile) ? 1 : 0;
-  // The query's area holds the warps' partial scores ([kWarps][kRows][kPf] floats) once its
+  // A tile's query area holds its warps' partial scores ([kWarps][kRows][kPf] floats) once its
   // fragments are in registers.
   const int32_t query_bytes = p.terms * kRows * p.qstride * 2, partial_bytes = kWarps * kRows * kPf * 4;
+  p.qbytes = Round16(p.qreg && partial_bytes > query_bytes ? partial_bytes : query_bytes);
   // The layout of a plan with `async` loads in `stages` stages (BF16 rows in place alternate
-  // their K / V tiles; staged FP8 rows alternate their staging area).
+  // their K / V tiles; staged FP8 rows alternate their staging area) for q.tiles head tiles.
   const auto layout = [&](TcPlan q, bool async, int32_t stages) {
     q.async = async ? 1 : 0;
     q.stages = async ? stages : 1;
     q.tile_stages = async && !staged ? q.stages : 1;
-    q.off_k = q.qreg && partial_bytes > query_bytes ? partial_bytes : query_bytes;
+    q.off_k = q.tiles * q.qbytes;
     q.off_v = q.off_k + q.tile_stages * kChunk * q.ks * 2;
     q.off_p = q.off_v + q.tile_stages * kChunk * q.vs * 2;
-    q.off_f = q.off_p + kRows * kPf * 4;
-    // red_max, red_sum, the code table (codes only), kslot, vslot, kscale, vscale (tiled only)
-    const int32_t f = 2 * kWarps * kRows * 4 + (staged ? 256 * 2 : 0) + q.nks * 4 + (q.tiled ? kv_steps * 4 : 0) +
-                      kChunk * q.nks * 4 + (q.tiled ? kChunk * kv_steps * 4 : 0);
+    q.off_f = q.off_p + q.tiles * kRows * kPf * 4;
+    // red_max, red_sum (per tile), the code table (codes only), kslot, vslot, kscale, vscale
+    // (tiled only)
+    const int32_t f = 2 * q.tiles * kWarps * kRows * 4 + (staged ? 256 * 2 : 0) + q.nks * 4 +
+                      (q.tiled ? kv_steps * 4 : 0) + kChunk * q.nks * 4 + (q.tiled ? kChunk * kv_steps * 4 : 0);
     q.off_r = Round16(q.off_f + f);
     q.bytes = q.off_r + q.stages * tc::kMetaBytes;
     q.ss = 0;
@@ -130,14 +132,12 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
     return bytes <= kMaxShared && (a.max_shared_bytes <= 0 || bytes <= a.max_shared_bytes);
   };
   // Blocks a multiprocessor holds: by shared memory, and by registers (the launch bounds' count).
-  const int32_t by_registers = p.dv_tile >= 512 ? 2 : p.dv_tile >= 256 ? 3 : 4;
-  const auto resident = [&](int32_t bytes) -> int32_t {
+  const auto resident = [&](const TcPlan& q) -> int32_t {
     if (a.sm_shared_bytes <= 0) return 0;
-    const int64_t n = a.sm_shared_bytes / (bytes + a.reserved_shared_bytes);
+    const int32_t by_registers = tc::MinBlocks(q.dv_tile, q.tiles);
+    const int64_t n = a.sm_shared_bytes / (q.bytes + a.reserved_shared_bytes);
     return static_cast<int32_t>(n < by_registers ? n : by_registers);
   };
-  TcPlan chosen = layout(p, false, 1);
-  if (!fits(chosen.bytes)) return false;
   // Asynchronous row loads: BF16 values copied in place in 16-byte pieces need every column
   // offset and length in whole pieces (8 values) and rows starting 16-byte aligned; FP8 rows are
   // staged whole (row_bytes a multiple of 16). Past the shared memory limit, the warps load.
@@ -146,26 +146,48 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
                        (q2_len == 0 || (whole(a.k2_off) && whole(q2_len))) &&
                        (p.vs == 0 || (whole(a.v_off) && whole(a.v_head_step) && whole(a.dv))) &&
                        a.kv.row_bytes % 16 == 0 && whole(a.kv.width) && a.kv.row_bytes <= (int64_t{1} << 16);
-  if (aligned) {
-    const TcPlan one = layout(p, true, 1), two = layout(p, true, 2);
-    bool pipelined = false;
-    if (a.stages == 2) {
-      pipelined = fits(two.bytes);
-    } else if (a.stages == 0 && fits(two.bytes)) {
-      // Automatic: two stages where they keep as many blocks on a multiprocessor (unknown
-      // multiprocessor: one).
-      const int32_t r1 = resident(one.bytes), r2 = resident(two.bytes);
-      pipelined = r2 > 0 && r2 >= r1;
+  // The plan for `tiles` head tiles a block (false where even the simplest layout does not fit).
+  const auto plan_for = [&](int32_t tiles, TcPlan* out) {
+    TcPlan q = p;
+    q.tiles = tiles;
+    q.head_blocks = q.head_tiles / tiles;
+    TcPlan chosen = layout(q, false, 1);
+    if (!fits(chosen.bytes)) return false;
+    if (aligned) {
+      const TcPlan one = layout(q, true, 1), two = layout(q, true, 2);
+      bool pipelined = false;
+      if (a.stages == 2) {
+        pipelined = fits(two.bytes);
+      } else if (a.stages == 0 && fits(two.bytes)) {
+        // Automatic: two stages where they keep as many blocks on a multiprocessor (unknown
+        // multiprocessor: one).
+        const int32_t r1 = resident(one), r2 = resident(two);
+        pipelined = r2 > 0 && r2 >= r1;
+      }
+      if (pipelined) {
+        chosen = two;
+      } else if (fits(one.bytes)) {
+        chosen = one;
+      }
     }
-    if (pipelined) {
-      chosen = two;
-    } else if (fits(one.bytes)) {
-      chosen = one;
+    chosen.blocks_per_sm = resident(chosen);
+    *out = chosen;
+    return true;
+  };
+  TcPlan single;
+  if (!plan_for(1, &single)) return false;
+  // Two tiles a block: 512 value columns (where a tile's registers allow one block of 4 warps
+  // fewer than the multiprocessor's share), tiles that pair within their row region; automatic:
+  // where the pair keeps as many warps on a multiprocessor (unknown multiprocessor: one tile).
+  TcPlan pair;
+  const bool pairable = p.dv_tile == 512 && p.tiles_per_group % 2 == 0 && a.tiles_per_block != 1;
+  if (pairable && plan_for(2, &pair)) {
+    if (a.tiles_per_block == 2 || (pair.blocks_per_sm > 0 && 2 * pair.blocks_per_sm >= single.blocks_per_sm)) {
+      *pl = pair;
+      return true;
     }
   }
-  chosen.blocks_per_sm = resident(chosen.bytes);
-  p = chosen;
-  *pl = p;
+  *pl = single;
   return true;
 }
 

@@ -307,6 +307,11 @@ struct AttentionArgs {
   // The tensor-core kernel's query fragments in registers where they fit (TcPlan::qreg); false
   // reads them from shared memory per chunk (for comparisons and tests).
   bool query_in_registers = true;
+  // Head tiles of 16 per tensor-core block: 2 puts two tiles that share their rows (MLA's heads)
+  // in one block of 8 warps, which loads each chunk of rows once for both; 1 gives each tile its
+  // own block of 4 warps; 0 (auto) takes 2 for 512 value columns where the plan keeps as many
+  // warps on a multiprocessor.
+  int32_t tiles_per_block = 0;
 };
 // Blocks per token per split of the kernel that runs `a`: heads (scalar kernel) or head tiles
 // (tensor cores), and how many of its blocks a multiprocessor holds (0: not known); size the

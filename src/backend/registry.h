@@ -51,6 +51,10 @@ struct BackendOptions {
   // fit (the default) or reads them from shared memory every chunk (for comparisons in the
   // microbenchmark; no environment variable).
   bool device_attention_query_registers = true;
+  // CUDA: head tiles of 16 per tensor-core attention block (0: auto; 1; 2: two tiles sharing
+  // their rows in one block of 8 warps, so each chunk of latent rows is read once per 32 heads,
+  // not per 16). For comparisons in the microbenchmark and tests; no environment variable.
+  int device_attention_tiles_per_block = 0;
   // CUDA: whether the routed experts' grouped GEMM may run on the tensor cores under the BF16 and
   // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
   // the CUDA-core kernel every policy ran before; for comparisons).

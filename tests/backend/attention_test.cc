@@ -58,12 +58,14 @@ class AttentionOps : public BackendTest {
     return 0.0;
   }
   // Replaces the backend by one running `attention` (CUDA).
-  void UseCudaAttention(BackendOptions::DeviceAttention attention, int stages = 0, bool query_registers = true) {
+  void UseCudaAttention(BackendOptions::DeviceAttention attention, int stages = 0, bool query_registers = true,
+                        int tiles = 0) {
     MustOk(be().Synchronize(), "Synchronize");
     BackendOptions options;
     options.device_attention = attention;
     options.device_attention_stages = stages;
     options.device_attention_query_registers = query_registers;
+    options.device_attention_tiles_per_block = tiles;
     be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
     cuda_attention_ = attention;
   }
@@ -316,7 +318,8 @@ TEST_P(AttentionOps, EveryCudaAttentionKernelMatchesTheReference) {
 
 // The tensor-core kernel's forms on the device (the emulation checks their indexing; this, the
 // real cp.async, barriers and shared memory limits): one load stage and two, the query's
-// fragments in registers and read from shared memory every chunk, in the default kernel's bound.
+// fragments in registers and read from shared memory every chunk, one and two head tiles a
+// block, in the default kernel's bound.
 TEST_P(AttentionOps, CudaAttentionStagesAndQueryPlacement) {
   if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's attention kernels";
   std::mt19937 rng(55);
@@ -331,6 +334,18 @@ TEST_P(AttentionOps, CudaAttentionStagesAndQueryPlacement) {
           for (const MlaCase& c : MlaCases()) CheckMla(codec, c, fresh, /*sparse=*/false, rng);
           CheckMla(codec, MlaCases()[0], fresh, /*sparse=*/false, rng, {{700, 1}, {1500, 1}, {300, 2}});
         }
+      }
+    }
+  }
+  // One and two head tiles a block (Kimi K2's rows; 18 heads: a second tile of 2 heads; 32: of 16).
+  for (const int tiles : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << tiles << " head tiles a block");
+    UseCudaAttention(BackendOptions::DeviceAttention::kTensorCore, 0, true, tiles);
+    for (const KvCodec* codec : KvCodecs()) {
+      for (bool fresh : {false, true}) {
+        if (fresh && !codec->lossy()) continue;
+        CheckMla(codec, {512, 64, 0, 128, 128, 18, 4}, fresh, /*sparse=*/false, rng);
+        CheckMla(codec, {512, 64, 0, 128, 128, 32, 16}, fresh, /*sparse=*/false, rng, {{700, 1}, {300, 2}});
       }
     }
   }

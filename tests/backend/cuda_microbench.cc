@@ -239,16 +239,20 @@ int Main() {
     int stages;  // LLMRT_CUDA_ATTENTION_STAGES
     int terms;   // bfloat16 parts of the query and probabilities (MMA work per product)
     bool query_registers = true;  // BackendOptions::device_attention_query_registers
+    int tiles = 0;                // BackendOptions::device_attention_tiles_per_block (0: auto)
   };
   const Kernel kernels[] = {{"tc s1", BackendOptions::DeviceAttention::kTensorCore, 1, 2},
                             {"tc s2", BackendOptions::DeviceAttention::kTensorCore, 2, 2},
+                            {"tc s2 t1", BackendOptions::DeviceAttention::kTensorCore, 2, 2, true, 1},
                             {"tc s1 qs", BackendOptions::DeviceAttention::kTensorCore, 1, 2, false},
                             {"tc-bf16 s1", BackendOptions::DeviceAttention::kTensorCoreBf16, 1, 1},
                             {"tc-bf16 s2", BackendOptions::DeviceAttention::kTensorCoreBf16, 2, 1},
+                            {"tc-bf16 s2 t1", BackendOptions::DeviceAttention::kTensorCoreBf16, 2, 1, true, 1},
                             {"scalar", BackendOptions::DeviceAttention::kScalar, 0, 1}};
   std::printf("\nMLA decode attention, %lld heads, KV [%lld + %lld], one token (LLMRT_CUDA_ATTENTION kernels; s1 / s2:\n"
               "LLMRT_CUDA_ATTENTION_STAGES; qs: the query's fragments read from shared memory every chunk, as\n"
-              "before 2026-12-05; TFLOP/s counts each product once per bfloat16 part of the query)\n"
+              "before 2026-12-05; t1: blocks of one tile of 16 heads, not the plan's two where they fit;\n"
+              "TFLOP/s counts each product once per bfloat16 part of the query)\n"
               "%10s %6s %8s %10s %16s %10s\n",
               static_cast<long long>(H), static_cast<long long>(L), static_cast<long long>(R), "kernel", "KV",
               "context", "ms", "KV GB/s (once)", "TFLOP/s");
@@ -257,6 +261,7 @@ int Main() {
     bo.device_attention = k.kind;
     bo.device_attention_stages = k.stages;
     bo.device_attention_query_registers = k.query_registers;
+    bo.device_attention_tiles_per_block = k.tiles;
     std::unique_ptr<Backend> ab = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
     for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
       for (int64_t ctx : {4096, 32768, 131072}) {

@@ -105,14 +105,16 @@ inline void CpAsyncWaitAll() {
 namespace llmrt::cuda {
 namespace {
 
-template <int kDv, int kTerms>
+template <int kDv, int kTerms, int kTiles = 1>
 void RunKernel(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
-  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * pl.head_tiles), static_cast<unsigned>(a.splits), 1},
-                     tc::kThreads, static_cast<size_t>(pl.bytes), [&] {
+  ASSERT_EQ(pl.tiles, kTiles);
+  ASSERT_EQ(pl.head_blocks * kTiles, pl.head_tiles);
+  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits), 1},
+                     tc::kThreads * kTiles, static_cast<size_t>(pl.bytes), [&] {
                        if (pl.qreg) {
-                         tc::TcAttentionKernel<kDv, kTerms, true>(a, pl, err);
+                         tc::TcAttentionKernel<kDv, kTerms, true, kTiles>(a, pl, err);
                        } else {
-                         tc::TcAttentionKernel<kDv, kTerms, false>(a, pl, err);
+                         tc::TcAttentionKernel<kDv, kTerms, false, kTiles>(a, pl, err);
                        }
                        // A block ends with every copy it issued awaited.
                        EXPECT_TRUE(tc::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
@@ -128,8 +130,8 @@ void Run(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
     case 64 * 4 + 1: return RunKernel<64, 1>(a, pl, err);
     case 64 * 4 + 2: return RunKernel<64, 2>(a, pl, err);
     case 128 * 4 + 2: return RunKernel<128, 2>(a, pl, err);
-    case 512 * 4 + 1: return RunKernel<512, 1>(a, pl, err);
-    case 512 * 4 + 2: return RunKernel<512, 2>(a, pl, err);
+    case 512 * 4 + 1: return pl.tiles == 2 ? RunKernel<512, 1, 2>(a, pl, err) : RunKernel<512, 1>(a, pl, err);
+    case 512 * 4 + 2: return pl.tiles == 2 ? RunKernel<512, 2, 2>(a, pl, err) : RunKernel<512, 2>(a, pl, err);
     default: FAIL() << "no emulated instance for dv_tile " << pl.dv_tile << " terms " << pl.terms;
   }
 }
@@ -160,6 +162,7 @@ struct Case {
   AttentionKernel kernel;
   int32_t stages = 0;  // AttentionArgs::stages (0: the plan's choice)
   bool query_in_registers = true;  // AttentionArgs::query_in_registers
+  int32_t tiles = 0;  // AttentionArgs::tiles_per_block (0: the plan's choice)
   std::string Describe() const {
     std::string s = mla ? "MLA kv_lora " + std::to_string(kv_lora) + " rope " + std::to_string(rope)
                         : "GQA kv_heads " + std::to_string(kv_heads) + " head_dim " + std::to_string(head_dim);
@@ -170,6 +173,7 @@ struct Case {
                                                      : " scalar kernel");
     if (stages != 0) s += " stages " + std::to_string(stages);
     if (!query_in_registers) s += " query in shared memory";
+    if (tiles != 0) s += " tiles a block " + std::to_string(tiles);
     s += tc::g_landing == tc::Landing::kAtWait ? " (copies land at the wait)" : " (copies land at once)";
     return s;
   }
@@ -318,14 +322,31 @@ void Check(const Case& cs, std::mt19937& rng) {
   } else {
     a.stages = cs.stages;
     a.query_in_registers = cs.query_in_registers;
+    a.tiles_per_block = cs.tiles;
     TcPlan plan;
     ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
     EXPECT_EQ(plan.qreg, cs.query_in_registers ? 1 : 0);
     if (cs.stages != 0 && plan.async) EXPECT_EQ(plan.stages, cs.stages);
+    if (cs.tiles != 0) EXPECT_EQ(plan.tiles, cs.tiles);
     Run(a, plan, &err);
   }
   if (cs.splits > 1) Combine(a);
   EXPECT_EQ(err, 0);
+  if (cs.tiles == 2) {  // the same bits as blocks of one tile: each tile's operations are the same
+    std::vector<float> out1(out.size(), -7.0f), partial1(partial.size(), -9.0f);
+    AttentionArgs one = a;
+    one.out = out1.data();
+    one.partial = partial1.data();
+    one.tiles_per_block = 1;
+    TcPlan plan1;
+    ASSERT_TRUE(PlanTensorCoreAttention(one, &plan1));
+    EXPECT_EQ(plan1.tiles, 1);
+    int32_t err1 = 0;
+    Run(one, plan1, &err1);
+    if (cs.splits > 1) Combine(one);
+    EXPECT_EQ(err1, 0);
+    EXPECT_EQ(std::memcmp(out.data(), out1.data(), out.size() * sizeof(float)), 0) << "two tiles a block differ from one";
+  }
 
   // Reference: AttentionTolerance's bound plus the bfloat16 parts' 2^-16 (2^-8 for one part).
   const double u = 0x1p-24, eps = cs.kernel == AttentionKernel::kTensorCoreBf16 ? 0x1p-8
@@ -459,6 +480,65 @@ TEST(TensorCoreAttentionEmulated, RealLayerShapes) {
   }
 }
 
+// Two head tiles a block (8 warps sharing each chunk's row loads and decoding; MLA's latent of 512
+// values): within the reference's bound, and the same bits as one tile a block, over every codec,
+// fresh rows, one and two load stages, the query in registers and in shared memory, one and two
+// bfloat16 parts, splits, and a second tile of 2 heads (18) or of 16 (32).
+TEST(TensorCoreAttentionEmulated, TwoTilesABlock) {
+  std::mt19937 rng(81);
+  for (uint32_t codec : kCodecs) {
+    const bool fresh = codec != kKvCodecBf16;
+    Check({true, 18, 0, 0, 512, 64, codec, fresh, false, 16, {{70, 1}, {33, 2}}, 2, kTwo, 2, true, 2}, rng);
+    Check({true, 32, 0, 0, 512, 64, codec, false, false, 16, {{40, 1}}, 1, kOne, 1, true, 2}, rng);
+  }
+  Check({true, 18, 0, 0, 512, 64, kKvCodecBf16, false, true, 16, {{50, 1}}, 3, kTwo, 1, false, 2}, rng);
+  Check({true, 18, 0, 0, 320, 32, kKvCodecFp8, false, false, 16, {{40, 2}}, 1, kTwo, 2, true, 2}, rng);
+}
+
+// The plan's choice of tiles a block: two for MLA's latent of 512 where the pair keeps as many
+// warps on a multiprocessor (Kimi K2's rows, BF16 and FP8, on a 228 KiB multiprocessor), one where
+// the multiprocessor is unknown, where asked, for GQA heads of 128 values, and for a tile count
+// that does not pair (16 heads: one tile).
+TEST(TensorCoreAttentionEmulated, ThePlanPairsTilesWhereItKeepsTheWarps) {
+  AttentionArgs a{};
+  a.heads = 64;
+  a.kv_group = 1;
+  a.q1_len = 512;
+  a.q2 = reinterpret_cast<const float*>(16);  // present
+  a.q2_len = 64;
+  a.k2_off = 512;
+  a.dv = 512;
+  a.kv.width = 576;  // latent, rope
+  a.kv.type = a.kv.row.type = kElemBf16;
+  a.kv.row_bytes = a.kv.width * 2;
+  TcPlan plan;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.tiles, 1);  // the multiprocessor's size unknown
+  EXPECT_EQ(plan.head_blocks, 4);
+  a.sm_shared_bytes = 228 * 1024;
+  a.reserved_shared_bytes = 1024;
+  a.max_shared_bytes = 227 * 1024;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.tiles, 2);
+  EXPECT_EQ(plan.head_blocks, 2);
+  EXPECT_EQ(plan.stages, 2);
+  EXPECT_EQ(plan.blocks_per_sm, 1) << plan.bytes << " bytes";
+  a.kv.type = a.kv.row.type = kElemFp8E4M3;  // flat FP8
+  a.kv.row_bytes = a.kv.width;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.tiles, 2);
+  EXPECT_EQ(plan.stages, 2);
+  EXPECT_EQ(plan.blocks_per_sm, 1) << plan.bytes << " bytes";
+  a.tiles_per_block = 1;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.tiles, 1);
+  EXPECT_EQ(plan.blocks_per_sm, 2);
+  a.tiles_per_block = 0;
+  a.heads = 16;
+  ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
+  EXPECT_EQ(plan.tiles, 1);
+}
+
 // The query's fragments read from shared memory per chunk (AttentionArgs::query_in_registers
 // false; what keys wider than the registers hold take) over the other tests' shapes.
 TEST(TensorCoreAttentionEmulated, QueryFromSharedMemory) {
@@ -503,6 +583,7 @@ TEST(TensorCoreAttentionEmulated, PipelinedLoads) {
 // buffer would cost a block, or the multiprocessor's size is not known; and the query's swizzle.
 TEST(TensorCoreAttentionEmulated, ThePlanPipelinesWhereItKeepsTheBlocks) {
   AttentionArgs a{};
+  a.tiles_per_block = 1;  // blocks of one tile (the next test pairs them)
   a.heads = 64;
   a.kv_group = 1;
   a.q1_len = 512;

@@ -149,6 +149,7 @@ class CudaBackend final : public Backend {
         attention_(o.device_attention),
         attention_stages_(o.device_attention_stages),
         attention_query_registers_(o.device_attention_query_registers),
+        attention_tiles_per_block_(o.device_attention_tiles_per_block),
         moe_mma_(o.device_moe_mma),
         quant_mma_(o.device_quant_mma) {}
   absl::Status Init();
@@ -191,6 +192,7 @@ class CudaBackend final : public Backend {
   BackendOptions::DeviceAttention attention_ = BackendOptions::DeviceAttention::kTensorCore;
   int attention_stages_ = 0;  // BackendOptions::device_attention_stages
   bool attention_query_registers_ = true;  // BackendOptions::device_attention_query_registers
+  int attention_tiles_per_block_ = 0;      // BackendOptions::device_attention_tiles_per_block
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,

@@ -131,6 +131,7 @@ absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length)
   a->reserved_shared_bytes = shared_reserved_;
   a->stages = attention_stages_;
   a->query_in_registers = attention_query_registers_;
+  a->tiles_per_block = attention_tiles_per_block_;
   // As many blocks as the multiprocessors hold (the tensor-core plan's count; else two each),
   // splits of at least 64 positions (two chunks of the tensor-core kernel: a block's fixed work,
   // the query's load, is a fraction of a chunk's), at most 64 splits. Batch-1 decode of a short
