@@ -140,6 +140,7 @@ __device__ int64_t Walk(int64_t n, int64_t keep, double mx, double sum, const Ro
   if (p.min_p > 0.0f) {
     const double floor = p.min_p * prob(0);
     const int64_t cut = static_cast<int64_t>(ws.cut), end = cut < n ? cut : n;
+    __syncthreads();  // every thread has read the cut before any lowers it
     // Probabilities do not increase along the sorted candidates: the cut is the first below.
     for (int64_t i = 1 + threadIdx.x; i < end; i += blockDim.x) {
       if (!(prob(i) >= floor)) atomicMin(&ws.cut, static_cast<unsigned long long>(i));

@@ -61,7 +61,7 @@ struct SelectShared {
   int digit, remaining;
 };
 
-// The k-th largest of the n keys key_at(0 .. n-1) (1 <= k <= n), and how many of the keys equal
+// The k-th largest of the n keys key_at(0 .. n-1), and how many of the keys equal
 // to it rank among the k largest when equal keys rank by position: the first `remaining` of them.
 // A radix select, 8 bits a pass: each pass counts a 256-bin histogram of the keys that match the
 // digits found so far (one shared atomic per distinct bin a warp), then takes the bin where the
@@ -72,6 +72,10 @@ struct Threshold {
 };
 template <typename KeyAt>
 __device__ Threshold RadixSelect(int64_t n, int64_t k, KeyAt key_at, SelectShared& sh) {
+  // Outside 1 <= k < n: nothing (no key above the largest, none of its ties), or everything
+  // (every key at or above the smallest).
+  if (k <= 0) return Threshold{0xffffffffu, 0};
+  if (k >= n) return Threshold{0u, static_cast<int>(n)};
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, threads = static_cast<int>(blockDim.x);
   uint32_t prefix = 0, mask = 0;
   int remaining = static_cast<int>(k);  // how many of the keys matching `prefix` are still to be taken
