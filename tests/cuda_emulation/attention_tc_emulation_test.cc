@@ -495,11 +495,8 @@ TEST(TensorCoreAttentionEmulated, TwoTilesABlock) {
   Check({true, 18, 0, 0, 320, 32, kKvCodecFp8, false, false, 16, {{40, 2}}, 1, kTwo, 2, true, 2}, rng);
 }
 
-// The plan's choice of tiles a block: two for MLA's latent of 512 where the pair keeps as many
-// warps on a multiprocessor (Kimi K2's rows, BF16 and FP8, on a 228 KiB multiprocessor), one where
-// the multiprocessor is unknown, where asked, for GQA heads of 128 values, and for a tile count
-// that does not pair (16 heads: one tile).
-TEST(TensorCoreAttentionEmulated, ThePlanPairsTilesWhereItKeepsTheWarps) {
+// A plan's arguments for Kimi K2's rows (64 heads, latent 512, rope 64) in BF16, no data.
+AttentionArgs KimiRows() {
   AttentionArgs a{};
   a.heads = 64;
   a.kv_group = 1;
@@ -511,6 +508,15 @@ TEST(TensorCoreAttentionEmulated, ThePlanPairsTilesWhereItKeepsTheWarps) {
   a.kv.width = 576;  // latent, rope
   a.kv.type = a.kv.row.type = kElemBf16;
   a.kv.row_bytes = a.kv.width * 2;
+  return a;
+}
+
+// The plan's choice of tiles a block: two for MLA's latent of 512 where the pair keeps as many
+// warps on a multiprocessor (Kimi K2's rows, BF16 and FP8, on a 228 KiB multiprocessor), one where
+// the multiprocessor is unknown, where asked, for GQA heads of 128 values, and for a tile count
+// that does not pair (16 heads: one tile).
+TEST(TensorCoreAttentionEmulated, ThePlanPairsTilesWhereItKeepsTheWarps) {
+  AttentionArgs a = KimiRows();
   TcPlan plan;
   ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
   EXPECT_EQ(plan.tiles, 1);  // the multiprocessor's size unknown
@@ -582,18 +588,8 @@ TEST(TensorCoreAttentionEmulated, PipelinedLoads) {
 // rows on a Hopper multiprocessor: two blocks either way, BF16 and flat FP8), one where the second
 // buffer would cost a block, or the multiprocessor's size is not known; and the query's swizzle.
 TEST(TensorCoreAttentionEmulated, ThePlanPipelinesWhereItKeepsTheBlocks) {
-  AttentionArgs a{};
-  a.tiles_per_block = 1;  // blocks of one tile (the next test pairs them)
-  a.heads = 64;
-  a.kv_group = 1;
-  a.q1_len = 512;
-  a.q2 = reinterpret_cast<const float*>(16);  // present
-  a.q2_len = 64;
-  a.k2_off = 512;
-  a.dv = 512;
-  a.kv.width = 576;  // latent, rope
-  a.kv.type = a.kv.row.type = kElemBf16;
-  a.kv.row_bytes = a.kv.width * 2;
+  AttentionArgs a = KimiRows();
+  a.tiles_per_block = 1;  // blocks of one tile (the test above pairs them)
   TcPlan plan;
   ASSERT_TRUE(PlanTensorCoreAttention(a, &plan));
   EXPECT_EQ(plan.stages, 1);  // the multiprocessor's size unknown

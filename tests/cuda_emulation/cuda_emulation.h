@@ -49,8 +49,7 @@ struct Warp {
   Barrier bar{32};
   uint32_t words[32][8] = {};
   const void* ptrs[32] = {};
-  float floats[32] = {};
-  double doubles[32] = {};
+  uint64_t slots[32] = {};  // shuffles
 };
 
 struct Fiber {
@@ -111,56 +110,40 @@ inline double __longlong_as_double(long long i) {
   return d;
 }
 
-inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
-  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
+namespace llmrt::emulation {
+
+// Lane l receives lane from(l)'s value, through the warp's exchange slots (all 32 lanes take part).
+template <typename T, typename From>
+T Exchange(T v, From from) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "one slot a lane");
+  Warp& w = ThisWarp();
   const unsigned lane = threadIdx.x % 32;
-  w.floats[lane] = v;
+  std::memcpy(&w.slots[lane], &v, sizeof(T));
   w.bar.ArriveAndWait();
-  const float r = w.floats[lane ^ static_cast<unsigned>(lane_mask)];
+  T r;
+  std::memcpy(&r, &w.slots[from(lane)], sizeof(T));
   w.bar.ArriveAndWait();
   return r;
 }
 
-inline int32_t __shfl_xor_sync(unsigned /*mask*/, int32_t v, int lane_mask) {
-  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
-  const unsigned lane = threadIdx.x % 32;
-  w.words[lane][7] = static_cast<uint32_t>(v);
-  w.bar.ArriveAndWait();
-  const int32_t r = static_cast<int32_t>(w.words[lane ^ static_cast<unsigned>(lane_mask)][7]);
-  w.bar.ArriveAndWait();
-  return r;
+// Lane l receives lane l ^ lane_mask's value.
+template <typename T>
+T ShuffleXor(T v, int lane_mask) {
+  return Exchange(v, [&](unsigned l) { return l ^ static_cast<unsigned>(lane_mask); });
 }
-
 // Lane l receives lane l - delta's value (its own where l < delta).
-inline int32_t __shfl_up_sync(unsigned /*mask*/, int32_t v, unsigned delta) {
-  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
-  const unsigned lane = threadIdx.x % 32;
-  w.words[lane][7] = static_cast<uint32_t>(v);
-  w.bar.ArriveAndWait();
-  const int32_t r = lane >= delta ? static_cast<int32_t>(w.words[lane - delta][7]) : v;
-  w.bar.ArriveAndWait();
-  return r;
+template <typename T>
+T ShuffleUp(T v, unsigned delta) {
+  return Exchange(v, [&](unsigned l) { return l >= delta ? l - delta : l; });
 }
 
-inline double __shfl_xor_sync(unsigned /*mask*/, double v, int lane_mask) {
-  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
-  const unsigned lane = threadIdx.x % 32;
-  w.doubles[lane] = v;
-  w.bar.ArriveAndWait();
-  const double r = w.doubles[lane ^ static_cast<unsigned>(lane_mask)];
-  w.bar.ArriveAndWait();
-  return r;
-}
+}  // namespace llmrt::emulation
 
-inline double __shfl_up_sync(unsigned /*mask*/, double v, unsigned delta) {
-  llmrt::emulation::Warp& w = llmrt::emulation::ThisWarp();
-  const unsigned lane = threadIdx.x % 32;
-  w.doubles[lane] = v;
-  w.bar.ArriveAndWait();
-  const double r = lane >= delta ? w.doubles[lane - delta] : v;
-  w.bar.ArriveAndWait();
-  return r;
-}
+inline float __shfl_xor_sync(unsigned /*mask*/, float v, int m) { return llmrt::emulation::ShuffleXor(v, m); }
+inline int32_t __shfl_xor_sync(unsigned /*mask*/, int32_t v, int m) { return llmrt::emulation::ShuffleXor(v, m); }
+inline double __shfl_xor_sync(unsigned /*mask*/, double v, int m) { return llmrt::emulation::ShuffleXor(v, m); }
+inline int32_t __shfl_up_sync(unsigned /*mask*/, int32_t v, unsigned d) { return llmrt::emulation::ShuffleUp(v, d); }
+inline double __shfl_up_sync(unsigned /*mask*/, double v, unsigned d) { return llmrt::emulation::ShuffleUp(v, d); }
 
 // The lanes (all 32 take part) whose value equals this lane's.
 inline unsigned __match_any_sync(unsigned /*mask*/, int32_t v) {
