@@ -168,11 +168,12 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
   float* kscale = reinterpret_cast<float*>(vslot + (pl.tiled ? kNv : 0));  // [kChunk][nks]
   float* vscale = kscale + kChunk * pl.nks;                               // [kChunk][kNv] (tiled)
 
-  const int64_t t = blockIdx.x / pl.head_blocks, tile = (blockIdx.x % pl.head_blocks) * kTiles + gt;
-  const int64_t in_group = (tile % pl.tiles_per_group) * kRows;
-  const int64_t h0 = (tile / pl.tiles_per_group) * pl.group + in_group;
+  // (32-bit: token and head counts are far below 2^31, and the registers are scarce)
+  const int t = static_cast<int>(blockIdx.x) / pl.head_blocks, tile = static_cast<int>(blockIdx.x) % pl.head_blocks * kTiles + gt;
+  const int in_group = (tile % pl.tiles_per_group) * kRows;
+  const int h0 = (tile / pl.tiles_per_group) * pl.group + in_group;
   const int nh = static_cast<int>(pl.group - in_group < kRows ? pl.group - in_group : kRows);
-  const int64_t split = blockIdx.y;
+  const int split = static_cast<int>(blockIdx.y);
 
   // The query rows in kTerms bfloat16 parts, zero-padded to kpad columns and 16 rows.
   for (int r = warp; r < kRows; r += kWarps) {  // warp w: rows w, w + kWarps, ... (no division)
