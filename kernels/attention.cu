@@ -65,6 +65,7 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 }
 
 AttentionBlocks AttentionBlocksOf(const AttentionArgs& a) {
+  if (WgPlan wplan; PlanWgmmaAttention(a, &wplan)) return AttentionBlocks{wplan.head_blocks, 1};
   TcPlan plan;
   if (!PlanTensorCoreAttention(a, &plan)) return AttentionBlocks{a.heads, 0};
   // The residency of the one-stage plan of one tile a block, so that the split (and with it the
@@ -83,6 +84,12 @@ AttentionBlocks AttentionBlocksOf(const AttentionArgs& a) {
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s) {
   const int64_t blocks = a.batch.num_tokens * a.heads;
   if (blocks == 0) return cudaSuccess;
+  if (WgPlan plan; PlanWgmmaAttention(a, &plan)) {
+    const cudaError_t e = LaunchWgmmaAttention(a, plan, err, s);
+    if (e != cudaSuccess || a.splits == 1) return e;
+    kvk::AttentionCombineKernel<<<static_cast<unsigned>(blocks), kvk::kAttnThreads, 0, s>>>(a);
+    return cudaGetLastError();
+  }
   if (TcPlan plan; PlanTensorCoreAttention(a, &plan)) {
     const cudaError_t e = LaunchTensorCoreAttention(a, plan, err, s);
     if (e != cudaSuccess || a.splits == 1) return e;

@@ -20,6 +20,7 @@
 // (max, sum, unnormalized output) per head as the scalar kernel does, and share its combine.
 #include <cstdint>
 
+#include "kernels/async_copy.cuh"
 #include "kernels/attention_tc.h"
 #include "kernels/mma.cuh"
 
@@ -46,12 +47,8 @@ __device__ __forceinline__ void LdMatrix2(const uint16_t* row, uint32_t (&r)[2])
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 
-__device__ __forceinline__ void CpAsync16(void* shared_dst, const void* global_src) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(global_src) : "memory");
-}
-
-__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+using cuda::CpAsync16;
+using cuda::CpAsyncWaitAll;
 
 }  // namespace llmrt::cuda::tc
 

@@ -54,7 +54,7 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
   TcPlan p;
   p.dv_tile = 32;
   while (p.dv_tile < a.dv) p.dv_tile *= 2;
-  p.terms = a.kernel == AttentionKernel::kTensorCoreBf16 ? 1 : 2;
+  p.terms = a.kernel == AttentionKernel::kTensorCore ? 2 : 1;  // kWgmma's fallback: its numerics
   const int64_t group = a.k_head_step == 0 && a.v_head_step == 0 ? a.heads : a.kv_group;
   if (group <= 0 || a.heads % group != 0) return false;
   p.group = static_cast<int32_t>(group);
@@ -188,6 +188,36 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
     }
   }
   *pl = single;
+  return true;
+}
+
+bool PlanWgmmaAttention(const AttentionArgs& a, WgPlan* pl) {
+  if (a.kernel != AttentionKernel::kWgmma || a.compute_capability != 90) return false;
+  const KvRowRef& r = a.kv.row;
+  if (r.nseg != 0 || r.type != kElemBf16 || a.kv.type != kElemBf16) return false;
+  // MLA's shape: every head reads the one latent row, which is both the keys' first columns and
+  // the values (512 of them), the rope key (up to 64 columns) elsewhere in the row.
+  const int64_t q2_len = a.q2 != nullptr ? a.q2_len : 0;
+  if (a.k_head_step != 0 || a.v_head_step != 0 || a.v_off != a.k1_off || a.dv != 512 || a.q1_len != 512 ||
+      q2_len < 0 || q2_len > 64 || a.heads <= 0) {
+    return false;
+  }
+  // 16-byte copies: column offsets, the rope's length and row starts in whole 16-byte pieces.
+  const auto whole = [](int64_t x) { return x % 8 == 0; };
+  if (!whole(a.k1_off) || !whole(q2_len) || (q2_len > 0 && !whole(a.k2_off)) || a.kv.row_bytes % 16 != 0 ||
+      !whole(a.kv.width)) {
+    return false;
+  }
+  WgPlan p;
+  p.head_blocks = static_cast<int32_t>((a.heads + wg::kHeads - 1) / wg::kHeads);
+  p.kblocks = 8 + (q2_len > 0 ? 1 : 0);
+  p.off_k = p.kblocks * wg::kBlockBytes;
+  p.off_p = p.off_k + 2 * p.kblocks * wg::kBlockBytes;
+  p.off_r = p.off_p + wg::kBlockBytes;
+  p.off_f = p.off_r + 2 * wg::kMetaBytes;
+  p.bytes = p.off_f + 2 * 2 * wg::kHeads * 4;  // red_max, red_sum: [2 warpgroups][64 heads] each
+  if (a.max_shared_bytes < p.bytes) return false;  // Hopper allows a block 227 KiB: 226.5 needed
+  *pl = p;
   return true;
 }
 

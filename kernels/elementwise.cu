@@ -16,6 +16,7 @@ const char* ErrorCodeName(int32_t code) {
     case kErrPage: return "a page id outside the KV cache";
     case kErrSelected: return "a selected position outside the token's context";
     case kErrExpert: return "an expert id outside the expert bank";
+    case kErrKernel: return "a kernel launched where its instructions or shared memory alignment are missing";
   }
   return "an unknown device error";
 }

@@ -31,6 +31,7 @@ enum ErrorCode : int32_t {
   kErrPage = 4,         // attention: page id outside the cache
   kErrSelected = 5,     // sparse attention: selected position outside the context
   kErrExpert = 6,       // MoE: expert id outside the bank
+  kErrKernel = 7,       // a kernel ran without the instructions or shared memory alignment it needs
 };
 const char* ErrorCodeName(int32_t code);
 
@@ -263,10 +264,13 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 //     BF16, flat FP8 and tiled FP8 rows (codes, exact in bfloat16, times their scales after the
 //     products).
 //   kTensorCoreBf16: the same kernel with one bfloat16 part (FlashMLA's numerics; 2^-8).
+//   kWgmma: MLA layers with a latent of 512 in BF16 rows on Hopper's warpgroup MMAs (sm_90a):
+//     blocks of 64 heads, so each latent row is read once per 64 heads; one bfloat16 part as
+//     kTensorCoreBf16, which runs every case it does not take.
 //   kScalar: one block per (token, head) on the CUDA cores in float32; what every case the
 //     tensor-core kernel does not take runs (F32 rows, tiles that split a 16-column step, dv
 //     above 512, rows wider than its shared memory).
-enum class AttentionKernel : int32_t { kTensorCore = 0, kTensorCoreBf16 = 1, kScalar = 2 };
+enum class AttentionKernel : int32_t { kTensorCore = 0, kTensorCoreBf16 = 1, kScalar = 2, kWgmma = 3 };
 
 // Softmax attention of each (token, head) over its paged context (or its selected positions):
 // score = (q1 . row[k1_off ..] + q2 . row[k2_off ..]) * scale, out = sum prob * row[v_off .. +dv].
@@ -312,6 +316,9 @@ struct AttentionArgs {
   // own block of 4 warps; 0 (auto) takes 2 for 512 value columns where the plan keeps as many
   // warps on a multiprocessor.
   int32_t tiles_per_block = 0;
+  // The device's compute capability (major * 10 + minor; 0: not known): kWgmma runs on 90 only,
+  // the one its sm_90a machine code is for.
+  int32_t compute_capability = 0;
 };
 // Blocks per token per split of the kernel that runs `a`: heads (scalar kernel) or head tiles
 // (tensor cores), and how many of its blocks a multiprocessor holds (0: not known); size the

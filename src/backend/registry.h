@@ -37,10 +37,12 @@ struct BackendOptions {
   // FMA kernels (LLMRT_CPU_EXACT_TILES=0 in the environment).
   bool exact_on_tiles = true;
   // CUDA: which attention kernel runs (kernels/kernels.h, AttentionKernel; LLMRT_CUDA_ATTENTION
-  // in the environment: "tc", "tc-bf16" or "scalar"). kTensorCore: bf16 MMAs with the query and
-  // the probabilities in two bf16 parts each (within the float32 conformance bounds);
-  // kTensorCoreBf16: one part (FlashMLA's numerics, faster); kScalar: float32 on the CUDA cores.
-  enum class DeviceAttention { kTensorCore, kTensorCoreBf16, kScalar };
+  // in the environment: "tc", "tc-bf16", "wgmma" or "scalar"). kTensorCore: bf16 MMAs with the
+  // query and the probabilities in two bf16 parts each (within the float32 conformance bounds);
+  // kTensorCoreBf16: one part (FlashMLA's numerics, faster); kWgmma: one part, MLA layers with a
+  // latent of 512 in BF16 rows on Hopper's warpgroup MMAs (64 heads a block), everything else as
+  // kTensorCoreBf16; kScalar: float32 on the CUDA cores.
+  enum class DeviceAttention { kTensorCore, kTensorCoreBf16, kScalar, kWgmma };
   DeviceAttention device_attention = DeviceAttention::kTensorCore;
   // CUDA: the tensor-core attention kernel's row loads (LLMRT_CUDA_ATTENTION_STAGES in the
   // environment: "auto", "1" or "2"). 2: the next chunk of KV rows is copied while this one is

@@ -184,11 +184,13 @@ absl::Status Runtime::CreateBackends(int threads) {
         bo.device_attention = BackendOptions::DeviceAttention::kTensorCore;
       } else if (v == "tc-bf16") {
         bo.device_attention = BackendOptions::DeviceAttention::kTensorCoreBf16;
+      } else if (v == "wgmma") {
+        bo.device_attention = BackendOptions::DeviceAttention::kWgmma;
       } else if (v == "scalar") {
         bo.device_attention = BackendOptions::DeviceAttention::kScalar;
       } else {
         return absl::InvalidArgumentError(
-            absl::StrCat("LLMRT_CUDA_ATTENTION=", v, " in the environment: expected tc, tc-bf16 or scalar"));
+            absl::StrCat("LLMRT_CUDA_ATTENTION=", v, " in the environment: expected tc, tc-bf16, wgmma or scalar"));
       }
     }
     if (const char* st = std::getenv("LLMRT_CUDA_ATTENTION_STAGES"); st != nullptr && *st != '\0') {

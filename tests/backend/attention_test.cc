@@ -53,6 +53,7 @@ class AttentionOps : public BackendTest {
     switch (cuda_attention_) {
       case BackendOptions::DeviceAttention::kTensorCore: return 0x1p-16;
       case BackendOptions::DeviceAttention::kTensorCoreBf16: return 0x1p-8;
+      case BackendOptions::DeviceAttention::kWgmma: return 0x1p-8;
       case BackendOptions::DeviceAttention::kScalar: return 0.0;
     }
     return 0.0;
@@ -296,12 +297,13 @@ TEST_P(AttentionOps, LongContextsMatchTheReference) {
 }
 
 // CUDA's other attention kernels (the default, kTensorCore, runs every test above): the scalar
-// float32 kernel and the tensor-core kernel with one bfloat16 part, over the same cases.
+// float32 kernel, the tensor-core kernel with one bfloat16 part, and the warpgroup kernel (on
+// Hopper; Kimi K2's BF16 rows, one bfloat16 part elsewhere), over the same cases.
 TEST_P(AttentionOps, EveryCudaAttentionKernelMatchesTheReference) {
   if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's attention kernels";
   std::mt19937 rng(54);
-  for (const auto attention :
-       {BackendOptions::DeviceAttention::kScalar, BackendOptions::DeviceAttention::kTensorCoreBf16}) {
+  for (const auto attention : {BackendOptions::DeviceAttention::kScalar, BackendOptions::DeviceAttention::kTensorCoreBf16,
+                               BackendOptions::DeviceAttention::kWgmma}) {
     UseCudaAttention(attention);
     for (const KvCodec* codec : KvCodecs()) {
       for (bool fresh : {false, true}) {
@@ -348,6 +350,22 @@ TEST_P(AttentionOps, CudaAttentionStagesAndQueryPlacement) {
         CheckMla(codec, {512, 64, 0, 128, 128, 32, 16}, fresh, /*sparse=*/false, rng, {{700, 1}, {300, 2}});
       }
     }
+  }
+}
+
+// The warpgroup kernel on Hopper (the emulation checks its descriptors and fragments against
+// the PTX ISA's rules; this, the hardware's): Kimi K2's BF16 rows with 64 heads (one block a
+// token), 18 (rows past the heads zero) and 130 (three blocks), dense and selected positions,
+// contexts of several splits.
+TEST_P(AttentionOps, CudaWarpgroupAttention) {
+  if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's attention kernels";
+  std::mt19937 rng(56);
+  UseCudaAttention(BackendOptions::DeviceAttention::kWgmma);
+  const KvCodec* bf16 = FindKvCodec(kKvCodecBf16);
+  for (const int64_t heads : {64, 18, 130}) {
+    SCOPED_TRACE(::testing::Message() << heads << " heads");
+    for (bool sparse : {false, true}) CheckMla(bf16, {512, 64, 0, 128, 128, heads, 16}, false, sparse, rng);
+    CheckMla(bf16, {512, 64, 0, 128, 128, heads, 64}, false, false, rng, {{700, 1}, {1500, 1}, {300, 2}, {5000, 1}});
   }
 }
 

@@ -11,8 +11,8 @@
 //    the CUDA-core GEMV (LLMRT_CUDA_QUANT=gemv), at T = 1, 8, 16 (the quantized bytes per second
 //    as a fraction of the copy bandwidth: decode batches are meant to be memory-bound) and 256;
 //  - MLA decode attention of one token, 64 heads, kv_lora 512 + rope 64, BF16 and FP8 (per-layer
-//    scale) KV at 4K, 32K and 128K positions, for each attention kernel (tc, tc-bf16, scalar:
-//    LLMRT_CUDA_ATTENTION; the tensor-core ones with one and two load stages:
+//    scale) KV at 4K, 32K and 128K positions, for each attention kernel (tc, tc-bf16, wgmma,
+//    scalar: LLMRT_CUDA_ATTENTION; the tensor-core ones with one and two load stages:
 //    LLMRT_CUDA_ATTENTION_STAGES): the cache bytes, read once, per second as a fraction of the
 //    copy bandwidth, and the MMA work per second;
 //  - the DSA indexer of one token (GLM-5: 32 heads of 128, top 2048) at 32K and 128K positions,
@@ -248,10 +248,12 @@ int Main() {
                             {"tc-bf16 s1", BackendOptions::DeviceAttention::kTensorCoreBf16, 1, 1},
                             {"tc-bf16 s2", BackendOptions::DeviceAttention::kTensorCoreBf16, 2, 1},
                             {"tc-bf16 s2 t1", BackendOptions::DeviceAttention::kTensorCoreBf16, 2, 1, true, 1},
+                            {"wgmma", BackendOptions::DeviceAttention::kWgmma, 0, 1},
                             {"scalar", BackendOptions::DeviceAttention::kScalar, 0, 1}};
   std::printf("\nMLA decode attention, %lld heads, KV [%lld + %lld], one token (LLMRT_CUDA_ATTENTION kernels; s1 / s2:\n"
               "LLMRT_CUDA_ATTENTION_STAGES; qs: the query's fragments read from shared memory every chunk, as\n"
               "before 2026-12-05; t1: blocks of one tile of 16 heads, not the plan's two where they fit;\n"
+              "wgmma: 64 heads a block on the warpgroup MMAs, BF16 rows (FP8 rows run tc-bf16 s2);\n"
               "TFLOP/s counts each product once per bfloat16 part of the query)\n"
               "%10s %6s %8s %10s %16s %10s\n",
               static_cast<long long>(H), static_cast<long long>(L), static_cast<long long>(R), "kernel", "KV",

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -101,6 +102,14 @@ inline void CpAsyncWaitAll() {
 
 #include "kernels/attention_tc_kernel.cuh"
 #include "kernels/kv_kernels.cuh"
+#include "tests/cuda_emulation/wgmma_emulation.h"
+
+namespace llmrt::cuda::wg {
+using tc::CpAsync16;
+using tc::CpAsyncWaitAll;
+}  // namespace llmrt::cuda::wg
+
+#include "kernels/attention_wg_kernel.cuh"
 
 namespace llmrt::cuda {
 namespace {
@@ -134,6 +143,22 @@ void Run(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
     case 512 * 4 + 2: return pl.tiles == 2 ? RunKernel<512, 2, 2>(a, pl, err) : RunKernel<512, 2>(a, pl, err);
     default: FAIL() << "no emulated instance for dv_tile " << pl.dv_tile << " terms " << pl.terms;
   }
+}
+
+// The warpgroup-MMA kernel (AttentionKernel::kWgmma).
+void RunWgmma(const AttentionArgs& a, const WgPlan& pl, int32_t* err) {
+  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits), 1},
+                     wg::kThreads, static_cast<size_t>(pl.bytes), [&] {
+                       if (pl.kblocks == 9) {
+                         wg::WgAttentionKernel<9>(a, pl, err);
+                       } else {
+                         ASSERT_EQ(pl.kblocks, 8);
+                         wg::WgAttentionKernel<8>(a, pl, err);
+                       }
+                       EXPECT_TRUE(tc::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
+                       tc::g_pending[threadIdx.x].clear();
+                       EXPECT_TRUE(emulation::g_wgmma[threadIdx.x / 128].ops.empty()) << "MMAs never waited for";
+                     });
 }
 
 // The combine of splits (kvk::AttentionCombineKernel), one block per (token, head).
@@ -170,6 +195,7 @@ struct Case {
          (sparse ? " sparse" : "") + " splits " + std::to_string(splits) +
          (kernel == AttentionKernel::kTensorCoreBf16 ? " one bf16 part"
           : kernel == AttentionKernel::kTensorCore   ? " two bf16 parts"
+          : kernel == AttentionKernel::kWgmma        ? " warpgroup MMAs"
                                                      : " scalar kernel");
     if (stages != 0) s += " stages " + std::to_string(stages);
     if (!query_in_registers) s += " query in shared memory";
@@ -319,6 +345,12 @@ void Check(const Case& cs, std::mt19937& rng) {
   int32_t err = 0;
   if (cs.kernel == AttentionKernel::kScalar) {
     RunScalar(a, &err);
+  } else if (cs.kernel == AttentionKernel::kWgmma) {  // on Hopper (the plan's test covers the rest)
+    a.compute_capability = 90;
+    a.max_shared_bytes = 227 * 1024;
+    WgPlan plan;
+    ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
+    RunWgmma(a, plan, &err);
   } else {
     a.stages = cs.stages;
     a.query_in_registers = cs.query_in_registers;
@@ -349,9 +381,15 @@ void Check(const Case& cs, std::mt19937& rng) {
   }
 
   // Reference: AttentionTolerance's bound plus the bfloat16 parts' 2^-16 (2^-8 for one part).
-  const double u = 0x1p-24, eps = cs.kernel == AttentionKernel::kTensorCoreBf16 ? 0x1p-8
-                                   : cs.kernel == AttentionKernel::kTensorCore   ? 0x1p-16
-                                                                                 : 0.0;
+  // One part: the query rounded to bfloat16 as the kernel rounds it (so the scores' bound is
+  // float32's alone, tight enough to see a softmax that mixes two maxima), the probabilities'
+  // rounding in the 2 eps term.
+  const bool one_part = cs.kernel == AttentionKernel::kTensorCoreBf16 || cs.kernel == AttentionKernel::kWgmma;
+  const double u = 0x1p-24, eps = one_part                                    ? 0x1p-8
+                                   : cs.kernel == AttentionKernel::kTensorCore ? 0x1p-16
+                                                                               : 0.0;
+  const double query_eps = one_part ? 0.0 : eps;
+  const auto query = [&](float x) { return one_part ? static_cast<double>(Bf16ToF32(F32ToBf16(x))) : x; };
   int bad = 0;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t s = token_seq[t];
@@ -363,12 +401,12 @@ void Check(const Case& cs, std::mt19937& rng) {
         const float* row = read[s][p].data();
         double d = 0, m = 0;
         for (int64_t i = 0; i < q1_len; ++i) {
-          const double x = static_cast<double>(q1[(t * H + h) * q1_len + i]) * row[(cs.mla ? 0 : g * cs.head_dim) + i];
+          const double x = query(q1[(t * H + h) * q1_len + i]) * row[(cs.mla ? 0 : g * cs.head_dim) + i];
           d += x;
           m += std::fabs(x);
         }
         for (int64_t i = 0; cs.mla && i < cs.rope; ++i) {
-          const double x = static_cast<double>(q2[(t * H + h) * qw + nope + i]) * row[cs.kv_lora + i];
+          const double x = query(q2[(t * H + h) * qw + nope + i]) * row[cs.kv_lora + i];
           d += x;
           m += std::fabs(x);
         }
@@ -383,7 +421,7 @@ void Check(const Case& cs, std::mt19937& rng) {
       for (size_t i = 0; i < n; ++i) {
         prob[i] = std::exp(scores[i] - mx);
         sum += prob[i];
-        max_err = std::max(max_err, ((q1_len + a.q2_len + 4) * u + eps) * mags[i]);
+        max_err = std::max(max_err, ((q1_len + a.q2_len + 4) * u + query_eps) * mags[i]);
       }
       for (int64_t j = 0; j < dv; ++j) {
         double want = 0, wabs = 0;
@@ -408,7 +446,8 @@ using Seqs = std::vector<std::pair<int64_t, int64_t>>;
 const Seqs kMixed = {{0, 4}, {9, 1}, {3, 6}, {5, 1}};
 // Contexts of several chunks of 32 positions.
 const Seqs kLonger = {{70, 1}, {45, 2}};
-constexpr AttentionKernel kTwo = AttentionKernel::kTensorCore, kOne = AttentionKernel::kTensorCoreBf16;
+constexpr AttentionKernel kTwo = AttentionKernel::kTensorCore, kOne = AttentionKernel::kTensorCoreBf16,
+                          kWg = AttentionKernel::kWgmma;
 
 constexpr uint32_t kCodecs[] = {kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled};
 
@@ -495,6 +534,28 @@ TEST(TensorCoreAttentionEmulated, TwoTilesABlock) {
   Check({true, 18, 0, 0, 320, 32, kKvCodecFp8, false, false, 16, {{40, 2}}, 1, kTwo, 2, true, 2}, rng);
 }
 
+// The warpgroup-MMA kernel on MLA rows of a latent of 512 (BF16): Kimi K2's 64 heads (one block
+// a token), 18 (rows past the heads zero), 70 (two blocks a token), a rope key of 64 and of 32
+// (the rope's block half padding), selected positions, several chunks of 64 positions, splits,
+// and the copies landing as late and as early as cp.async allows.
+// Both schedules of the emulated threads: in turn, and each warpgroup far ahead of the next.
+TEST(TensorCoreAttentionEmulated, WarpgroupMmas) {
+  std::mt19937 rng(83);
+  for (emulation::Schedule schedule : {emulation::Schedule::kRoundRobin, emulation::Schedule::kGroupsInOrder}) {
+    emulation::g_schedule = schedule;
+    emulation::g_group_threads = 128;
+    for (tc::Landing landing : {tc::Landing::kAtWait, tc::Landing::kAtIssue}) {
+      tc::g_landing = landing;
+      Check({true, 64, 0, 0, 512, 64, kKvCodecBf16, false, false, 16, {{150, 1}, {33, 2}}, 1, kWg}, rng);
+      Check({true, 18, 0, 0, 512, 64, kKvCodecBf16, false, true, 16, {{90, 1}}, 1, kWg}, rng);
+    }
+  }
+  emulation::g_schedule = emulation::Schedule::kRoundRobin;
+  tc::g_landing = tc::Landing::kAtWait;
+  Check({true, 64, 0, 0, 512, 64, kKvCodecBf16, false, false, 16, {{200, 1}}, 3, kWg}, rng);
+  Check({true, 70, 0, 0, 512, 32, kKvCodecBf16, false, false, 8, {{40, 1}, {0, 3}}, 2, kWg}, rng);
+}
+
 // A plan's arguments for Kimi K2's rows (64 heads, latent 512, rope 64) in BF16, no data.
 AttentionArgs KimiRows() {
   AttentionArgs a{};
@@ -509,6 +570,71 @@ AttentionArgs KimiRows() {
   a.kv.type = a.kv.row.type = kElemBf16;
   a.kv.row_bytes = a.kv.width * 2;
   return a;
+}
+
+// What the warpgroup kernel takes: MLA's latent of 512 (the keys' first columns and the values)
+// with a rope key of up to 64 columns in whole 16-byte pieces, BF16 rows, on compute capability
+// 9.0 with the shared memory it needs (Hopper's 227 KiB a block); else the tensor-core plan runs
+// the call, with the same one bfloat16 part.
+TEST(TensorCoreAttentionEmulated, ThePlanTakesWarpgroupsForMlaOnHopper) {
+  AttentionArgs a = KimiRows();
+  a.kernel = AttentionKernel::kWgmma;
+  a.compute_capability = 90;
+  a.max_shared_bytes = 227 * 1024;
+  WgPlan plan;
+  ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
+  EXPECT_EQ(plan.head_blocks, 1);
+  EXPECT_EQ(plan.kblocks, 9);
+  EXPECT_EQ(plan.bytes, 231936);
+  EXPECT_EQ(plan.off_k, 9 * 8192);
+  EXPECT_EQ(plan.off_p, 27 * 8192);
+  a.heads = 130;
+  ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
+  EXPECT_EQ(plan.head_blocks, 3);
+  a.heads = 64;
+  a.q2_len = 32;  // a shorter rope key: its block half padding
+  ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
+  EXPECT_EQ(plan.kblocks, 9);
+  a.q2 = nullptr;  // no rope key
+  ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
+  EXPECT_EQ(plan.kblocks, 8);
+  const auto refused = [&](const char* why, const std::function<void(AttentionArgs&)>& change) {
+    AttentionArgs b = KimiRows();
+    b.kernel = AttentionKernel::kWgmma;
+    b.compute_capability = 90;
+    b.max_shared_bytes = 227 * 1024;
+    change(b);
+    WgPlan p;
+    EXPECT_FALSE(PlanWgmmaAttention(b, &p)) << why;
+    TcPlan tc;
+    EXPECT_TRUE(PlanTensorCoreAttention(b, &tc)) << why;
+    EXPECT_EQ(tc.terms, 1) << why;
+  };
+  refused("not chosen", [](AttentionArgs& b) { b.kernel = AttentionKernel::kTensorCoreBf16; });
+  refused("an Ada device", [](AttentionArgs& b) { b.compute_capability = 89; });
+  refused("a Blackwell device", [](AttentionArgs& b) { b.compute_capability = 100; });
+  refused("the device unknown", [](AttentionArgs& b) { b.compute_capability = 0; });
+  refused("200 KiB of shared memory", [](AttentionArgs& b) { b.max_shared_bytes = 200 * 1024; });
+  refused("FP8 rows", [](AttentionArgs& b) {
+    b.kv.type = b.kv.row.type = kElemFp8E4M3;
+    b.kv.row_bytes = b.kv.width;
+  });
+  refused("a latent of 256", [](AttentionArgs& b) { b.q1_len = b.dv = 256; });
+  refused("a rope key of 80", [](AttentionArgs& b) { b.q2_len = 80; });
+  refused("a rope key of 20", [](AttentionArgs& b) { b.q2_len = 20; });
+  refused("a rope key at an odd column", [](AttentionArgs& b) { b.k2_off = 515; });
+  refused("GQA heads", [](AttentionArgs& b) {
+    b.kv_group = 8;
+    b.k_head_step = 576;
+    b.v_head_step = 576;
+    b.kv.width = 8 * 576;
+    b.kv.row_bytes = b.kv.width * 2;
+  });
+  refused("values apart from the keys", [](AttentionArgs& b) {
+    b.v_off = 576;
+    b.kv.width = 576 + 512;
+    b.kv.row_bytes = b.kv.width * 2;
+  });
 }
 
 // The plan's choice of tiles a block: two for MLA's latent of 512 where the pair keeps as many

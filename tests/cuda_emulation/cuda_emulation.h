@@ -9,6 +9,7 @@
 #ifndef LLMRT_TESTS_CUDA_EMULATION_CUDA_EMULATION_H_
 #define LLMRT_TESTS_CUDA_EMULATION_CUDA_EMULATION_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -56,19 +57,31 @@ struct Fiber {
   ucontext_t context{};
   std::unique_ptr<uint8_t[]> stack;  // uninitialized: only the pages a fiber touches are used
   bool done = false;
+  bool at_block_barrier = false;  // waiting in __syncthreads
 };
+
+// The order fibers run in. kRoundRobin: each in turn, so the warps advance together between
+// their barriers. kGroupsInOrder: the threads of group 0 (g_group_threads of them: a warp, a
+// warpgroup) run until each waits at a __syncthreads or ends, then group 1's, ...: a group runs
+// far ahead of the others, so a missing barrier between groups shows.
+enum class Schedule { kRoundRobin, kGroupsInOrder };
+inline Schedule g_schedule = Schedule::kRoundRobin;
+inline unsigned g_group_threads = 128;
 inline constexpr size_t kFiberStack = 128 * 1024;
 
 // The block being run.
 struct Block {
   Barrier bar;
   std::vector<Warp> warps;
-  uint8_t* shared = nullptr;
+  std::vector<Barrier> warpgroups;  // a barrier of each 128 threads (4 warps)
+  uint8_t* shared = nullptr;        // 1024-byte aligned, as the swizzled layouts need
+  size_t shared_bytes = 0;
   std::vector<Fiber> fibers;
   ucontext_t scheduler{};
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
   uint64_t progress = 0;  // barriers completed and fibers finished
+  uint64_t released = 0;  // the block barrier's last generation whose waiters were released
 };
 
 inline Block* g_block = nullptr;
@@ -86,7 +99,16 @@ inline llmrt::emulation::Index3 threadIdx;
 inline llmrt::emulation::Index3 blockIdx;
 inline llmrt::emulation::Index3 blockDim;
 
-inline void __syncthreads() { llmrt::emulation::g_block->bar.ArriveAndWait(); }
+inline void __syncthreads() {
+  llmrt::emulation::Block* b = llmrt::emulation::g_block;
+  b->current->at_block_barrier = true;
+  b->bar.ArriveAndWait();
+  if (b->released != b->bar.generation) {  // the first thread through: every waiter may run
+    for (llmrt::emulation::Fiber& f : b->fibers) f.at_block_barrier = false;
+    b->released = b->bar.generation;
+  }
+  b->current->at_block_barrier = false;
+}
 
 inline float __uint_as_float(uint32_t u) {
   float f;
@@ -210,8 +232,8 @@ inline void FiberMain() {
 }  // returns to uc_link: the scheduler
 
 inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& body) {
-  std::vector<uint8_t> shared(shared_bytes + 16);
-  uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 15) & ~uintptr_t{15});
+  std::vector<uint8_t> shared(shared_bytes + 1024);
+  uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 1023) & ~uintptr_t{1023});
   Block block;
   block.fibers.resize(threads);
   for (Fiber& f : block.fibers) f.stack.reset(new uint8_t[kFiberStack]);
@@ -222,7 +244,10 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
         std::memset(aligned, 0xff, shared_bytes);
         block.bar = Barrier{threads};
         block.warps = std::vector<Warp>(threads / 32);
+        block.warpgroups = std::vector<Barrier>((threads + 127) / 128, Barrier{128});
         block.shared = aligned;
+        block.shared_bytes = shared_bytes;
+        block.released = block.bar.generation;
         block.body = &body;
         for (Fiber& f : block.fibers) {
           f.done = false;
@@ -234,16 +259,37 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
         }
         blockIdx = Index3{x, y, z};
         blockDim = Index3{threads, 1, 1};
+        const auto run = [&](unsigned t) {
+          threadIdx = Index3{t, 0, 0};
+          block.current = &block.fibers[t];
+          swapcontext(&block.scheduler, &block.fibers[t].context);
+        };
         for (bool running = true; running;) {
           running = false;
           const uint64_t before = block.progress;
-          for (unsigned t = 0; t < threads; ++t) {
-            Fiber& f = block.fibers[t];
-            if (f.done) continue;
-            running = true;
-            threadIdx = Index3{t, 0, 0};
-            block.current = &f;
-            swapcontext(&block.scheduler, &f.context);
+          if (g_schedule == Schedule::kGroupsInOrder) {
+            // Each group in turn until all its threads wait at the block's barrier or end.
+            for (unsigned g0 = 0; g0 < threads; g0 += g_group_threads) {
+              const unsigned g1 = std::min(threads, g0 + g_group_threads);
+              for (bool busy = true; busy;) {
+                busy = false;
+                const uint64_t group_before = block.progress;
+                for (unsigned t = g0; t < g1; ++t) {
+                  Fiber& f = block.fibers[t];
+                  if (f.done || f.at_block_barrier) continue;
+                  busy = running = true;
+                  run(t);
+                }
+                if (busy && block.progress == group_before) break;  // waiting on another group
+              }
+            }
+          } else {
+            for (unsigned t = 0; t < threads; ++t) {
+              Fiber& f = block.fibers[t];
+              if (f.done) continue;
+              running = true;
+              run(t);
+            }
           }
           if (running && block.progress == before) {
             std::fprintf(stderr, "emulated block (%u, %u, %u): barrier deadlock\n", x, y, z);

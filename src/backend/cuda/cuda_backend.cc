@@ -132,6 +132,7 @@ absl::Status CudaBackend::Init() {
     // cuBLASLt's 128 x 128 block-scaled FP8 GEMM is a Hopper (sm_90) feature; other devices run
     // the backend's own kernels under the FP8 policy.
     fp8_cublaslt_ = prop.major == 9;
+    compute_capability_ = prop.major * 10 + prop.minor;
   }
   return CudaStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }

@@ -205,6 +205,7 @@ class CudaBackend final : public Backend {
   int shared_optin_ = 48 * 1024;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
   int shared_per_sm_ = 0;         // cudaDevAttrMaxSharedMemoryPerMultiprocessor (0: unknown)
   int shared_reserved_ = 0;       // cudaDevAttrReservedSharedMemoryPerBlock
+  int compute_capability_ = 0;    // major * 10 + minor
   void* stream_ = nullptr;       // cudaStream_t
   int32_t* error_word_ = nullptr;  // device: the first kernel-detected failure (kernels/kernels.h ErrorCode)
   int32_t* error_host_ = nullptr;  // pinned: its copy at Synchronize

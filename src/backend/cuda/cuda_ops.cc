@@ -125,7 +125,9 @@ absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length)
     case BackendOptions::DeviceAttention::kTensorCore: a->kernel = cuda::AttentionKernel::kTensorCore; break;
     case BackendOptions::DeviceAttention::kTensorCoreBf16: a->kernel = cuda::AttentionKernel::kTensorCoreBf16; break;
     case BackendOptions::DeviceAttention::kScalar: a->kernel = cuda::AttentionKernel::kScalar; break;
+    case BackendOptions::DeviceAttention::kWgmma: a->kernel = cuda::AttentionKernel::kWgmma; break;
   }
+  a->compute_capability = compute_capability_;
   a->max_shared_bytes = shared_optin_;
   a->sm_shared_bytes = shared_per_sm_;
   a->reserved_shared_bytes = shared_reserved_;
@@ -133,15 +135,16 @@ absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length)
   a->query_in_registers = attention_query_registers_;
   a->tiles_per_block = attention_tiles_per_block_;
   // As many blocks as the multiprocessors hold (the tensor-core plan's count; else two each),
-  // splits of at least 64 positions (two chunks of the tensor-core kernel: a block's fixed work,
-  // the query's load, is a fraction of a chunk's), at most 64 splits. Batch-1 decode of a short
-  // context would otherwise run on a handful of multiprocessors (Kimi K2's 64 heads: 4 blocks).
+  // splits of at least 64 positions (two chunks of the tensor-core kernel, one of the warpgroup
+  // kernel: a block's fixed work, the query's load, is a fraction of a chunk's), at most 64
+  // splits or one a multiprocessor. Batch-1 decode of a short context would otherwise run on a
+  // handful of multiprocessors (Kimi K2's 64 heads: 4 blocks; 1 on the warpgroup kernel).
   const cuda::AttentionBlocks ab = cuda::AttentionBlocksOf(*a);
   const int64_t blocks = a->batch.num_tokens * ab.per_token,
                 target = (ab.per_sm > 0 ? ab.per_sm : 2) * static_cast<int64_t>(sm_count_);
   a->splits = 1;
   if (blocks == 0 || blocks >= target || length < 128) return absl::OkStatus();
-  a->splits = std::min<int64_t>({(target + blocks - 1) / blocks, (length + 63) / 64, 64});
+  a->splits = std::min<int64_t>({(target + blocks - 1) / blocks, (length + 63) / 64, std::max(64, sm_count_)});
   // The partial results are per (token, head) whichever kernel runs.
   const int64_t pairs = a->batch.num_tokens * a->heads;
   const size_t bytes = static_cast<size_t>(pairs * a->splits * (a->dv + 2)) * sizeof(float);

@@ -1,0 +1,285 @@
+// The warpgroup-MMA attention kernel's body (kernels/attention_wg.cu describes the design), in a
+// header of its own so that it compiles twice: for the device in attention_wg.cu, and on the
+// host in tests/cuda_emulation/, where the warpgroup MMAs are computed from the PTX ISA's
+// descriptor, swizzle and fragment rules.
+//
+// The includer defines, before including this file, in namespace llmrt::cuda::wg:
+//   constexpr bool kHaveWgmma                  the instructions below exist (sm_90a);
+//   uint32_t SharedAddress(const void* p)      p's address in the block's shared window;
+//   void WgFence(), WgCommit(), WgWaitAll()    wgmma.fence / commit_group / wait_group 0;
+//   void FenceProxyAsync()                     fence.proxy.async.shared::cta;
+//   void FenceOperands(float (&r)[N])          a compiler barrier on r (no instruction);
+//   void MmaM64N32(float (&d)[16], uint64_t a, uint64_t b, int accumulate)
+//       wgmma.mma_async.m64n32k16.f32.bf16.bf16, A and B K-major (descriptors);
+//   void MmaM64N256(float (&d)[128], uint64_t a, uint64_t b, int accumulate)
+//       wgmma.mma_async.m64n256k16.f32.bf16.bf16, A K-major, B N-major (transposed);
+//   void CpAsync16(void* shared_dst, const void* global_src), CpAsyncWaitAll()
+//       cp.async.cg of 16 bytes, and cp.async.wait_all.
+#ifndef LLMRT_KERNELS_ATTENTION_WG_KERNEL_CUH_
+#define LLMRT_KERNELS_ATTENTION_WG_KERNEL_CUH_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention_tc.h"
+#include "kernels/common.cuh"
+#include "kernels/kv_access.cuh"
+
+namespace llmrt::cuda::wg {
+
+// The byte offset of 16-byte piece `piece` (columns 8 piece .. 8 piece + 7) of row `row` in a
+// [rows][64] bfloat16 block stored with the 128-byte swizzle (the block 1024-byte aligned): the
+// piece's index XOR the row's index within its group of 8.
+__device__ __forceinline__ uint32_t PieceOffset(int row, int piece) {
+  return static_cast<uint32_t>(row * 128 + (((piece ^ row) & 7) << 4));
+}
+
+// A shared-memory matrix descriptor with the 128-byte swizzle: start address, leading and
+// stride byte offsets, each in 16-byte units (bits 13:0, 29:16, 45:32), base offset 0 (every
+// swizzle pattern starts 1024-byte aligned), swizzle mode 1 (128 bytes) in bits 63:62.
+__device__ __forceinline__ uint64_t Descriptor(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (static_cast<uint64_t>((lbo & 0x3ffffu) >> 4) << 16) |
+         (static_cast<uint64_t>((sbo & 0x3ffffu) >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+// One block per (token, 64 heads, split). Warpgroup wgi (threads 128 wgi ..) scores positions
+// 32 wgi .. 32 wgi + 31 of each chunk and accumulates value columns 256 wgi .. 256 wgi + 255.
+// A thread of warp w (in its warpgroup), lane 4g + c, holds rows r0 = 16w + g and r0 + 8 of
+// both its fragments: scores s[i] at column 8(i / 4) + 2c + (i % 2), values o[k] at column
+// 8(k / 4) + 2c + (k % 2), of row r0 + 8((i / 2) % 2).
+// kKb: WgPlan::kblocks (8: no rope key; 9), so that the scores' MMAs unroll.
+template <int kKb>
+__global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a, WgPlan pl, int32_t* err) {
+  uint8_t* smem = DynamicShared<uint8_t>();
+  const uint32_t base = SharedAddress(smem);
+  if (!kHaveWgmma || (base & 1023u) != 0) {  // the launcher checks both; a build that lacks them
+    if (threadIdx.x == 0) RaiseError(err, kErrKernel);
+    return;
+  }
+  const int tid = static_cast<int>(threadIdx.x), wgi = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2,
+            c = lane & 3, r0 = 16 * w + g;
+  constexpr int kb = kKb, pieces = 8 * kb;  // a row's 16-byte pieces
+  const uint32_t stage_bytes = static_cast<uint32_t>(kb * kBlockBytes);
+  const uint8_t** meta_ptr = reinterpret_cast<const uint8_t**>(smem + pl.off_r);  // [2][kChunk]
+  int* meta_flags = reinterpret_cast<int*>(smem + pl.off_r + 2 * kChunk * 8);   // [2][kChunk]
+  float* red_max = reinterpret_cast<float*>(smem + pl.off_f);                  // [2][kHeads]
+  float* red_sum = red_max + 2 * kHeads;                                       // [2][kHeads]
+
+  const int t = static_cast<int>(blockIdx.x) / pl.head_blocks, h0 = static_cast<int>(blockIdx.x) % pl.head_blocks * kHeads;
+  const int nh = static_cast<int>(a.heads - h0 < kHeads ? a.heads - h0 : kHeads);
+  const int split = static_cast<int>(blockIdx.y);
+  const int q1_len = static_cast<int>(a.q1_len), q2_len = a.q2 != nullptr ? static_cast<int>(a.q2_len) : 0;
+
+  const BatchRef& b = a.batch;
+  const Context cx = ContextOf(a.kv, b, t);
+  const int32_t* sel = a.selected != nullptr ? a.selected + t * a.top_k : nullptr;
+  int64_t n = cx.ctx;
+  if (sel != nullptr) {
+    n = 0;
+    while (n < a.top_k && sel[n] != -1) ++n;
+  }
+  // This split's positions [begin, end): equal shares in whole chunks.
+  const int64_t share = ((n + a.splits - 1) / a.splits + kChunk - 1) / kChunk * kChunk;
+  const int64_t begin = split * share, end = begin + share < n ? begin + share : n;
+  bool bad = false;
+  // The rows of the chunk at c0 found into stage st's metadata (one thread per row) ...
+  const auto locate = [&](int64_t c0, int st) {
+    if (tid < kChunk) {
+      RowPtr row{nullptr, false};
+      bool ok = false;
+      if (c0 + tid < end) {
+        const int64_t p = sel != nullptr ? sel[c0 + tid] : c0 + tid;
+        ok = Locate(a.kv, a.layer, cx, p, &row);
+        if (!ok) bad = true;
+      }
+      meta_ptr[st * kChunk + tid] = ok ? row.data : nullptr;
+      meta_flags[st * kChunk + tid] = ok ? 1 : 0;
+    }
+  };
+  // ... and, once published, copied into stage st's K tile in 16-byte pieces (consecutive
+  // threads: consecutive pieces of a row), the rope key's padding and missing rows zero.
+  const auto issue = [&](int st) {
+    uint8_t* kt = smem + pl.off_k + st * stage_bytes;
+    for (int i = tid; i < kChunk * pieces; i += kThreads) {
+      const int r = i / pieces, piece = i % pieces, col = 8 * piece;
+      const uint8_t* src = meta_ptr[st * kChunk + r];
+      const int64_t from = col < q1_len ? a.k1_off + col : col - q1_len < q2_len ? a.k2_off + (col - q1_len) : -1;
+      uint8_t* dst = kt + (piece >> 3) * kBlockBytes + PieceOffset(r, piece & 7);
+      if (src != nullptr && from >= 0) {
+        CpAsync16(dst, src + from * 2);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  };
+  if (begin < end) {
+    locate(begin, 0);
+    __syncthreads();
+    issue(0);
+  }
+
+  // The query [64 heads][kb * 64 columns] as bfloat16, rows past the heads and columns past the
+  // query's zero: piece i of the row's pieces (the latent's, then the rope's); after the first
+  // chunk's copies are on their way.
+  for (int i = tid; i < kHeads * pieces; i += kThreads) {
+    const int r = i / pieces, piece = i % pieces;
+    uint32_t packed[4];
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      float x[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int col = 8 * piece + e + k;
+        if (r >= nh) continue;
+        const int64_t h = h0 + r;
+        if (col < q1_len) {
+          x[k] = a.q1[t * a.q1_ld + h * a.q1_head + col];
+        } else if (col - q1_len < q2_len) {
+          x[k] = a.q2[t * a.q2_ld + h * a.q2_head + (col - q1_len)];
+        }
+      }
+      packed[e / 2] = RoundBf16(x[0]) | (static_cast<uint32_t>(RoundBf16(x[1])) << 16);
+    }
+    *reinterpret_cast<uint4*>(smem + (piece >> 3) * kBlockBytes + PieceOffset(r, piece & 7)) =
+        make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
+
+  float o[128];
+#pragma unroll
+  for (int k = 0; k < 128; ++k) o[k] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows r0, r0 + 8 (l: this warpgroup's)
+  const uint32_t q_addr = base, p_addr = base + static_cast<uint32_t>(pl.off_p);
+  uint16_t* ps = reinterpret_cast<uint16_t*>(smem + pl.off_p);
+  int st = 0;
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const int64_t next = c0 + kChunk;
+    if (next < end) locate(next, st ^ 1);
+    CpAsyncWaitAll();
+    FenceProxyAsync();  // this thread's copies and zero pieces, for the MMAs' reads
+    __syncthreads();    // this chunk's rows are in place; the next chunk's addresses are published
+    if (next < end) issue(st ^ 1);
+    const uint32_t k_addr = base + static_cast<uint32_t>(pl.off_k) + st * stage_bytes;
+
+    // Scores: the 64 heads times this warpgroup's 32 positions, over the kb * 4 steps of 16
+    // columns (a step: 32 bytes into each 128-byte row of its block).
+    float s[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i] = 0.0f;
+    FenceOperands(s);
+    WgFence();
+    // (A step's descriptors are the first's plus its offset in 16-byte units: shared addresses
+    // stay below 2^18, so the start field does not carry.)
+    const uint64_t dq = Descriptor(q_addr, 16, 1024), dk = Descriptor(k_addr + wgi * 32 * 128, 16, 1024);
+#pragma unroll
+    for (int ks = 0; ks < 4 * kb; ++ks) {
+      const uint32_t off = static_cast<uint32_t>((ks >> 2) * kBlockBytes + (ks & 3) * 32) >> 4;
+      MmaM64N32(s, dq + off, dk + off, ks > 0);
+    }
+    WgCommit();
+    WgWaitAll();
+    FenceOperands(s);
+
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int j = 32 * wgi + 8 * (i >> 2) + 2 * c + (i & 1);
+      s[i] = meta_flags[st * kChunk + j] != 0 ? s[i] * a.scale : -INFINITY;
+      if ((i >> 1) & 1) {
+        mx1 = fmaxf(mx1, s[i]);
+      } else {
+        mx0 = fmaxf(mx0, s[i]);
+      }
+    }
+    for (int x = 1; x <= 2; x <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+    }
+    if (c == 0) {
+      red_max[wgi * kHeads + r0] = mx0;
+      red_max[wgi * kHeads + r0 + 8] = mx1;
+    }
+    __syncthreads();
+    const float nm0 = fmaxf(m0, fmaxf(red_max[r0], red_max[kHeads + r0]));
+    const float nm1 = fmaxf(m1, fmaxf(red_max[r0 + 8], red_max[kHeads + r0 + 8]));
+    const float f0 = m0 == -INFINITY ? 0.0f : expf(m0 - nm0), f1 = m1 == -INFINITY ? 0.0f : expf(m1 - nm1);
+    float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i += 2) {
+      const bool hi = (i >> 1) & 1;
+      const float nm = hi ? nm1 : nm0;
+      const float p0 = s[i] == -INFINITY ? 0.0f : expf(s[i] - nm), p1 = s[i + 1] == -INFINITY ? 0.0f : expf(s[i + 1] - nm);
+      if (hi) {
+        ps1 += p0 + p1;
+      } else {
+        ps0 += p0 + p1;
+      }
+      // The probabilities as bfloat16, [64 heads][64 positions] with the 128-byte swizzle.
+      const int row = r0 + (hi ? 8 : 0), col = 32 * wgi + 8 * (i >> 2) + 2 * c;
+      *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(ps) + PieceOffset(row, col >> 3) + (col & 7) * 2) =
+          RoundBf16(p0) | (static_cast<uint32_t>(RoundBf16(p1)) << 16);
+    }
+    for (int x = 1; x <= 2; x <<= 1) {
+      ps0 += __shfl_xor_sync(0xffffffffu, ps0, x);
+      ps1 += __shfl_xor_sync(0xffffffffu, ps1, x);
+    }
+    l0 = l0 * f0 + ps0;
+    l1 = l1 * f1 + ps1;
+    m0 = nm0;
+    m1 = nm1;
+#pragma unroll
+    for (int k = 0; k < 128; ++k) o[k] *= ((k >> 1) & 1) ? f1 : f0;
+    FenceProxyAsync();  // this thread's probabilities, for the MMAs' reads
+    __syncthreads();    // both warpgroups' probabilities are written; the maxima are read
+
+    // Values: the probabilities [64 x 64] times this warpgroup's 256 columns of the latent
+    // (blocks 4 wgi .. 4 wgi + 3 of the K tile, read N-major: 64-column blocks 8 KiB apart,
+    // groups of 8 positions 1 KiB apart), 16 positions a step.
+    const uint32_t v_addr = k_addr + static_cast<uint32_t>(wgi * 4 * kBlockBytes);
+    FenceOperands(o);
+    WgFence();
+    const uint64_t dp = Descriptor(p_addr, 16, 1024), dv = Descriptor(v_addr, kBlockBytes, 1024);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) MmaM64N256(o, dp + (32 * j >> 4), dv + (2048 * j >> 4), 1);
+    WgCommit();
+    WgWaitAll();
+    FenceOperands(o);
+    st ^= 1;
+  }
+  if (bad) RaiseError(err, sel != nullptr ? kErrSelected : kErrPage);
+
+  // The row sums: each warpgroup's over its positions, added in warpgroup order.
+  if (c == 0) {
+    red_sum[wgi * kHeads + r0] = l0;
+    red_sum[wgi * kHeads + r0 + 8] = l1;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + 8 * half;
+    if (r >= nh) continue;
+    const int64_t h = h0 + r;
+    const float m = half == 0 ? m0 : m1, l = red_sum[r] + red_sum[kHeads + r];
+    float* dst;
+    float mul = 1.0f;
+    if (a.splits > 1) {
+      float* part = a.partial + ((t * a.heads + h) * a.splits + split) * (a.dv + 2);
+      if (wgi == 0 && c == 0) {  // the row's quad in the first warpgroup
+        part[0] = m;
+        part[1] = l;
+      }
+      dst = part + 2;
+    } else {
+      dst = a.out + t * a.out_ld + h * a.dv;
+      mul = l > 0.0f ? 1.0f / l : 0.0f;  // no position: zeros, as the CPU
+    }
+#pragma unroll
+    for (int k = 0; k < 128; ++k) {
+      if (((k >> 1) & 1) != half) continue;
+      dst[256 * wgi + 8 * (k >> 2) + 2 * c + (k & 1)] = o[k] * mul;
+    }
+  }
+}
+
+}  // namespace llmrt::cuda::wg
+
+#endif  // LLMRT_KERNELS_ATTENTION_WG_KERNEL_CUH_
