@@ -64,8 +64,22 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
   return cudaGetLastError();
 }
 
+namespace {
+
+// Whether the build has the sm_90a machine code the warpgroup kernel needs (CMake's
+// CMAKE_CUDA_ARCHITECTURES lists 90a; the PTX of other targets leaves the kernel empty).
+#ifdef LLMRT_CUDA_SM90A
+constexpr bool kWgmmaBuilt = true;
+#else
+constexpr bool kWgmmaBuilt = false;
+#endif
+
+bool PlanWgmma(const AttentionArgs& a, WgPlan* plan) { return kWgmmaBuilt && PlanWgmmaAttention(a, plan); }
+
+}  // namespace
+
 AttentionBlocks AttentionBlocksOf(const AttentionArgs& a) {
-  if (WgPlan wplan; PlanWgmmaAttention(a, &wplan)) return AttentionBlocks{wplan.head_blocks, 1};
+  if (WgPlan wplan; PlanWgmma(a, &wplan)) return AttentionBlocks{wplan.head_blocks, 1};
   TcPlan plan;
   if (!PlanTensorCoreAttention(a, &plan)) return AttentionBlocks{a.heads, 0};
   // The residency of the one-stage plan of one tile a block, so that the split (and with it the
@@ -84,7 +98,7 @@ AttentionBlocks AttentionBlocksOf(const AttentionArgs& a) {
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s) {
   const int64_t blocks = a.batch.num_tokens * a.heads;
   if (blocks == 0) return cudaSuccess;
-  if (WgPlan plan; PlanWgmmaAttention(a, &plan)) {
+  if (WgPlan plan; PlanWgmma(a, &plan)) {
     const cudaError_t e = LaunchWgmmaAttention(a, plan, err, s);
     if (e != cudaSuccess || a.splits == 1) return e;
     kvk::AttentionCombineKernel<<<static_cast<unsigned>(blocks), kvk::kAttnThreads, 0, s>>>(a);

@@ -84,20 +84,24 @@ inline constexpr int kThreads = 256;     // two warpgroups
 inline constexpr int kHeads = 64;        // query heads per block: the warpgroup MMA's M
 inline constexpr int kChunk = 64;        // positions per chunk; each warpgroup scores 32 of them
 inline constexpr int kBlockBytes = 8192;  // a [64 rows][64 columns] bfloat16 block of a tile
-inline constexpr int kMetaBytes = kChunk * (8 + 4);  // a stage's row addresses and flags
+inline constexpr int kMetaBytes = kChunk * (8 + 4 + 4);  // a stage's row addresses, flags and scales
+inline constexpr int kRowValid = 1, kRowFresh = 2;
 }  // namespace wg
 
 // How a call runs on the warpgroup MMAs (AttentionKernel::kWgmma; kernels/attention_wg.cu): MLA
 // heads (all sharing the latent row) in blocks of 64, the latent of 512 both the keys' first
-// columns and the values, the rope key after it (up to 64 columns), BF16 rows whose columns
-// start on 16-byte boundaries. Shared memory, from a 1024-byte aligned base: the query
-// [kblocks][64 heads][64 columns], two stages of the K tile [kblocks][64 positions][64
-// columns], the probabilities [64 heads][64 positions] (each block stored with the 128-byte
-// swizzle the MMAs read), then the stages' row metadata and the reductions.
+// columns and the values, the rope key after it (up to 64 columns), BF16 or flat FP8 rows whose
+// columns come in whole pieces (8 values; 16 codes). Shared memory, from a 1024-byte aligned base: the query
+// [kblocks][64 heads][64 columns], the K tile [kblocks][64 positions][64 columns] (BF16 rows:
+// two, the copies' stages; FP8 rows: one, decoded from the stages' codes), the probabilities
+// [64 heads][64 positions] (each block stored with the 128-byte swizzle the MMAs read), the
+// staged codes [2][64][ss] (FP8), then the stages' row metadata and the reductions.
 struct WgPlan {
   int32_t head_blocks = 0;  // blocks of 64 heads per token
   int32_t kblocks = 0;      // 64-column blocks of the keys: the latent's 8, then the rope key's
-  int32_t off_k = 0, off_p = 0, off_r = 0, off_f = 0, bytes = 0;
+  int32_t codes = 0;        // flat FP8 rows: e4m3 codes times the layer's scale (after the products)
+  int32_t ss = 0;           // a staged row of codes: the latent's, then the rope key's (bytes)
+  int32_t off_k = 0, off_p = 0, off_s = 0, off_r = 0, off_f = 0, bytes = 0;
 };
 // False when `a` is not the warpgroup kernel's (not chosen, another shape or codec, a device
 // other than sm_90, or less shared memory than it needs): the tensor-core plan runs it instead.

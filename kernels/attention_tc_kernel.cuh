@@ -243,11 +243,8 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
   const Context cx = ContextOf(a.kv, b, t);
   const float layer_scale = LayerScale(a.kv, a.layer);
   const int32_t* sel = a.selected != nullptr ? a.selected + t * a.top_k : nullptr;
-  int64_t n = cx.ctx;
-  if (sel != nullptr) {
-    n = 0;
-    while (n < a.top_k && sel[n] != -1) ++n;
-  }
+  // (The reductions' area is free until the chunk loop.)
+  const int64_t n = sel != nullptr ? SelectedCount(sel, a.top_k, reinterpret_cast<int*>(reductions)) : cx.ctx;
   // This split's positions [begin, end): equal shares in whole chunks.
   const int64_t share = ((n + a.splits - 1) / a.splits + kChunk - 1) / kChunk * kChunk;
   const int64_t begin = split * share, end = begin + share < n ? begin + share : n;

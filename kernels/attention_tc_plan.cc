@@ -194,7 +194,8 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
 bool PlanWgmmaAttention(const AttentionArgs& a, WgPlan* pl) {
   if (a.kernel != AttentionKernel::kWgmma || a.compute_capability != 90) return false;
   const KvRowRef& r = a.kv.row;
-  if (r.nseg != 0 || r.type != kElemBf16 || a.kv.type != kElemBf16) return false;
+  const bool bf16 = r.type == kElemBf16 && a.kv.type == kElemBf16, codes = r.type == kElemFp8E4M3 && a.kv.type == kElemFp8E4M3;
+  if (r.nseg != 0 || (!bf16 && !codes)) return false;
   // MLA's shape: every head reads the one latent row, which is both the keys' first columns and
   // the values (512 of them), the rope key (up to 64 columns) elsewhere in the row.
   const int64_t q2_len = a.q2 != nullptr ? a.q2_len : 0;
@@ -202,21 +203,29 @@ bool PlanWgmmaAttention(const AttentionArgs& a, WgPlan* pl) {
       q2_len < 0 || q2_len > 64 || a.heads <= 0) {
     return false;
   }
-  // 16-byte copies: column offsets, the rope's length and row starts in whole 16-byte pieces.
+  // Pieces of 8 values (16 bytes of BF16, 8 of codes): column offsets, the rope's length and
+  // rows (of the cache, and the phase policy's BF16 fresh rows) in whole pieces.
   const auto whole = [](int64_t x) { return x % 8 == 0; };
   if (!whole(a.k1_off) || !whole(q2_len) || (q2_len > 0 && !whole(a.k2_off)) || a.kv.row_bytes % 16 != 0 ||
-      !whole(a.kv.width)) {
+      !whole(a.kv.width) || a.out_ld % 2 != 0) {  // (outputs stored in pairs)
     return false;
   }
+  // Codes are staged in 16-byte copies of the keys' columns alone (not the rest of the row, such
+  // as GLM-5's index key): those columns in whole 16-code pieces.
+  if (codes && (a.k1_off % 16 != 0 || q2_len % 16 != 0 || (q2_len > 0 && a.k2_off % 16 != 0))) return false;
   WgPlan p;
   p.head_blocks = static_cast<int32_t>((a.heads + wg::kHeads - 1) / wg::kHeads);
   p.kblocks = 8 + (q2_len > 0 ? 1 : 0);
+  p.codes = codes ? 1 : 0;
+  p.ss = codes ? static_cast<int32_t>(a.q1_len + q2_len) : 0;
   p.off_k = p.kblocks * wg::kBlockBytes;
-  p.off_p = p.off_k + 2 * p.kblocks * wg::kBlockBytes;
-  p.off_r = p.off_p + wg::kBlockBytes;
+  p.off_p = p.off_k + (codes ? 1 : 2) * p.kblocks * wg::kBlockBytes;
+  p.off_s = p.off_p + wg::kBlockBytes;
+  p.off_r = p.off_s + 2 * wg::kChunk * p.ss;
   p.off_f = p.off_r + 2 * wg::kMetaBytes;
   p.bytes = p.off_f + 2 * 2 * wg::kHeads * 4;  // red_max, red_sum: [2 warpgroups][64 heads] each
-  if (a.max_shared_bytes < p.bytes) return false;  // Hopper allows a block 227 KiB: 226.5 needed
+  // Kimi K2's rows take all of the 227 KiB Hopper allows a block, BF16 and FP8 alike.
+  if (a.max_shared_bytes < p.bytes) return false;
   *pl = p;
   return true;
 }

@@ -4,7 +4,9 @@
 // or 32 heads in the mma.sync kernel (attention_tc.cu). Per chunk of 64 positions:
 //   load    the next chunk's rows are copied (cp.async, 16-byte pieces) into the other of two K
 //           tiles while this chunk is computed; a tile is 9 blocks of [64 positions][64 columns]
-//           (the latent's 8 and the rope key's) in the 128-byte swizzle the MMAs read;
+//           (the latent's 8 and the rope key's) in the 128-byte swizzle the MMAs read (flat FP8
+//           rows: their codes into the other of two staging areas, decoded into one K tile
+//           when their chunk comes, the layer scale applied to scores and probabilities);
 //   scores  each warpgroup multiplies the 64 heads' query (bfloat16, in shared memory) by its 32
 //           positions: 36 m64n32k16 MMAs, float32 accumulators in registers;
 //   softmax the two warpgroups exchange their row maxima through shared memory, rescale their
@@ -29,6 +31,11 @@ inline constexpr bool kHaveWgmma = true;
 inline constexpr bool kHaveWgmma = false;
 #endif
 
+__device__ __forceinline__ uint8_t* WgShared() {
+  extern __shared__ __align__(1024) uint8_t llmrt_wg_shared[];
+  return llmrt_wg_shared;
+}
+
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -44,9 +51,9 @@ namespace llmrt::cuda {
 
 namespace {
 
-template <int kKb>
+template <int kKb, bool kCodes>
 cudaError_t Launch(const AttentionArgs& a, const WgPlan& pl, int32_t* err, cudaStream_t s) {
-  auto kernel = wg::WgAttentionKernel<kKb>;
+  auto kernel = wg::WgAttentionKernel<kKb, kCodes>;
   if (const cudaError_t e = AllowDynamicShared(kernel, pl.bytes, a.max_shared_bytes); e != cudaSuccess) return e;
   if (const cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
@@ -61,9 +68,11 @@ cudaError_t Launch(const AttentionArgs& a, const WgPlan& pl, int32_t* err, cudaS
 }  // namespace
 
 cudaError_t LaunchWgmmaAttention(const AttentionArgs& a, const WgPlan& pl, int32_t* err, cudaStream_t s) {
-  switch (pl.kblocks) {
-    case 8: return Launch<8>(a, pl, err, s);
-    case 9: return Launch<9>(a, pl, err, s);
+  switch (pl.kblocks * 2 + pl.codes) {
+    case 16: return Launch<8, false>(a, pl, err, s);
+    case 17: return Launch<8, true>(a, pl, err, s);
+    case 18: return Launch<9, false>(a, pl, err, s);
+    case 19: return Launch<9, true>(a, pl, err, s);
     default: return cudaErrorInvalidValue;
   }
 }

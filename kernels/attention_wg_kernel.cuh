@@ -5,6 +5,8 @@
 //
 // The includer defines, before including this file, in namespace llmrt::cuda::wg:
 //   constexpr bool kHaveWgmma                  the instructions below exist (sm_90a);
+//   uint8_t* WgShared()                        the block's dynamic shared memory, declared
+//                                              1024-byte aligned (the swizzle's pattern);
 //   uint32_t SharedAddress(const void* p)      p's address in the block's shared window;
 //   void WgFence(), WgCommit(), WgWaitAll()    wgmma.fence / commit_group / wait_group 0;
 //   void FenceProxyAsync()                     fence.proxy.async.shared::cta;
@@ -47,12 +49,16 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t addr, uint32_t lbo, uint
 // A thread of warp w (in its warpgroup), lane 4g + c, holds rows r0 = 16w + g and r0 + 8 of
 // both its fragments: scores s[i] at column 8(i / 4) + 2c + (i % 2), values o[k] at column
 // 8(k / 4) + 2c + (k % 2), of row r0 + 8((i / 2) % 2).
-// kKb: WgPlan::kblocks (8: no rope key; 9), so that the scores' MMAs unroll.
-template <int kKb>
+// kKb: WgPlan::kblocks (8: no rope key; 9), so that the scores' MMAs unroll. kCodes:
+// WgPlan::codes (flat FP8 rows: the copies stage the codes, which all threads then decode into
+// the one K tile; their layer scale multiplies the scores and the probabilities).
+template <int kKb, bool kCodes>
 __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a, WgPlan pl, int32_t* err) {
-  uint8_t* smem = DynamicShared<uint8_t>();
+  uint8_t* smem = WgShared();
   const uint32_t base = SharedAddress(smem);
-  if (!kHaveWgmma || (base & 1023u) != 0) {  // the launcher checks both; a build that lacks them
+  // The launcher takes this kernel only where its sm_90a code is built, and its shared memory
+  // is declared 1024-byte aligned: a build or a declaration that breaks either fails loudly.
+  if (!kHaveWgmma || (base & 1023u) != 0) {
     if (threadIdx.x == 0) RaiseError(err, kErrKernel);
     return;
   }
@@ -62,6 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
   const uint32_t stage_bytes = static_cast<uint32_t>(kb * kBlockBytes);
   const uint8_t** meta_ptr = reinterpret_cast<const uint8_t**>(smem + pl.off_r);  // [2][kChunk]
   int* meta_flags = reinterpret_cast<int*>(smem + pl.off_r + 2 * kChunk * 8);   // [2][kChunk]
+  float* meta_scale = reinterpret_cast<float*>(smem + pl.off_r + 2 * kChunk * 12);  // [2][kChunk]
   float* red_max = reinterpret_cast<float*>(smem + pl.off_f);                  // [2][kHeads]
   float* red_sum = red_max + 2 * kHeads;                                       // [2][kHeads]
 
@@ -73,15 +80,13 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
   const BatchRef& b = a.batch;
   const Context cx = ContextOf(a.kv, b, t);
   const int32_t* sel = a.selected != nullptr ? a.selected + t * a.top_k : nullptr;
-  int64_t n = cx.ctx;
-  if (sel != nullptr) {
-    n = 0;
-    while (n < a.top_k && sel[n] != -1) ++n;
-  }
+  // (The row sums' area is free until the end.)
+  const int64_t n = sel != nullptr ? SelectedCount(sel, a.top_k, reinterpret_cast<int*>(red_sum)) : cx.ctx;
   // This split's positions [begin, end): equal shares in whole chunks.
   const int64_t share = ((n + a.splits - 1) / a.splits + kChunk - 1) / kChunk * kChunk;
   const int64_t begin = split * share, end = begin + share < n ? begin + share : n;
   bool bad = false;
+  const float layer_scale = kCodes ? LayerScale(a.kv, a.layer) : 1.0f;
   // The rows of the chunk at c0 found into stage st's metadata (one thread per row) ...
   const auto locate = [&](int64_t c0, int st) {
     if (tid < kChunk) {
@@ -93,12 +98,26 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
         if (!ok) bad = true;
       }
       meta_ptr[st * kChunk + tid] = ok ? row.data : nullptr;
-      meta_flags[st * kChunk + tid] = ok ? 1 : 0;
+      meta_flags[st * kChunk + tid] = (ok ? kRowValid : 0) | (ok && row.fresh ? kRowFresh : 0);
+      meta_scale[st * kChunk + tid] = kCodes && ok && !row.fresh ? layer_scale : 1.0f;
     }
   };
-  // ... and, once published, copied into stage st's K tile in 16-byte pieces (consecutive
-  // threads: consecutive pieces of a row), the rope key's padding and missing rows zero.
+  // ... and, once published, copied in 16-byte pieces (consecutive threads: consecutive pieces
+  // of a row): BF16 rows into stage st's K tile, the rope key's padding and missing rows zero;
+  // rows of codes, their keys' columns, into stage st's staging area (the decode pass reads the
+  // phase policy's BF16 fresh rows and zeroes missing rows itself).
   const auto issue = [&](int st) {
+    if constexpr (kCodes) {
+      uint8_t* staged = smem + pl.off_s + st * kChunk * pl.ss;
+      const int row_pieces = pl.ss / 16;
+      for (int i = tid; i < kChunk * row_pieces; i += kThreads) {
+        const int r = i / row_pieces, at = 16 * (i % row_pieces);
+        const uint8_t* src = meta_ptr[st * kChunk + r];
+        if (src == nullptr || (meta_flags[st * kChunk + r] & kRowFresh) != 0) continue;
+        CpAsync16(staged + r * pl.ss + at, src + (at < q1_len ? a.k1_off + at : a.k2_off + (at - q1_len)));
+      }
+      return;
+    }
     uint8_t* kt = smem + pl.off_k + st * stage_bytes;
     for (int i = tid; i < kChunk * pieces; i += kThreads) {
       const int r = i / pieces, piece = i % pieces, col = 8 * piece;
@@ -112,11 +131,17 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
       }
     }
   };
-  if (begin < end) {
-    locate(begin, 0);
-    __syncthreads();
-    issue(0);
+  if (begin >= end) {  // an empty split (more splits than chunks): no position, for the combine
+    if (a.splits > 1 && tid < nh) {
+      float* part = a.partial + ((t * a.heads + h0 + tid) * a.splits + split) * (a.dv + 2);
+      part[0] = -INFINITY;
+      part[1] = 0.0f;
+    }
+    return;
   }
+  locate(begin, 0);
+  __syncthreads();
+  issue(0);
 
   // The query [64 heads][kb * 64 columns] as bfloat16, rows past the heads and columns past the
   // query's zero: piece i of the row's pieces (the latent's, then the rope's); after the first
@@ -158,7 +183,30 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
     FenceProxyAsync();  // this thread's copies and zero pieces, for the MMAs' reads
     __syncthreads();    // this chunk's rows are in place; the next chunk's addresses are published
     if (next < end) issue(st ^ 1);
-    const uint32_t k_addr = base + static_cast<uint32_t>(pl.off_k) + st * stage_bytes;
+    if constexpr (kCodes) {
+      // Decode this chunk's rows into the K tile, 8 values a piece: codes from the staging area
+      // (exact in bfloat16; the scale comes after the products), the pass's own BF16 rows from
+      // global memory, zeros for missing rows and the rope's padding.
+      uint8_t* kt = smem + pl.off_k;
+      const uint8_t* staged = smem + pl.off_s + st * kChunk * pl.ss;
+      for (int i = tid; i < kChunk * pieces; i += kThreads) {
+        const int r = i / pieces, piece = i % pieces, col = 8 * piece;
+        const uint8_t* src = meta_ptr[st * kChunk + r];
+        const bool value = src != nullptr && col < q1_len + q2_len;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (value && (meta_flags[st * kChunk + r] & kRowFresh) != 0) {
+          const int64_t from = col < q1_len ? a.k1_off + col : a.k2_off + (col - q1_len);
+          v = *reinterpret_cast<const uint4*>(src + from * 2);
+        } else if (value) {
+          const uint2 c8 = *reinterpret_cast<const uint2*>(staged + r * pl.ss + col);
+          v = make_uint4(Fp8PairToBf16(c8.x), Fp8PairToBf16(c8.x >> 16), Fp8PairToBf16(c8.y), Fp8PairToBf16(c8.y >> 16));
+        }
+        *reinterpret_cast<uint4*>(kt + (piece >> 3) * kBlockBytes + PieceOffset(r, piece & 7)) = v;
+      }
+      FenceProxyAsync();
+      __syncthreads();  // the K tile is whole
+    }
+    const uint32_t k_addr = base + static_cast<uint32_t>(pl.off_k) + (kCodes ? 0u : st * stage_bytes);
 
     // Scores: the 64 heads times this warpgroup's 32 positions, over the kb * 4 steps of 16
     // columns (a step: 32 bytes into each 128-byte row of its block).
@@ -183,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const int j = 32 * wgi + 8 * (i >> 2) + 2 * c + (i & 1);
-      s[i] = meta_flags[st * kChunk + j] != 0 ? s[i] * a.scale : -INFINITY;
+      s[i] = (meta_flags[st * kChunk + j] & kRowValid) != 0 ? s[i] * meta_scale[st * kChunk + j] * a.scale : -INFINITY;
       if ((i >> 1) & 1) {
         mx1 = fmaxf(mx1, s[i]);
       } else {
@@ -213,10 +261,12 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
       } else {
         ps0 += p0 + p1;
       }
-      // The probabilities as bfloat16, [64 heads][64 positions] with the 128-byte swizzle.
+      // The probabilities (times their rows' scales) as bfloat16, [64 heads][64 positions] with
+      // the 128-byte swizzle.
       const int row = r0 + (hi ? 8 : 0), col = 32 * wgi + 8 * (i >> 2) + 2 * c;
+      const float v0 = p0 * meta_scale[st * kChunk + col], v1 = p1 * meta_scale[st * kChunk + col + 1];
       *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(ps) + PieceOffset(row, col >> 3) + (col & 7) * 2) =
-          RoundBf16(p0) | (static_cast<uint32_t>(RoundBf16(p1)) << 16);
+          RoundBf16(v0) | (static_cast<uint32_t>(RoundBf16(v1)) << 16);
     }
     for (int x = 1; x <= 2; x <<= 1) {
       ps0 += __shfl_xor_sync(0xffffffffu, ps0, x);
@@ -273,9 +323,9 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
       mul = l > 0.0f ? 1.0f / l : 0.0f;  // no position: zeros, as the CPU
     }
 #pragma unroll
-    for (int k = 0; k < 128; ++k) {
-      if (((k >> 1) & 1) != half) continue;
-      dst[256 * wgi + 8 * (k >> 2) + 2 * c + (k & 1)] = o[k] * mul;
+    for (int k = 0; k < 128; k += 4) {  // columns 8(k / 4) + 2c and the next
+      const int col = 256 * wgi + 8 * (k >> 2) + 2 * c;
+      *reinterpret_cast<float2*>(dst + col) = make_float2(o[k + 2 * half] * mul, o[k + 2 * half + 1] * mul);
     }
   }
 }

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "kernels/kernels.h"
@@ -29,6 +31,26 @@ __device__ __forceinline__ uint16_t RoundBf16(float f) {
 #else
   return F32ToBf16(f);
 #endif
+}
+
+// Two bfloat16 values (rounded to nearest even), `low` in the low half: one cvt on the device
+// (its first source goes to the upper half).
+__device__ __forceinline__ uint32_t PackBf16(float low, float high) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(high), "f"(low));
+  return d;
+#else
+  return static_cast<uint32_t>(RoundBf16(low)) | (static_cast<uint32_t>(RoundBf16(high)) << 16);
+#endif
+}
+
+// The e4m3 pair in the low 16 bits of `pair` as two bfloat16 values (the low byte in the low
+// half), exact: e4m3x2 -> f16x2 (one instruction from sm_89 on), float32, one bf16x2 cvt.
+__device__ __forceinline__ uint32_t Fp8PairToBf16(uint32_t pair) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
+  const float2 f = __half22float2(__half2(raw));
+  return PackBf16(f.x, f.y);
 }
 
 // The value of an e4m3fn code (OCP: bias 7, subnormals m * 2^-9, S.1111.111 NaN, no

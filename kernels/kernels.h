@@ -264,7 +264,7 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 //     BF16, flat FP8 and tiled FP8 rows (codes, exact in bfloat16, times their scales after the
 //     products).
 //   kTensorCoreBf16: the same kernel with one bfloat16 part (FlashMLA's numerics; 2^-8).
-//   kWgmma: MLA layers with a latent of 512 in BF16 rows on Hopper's warpgroup MMAs (sm_90a):
+//   kWgmma: MLA layers with a latent of 512 in BF16 or flat FP8 rows on Hopper's warpgroup MMAs (sm_90a):
 //     blocks of 64 heads, so each latent row is read once per 64 heads; one bfloat16 part as
 //     kTensorCoreBf16, which runs every case it does not take.
 //   kScalar: one block per (token, head) on the CUDA cores in float32; what every case the

@@ -107,6 +107,25 @@ __device__ __forceinline__ bool Locate(const KvRef& kv, int64_t layer, const Con
   return true;
 }
 
+// The number of a token's selected positions (its list of top_k ends at the first -1), found by
+// the whole block: each thread looks at a strided share for a -1 and the first is kept by an
+// atomic minimum in `slot` (a shared int, free again on return): a few independent loads a
+// thread, where each thread scanning the list itself took up to top_k dependent loads.
+__device__ __forceinline__ int64_t SelectedCount(const int32_t* sel, int64_t top_k, int* slot) {
+  if (threadIdx.x == 0) *slot = static_cast<int>(top_k);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < top_k; i += blockDim.x) {
+    if (sel[i] == -1) {
+      atomicMin(slot, static_cast<int>(i));
+      break;
+    }
+  }
+  __syncthreads();
+  const int64_t n = *slot;
+  __syncthreads();
+  return n;
+}
+
 }  // namespace llmrt::cuda
 
 #endif  // LLMRT_KERNELS_KV_ACCESS_CUH_

@@ -157,11 +157,8 @@ __global__ void ScalarAttentionKernel(AttentionArgs a, int32_t* err) {
   const int64_t ctx = cx.ctx;
   const float layer_scale = LayerScale(a.kv, a.layer);
   const int32_t* sel = a.selected != nullptr ? a.selected + t * a.top_k : nullptr;
-  int64_t n = ctx;
-  if (sel != nullptr) {
-    n = 0;
-    while (n < a.top_k && sel[n] != -1) ++n;
-  }
+  __shared__ int first_unselected;
+  const int64_t n = sel != nullptr ? SelectedCount(sel, a.top_k, &first_unselected) : ctx;
   const int64_t k1 = a.k1_off + g * a.k_head_step, v_off = a.v_off + g * a.v_head_step;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   // This split's positions [begin, end): equal shares in whole chunks.

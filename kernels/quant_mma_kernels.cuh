@@ -56,17 +56,6 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kTokens = 16;  // tokens a block takes: two n8 fragments
 constexpr int kRows = 16;    // weight rows (output columns) of a block
 
-// Two bfloat16 values (rounded to nearest even), `low` in the low half: one cvt on the device
-// (its first source goes to the upper half).
-__device__ __forceinline__ uint32_t PackBf16(float low, float high) {
-#if defined(__CUDA_ARCH__)
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(high), "f"(low));
-  return d;
-#else
-  return static_cast<uint32_t>(RoundBf16(low)) | (static_cast<uint32_t>(RoundBf16(high)) << 16);
-#endif
-}
 
 // The nibble pair at bits 4j and 16 + 4j of `word >> 4j` (the caller shifts) as bfloat16 values
 // nibble - 8: lop3 under the exponent of 128, then a bf16x2 fma v * 1 - 136 (both exact; fma
@@ -95,13 +84,6 @@ __device__ __forceinline__ void SplitParts(float x, float* hi, float* lo) {
 // (4m + 2, 4m + 3).
 enum class Layout { kNibbles, kAdjacent };
 
-// The e4m3 pair in the low 16 bits of `pair` as two bfloat16 values (the low byte in the low
-// half), exact: e4m3x2 -> f16x2 (one instruction from sm_89 on), float32, one bf16x2 cvt.
-__device__ __forceinline__ uint32_t Fp8PairToBf16(uint32_t pair) {
-  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
-  const float2 f = __half22float2(__half2(raw));
-  return PackBf16(f.x, f.y);
-}
 
 // One thread per (token, step, lane column c): x[t][32s + 8c .. 8c+7] as two units (hi, lo).
 template <Layout kLayout>

@@ -323,15 +323,18 @@ gpu_tables() {
   return $rc
 }
 export -f gpu_tables
-# Nsight Compute on the two kernels furthest from the copy bandwidth in the microbenchmark: the
+# Nsight Compute on the kernels furthest from the copy bandwidth in the microbenchmark: the
 # two-stage tensor-core MLA attention at 128K positions, BF16 KV (its 57th launch: 7 per context
-# length and codec, the one-stage kernel's 42 first) and the
+# length and codec, the one-stage kernel's 42 first), the warpgroup MLA attention there, and the
 # INT4 GEMV at T = 1. Where ncu cannot read the counters, the step fails and nothing else does.
 ncu_bin=$(command -v ncu || ls "$cuda_root"/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 gpu_profile() {
   local sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
                   --section SchedulerStats --section MemoryWorkloadAnalysis)
   "$ncu_bin" --clock-control none -k regex:TcAttentionKernel -s 56 -c 1 "${sections[@]}" \
+    "$build/tests/llmrt_cuda_microbench" || return 1
+  # The warpgroup kernel at 128K positions, BF16 KV (its 15th launch: 7 per context length).
+  "$ncu_bin" --clock-control none -k regex:WgAttentionKernel -s 14 -c 1 "${sections[@]}" \
     "$build/tests/llmrt_cuda_microbench" || return 1
   "$ncu_bin" --clock-control none --kernel-name-base mangled -k regex:QuantGemvKernelILi4E -s 2 -c 1 "${sections[@]}" \
     "$build/tests/llmrt_cuda_microbench" || return 1
@@ -394,7 +397,7 @@ gpu_accuracy() {
 }
 export -f gpu_accuracy
 step accuracy 150 gpu_accuracy
-step profile 110 gpu_profile
+step profile 140 gpu_profile
 step tables 240 gpu_tables
 step breakdown 120 gpu_breakdown
 echo "failed=$failed" >> "$summary"

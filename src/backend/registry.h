@@ -40,7 +40,7 @@ struct BackendOptions {
   // in the environment: "tc", "tc-bf16", "wgmma" or "scalar"). kTensorCore: bf16 MMAs with the
   // query and the probabilities in two bf16 parts each (within the float32 conformance bounds);
   // kTensorCoreBf16: one part (FlashMLA's numerics, faster); kWgmma: one part, MLA layers with a
-  // latent of 512 in BF16 rows on Hopper's warpgroup MMAs (64 heads a block), everything else as
+  // latent of 512 in BF16 or flat FP8 rows on Hopper's warpgroup MMAs (64 heads a block), everything else as
   // kTensorCoreBf16; kScalar: float32 on the CUDA cores.
   enum class DeviceAttention { kTensorCore, kTensorCoreBf16, kScalar, kWgmma };
   DeviceAttention device_attention = DeviceAttention::kTensorCore;

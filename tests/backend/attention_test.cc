@@ -354,18 +354,24 @@ TEST_P(AttentionOps, CudaAttentionStagesAndQueryPlacement) {
 }
 
 // The warpgroup kernel on Hopper (the emulation checks its descriptors and fragments against
-// the PTX ISA's rules; this, the hardware's): Kimi K2's BF16 rows with 64 heads (one block a
-// token), 18 (rows past the heads zero) and 130 (three blocks), dense and selected positions,
-// contexts of several splits.
+// the PTX ISA's rules; this, the hardware's): Kimi K2's BF16 and flat FP8 rows (with and without
+// the phase policy's BF16 fresh rows) with 64 heads (one block a token), 18 (rows past the heads
+// zero) and 130 (three blocks), dense and selected positions; contexts of several splits.
 TEST_P(AttentionOps, CudaWarpgroupAttention) {
   if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's attention kernels";
   std::mt19937 rng(56);
   UseCudaAttention(BackendOptions::DeviceAttention::kWgmma);
-  const KvCodec* bf16 = FindKvCodec(kKvCodecBf16);
-  for (const int64_t heads : {64, 18, 130}) {
-    SCOPED_TRACE(::testing::Message() << heads << " heads");
-    for (bool sparse : {false, true}) CheckMla(bf16, {512, 64, 0, 128, 128, heads, 16}, false, sparse, rng);
-    CheckMla(bf16, {512, 64, 0, 128, 128, heads, 64}, false, false, rng, {{700, 1}, {1500, 1}, {300, 2}, {5000, 1}});
+  for (const uint32_t id : {kKvCodecBf16, kKvCodecFp8}) {
+    const KvCodec* codec = FindKvCodec(id);
+    for (bool fresh : {false, true}) {
+      if (fresh && !codec->lossy()) continue;
+      for (const int64_t heads : {64, 18, 130}) {
+        SCOPED_TRACE(::testing::Message() << codec->name() << (fresh ? " fresh " : " ") << heads << " heads");
+        for (bool sparse : {false, true}) CheckMla(codec, {512, 64, 0, 128, 128, heads, 16}, fresh, sparse, rng);
+      }
+      // Several splits of several chunks (the double reference's work kept to one block a token).
+      CheckMla(codec, {512, 64, 0, 128, 128, 64, 64}, fresh, false, rng, {{700, 1}, {1500, 1}, {300, 2}, {3000, 1}});
+    }
   }
 }
 

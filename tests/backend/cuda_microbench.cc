@@ -253,7 +253,7 @@ int Main() {
   std::printf("\nMLA decode attention, %lld heads, KV [%lld + %lld], one token (LLMRT_CUDA_ATTENTION kernels; s1 / s2:\n"
               "LLMRT_CUDA_ATTENTION_STAGES; qs: the query's fragments read from shared memory every chunk, as\n"
               "before 2026-12-05; t1: blocks of one tile of 16 heads, not the plan's two where they fit;\n"
-              "wgmma: 64 heads a block on the warpgroup MMAs, BF16 rows (FP8 rows run tc-bf16 s2);\n"
+              "wgmma: 64 heads a block on the warpgroup MMAs;\n"
               "TFLOP/s counts each product once per bfloat16 part of the query)\n"
               "%10s %6s %8s %10s %16s %10s\n",
               static_cast<long long>(H), static_cast<long long>(L), static_cast<long long>(R), "kernel", "KV",

@@ -105,8 +105,17 @@ inline void CpAsyncWaitAll() {
 #include "tests/cuda_emulation/wgmma_emulation.h"
 
 namespace llmrt::cuda::wg {
-using tc::CpAsync16;
-using tc::CpAsyncWaitAll;
+// tc's copies, and the thread's copies awaited since its last fence.proxy.async.
+inline std::vector<int> g_copies(1024, 0);
+inline void CpAsync16(void* shared_dst, const void* global_src) {
+  tc::CpAsync16(shared_dst, global_src);
+  ++g_copies[threadIdx.x];
+}
+inline void CpAsyncWaitAll() {
+  tc::CpAsyncWaitAll();
+  if (g_copies[threadIdx.x] > 0) emulation::g_protocol[threadIdx.x].copies_unfenced = true;
+  g_copies[threadIdx.x] = 0;
+}
 }  // namespace llmrt::cuda::wg
 
 #include "kernels/attention_wg_kernel.cuh"
@@ -147,18 +156,21 @@ void Run(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
 
 // The warpgroup-MMA kernel (AttentionKernel::kWgmma).
 void RunWgmma(const AttentionArgs& a, const WgPlan& pl, int32_t* err) {
+  emulation::g_protocol_failures = 0;
   emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits), 1},
                      wg::kThreads, static_cast<size_t>(pl.bytes), [&] {
+                       emulation::g_protocol[threadIdx.x] = {};
+                       ASSERT_TRUE(pl.kblocks == 8 || pl.kblocks == 9);
                        if (pl.kblocks == 9) {
-                         wg::WgAttentionKernel<9>(a, pl, err);
+                         pl.codes ? wg::WgAttentionKernel<9, true>(a, pl, err) : wg::WgAttentionKernel<9, false>(a, pl, err);
                        } else {
-                         ASSERT_EQ(pl.kblocks, 8);
-                         wg::WgAttentionKernel<8>(a, pl, err);
+                         pl.codes ? wg::WgAttentionKernel<8, true>(a, pl, err) : wg::WgAttentionKernel<8, false>(a, pl, err);
                        }
                        EXPECT_TRUE(tc::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
                        tc::g_pending[threadIdx.x].clear();
                        EXPECT_TRUE(emulation::g_wgmma[threadIdx.x / 128].ops.empty()) << "MMAs never waited for";
                      });
+  EXPECT_EQ(emulation::g_protocol_failures, 0) << "warpgroup MMA protocol violations";
 }
 
 // The combine of splits (kvk::AttentionCombineKernel), one block per (token, head).
@@ -278,7 +290,9 @@ void Check(const Case& cs, std::mt19937& rng) {
     std::iota(pos.begin(), pos.end(), 0);
     if (!cs.sparse) continue;
     std::shuffle(pos.begin(), pos.end(), rng);
-    pos.resize(std::min<size_t>(static_cast<size_t>(top_k - 1), pos.size()));  // then -1
+    // Even tokens: at most top_k - 1 positions, then -1; odd ones: up to all top_k (no -1 where
+    // the context has that many).
+    pos.resize(std::min<size_t>(static_cast<size_t>(t % 2 == 0 ? top_k - 1 : top_k), pos.size()));
     std::sort(pos.begin(), pos.end());
     for (int64_t i = 0; i < top_k; ++i) {
       selected.push_back(i < static_cast<int64_t>(pos.size()) ? static_cast<int32_t>(pos[i]) : -1);
@@ -336,7 +350,8 @@ void Check(const Case& cs, std::mt19937& rng) {
     a.top_k = top_k;
   }
   std::vector<float> out(static_cast<size_t>(T * H * dv), -7.0f);
-  std::vector<float> partial(static_cast<size_t>(T * H * cs.splits * (dv + 2)), -9.0f);
+  // (Unwritten partial results would read as a split with a positive sum.)
+  std::vector<float> partial(static_cast<size_t>(T * H * cs.splits * (dv + 2)), 9.0f);
   a.out = out.data();
   a.out_ld = H * dv;
   a.splits = cs.splits;
@@ -556,6 +571,46 @@ TEST(TensorCoreAttentionEmulated, WarpgroupMmas) {
   Check({true, 70, 0, 0, 512, 32, kKvCodecBf16, false, false, 8, {{40, 1}, {0, 3}}, 2, kWg}, rng);
 }
 
+// A shared memory base that is not 1024-byte aligned (the swizzle's pattern would not start where
+// the descriptors say): the kernel raises kErrKernel rather than compute.
+TEST(TensorCoreAttentionEmulated, WarpgroupMmasNeedAnAlignedBase) {
+  AttentionArgs a{};
+  a.batch.num_tokens = 1;
+  a.heads = 64;
+  a.splits = 1;
+  WgPlan plan;
+  plan.head_blocks = 1;
+  plan.kblocks = 9;
+  plan.bytes = 4096;
+  for (const uint32_t skew : {0u, 512u}) {
+    wg::g_shared_skew = skew;
+    int32_t err = kErrNone;
+    if (skew != 0) RunWgmma(a, plan, &err);
+    EXPECT_EQ(err, skew != 0 ? kErrKernel : kErrNone);
+  }
+  wg::g_shared_skew = 0;
+}
+
+// Flat FP8 rows on the warpgroup kernel: codes staged, decoded into the one K tile, the layer's
+// scale on the scores and probabilities; the phase policy's BF16 fresh rows (scale 1) read from
+// global memory beside them; both schedules and both copy landings.
+TEST(TensorCoreAttentionEmulated, WarpgroupMmasOnFp8Rows) {
+  std::mt19937 rng(84);
+  for (emulation::Schedule schedule : {emulation::Schedule::kRoundRobin, emulation::Schedule::kGroupsInOrder}) {
+    emulation::g_schedule = schedule;
+    for (tc::Landing landing : {tc::Landing::kAtWait, tc::Landing::kAtIssue}) {
+      tc::g_landing = landing;
+      for (bool fresh : {false, true}) {
+        Check({true, 64, 0, 0, 512, 64, kKvCodecFp8, fresh, false, 16, {{150, 1}, {33, 2}}, 1, kWg}, rng);
+      }
+    }
+  }
+  emulation::g_schedule = emulation::Schedule::kRoundRobin;
+  tc::g_landing = tc::Landing::kAtWait;
+  Check({true, 18, 0, 0, 512, 64, kKvCodecFp8, true, true, 16, {{90, 1}, {0, 5}}, 2, kWg}, rng);
+  Check({true, 70, 0, 0, 512, 32, kKvCodecFp8, false, false, 8, {{200, 1}}, 3, kWg}, rng);
+}
+
 // A plan's arguments for Kimi K2's rows (64 heads, latent 512, rope 64) in BF16, no data.
 AttentionArgs KimiRows() {
   AttentionArgs a{};
@@ -573,7 +628,7 @@ AttentionArgs KimiRows() {
 }
 
 // What the warpgroup kernel takes: MLA's latent of 512 (the keys' first columns and the values)
-// with a rope key of up to 64 columns in whole 16-byte pieces, BF16 rows, on compute capability
+// with a rope key of up to 64 columns in whole pieces, BF16 or flat FP8 rows, on compute capability
 // 9.0 with the shared memory it needs (Hopper's 227 KiB a block); else the tensor-core plan runs
 // the call, with the same one bfloat16 part.
 TEST(TensorCoreAttentionEmulated, ThePlanTakesWarpgroupsForMlaOnHopper) {
@@ -585,9 +640,28 @@ TEST(TensorCoreAttentionEmulated, ThePlanTakesWarpgroupsForMlaOnHopper) {
   ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
   EXPECT_EQ(plan.head_blocks, 1);
   EXPECT_EQ(plan.kblocks, 9);
-  EXPECT_EQ(plan.bytes, 231936);
+  EXPECT_EQ(plan.bytes, 227 * 1024);  // all of it
   EXPECT_EQ(plan.off_k, 9 * 8192);
   EXPECT_EQ(plan.off_p, 27 * 8192);
+  EXPECT_EQ(plan.codes, 0);
+  a.kv.type = a.kv.row.type = kElemFp8E4M3;  // flat FP8: one K tile, the codes staged twice
+  a.kv.row_bytes = a.kv.width;
+  ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
+  EXPECT_EQ(plan.codes, 1);
+  EXPECT_EQ(plan.ss, 576);
+  EXPECT_EQ(plan.off_p, 18 * 8192);
+  EXPECT_EQ(plan.bytes, 227 * 1024);
+  a.k2_off = 520;  // the rope's codes not in whole 16-byte pieces: refused for codes, not for BF16
+  EXPECT_FALSE(PlanWgmmaAttention(a, &plan));
+  a.kv.type = a.kv.row.type = kElemBf16;
+  a.kv.row_bytes = a.kv.width * 2;
+  a.kv.width = 592;
+  a.kv.row_bytes = 1184;
+  EXPECT_TRUE(PlanWgmmaAttention(a, &plan));
+  a = KimiRows();
+  a.kernel = AttentionKernel::kWgmma;
+  a.compute_capability = 90;
+  a.max_shared_bytes = 227 * 1024;
   a.heads = 130;
   ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
   EXPECT_EQ(plan.head_blocks, 3);
@@ -598,7 +672,8 @@ TEST(TensorCoreAttentionEmulated, ThePlanTakesWarpgroupsForMlaOnHopper) {
   a.q2 = nullptr;  // no rope key
   ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
   EXPECT_EQ(plan.kblocks, 8);
-  const auto refused = [&](const char* why, const std::function<void(AttentionArgs&)>& change) {
+  // Refused: the tensor-core plan runs it with one part (F32 rows: the scalar kernel).
+  const auto refused = [&](const char* why, const std::function<void(AttentionArgs&)>& change, bool tc_runs = true) {
     AttentionArgs b = KimiRows();
     b.kernel = AttentionKernel::kWgmma;
     b.compute_capability = 90;
@@ -607,18 +682,28 @@ TEST(TensorCoreAttentionEmulated, ThePlanTakesWarpgroupsForMlaOnHopper) {
     WgPlan p;
     EXPECT_FALSE(PlanWgmmaAttention(b, &p)) << why;
     TcPlan tc;
-    EXPECT_TRUE(PlanTensorCoreAttention(b, &tc)) << why;
-    EXPECT_EQ(tc.terms, 1) << why;
+    EXPECT_EQ(PlanTensorCoreAttention(b, &tc), tc_runs) << why;
+    if (tc_runs) EXPECT_EQ(tc.terms, 1) << why;
   };
   refused("not chosen", [](AttentionArgs& b) { b.kernel = AttentionKernel::kTensorCoreBf16; });
   refused("an Ada device", [](AttentionArgs& b) { b.compute_capability = 89; });
   refused("a Blackwell device", [](AttentionArgs& b) { b.compute_capability = 100; });
   refused("the device unknown", [](AttentionArgs& b) { b.compute_capability = 0; });
-  refused("200 KiB of shared memory", [](AttentionArgs& b) { b.max_shared_bytes = 200 * 1024; });
-  refused("FP8 rows", [](AttentionArgs& b) {
+  refused("a byte short of the shared memory", [](AttentionArgs& b) { b.max_shared_bytes = 227 * 1024 - 1; });
+  refused("tiled FP8 rows", [](AttentionArgs& b) {
     b.kv.type = b.kv.row.type = kElemFp8E4M3;
-    b.kv.row_bytes = b.kv.width;
+    b.kv.row.nseg = 2;
+    b.kv.row.seg[0] = {0, 512, 128, 0, 0, 0};
+    b.kv.row.seg[1] = {512, 64, 64, 512, 0, 1};
+    b.kv.row_bytes = 512 + 128 + 16;
   });
+  refused(
+      "F32 rows",
+      [](AttentionArgs& b) {
+        b.kv.type = b.kv.row.type = kElemF32;
+        b.kv.row_bytes = b.kv.width * 4;
+      },
+      false);
   refused("a latent of 256", [](AttentionArgs& b) { b.q1_len = b.dv = 256; });
   refused("a rope key of 80", [](AttentionArgs& b) { b.q2_len = 80; });
   refused("a rope key of 20", [](AttentionArgs& b) { b.q2_len = 20; });

@@ -204,6 +204,12 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
   return old;
 }
 
+inline int32_t atomicMin(int32_t* p, int32_t v) {  // fibers never preempt
+  const int32_t old = *p;
+  if (v < old) *p = v;
+  return old;
+}
+
 inline int32_t atomicCAS(int32_t* p, int32_t compare, int32_t value) {  // fibers never preempt
   const int32_t old = *p;
   if (old == compare) *p = value;

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -51,6 +52,23 @@ struct WarpgroupMma {
 };
 inline std::vector<WarpgroupMma> g_wgmma(8);  // per warpgroup of the block being run
 
+// Each thread's protocol state: wgmma.fence since its last wait (an MMA may not be issued
+// without one: the accumulators were written since), MMAs issued since its last commit (a wait
+// must follow a commit), and cp.async copies landed since its last fence.proxy.async (the MMAs
+// read shared memory through the async proxy: no MMA may be issued, by any thread, while such
+// copies are unfenced). The kernels' ordinary shared stores are not tracked.
+struct ThreadProtocol {
+  bool fenced = false;
+  int uncommitted = 0;
+  bool copies_unfenced = false;
+};
+inline std::vector<ThreadProtocol> g_protocol(1024);
+// A protocol violation: a test failure (the first few reported; each issue would repeat it).
+inline int g_protocol_failures = 0;
+inline void ProtocolFailure(const std::string& what) {
+  if (g_protocol_failures++ < 3) ADD_FAILURE() << what;
+}
+
 inline float SharedBf16(uint32_t logical) {
   const uint32_t phys = logical ^ (((logical >> 7) & 7u) << 4);
   EXPECT_LE(static_cast<size_t>(phys) + 2, g_block->shared_bytes) << "an MMA operand outside the shared memory";
@@ -66,7 +84,7 @@ struct Descriptor {
 inline Descriptor Decode(uint64_t d) {
   EXPECT_EQ(d >> 62, 1u) << "the kernels' operands use the 128-byte swizzle";
   EXPECT_EQ((d >> 49) & 7u, 0u) << "base offset 0";
-  EXPECT_EQ(d & 0xc000c000ull, 0u) << "reserved descriptor bits";
+  EXPECT_EQ(d & 0x3ff1c000c000c000ull, 0u) << "reserved descriptor bits";
   return Descriptor{static_cast<uint32_t>(d & 0x3fffu) << 4, static_cast<uint32_t>((d >> 16) & 0x3fffu) << 4,
                     static_cast<uint32_t>((d >> 32) & 0x3fffu) << 4};
 }
@@ -93,6 +111,16 @@ inline void ReadOperands(const WgmmaOp& op, std::vector<float>* a, std::vector<f
 inline void IssueWgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, int accumulate, bool trans_b) {
   WarpgroupMma& g = g_wgmma[threadIdx.x / 128];
   const unsigned wt = threadIdx.x % 128;
+  if (!g_protocol[threadIdx.x].fenced) {
+    ProtocolFailure("thread " + std::to_string(threadIdx.x) + ": an MMA without wgmma.fence");
+  }
+  ++g_protocol[threadIdx.x].uncommitted;
+  for (unsigned t = 0; t < g_block->fibers.size(); ++t) {
+    if (g_protocol[t].copies_unfenced) {
+      ProtocolFailure("thread " + std::to_string(t) + "'s landed copies reach an MMA without fence.proxy.async");
+      break;
+    }
+  }
   const int k = g.next[wt]++;
   if (k == static_cast<int>(g.ops.size())) {
     WgmmaOp op;
@@ -119,6 +147,10 @@ inline void IssueWgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, int ac
 inline void WaitWgmma() {
   const unsigned wgi = threadIdx.x / 128, wt = threadIdx.x % 128;
   WarpgroupMma& g = g_wgmma[wgi];
+  if (g_protocol[threadIdx.x].uncommitted != 0) {
+    ProtocolFailure("thread " + std::to_string(threadIdx.x) + ": a wait for uncommitted MMAs");
+  }
+  g_protocol[threadIdx.x].fenced = false;
   g_block->warpgroups[wgi].ArriveAndWait();
   if (wt == 0) {
     for (WgmmaOp& op : g.ops) {
@@ -168,13 +200,17 @@ namespace llmrt::cuda::wg {
 
 inline constexpr bool kHaveWgmma = true;
 
+inline uint8_t* WgShared() { return emulation::g_block->shared; }
+// The shared window's address of p: its offset in the block's shared memory, plus g_shared_skew
+// (a test's stand-in for a base that is not 1024-byte aligned).
+inline uint32_t g_shared_skew = 0;
 inline uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(static_cast<const uint8_t*>(p) - emulation::g_block->shared);
+  return static_cast<uint32_t>(static_cast<const uint8_t*>(p) - emulation::g_block->shared) + g_shared_skew;
 }
-inline void WgFence() {}
-inline void WgCommit() {}
+inline void WgFence() { emulation::g_protocol[threadIdx.x].fenced = true; }
+inline void WgCommit() { emulation::g_protocol[threadIdx.x].uncommitted = 0; }
 inline void WgWaitAll() { emulation::WaitWgmma(); }
-inline void FenceProxyAsync() {}
+inline void FenceProxyAsync() { emulation::g_protocol[threadIdx.x].copies_unfenced = false; }
 template <int kN>
 inline void FenceOperands(float (&)[kN]) {}
 inline void MmaM64N32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {

@@ -22,5 +22,6 @@ struct alignas(8) float2 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
 #endif  // LLMRT_TESTS_CUDA_EMULATION_FAKE_CUDA_RUNTIME_API_H_
