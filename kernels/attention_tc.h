@@ -69,8 +69,8 @@ struct TcPlan {
   int32_t tile_stages = 1;       // K / V tiles alternating between chunks (2: BF16 rows in place)
   int32_t blocks_per_sm = 0;     // blocks a multiprocessor holds (0: the device's size unknown)
   // Shared memory: the query (per tile, qbytes apart), K tile(s), V tile(s), probabilities (per
-  // tile), reductions (per tile) and code table, per-stage row metadata (off_r, kMetaBytes each),
-  // staged FP8 rows (per stage); bytes in all.
+  // tile), reductions (per tile) and tiled rows' scale slots and scales, per-stage row metadata
+  // (off_r, kMetaBytes each), staged FP8 rows (per stage); bytes in all.
   int32_t qbytes = 0, off_k = 0, off_v = 0, off_p = 0, off_f = 0, off_r = 0, off_s = 0, bytes = 0;
 };
 

@@ -41,9 +41,9 @@ __device__ __forceinline__ void SplitBf16(float x, uint16_t (&parts)[kTerms]) {
 }
 
 // Values [from, from + n) of a row into dst[0, n) as bfloat16 bits, zeros in [n, n_pad): BF16
-// values as they are, FP8 codes through `table`. One warp; wide loads and stores where both
+// values as they are, FP8 codes by the hardware's e4m3x2 conversion (exact). One warp; wide loads and stores where both
 // sides are aligned for them.
-__device__ __forceinline__ void CopyRowValues(const uint8_t* row, bool codes, const uint16_t* table, int64_t from, int n, int n_pad,
+__device__ __forceinline__ void CopyRowValues(const uint8_t* row, bool codes, int64_t from, int n, int n_pad,
                               uint16_t* dst, int lane) {
   if (codes) {
     const uint8_t* src = row + from;
@@ -52,12 +52,10 @@ __device__ __forceinline__ void CopyRowValues(const uint8_t* row, bool codes, co
       done = n & ~3;
       for (int i = lane * 4; i < done; i += 128) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(src + i);
-        const uint32_t lo = table[w & 0xffu] | (static_cast<uint32_t>(table[(w >> 8) & 0xffu]) << 16);
-        const uint32_t hi = table[(w >> 16) & 0xffu] | (static_cast<uint32_t>(table[w >> 24]) << 16);
-        *reinterpret_cast<uint2*>(dst + i) = make_uint2(lo, hi);
+        *reinterpret_cast<uint2*>(dst + i) = make_uint2(Fp8PairToBf16(w), Fp8PairToBf16(w >> 16));
       }
     }
-    for (int i = done + lane; i < n; i += 32) dst[i] = table[src[i]];
+    for (int i = done + lane; i < n; i += 32) dst[i] = static_cast<uint16_t>(Fp8PairToBf16(src[i]));
   } else {
     const uint16_t* src = reinterpret_cast<const uint16_t*>(row) + from;
     int done = 0;
@@ -79,7 +77,7 @@ __device__ __forceinline__ void CopyRowValues(const uint8_t* row, bool codes, co
 
 // The same for a tiled row (layout r): each segment's part of [from, from + n), codes or BF16
 // values by the segment.
-__device__ __forceinline__ void CopyTiledValues(const uint8_t* row, const KvRowRef& r, const uint16_t* table, int64_t from,
+__device__ __forceinline__ void CopyTiledValues(const uint8_t* row, const KvRowRef& r, int64_t from,
                                        int n, int n_pad, uint16_t* dst, int lane) {
   for (int k = 0; k < r.nseg; ++k) {
     const KvSegRef& sg = r.seg[k];
@@ -87,7 +85,7 @@ __device__ __forceinline__ void CopyTiledValues(const uint8_t* row, const KvRowR
     const int64_t hi = from + n < sg.start + sg.count ? from + n : sg.start + sg.count;
     if (lo >= hi) continue;
     const int cnt = static_cast<int>(hi - lo);
-    CopyRowValues(row + sg.byte_offset, !sg.bf16, table, lo - sg.start, cnt, cnt, dst + (lo - from), lane);
+    CopyRowValues(row + sg.byte_offset, !sg.bf16, lo - sg.start, cnt, cnt, dst + (lo - from), lane);
   }
   for (int i = n + lane; i < n_pad; i += 32) dst[i] = 0;
 }
@@ -160,10 +158,9 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
   float* reductions = reinterpret_cast<float*>(smem + pl.off_f);  // [2][kTiles][kWarps][kRows]
   float* red_max = reductions + gt * kWarps * kRows;               // [kWarps][kRows]
   float* red_sum = reductions + (kTiles + gt) * kWarps * kRows;    // [kWarps][kRows]
-  uint16_t* table = reinterpret_cast<uint16_t*>(reductions + 2 * kTiles * kWarps * kRows);  // [256] e4m3 -> bf16 (codes)
   // Tiled rows: the scale slot of each 16-column step of the keys and of each 8-column tile of the
   // values (-1: BF16), and each chunk row's scales for them.
-  int* kslot = reinterpret_cast<int*>(table + (staged_codec ? 256 : 0));  // [nks]
+  int* kslot = reinterpret_cast<int*>(reductions + 2 * kTiles * kWarps * kRows);  // [nks]
   int* vslot = kslot + pl.nks;                                            // [kNv] (tiled)
   float* kscale = reinterpret_cast<float*>(vslot + (pl.tiled ? kNv : 0));  // [kChunk][nks]
   float* vscale = kscale + kChunk * pl.nks;                               // [kChunk][kNv] (tiled)
@@ -192,9 +189,6 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
 #pragma unroll
       for (int i = 0; i < kTerms; ++i) qs[(i * kRows + r) * pl.qstride + QueryColumn(col, r, pl.qx)] = parts[i];
     }
-  }
-  if (staged_codec) {
-    for (int i = threadIdx.x; i < 256; i += kBlockThreads) table[i] = ToBf16Bits(Fp8ToFloat(static_cast<uint32_t>(i)));
   }
   const int64_t kv_index = h0 / a.kv_group;  // MLA: any (its head steps are 0)
   const int64_t k1 = a.k1_off + kv_index * a.k_head_step, v_off = a.v_off + kv_index * a.v_head_step;
@@ -356,21 +350,21 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
       if (ok && pl.async && in_place(meta.flags[i])) {
         // BF16 values, already in place
       } else if (ok && tiled) {
-        CopyTiledValues(row.data, a.kv.row, table, k1, static_cast<int>(a.q1_len), pl.q1_pad, krow, lane);
+        CopyTiledValues(row.data, a.kv.row, k1, static_cast<int>(a.q1_len), pl.q1_pad, krow, lane);
         if (pl.kpad > pl.q1_pad) {
-          CopyTiledValues(row.data, a.kv.row, table, a.k2_off, static_cast<int>(a.q2_len), pl.kpad - pl.q1_pad,
+          CopyTiledValues(row.data, a.kv.row, a.k2_off, static_cast<int>(a.q2_len), pl.kpad - pl.q1_pad,
                           krow + pl.q1_pad, lane);
         }
         if (pl.vs > 0) {
-          CopyTiledValues(row.data, a.kv.row, table, v_off, static_cast<int>(a.dv), kDv, vt + i * pl.vs, lane);
+          CopyTiledValues(row.data, a.kv.row, v_off, static_cast<int>(a.dv), kDv, vt + i * pl.vs, lane);
         }
       } else if (ok) {
-        CopyRowValues(row.data, codes, table, k1, static_cast<int>(a.q1_len), pl.q1_pad, krow, lane);
+        CopyRowValues(row.data, codes, k1, static_cast<int>(a.q1_len), pl.q1_pad, krow, lane);
         if (pl.kpad > pl.q1_pad) {
-          CopyRowValues(row.data, codes, table, a.k2_off, static_cast<int>(a.q2_len), pl.kpad - pl.q1_pad,
+          CopyRowValues(row.data, codes, a.k2_off, static_cast<int>(a.q2_len), pl.kpad - pl.q1_pad,
                         krow + pl.q1_pad, lane);
         }
-        if (pl.vs > 0) CopyRowValues(row.data, codes, table, v_off, static_cast<int>(a.dv), kDv, vt + i * pl.vs, lane);
+        if (pl.vs > 0) CopyRowValues(row.data, codes, v_off, static_cast<int>(a.dv), kDv, vt + i * pl.vs, lane);
       } else {
         for (int j = lane; j < pl.kpad; j += 32) krow[j] = 0;
         if (pl.vs > 0) {

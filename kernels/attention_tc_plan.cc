@@ -113,9 +113,8 @@ bool PlanTensorCoreAttention(const AttentionArgs& a, TcPlan* pl) {
     q.off_v = q.off_k + q.tile_stages * kChunk * q.ks * 2;
     q.off_p = q.off_v + q.tile_stages * kChunk * q.vs * 2;
     q.off_f = q.off_p + q.tiles * kRows * kPf * 4;
-    // red_max, red_sum (per tile), the code table (codes only), kslot, vslot, kscale, vscale
-    // (tiled only)
-    const int32_t f = 2 * q.tiles * kWarps * kRows * 4 + (staged ? 256 * 2 : 0) + q.nks * 4 +
+    // red_max, red_sum (per tile), kslot, vslot, kscale, vscale (tiled only)
+    const int32_t f = 2 * q.tiles * kWarps * kRows * 4 + q.nks * 4 +
                       (q.tiled ? kv_steps * 4 : 0) + kChunk * q.nks * 4 + (q.tiled ? kChunk * kv_steps * 4 : 0);
     q.off_r = Round16(q.off_f + f);
     q.bytes = q.off_r + q.stages * tc::kMetaBytes;
