@@ -60,14 +60,8 @@ namespace {
 template <int kDv, int kTerms, int kTiles>
 cudaError_t Launch(const AttentionArgs& a, const TcPlan& pl, int32_t* err, cudaStream_t s) {
   auto kernel = pl.qreg ? tc::TcAttentionKernel<kDv, kTerms, true, kTiles> : tc::TcAttentionKernel<kDv, kTerms, false, kTiles>;
-  if (const cudaError_t e = AllowDynamicShared(kernel, pl.bytes, a.max_shared_bytes); e != cudaSuccess) return e;
-  // All of the unified L1 / shared memory as shared memory, so that the blocks the plan counted
-  // on (TcPlan::blocks_per_sm) fit on a multiprocessor: the rows bypass L1 (cp.async.cg).
-  if (const cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-      e != cudaSuccess) {
-    return e;
-  }
+  // (The blocks the plan counted on, TcPlan::blocks_per_sm, fit on a multiprocessor.)
+  if (const cudaError_t e = AllowLargeShared(kernel, pl.bytes, a.max_shared_bytes); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits));
   kernel<<<grid, tc::kThreads * kTiles, static_cast<size_t>(pl.bytes), s>>>(a, pl, err);
   return cudaGetLastError();

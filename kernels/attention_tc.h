@@ -84,7 +84,8 @@ inline constexpr int kThreads = 256;     // two warpgroups
 inline constexpr int kHeads = 64;        // query heads per block: the warpgroup MMA's M
 inline constexpr int kChunk = 64;        // positions per chunk; each warpgroup scores 32 of them
 inline constexpr int kBlockBytes = 8192;  // a [64 rows][64 columns] bfloat16 block of a tile
-inline constexpr int kMetaBytes = kChunk * (8 + 4 + 4);  // a stage's row addresses, flags and scales
+// A stage's row addresses and flags, and (rows of codes) scales.
+inline constexpr int kMetaBytes = kChunk * (8 + 4), kScaleBytes = kChunk * 4;
 inline constexpr int kRowValid = 1, kRowFresh = 2;
 }  // namespace wg
 

@@ -489,10 +489,7 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
       s[e] = (meta.flags[j] & kRowValid) != 0 ? acc[e] * meta.scale[j] * a.scale : -INFINITY;
     }
     float mx0 = fmaxf(s[0], s[1]), mx1 = fmaxf(s[2], s[3]);
-    for (int x = 1; x <= 2; x <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-    }
+    QuadMax(mx0, mx1);
     if (c == 0) {
       red_max[warp * kRows + g] = mx0;
       red_max[warp * kRows + g + 8] = mx1;
@@ -509,10 +506,7 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
 #pragma unroll
     for (int e = 0; e < 4; ++e) p[e] = s[e] == -INFINITY ? 0.0f : expf(s[e] - (e < 2 ? nm0 : nm1));
     float ps0 = p[0] + p[1], ps1 = p[2] + p[3];
-    for (int x = 1; x <= 2; x <<= 1) {
-      ps0 += __shfl_xor_sync(0xffffffffu, ps0, x);
-      ps1 += __shfl_xor_sync(0xffffffffu, ps1, x);
-    }
+    QuadSum(ps0, ps1);
     if (c == 0) {
       red_sum[warp * kRows + g] = ps0;
       red_sum[warp * kRows + g + 8] = ps1;

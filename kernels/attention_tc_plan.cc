@@ -206,9 +206,12 @@ bool PlanWgmmaAttention(const AttentionArgs& a, WgPlan* pl) {
   // rows (of the cache, and the phase policy's BF16 fresh rows) in whole pieces.
   const auto whole = [](int64_t x) { return x % 8 == 0; };
   if (!whole(a.k1_off) || !whole(q2_len) || (q2_len > 0 && !whole(a.k2_off)) || a.kv.row_bytes % 16 != 0 ||
-      !whole(a.kv.width) || a.out_ld % 2 != 0) {  // (outputs stored in pairs)
+      !whole(a.kv.width)) {
     return false;
   }
+  // Outputs stored in float pairs: 8-byte aligned rows.
+  const auto pairs = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; };
+  if (a.out_ld % 2 != 0 || !pairs(a.out) || (a.partial != nullptr && !pairs(a.partial))) return false;
   // Codes are staged in 16-byte copies of the keys' columns alone (not the rest of the row, such
   // as GLM-5's index key): those columns in whole 16-code pieces.
   if (codes && (a.k1_off % 16 != 0 || q2_len % 16 != 0 || (q2_len > 0 && a.k2_off % 16 != 0))) return false;
@@ -221,9 +224,10 @@ bool PlanWgmmaAttention(const AttentionArgs& a, WgPlan* pl) {
   p.off_p = p.off_k + (codes ? 1 : 2) * p.kblocks * wg::kBlockBytes;
   p.off_s = p.off_p + wg::kBlockBytes;
   p.off_r = p.off_s + 2 * wg::kChunk * p.ss;
-  p.off_f = p.off_r + 2 * wg::kMetaBytes;
+  p.off_f = p.off_r + 2 * wg::kMetaBytes + (codes ? 2 * wg::kScaleBytes : 0);
   p.bytes = p.off_f + 2 * 2 * wg::kHeads * 4;  // red_max, red_sum: [2 warpgroups][64 heads] each
-  // Kimi K2's rows take all of the 227 KiB Hopper allows a block, BF16 and FP8 alike.
+  // Kimi K2's rows take all but 512 bytes of the 227 KiB Hopper allows a block (BF16 rows) and
+  // all of it (FP8: the rows' scales).
   if (a.max_shared_bytes < p.bytes) return false;
   *pl = p;
   return true;

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
   const uint32_t stage_bytes = static_cast<uint32_t>(kb * kBlockBytes);
   const uint8_t** meta_ptr = reinterpret_cast<const uint8_t**>(smem + pl.off_r);  // [2][kChunk]
   int* meta_flags = reinterpret_cast<int*>(smem + pl.off_r + 2 * kChunk * 8);   // [2][kChunk]
-  float* meta_scale = reinterpret_cast<float*>(smem + pl.off_r + 2 * kChunk * 12);  // [2][kChunk]
+  float* meta_scale = reinterpret_cast<float*>(smem + pl.off_r + 2 * kChunk * 12);  // [2][kChunk] (codes)
   float* red_max = reinterpret_cast<float*>(smem + pl.off_f);                  // [2][kHeads]
   float* red_sum = red_max + 2 * kHeads;                                       // [2][kHeads]
 
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
       }
       meta_ptr[st * kChunk + tid] = ok ? row.data : nullptr;
       meta_flags[st * kChunk + tid] = (ok ? kRowValid : 0) | (ok && row.fresh ? kRowFresh : 0);
-      meta_scale[st * kChunk + tid] = kCodes && ok && !row.fresh ? layer_scale : 1.0f;
+      if constexpr (kCodes) meta_scale[st * kChunk + tid] = ok && !row.fresh ? layer_scale : 1.0f;
     }
   };
   // ... and, once published, copied in 16-byte pieces (consecutive threads: consecutive pieces
@@ -131,11 +131,18 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
       }
     }
   };
-  if (begin >= end) {  // an empty split (more splits than chunks): no position, for the combine
-    if (a.splits > 1 && tid < nh) {
-      float* part = a.partial + ((t * a.heads + h0 + tid) * a.splits + split) * (a.dv + 2);
-      part[0] = -INFINITY;
-      part[1] = 0.0f;
+  if (begin >= end) {  // no position: (-inf, 0) for the combine of splits, or zeros, as the CPU
+    if (a.splits > 1) {
+      if (tid < nh) {
+        float* part = a.partial + ((t * a.heads + h0 + tid) * a.splits + split) * (a.dv + 2);
+        part[0] = -INFINITY;
+        part[1] = 0.0f;
+      }
+    } else {
+      for (int i = tid; i < nh * 256; i += kThreads) {  // pairs of the heads' 512 columns
+        const int r = i >> 8, col = 2 * (i & 255);
+        *reinterpret_cast<float2*>(a.out + t * a.out_ld + (h0 + r) * a.dv + col) = make_float2(0.0f, 0.0f);
+      }
     }
     return;
   }
@@ -231,17 +238,15 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const int j = 32 * wgi + 8 * (i >> 2) + 2 * c + (i & 1);
-      s[i] = (meta_flags[st * kChunk + j] & kRowValid) != 0 ? s[i] * meta_scale[st * kChunk + j] * a.scale : -INFINITY;
+      const float row_scale = kCodes ? meta_scale[st * kChunk + j] : 1.0f;
+      s[i] = (meta_flags[st * kChunk + j] & kRowValid) != 0 ? s[i] * row_scale * a.scale : -INFINITY;
       if ((i >> 1) & 1) {
         mx1 = fmaxf(mx1, s[i]);
       } else {
         mx0 = fmaxf(mx0, s[i]);
       }
     }
-    for (int x = 1; x <= 2; x <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-    }
+    QuadMax(mx0, mx1);
     if (c == 0) {
       red_max[wgi * kHeads + r0] = mx0;
       red_max[wgi * kHeads + r0 + 8] = mx1;
@@ -264,14 +269,12 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
       // The probabilities (times their rows' scales) as bfloat16, [64 heads][64 positions] with
       // the 128-byte swizzle.
       const int row = r0 + (hi ? 8 : 0), col = 32 * wgi + 8 * (i >> 2) + 2 * c;
-      const float v0 = p0 * meta_scale[st * kChunk + col], v1 = p1 * meta_scale[st * kChunk + col + 1];
+      const float v0 = kCodes ? p0 * meta_scale[st * kChunk + col] : p0;
+      const float v1 = kCodes ? p1 * meta_scale[st * kChunk + col + 1] : p1;
       *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(ps) + PieceOffset(row, col >> 3) + (col & 7) * 2) =
           RoundBf16(v0) | (static_cast<uint32_t>(RoundBf16(v1)) << 16);
     }
-    for (int x = 1; x <= 2; x <<= 1) {
-      ps0 += __shfl_xor_sync(0xffffffffu, ps0, x);
-      ps1 += __shfl_xor_sync(0xffffffffu, ps1, x);
-    }
+    QuadSum(ps0, ps1);
     l0 = l0 * f0 + ps0;
     l1 = l1 * f1 + ps1;
     m0 = nm0;

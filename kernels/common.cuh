@@ -53,6 +53,21 @@ __device__ __forceinline__ uint32_t Fp8PairToBf16(uint32_t pair) {
   return PackBf16(f.x, f.y);
 }
 
+// The maxima / sums of two values over each quad of lanes (lanes 4q .. 4q + 3: an MMA
+// fragment's row), left in every lane of the quad.
+__device__ __forceinline__ void QuadMax(float& a, float& b) {
+  for (int x = 1; x <= 2; x <<= 1) {
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, x));
+    b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, x));
+  }
+}
+__device__ __forceinline__ void QuadSum(float& a, float& b) {
+  for (int x = 1; x <= 2; x <<= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, x);
+    b += __shfl_xor_sync(0xffffffffu, b, x);
+  }
+}
+
 // The value of an e4m3fn code (OCP: bias 7, subnormals m * 2^-9, S.1111.111 NaN, no
 // infinities): the same floats as llmrt::Fp8E4M3::DecodeTable, built from the bits.
 __device__ __forceinline__ float Fp8ToFloat(uint32_t code) {
@@ -153,6 +168,15 @@ inline cudaError_t AllowDynamicShared(Kernel kernel, int64_t bytes, int64_t opti
   }
   if (bytes > optin) return cudaErrorInvalidValue;
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(optin));
+}
+
+// A kernel that takes more than 48 KiB of dynamic shared memory (AllowDynamicShared) and all of
+// the unified L1 / shared memory as shared memory, so that the blocks a plan counts on fit on a
+// multiprocessor (their rows bypass L1: cp.async.cg).
+template <typename Kernel>
+inline cudaError_t AllowLargeShared(Kernel kernel, int64_t bytes, int64_t optin) {
+  if (const cudaError_t e = AllowDynamicShared(kernel, bytes, optin); e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
 }
 
 // The block's dynamic shared memory (the launch's third parameter), 16-byte aligned. (The host

@@ -27,35 +27,28 @@ __device__ __forceinline__ void FenceOperands(float (&r)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-// wgmma.fence: this thread's earlier register writes are ordered before the next warpgroup MMAs.
-__device__ __forceinline__ void WgFence() {
+// An instruction without operands (a compiler barrier to memory too); nothing without sm_90a.
 #ifdef LLMRT_WGMMA
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#define LLMRT_WG_INSTRUCTION(text) asm volatile(text ::: "memory")
+#else
+#define LLMRT_WG_INSTRUCTION(text)
 #endif
-}
+
+// wgmma.fence: this thread's earlier register writes are ordered before the next warpgroup MMAs.
+__device__ __forceinline__ void WgFence() { LLMRT_WG_INSTRUCTION("wgmma.fence.sync.aligned;\n"); }
 
 // wgmma.commit_group and wgmma.wait_group 0: the MMAs issued so far form a group; wait until
 // every group of this warpgroup is complete (its results are in the registers, and its shared
 // memory operands may be rewritten).
-__device__ __forceinline__ void WgCommit() {
-#ifdef LLMRT_WGMMA
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void WgWaitAll() {
-#ifdef LLMRT_WGMMA
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void WgCommit() { LLMRT_WG_INSTRUCTION("wgmma.commit_group.sync.aligned;\n"); }
+__device__ __forceinline__ void WgWaitAll() { LLMRT_WG_INSTRUCTION("wgmma.wait_group.sync.aligned 0;\n"); }
 
 // fence.proxy.async.shared::cta: this thread's ordinary writes to shared memory become visible
 // to the asynchronous proxy, which the warpgroup MMAs read their shared operands through (a
 // barrier then orders them for the other threads).
-__device__ __forceinline__ void FenceProxyAsync() {
-#ifdef LLMRT_WGMMA
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void FenceProxyAsync() { LLMRT_WG_INSTRUCTION("fence.proxy.async.shared::cta;\n"); }
+
+#undef LLMRT_WG_INSTRUCTION
 
 // d (+)= A B for the warpgroup, wgmma.mma_async.m64n32k16.f32.bf16.bf16: A [64 x 16] and B
 // [16 x 32] both K-major in shared memory (descriptors), accumulate 0: d = A B.

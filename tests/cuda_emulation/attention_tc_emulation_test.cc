@@ -160,6 +160,7 @@ void RunWgmma(const AttentionArgs& a, const WgPlan& pl, int32_t* err) {
   emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits), 1},
                      wg::kThreads, static_cast<size_t>(pl.bytes), [&] {
                        emulation::g_protocol[threadIdx.x] = {};
+                       wg::g_copies[threadIdx.x] = 0;
                        ASSERT_TRUE(pl.kblocks == 8 || pl.kblocks == 9);
                        if (pl.kblocks == 9) {
                          pl.codes ? wg::WgAttentionKernel<9, true>(a, pl, err) : wg::WgAttentionKernel<9, false>(a, pl, err);
@@ -200,6 +201,7 @@ struct Case {
   int32_t stages = 0;  // AttentionArgs::stages (0: the plan's choice)
   bool query_in_registers = true;  // AttentionArgs::query_in_registers
   int32_t tiles = 0;  // AttentionArgs::tiles_per_block (0: the plan's choice)
+  bool empty_first = false;  // sparse: token 0 selects no position (its output is zeros)
   std::string Describe() const {
     std::string s = mla ? "MLA kv_lora " + std::to_string(kv_lora) + " rope " + std::to_string(rope)
                         : "GQA kv_heads " + std::to_string(kv_heads) + " head_dim " + std::to_string(head_dim);
@@ -293,6 +295,7 @@ void Check(const Case& cs, std::mt19937& rng) {
     // Even tokens: at most top_k - 1 positions, then -1; odd ones: up to all top_k (no -1 where
     // the context has that many).
     pos.resize(std::min<size_t>(static_cast<size_t>(t % 2 == 0 ? top_k - 1 : top_k), pos.size()));
+    if (t == 0 && cs.empty_first) pos.clear();
     std::sort(pos.begin(), pos.end());
     for (int64_t i = 0; i < top_k; ++i) {
       selected.push_back(i < static_cast<int64_t>(pos.size()) ? static_cast<int32_t>(pos[i]) : -1);
@@ -430,6 +433,13 @@ void Check(const Case& cs, std::mt19937& rng) {
         values.push_back(row + (cs.mla ? 0 : (cs.kv_heads + g) * cs.head_dim));
       }
       const size_t n = scores.size();
+      if (n == 0) {  // no position: zeros, as the CPU
+        for (int64_t j = 0; j < dv; ++j) {
+          const double got = out[(t * H + h) * dv + j];
+          if (got != 0.0 && bad++ < 3) ADD_FAILURE() << "token " << t << " head " << h << " column " << j << ": " << got;
+        }
+        continue;
+      }
       const double mx = *std::max_element(scores.begin(), scores.end());
       double sum = 0, max_err = 0;
       std::vector<double> prob(n);
@@ -567,6 +577,12 @@ TEST(TensorCoreAttentionEmulated, WarpgroupMmas) {
   }
   emulation::g_schedule = emulation::Schedule::kRoundRobin;
   tc::g_landing = tc::Landing::kAtWait;
+  // A token that selects no position (zeros), in one split and in several.
+  for (int64_t splits : {1, 2}) {
+    Case empty{true, 64, 0, 0, 512, 64, kKvCodecBf16, false, true, 16, {{90, 1}, {40, 1}}, splits, kWg};
+    empty.empty_first = true;
+    Check(empty, rng);
+  }
   Check({true, 64, 0, 0, 512, 64, kKvCodecBf16, false, false, 16, {{200, 1}}, 3, kWg}, rng);
   Check({true, 70, 0, 0, 512, 32, kKvCodecBf16, false, false, 8, {{40, 1}, {0, 3}}, 2, kWg}, rng);
 }
@@ -582,11 +598,11 @@ TEST(TensorCoreAttentionEmulated, WarpgroupMmasNeedAnAlignedBase) {
   plan.head_blocks = 1;
   plan.kblocks = 9;
   plan.bytes = 4096;
-  for (const uint32_t skew : {0u, 512u}) {
+  for (const uint32_t skew : {512u, 16u}) {
     wg::g_shared_skew = skew;
     int32_t err = kErrNone;
-    if (skew != 0) RunWgmma(a, plan, &err);
-    EXPECT_EQ(err, skew != 0 ? kErrKernel : kErrNone);
+    RunWgmma(a, plan, &err);
+    EXPECT_EQ(err, kErrKernel) << "skew " << skew;
   }
   wg::g_shared_skew = 0;
 }
@@ -640,7 +656,7 @@ TEST(TensorCoreAttentionEmulated, ThePlanTakesWarpgroupsForMlaOnHopper) {
   ASSERT_TRUE(PlanWgmmaAttention(a, &plan));
   EXPECT_EQ(plan.head_blocks, 1);
   EXPECT_EQ(plan.kblocks, 9);
-  EXPECT_EQ(plan.bytes, 227 * 1024);  // all of it
+  EXPECT_EQ(plan.bytes, 227 * 1024 - 512);  // all but the rows' scales of codes
   EXPECT_EQ(plan.off_k, 9 * 8192);
   EXPECT_EQ(plan.off_p, 27 * 8192);
   EXPECT_EQ(plan.codes, 0);
@@ -689,7 +705,9 @@ TEST(TensorCoreAttentionEmulated, ThePlanTakesWarpgroupsForMlaOnHopper) {
   refused("an Ada device", [](AttentionArgs& b) { b.compute_capability = 89; });
   refused("a Blackwell device", [](AttentionArgs& b) { b.compute_capability = 100; });
   refused("the device unknown", [](AttentionArgs& b) { b.compute_capability = 0; });
-  refused("a byte short of the shared memory", [](AttentionArgs& b) { b.max_shared_bytes = 227 * 1024 - 1; });
+  refused("a byte short of the shared memory", [](AttentionArgs& b) { b.max_shared_bytes = 227 * 1024 - 513; });
+  refused("an odd output row stride", [](AttentionArgs& b) { b.out_ld = 64 * 512 + 1; });
+  refused("an output not 8-byte aligned", [](AttentionArgs& b) { b.out = reinterpret_cast<float*>(uintptr_t{4}); });
   refused("tiled FP8 rows", [](AttentionArgs& b) {
     b.kv.type = b.kv.row.type = kElemFp8E4M3;
     b.kv.row.nseg = 2;

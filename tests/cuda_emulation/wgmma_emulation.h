@@ -54,13 +54,16 @@ inline std::vector<WarpgroupMma> g_wgmma(8);  // per warpgroup of the block bein
 
 // Each thread's protocol state: wgmma.fence since its last wait (an MMA may not be issued
 // without one: the accumulators were written since), MMAs issued since its last commit (a wait
-// must follow a commit), and cp.async copies landed since its last fence.proxy.async (the MMAs
-// read shared memory through the async proxy: no MMA may be issued, by any thread, while such
-// copies are unfenced). The kernels' ordinary shared stores are not tracked.
+// must follow a commit), cp.async copies landed since its last fence.proxy.async, and the block
+// barrier interval of its last fence.proxy.async. The MMAs read shared memory through the async
+// proxy, so no MMA may be issued while any thread's landed copies are unfenced, and (the
+// kernels' protocol for their ordinary shared stores, which are not tracked one by one) every
+// thread fences in the interval before the barrier that precedes an MMA.
 struct ThreadProtocol {
   bool fenced = false;
   int uncommitted = 0;
   bool copies_unfenced = false;
+  uint64_t proxy_fence_interval = 0;  // the block barrier's generation at the fence
 };
 inline std::vector<ThreadProtocol> g_protocol(1024);
 // A protocol violation: a test failure (the first few reported; each issue would repeat it).
@@ -115,20 +118,20 @@ inline void IssueWgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, int ac
     ProtocolFailure("thread " + std::to_string(threadIdx.x) + ": an MMA without wgmma.fence");
   }
   ++g_protocol[threadIdx.x].uncommitted;
+  const uint64_t generation = g_block->bar.generation;
   for (unsigned t = 0; t < g_block->fibers.size(); ++t) {
     if (g_protocol[t].copies_unfenced) {
       ProtocolFailure("thread " + std::to_string(t) + "'s landed copies reach an MMA without fence.proxy.async");
       break;
     }
+    if (generation == 0 || g_protocol[t].proxy_fence_interval + 1 < generation) {
+      ProtocolFailure("thread " + std::to_string(t) + " did not fence.proxy.async before the barrier before an MMA");
+      break;
+    }
   }
   const int k = g.next[wt]++;
   if (k == static_cast<int>(g.ops.size())) {
-    WgmmaOp op;
-    op.n = n;
-    op.trans_b = trans_b;
-    op.desc_a = desc_a;
-    op.desc_b = desc_b;
-    op.accumulate = accumulate;
+    WgmmaOp op{n, trans_b, desc_a, desc_b, accumulate};
     op.d.assign(128, nullptr);
     op.d_at_issue.resize(128);
     ReadOperands(op, &op.a, &op.b);
@@ -210,7 +213,11 @@ inline uint32_t SharedAddress(const void* p) {
 inline void WgFence() { emulation::g_protocol[threadIdx.x].fenced = true; }
 inline void WgCommit() { emulation::g_protocol[threadIdx.x].uncommitted = 0; }
 inline void WgWaitAll() { emulation::WaitWgmma(); }
-inline void FenceProxyAsync() { emulation::g_protocol[threadIdx.x].copies_unfenced = false; }
+inline void FenceProxyAsync() {
+  emulation::ThreadProtocol& p = emulation::g_protocol[threadIdx.x];
+  p.copies_unfenced = false;
+  p.proxy_fence_interval = emulation::g_block->bar.generation;
+}
 template <int kN>
 inline void FenceOperands(float (&)[kN]) {}
 inline void MmaM64N32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {

@@ -324,6 +324,61 @@ INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpuQuantized,
                                            Model{"tiny_glm_moe_dsa_fp8", "tiny_glm_moe_dsa_fp8.golden.json"}),
                          ModelName);
 
+// The warpgroup attention kernel end to end: a config with Kimi K2's latent of 512, rope key of
+// 64 and 64 heads (everything else tiny; synthetic weights, the same on both backends), prompts
+// of 1 to 300 tokens (prefill chunks, several chunks of 64 positions, splits) and decode steps,
+// BF16 and flat FP8 KV, against the CPU engine. `wgmma` has tc-bf16's numerics (one bfloat16
+// part), so it is held to EveryAttentionKernel's one-part rule: logits within 0.3 and the CPU's
+// token wherever its top-1 margin exceeds 0.6; tc-bf16 runs beside it for the comparison, and
+// both maxima are printed. The CPU half runs everywhere (the config must keep loading).
+TEST(SyntheticLatent512, WarpgroupAttentionMatchesCpu) {
+  const std::string dir = TestData("tiny_kimi_k2_latent512");
+  std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13, 17}, {42}, {}};
+  for (int i = 0; i < 300; ++i) prompts[2].push_back((i * 37 + 11) % 256);
+  for (int32_t kv : {LLM_KV_DTYPE_BF16, LLM_KV_DTYPE_FP8_E4M3}) {
+    RunConfig cpu_cfg;
+    cpu_cfg.synthetic = true;
+    cpu_cfg.synthetic_seed = 11;
+    cpu_cfg.max_new_tokens = 8;
+    cpu_cfg.kv_dtype = kv;
+    cpu_cfg.backend = LLM_BACKEND_CPU;
+    const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
+    ASSERT_EQ(cpu.size(), prompts.size());
+    llm_runtime_options ro;
+    llm_runtime_options_init(&ro);
+    ro.backend = LLM_BACKEND_CUDA;
+    llm_runtime* rt = nullptr;
+    if (llm_runtime_create_synthetic(dir.c_str(), 11, &ro, &rt) != LLM_OK) {
+      GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+    }
+    llm_runtime_destroy(rt);
+    RunConfig cuda_cfg = cpu_cfg;
+    cuda_cfg.backend = LLM_BACKEND_CUDA;
+    for (const char* kernel : {"wgmma", "tc-bf16"}) {
+      setenv("LLMRT_CUDA_ATTENTION", kernel, 1);
+      const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
+      unsetenv("LLMRT_CUDA_ATTENTION");
+      ASSERT_EQ(gpu.size(), cpu.size());
+      float worst = 0;
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const size_t steps = std::min(gpu[i].logits.size(), cpu[i].logits.size());
+        for (size_t j = 0; j < steps; ++j) {
+          const float d = MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]);
+          worst = std::max(worst, d);
+          EXPECT_LE(d, 0.3f) << kernel << " kv " << kv << " prompt " << i << " step " << j;
+          std::vector<float> top = cpu[i].logits[j];
+          std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+          if (top[0] - top[1] > 0.6f) {
+            EXPECT_EQ(gpu[i].tokens[j], cpu[i].tokens[j]) << kernel << " kv " << kv << " prompt " << i << " step " << j;
+          }
+          if (gpu[i].tokens[j] != cpu[i].tokens[j]) break;  // the histories differ from here on
+        }
+      }
+      std::printf("[latent 512] LLMRT_CUDA_ATTENTION=%s kv %d: max |logit diff| vs CPU %.3g\n", kernel, kv, worst);
+    }
+  }
+}
+
 // FP8 KV codecs (per-layer scale, tiled) on MLA, GQA and DSA models, under the default phase
 // policy (a pass attends over its own rows in BF16).
 class CudaMatchesCpuFp8Kv : public ::testing::TestWithParam<Model> {};
