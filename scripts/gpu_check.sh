@@ -266,12 +266,13 @@ step gpu_tests 90 on_device ctest --test-dir "$build" -L gpu -V --timeout 20 --n
 # export -> decode runtime) against one runtime, and the FP8 KV phase policy. The quantized checkpoints, the
 # FP8 KV codecs, the BF16 and FP8 activation policies and synthetic weights generated on the
 # device are compared with the CPU engine (CudaMatchesCpuQuantized, CudaMatchesCpuFp8Kv,
-# CudaBf16MatchesCpu, CudaFp8MatchesCpu, SyntheticCudaMatchesCpu), decode passes replayed
+# CudaBf16MatchesCpu, CudaFp8MatchesCpu, SyntheticCudaMatchesCpu; the warpgroup attention kernel
+# on a synthetic model with Kimi K2's latent, SyntheticLatent512), decode passes replayed
 # from CUDA graphs against direct ones (CudaGraphs), and device ranks refused clearly beyond the
 # devices present (ParallelRuntime.DeviceRanks*);
 # the transformers goldens of those checkpoints run on the CPU suite only, to keep this step short.
 step golden 150 on_device env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
-  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:ParallelRuntime.DeviceRanks*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*:WeightPolicy.*:KvExport.*:Fp8KvPhasePolicy.*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
+  --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:SyntheticLatent512.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:ParallelRuntime.DeviceRanks*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*:WeightPolicy.*:KvExport.*:Fp8KvPhasePolicy.*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
 step bench 60 "$build/tests/llmrt_cuda_microbench"
 # Synthetic weights at Kimi K2's real layer shapes, generated on the device (about 5.5 GB for
 # two layers and 8 experts): the header line reports the time from creation to the first token.
