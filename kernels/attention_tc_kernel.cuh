@@ -577,25 +577,13 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
     const int r = g + 8 * half;
     if (r >= nh) continue;
     const int64_t h = h0 + r;
-    const float m = half == 0 ? m0 : m1, l = half == 0 ? l0 : l1;
-    float* dst;
-    float mul = 1.0f;
-    if (a.splits > 1) {
-      float* part = a.partial + ((t * a.heads + h) * a.splits + split) * (a.dv + 2);
-      if (warp == 0 && c == 0) {
-        part[0] = m;
-        part[1] = l;
-      }
-      dst = part + 2;
-    } else {
-      dst = a.out + t * a.out_ld + h * a.dv;
-      mul = l > 0.0f ? 1.0f / l : 0.0f;  // no position: zeros, as the CPU
-    }
+    float mul;  // (1 with splits: the same bits)
+    float* dst = AttentionOutputRow(a, t, h, split, half == 0 ? m0 : m1, half == 0 ? l0 : l1, warp == 0 && c == 0, &mul);
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {
       const int col = warp * (kDv / kWarps) + nt * 8 + 2 * c;
-      if (col < a.dv) dst[col] = a.splits > 1 ? o[nt][2 * half] : o[nt][2 * half] * mul;
-      if (col + 1 < a.dv) dst[col + 1] = a.splits > 1 ? o[nt][2 * half + 1] : o[nt][2 * half + 1] * mul;
+      if (col < a.dv) dst[col] = o[nt][2 * half] * mul;
+      if (col + 1 < a.dv) dst[col + 1] = o[nt][2 * half + 1] * mul;
     }
   }
 }

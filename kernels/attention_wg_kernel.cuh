@@ -311,20 +311,9 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
     const int r = r0 + 8 * half;
     if (r >= nh) continue;
     const int64_t h = h0 + r;
-    const float m = half == 0 ? m0 : m1, l = red_sum[r] + red_sum[kHeads + r];
-    float* dst;
-    float mul = 1.0f;
-    if (a.splits > 1) {
-      float* part = a.partial + ((t * a.heads + h) * a.splits + split) * (a.dv + 2);
-      if (wgi == 0 && c == 0) {  // the row's quad in the first warpgroup
-        part[0] = m;
-        part[1] = l;
-      }
-      dst = part + 2;
-    } else {
-      dst = a.out + t * a.out_ld + h * a.dv;
-      mul = l > 0.0f ? 1.0f / l : 0.0f;  // no position: zeros, as the CPU
-    }
+    float mul;  // (the row's quad in the first warpgroup writes its max and sum)
+    float* dst = AttentionOutputRow(a, t, h, split, half == 0 ? m0 : m1, red_sum[r] + red_sum[kHeads + r],
+                                    wgi == 0 && c == 0, &mul);
 #pragma unroll
     for (int k = 0; k < 128; k += 4) {  // columns 8(k / 4) + 2c and the next
       const int col = 256 * wgi + 8 * (k >> 2) + 2 * c;

@@ -107,6 +107,24 @@ __device__ __forceinline__ bool Locate(const KvRef& kv, int64_t layer, const Con
   return true;
 }
 
+// Where an attention block writes head h's output for token t: with splits, its split's partial
+// row (max m and sum l first, written by the `lead` thread; the values unnormalized: *mul = 1),
+// else the output row (*mul = 1 / l, or 0 where no position was attended: zeros, as the CPU).
+__device__ __forceinline__ float* AttentionOutputRow(const AttentionArgs& a, int64_t t, int64_t h, int split, float m,
+                                                     float l, bool lead, float* mul) {
+  if (a.splits > 1) {
+    float* part = a.partial + ((t * a.heads + h) * a.splits + split) * (a.dv + 2);
+    if (lead) {
+      part[0] = m;
+      part[1] = l;
+    }
+    *mul = 1.0f;
+    return part + 2;
+  }
+  *mul = l > 0.0f ? 1.0f / l : 0.0f;
+  return a.out + t * a.out_ld + h * a.dv;
+}
+
 // The number of a token's selected positions (its list of top_k ends at the first -1), found by
 // the whole block: each thread looks at a strided share for a -1 and the first is kept by an
 // atomic minimum in `slot` (a shared int, free again on return): a few independent loads a
