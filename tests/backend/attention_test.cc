@@ -297,13 +297,13 @@ TEST_P(AttentionOps, LongContextsMatchTheReference) {
 }
 
 // CUDA's other attention kernels (the default, kTensorCore, runs every test above): the scalar
-// float32 kernel, the tensor-core kernel with one bfloat16 part, and the warpgroup kernel (on
-// Hopper; Kimi K2's BF16 rows, one bfloat16 part elsewhere), over the same cases.
+// float32 kernel and the tensor-core kernel with one bfloat16 part, over the same cases (the
+// warpgroup kernel, which takes Kimi K2's rows only, has its own test below).
 TEST_P(AttentionOps, EveryCudaAttentionKernelMatchesTheReference) {
   if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's attention kernels";
   std::mt19937 rng(54);
-  for (const auto attention : {BackendOptions::DeviceAttention::kScalar, BackendOptions::DeviceAttention::kTensorCoreBf16,
-                               BackendOptions::DeviceAttention::kWgmma}) {
+  for (const auto attention :
+       {BackendOptions::DeviceAttention::kScalar, BackendOptions::DeviceAttention::kTensorCoreBf16}) {
     UseCudaAttention(attention);
     for (const KvCodec* codec : KvCodecs()) {
       for (bool fresh : {false, true}) {
