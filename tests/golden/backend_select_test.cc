@@ -222,6 +222,24 @@ TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   }
 }
 
+// Every kernel LLMRT_CUDA_ATTENTION names is accepted at creation whichever backend runs (on the
+// CPU it changes nothing: the same tokens as without it).
+TEST(BackendSelect, KnownAttentionKernelsAreAccepted) {
+  const std::string dir = TestData("tiny_glm4_moe");
+  RunConfig cfg;
+  cfg.backend = LLM_BACKEND_CPU;
+  cfg.max_new_tokens = 3;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}};
+  const std::vector<RunOutput> plain = RunBatch(dir, prompts, cfg);
+  for (const char* kernel : {"tc", "tc-bf16", "wgmma", "scalar"}) {
+    setenv("LLMRT_CUDA_ATTENTION", kernel, 1);
+    const std::vector<RunOutput> out = RunBatch(dir, prompts, cfg);
+    unsetenv("LLMRT_CUDA_ATTENTION");
+    ASSERT_EQ(out.size(), plain.size()) << kernel;
+    EXPECT_EQ(out[0].tokens, plain[0].tokens) << kernel;
+  }
+}
+
 // Synthetic weights (llm_runtime_create_synthetic over the config.json alone): the CUDA backend
 // generates them on the device, bit for bit what the CPU runtime makes on the host, so the two
 // runtimes hold the same model: the same greedy tokens, logits within the bound above, and the
