@@ -342,15 +342,20 @@ INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpuQuantized,
                                            Model{"tiny_glm_moe_dsa_fp8", "tiny_glm_moe_dsa_fp8.golden.json"}),
                          ModelName);
 
-// The warpgroup attention kernel end to end: a config with Kimi K2's latent of 512, rope key of
-// 64 and 64 heads (everything else tiny; synthetic weights, the same on both backends), prompts
-// of 1 to 300 tokens (prefill chunks, several chunks of 64 positions, splits) and decode steps,
-// BF16 and flat FP8 KV, against the CPU engine. `wgmma` has tc-bf16's numerics (one bfloat16
-// part), so it is held to EveryAttentionKernel's one-part rule: logits within 0.3 and the CPU's
-// token wherever its top-1 margin exceeds 0.6; tc-bf16 runs beside it for the comparison, and
-// both maxima are printed. The CPU half runs everywhere (the config must keep loading).
-TEST(SyntheticLatent512, WarpgroupAttentionMatchesCpu) {
-  const std::string dir = TestData("tiny_kimi_k2_latent512");
+// The warpgroup attention kernel end to end: configs with Kimi K2's and GLM-5's latent of 512,
+// rope key of 64 and 64 heads (everything else tiny; synthetic weights, the same on both
+// backends; GLM-5's with its DSA indexer selecting 100 positions), prompts of 1 to 300 tokens
+// (prefill chunks, several chunks of 64 positions, splits) and decode steps, BF16 and flat FP8
+// KV, against the CPU engine. `wgmma` has tc-bf16's numerics (one bfloat16 part), so it is held to
+// EveryAttentionKernel's one-part rule: the CPU's token wherever its top-1 margin exceeds 0.6,
+// and logits within 0.3 (not on the DSA model, where a moved hidden state may change the next
+// layer's selection: a discrete change); tc-bf16 runs beside it for the comparison, and both
+// maxima are printed. The CPU half runs everywhere (the configs must keep loading).
+class SyntheticLatent512 : public ::testing::TestWithParam<Model> {};
+
+TEST_P(SyntheticLatent512, WarpgroupAttentionMatchesCpu) {
+  const std::string dir = TestData(GetParam().dir);
+  const bool dsa = std::string(GetParam().dir).find("dsa") != std::string::npos;
   std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13, 17}, {42}, {}};
   for (int i = 0; i < 300; ++i) prompts[2].push_back((i * 37 + 11) % 256);
   for (int32_t kv : {LLM_KV_DTYPE_BF16, LLM_KV_DTYPE_FP8_E4M3}) {
@@ -383,7 +388,7 @@ TEST(SyntheticLatent512, WarpgroupAttentionMatchesCpu) {
         for (size_t j = 0; j < steps; ++j) {
           const float d = MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]);
           worst = std::max(worst, d);
-          EXPECT_LE(d, 0.3f) << kernel << " kv " << kv << " prompt " << i << " step " << j;
+          if (!dsa) EXPECT_LE(d, 0.3f) << kernel << " kv " << kv << " prompt " << i << " step " << j;
           std::vector<float> top = cpu[i].logits[j];
           std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
           if (top[0] - top[1] > 0.6f) {
@@ -392,10 +397,15 @@ TEST(SyntheticLatent512, WarpgroupAttentionMatchesCpu) {
           if (gpu[i].tokens[j] != cpu[i].tokens[j]) break;  // the histories differ from here on
         }
       }
-      std::printf("[latent 512] LLMRT_CUDA_ATTENTION=%s kv %d: max |logit diff| vs CPU %.3g\n", kernel, kv, worst);
+      std::printf("[%s] LLMRT_CUDA_ATTENTION=%s kv %d: max |logit diff| vs CPU %.3g\n", GetParam().dir, kernel, kv,
+                  worst);
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(, SyntheticLatent512,
+                         ::testing::Values(Model{"tiny_kimi_k2_latent512", ""}, Model{"tiny_glm_moe_dsa_latent512", ""}),
+                         ModelName);
 
 // FP8 KV codecs (per-layer scale, tiled) on MLA, GQA and DSA models, under the default phase
 // policy (a pass attends over its own rows in BF16).
