@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "src/backend/registry.h"
 #include "src/backend/sampling.h"
 #include "src/kv/kv_store.h"
@@ -227,6 +228,38 @@ int Main() {
 
   // MLA decode attention, one token, over the attention kernels and KV codecs.
   const int64_t H = 64, L = 512, R = 64, page = 64;
+  // Whether the warpgroup kernel takes Kimi K2's rows here (the build's sm_90a code, the device's
+  // compute capability and shared memory), so that the `wgmma` rows say what they timed.
+  {
+    int device = 0, major = 0, minor = 0, optin = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    static float out_row[2];  // 8-byte aligned: the plan looks at the output's alignment only
+    for (const bool fp8 : {false, true}) {
+      cuda::AttentionArgs pa{};
+      pa.heads = H;
+      pa.kv_group = 1;
+      pa.q1_len = L;
+      pa.q2 = out_row;  // present
+      pa.q2_len = R;
+      pa.k2_off = L;
+      pa.dv = L;
+      pa.kv.width = L + R;
+      pa.kv.type = pa.kv.row.type = fp8 ? cuda::kElemFp8E4M3 : cuda::kElemBf16;
+      pa.kv.row_bytes = pa.kv.width * (fp8 ? 1 : 2);
+      pa.out = out_row;
+      pa.out_ld = H * L;
+      pa.kernel = cuda::AttentionKernel::kWgmma;
+      pa.compute_capability = major * 10 + minor;
+      pa.max_shared_bytes = optin;
+      const bool taken = cuda::AttentionBlocksOf(pa).per_token == 1;
+      std::printf("wgmma on Kimi K2's %s rows, compute capability %d.%d, %d bytes of shared memory a block: %s\n",
+                  fp8 ? "FP8" : "BF16", major, minor, optin,
+                  taken ? "the warpgroup kernel (one block of 64 heads a token)" : "not taken (tc-bf16 runs)");
+    }
+  }
   MlaDims d;
   d.heads = H;
   d.nope = 128;
