@@ -699,7 +699,9 @@ TEST(TensorCoreAttentionEmulated, ThePlanTakesWarpgroupsForMlaOnHopper) {
     EXPECT_FALSE(PlanWgmmaAttention(b, &p)) << why;
     TcPlan tc;
     EXPECT_EQ(PlanTensorCoreAttention(b, &tc), tc_runs) << why;
-    if (tc_runs) EXPECT_EQ(tc.terms, 1) << why;
+    if (tc_runs) {
+      EXPECT_EQ(tc.terms, 1) << why;
+    }
   };
   refused("not chosen", [](AttentionArgs& b) { b.kernel = AttentionKernel::kTensorCoreBf16; });
   refused("an Ada device", [](AttentionArgs& b) { b.compute_capability = 89; });
