@@ -257,6 +257,50 @@ cudaError_t LaunchKvExportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, int64_t n, const uint8_t* src,
                                KvRowRef src_row, float src_scale, bool same_codec, int32_t* err, cudaStream_t s);
 
+// ---- MLA in expanded form (mla_expanded.cu) ----
+// A pass that brings many tokens of each sequence (a prefill chunk) attends with keys and values
+// expanded per head, transformers' own (non-absorbed) form: k_nope = W_UK c_p and v = W_UV c_p
+// for every context position p once, then attention with heads of nope + rope and v columns,
+// about a third of the absorbed form's multiply-adds per (token, position) for Kimi K2 (320
+// against 1,088 a head). Three steps:
+//   1. LaunchMlaGatherLatent: sequence s's context positions p < ctx_s (ctx_s: its last token's
+//      context) to row s * ctx_stride + p of `latent` (bfloat16 codes [S * ctx_stride, kv_lora])
+//      and `rope_keys` (bfloat16 codes [.., rope]), decoded from the cache row or the pass's
+//      fresh row as the attention kernels read them, then rounded to bfloat16 (exact for BF16
+//      rows and the rope key, which quantizing codecs keep in BF16); rows past ctx_s zero;
+//   2. the backend's GEMM: kvx [rows, heads * (nope + v)] = latent kv_b^T, as bfloat16 codes;
+//   3. LaunchMlaExpandedAttention: blocks of 64 query tokens of one sequence and one head on
+//      the tensor cores (bf16 MMA, float32 accumulation, FlashAttention-2's online softmax over
+//      chunks of 64 positions, causal by each token's context); out [T, heads * v] float32.
+// The query and the probabilities are rounded to bfloat16 (FlashAttention's numerics).
+struct MlaExpandedArgs {
+  BatchRef batch;  // seq_first_token needed
+  int64_t num_seqs;
+  int64_t heads, nope, rope, v;
+  const float* q;  // [T, q_ld]: head h's nope + rope values at h * (nope + rope), rope part roped
+  int64_t q_ld;
+  const uint16_t* kvx;  // [S * ctx_stride, kvx_ld] bfloat16: head h's k_nope then v at h * (nope + v)
+  int64_t kvx_ld;
+  const uint16_t* rope_keys;  // [S * ctx_stride, rope] bfloat16
+  int64_t ctx_stride;
+  float scale;
+  float* out;  // [T, out_ld]: head h's v values at h * v
+  int64_t out_ld;
+};
+// The shapes the kernel takes: nope, rope and v multiples of 8, nope + rope <= 192, v <= 128
+// (DeepSeek-V3 / Kimi K2: 128 + 64 and 128).
+inline bool MlaExpandedApplies(int64_t nope, int64_t rope, int64_t v) {
+  return nope > 0 && rope >= 0 && v > 0 && nope % 8 == 0 && rope % 8 == 0 && v % 8 == 0 && nope + rope <= 192 &&
+         v <= 128;
+}
+// Query-token blocks of LaunchMlaExpandedAttention (an upper bound on a pass's tiles of 64
+// tokens of one sequence: ceil(T / 64) + S).
+inline constexpr int64_t kMlaExpandedRows = 64;
+cudaError_t LaunchMlaGatherLatent(KvRef kv, int64_t layer, BatchRef batch, int64_t num_seqs, int64_t kv_lora,
+                                  int64_t rope, int64_t ctx_stride, uint16_t* latent, uint16_t* rope_keys, int32_t* err,
+                                  cudaStream_t s);
+cudaError_t LaunchMlaExpandedAttention(const MlaExpandedArgs& a, cudaStream_t s);
+
 // Which attention kernel runs (BackendOptions::attention).
 //   kTensorCore: heads that share a K/V row in blocks of 16 on the tensor cores (bf16 MMA,
 //     float32 accumulation) with the query and the probabilities carried as two bfloat16 parts

@@ -264,6 +264,19 @@ class Backend {
   virtual void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d,
                                const Tensor& out) = 0;
 
+  // The MLA attention of a dense pass (no DSA selection) in expanded form, where the backend
+  // takes it: out [T, heads*v] = what MlaAbsorbQuery, MlaAttention and MlaProjectValue give,
+  // computed with each context position's key and value expanded per head (k_nope = W_UK c_p,
+  // v = W_UV c_p; transformers' own form), which costs fewer operations than the absorbed form
+  // when a pass brings many tokens of each sequence (a prefill chunk). q as for MlaAbsorbQuery,
+  // rope part roped. Returns false, having enqueued nothing, where the backend does not take the
+  // pass (the default); the caller then runs the absorbed ops.
+  virtual bool MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
+                                    const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) {
+    (void)q, (void)kv_b, (void)cache, (void)layer, (void)batch, (void)d, (void)scale, (void)out;
+    return false;
+  }
+
   // ---- DeepSeek Sparse Attention indexer (GLM-5) ----
   // For every token t and cached position p of its causal context, the index score
   //   I(t, p) = sum_h w[t,h] * relu(q[t,h] . k_p * key_scale)

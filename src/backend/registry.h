@@ -57,6 +57,11 @@ struct BackendOptions {
   // their rows in one block of 8 warps, so each chunk of latent rows is read once per 32 heads,
   // not per 16). For comparisons in the microbenchmark and tests; no environment variable.
   int device_attention_tiles_per_block = 0;
+  // CUDA: MLA prefill in expanded form (Backend::MlaExpandedAttention; LLMRT_CUDA_MLA_PREFILL in
+  // the environment: "absorbed", the default, "expanded" or a number of tokens): a dense pass
+  // whose tokens number at least this many per sequence takes it (0: never; "expanded": kMlaExpandedDefaultMinTokens).
+  int64_t device_mla_expanded_min_tokens = 0;
+  static constexpr int64_t kMlaExpandedDefaultMinTokens = 128;
   // CUDA: whether the routed experts' grouped GEMM may run on the tensor cores under the BF16 and
   // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
   // the CUDA-core kernel every policy ran before; for comparisons).

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/backend/registry.h"
@@ -207,6 +208,20 @@ absl::Status Runtime::CreateBackends(int threads) {
         return absl::InvalidArgumentError(absl::StrCat("LLMRT_CUDA_MOE=", v, " in the environment: expected mma or gemv"));
       }
       bo.device_moe_mma = v == "mma";
+    }
+    if (const char* mla = std::getenv("LLMRT_CUDA_MLA_PREFILL"); mla != nullptr && *mla != '\0') {
+      const std::string v = mla;
+      int64_t n = 0;
+      if (v == "absorbed") {
+        bo.device_mla_expanded_min_tokens = 0;
+      } else if (v == "expanded") {
+        bo.device_mla_expanded_min_tokens = BackendOptions::kMlaExpandedDefaultMinTokens;
+      } else if (absl::SimpleAtoi(v, &n) && n >= 1) {
+        bo.device_mla_expanded_min_tokens = n;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "LLMRT_CUDA_MLA_PREFILL=", v, " in the environment: expected absorbed, expanded or a number of tokens >= 1"));
+      }
     }
     if (const char* quant = std::getenv("LLMRT_CUDA_QUANT"); quant != nullptr && *quant != '\0') {
       const std::string v = quant;

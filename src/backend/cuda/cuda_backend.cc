@@ -147,6 +147,7 @@ CudaBackend::~CudaBackend() {
   cublaslt_.reset();
   if (cublaslt_workspace_ != nullptr) cudaFree(cublaslt_workspace_);
   for (ScratchBuffer& b : scratch_) cudaFree(b.ptr);
+  for (auto& [w, copy] : kv_b_bf16_) cudaFree(copy);
   for (void* ev : staging_done_) {
     if (ev != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
   }

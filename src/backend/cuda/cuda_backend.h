@@ -130,6 +130,15 @@ class CudaBackend final : public Backend {
                     const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor* selected,
                     const Tensor& out_lat) override;
   void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d, const Tensor& out) override;
+  // Taken (BackendOptions::device_mla_expanded_min_tokens) for a pass whose tokens number at least
+  // that many per sequence, over BF16 or FP8 rows (F32 rows, the reference codec, keep the
+  // absorbed float32 path), for shapes MlaExpandedApplies takes, where cuBLASLt takes the
+  // expansion's GEMM and its buffers (the contexts' latent rows expanded to every head's keys and
+  // values: S * max_ctx rows) stay within kMlaExpandedMaxBytes. An F32 kv_b (FP8 checkpoints
+  // dequantize theirs) gets a BF16 copy made once, at its first use.
+  bool MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
+                            const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) override;
+  static constexpr size_t kMlaExpandedMaxBytes = size_t{2} << 30;
   void DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
                  const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset, float key_scale,
                  int64_t top_k, const Tensor& selected) override;
@@ -150,6 +159,7 @@ class CudaBackend final : public Backend {
         attention_stages_(o.device_attention_stages),
         attention_query_registers_(o.device_attention_query_registers),
         attention_tiles_per_block_(o.device_attention_tiles_per_block),
+        mla_expanded_min_tokens_(o.device_mla_expanded_min_tokens),
         moe_mma_(o.device_moe_mma),
         quant_mma_(o.device_quant_mma) {}
   absl::Status Init();
@@ -193,6 +203,9 @@ class CudaBackend final : public Backend {
   int attention_stages_ = 0;  // BackendOptions::device_attention_stages
   bool attention_query_registers_ = true;  // BackendOptions::device_attention_query_registers
   int attention_tiles_per_block_ = 0;      // BackendOptions::device_attention_tiles_per_block
+  int64_t mla_expanded_min_tokens_ = 0;  // BackendOptions::device_mla_expanded_min_tokens
+  // BF16 copies of F32 kv_b weights for the expanded MLA's GEMM, by the weight's address.
+  std::unordered_map<const void*, void*> kv_b_bf16_;
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,

@@ -380,6 +380,79 @@ void CudaBackend::MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const
   });
 }
 
+bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
+                                       const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) {
+  // Whether the pass is taken: decided on the host before anything is enqueued.
+  const int64_t T = batch.num_tokens, S = batch.num_seqs;
+  if (mla_expanded_min_tokens_ <= 0 || failed_ || !sticky_.ok() || S <= 0 || T < mla_expanded_min_tokens_ * S) {
+    return false;
+  }
+  if (!cuda::MlaExpandedApplies(d.nope, d.rope, d.v) || d.kv_lora % 8 != 0 || cublaslt_ == nullptr) return false;
+  if (!CheckKvView(cache, layer).ok() || cache.width < d.kv_lora + d.rope) return false;
+  const cuda::KvRef kv = KvOf(cache);
+  if (kv.row.nseg == 0 && kv.type == cuda::kElemF32) return false;  // F32 rows: the float32 reference path
+  if ((kv_b.format != kWeightBf16 && kv_b.format != kWeightF32) || kv_b.rows != d.heads * (d.nope + d.v) ||
+      kv_b.cols != d.kv_lora) {
+    return false;
+  }
+  const int64_t R = S * batch.max_ctx, N = kv_b.rows, K = d.kv_lora;
+  if (R <= 0) return false;
+  const size_t latent_bytes = static_cast<size_t>(R * (K + d.rope)) * sizeof(uint16_t);
+  const size_t kv_bytes = static_cast<size_t>(R * N) * sizeof(float);
+  const size_t kvx_bytes = static_cast<size_t>(R * N) * sizeof(uint16_t);
+  if (latent_bytes + kv_bytes + kvx_bytes > kMlaExpandedMaxBytes) return false;
+  cudaSetDevice(device_);
+  const absl::StatusOr<const CublasLtGemm::Call*> call = cublaslt_->Prepare(N, K, R, N);
+  if (!call.ok() || *call == nullptr) return false;
+  Run("MlaExpandedAttention", [&]() -> absl::Status {
+    LLMRT_CUDA_CHECK(q.dim(0) == T && q.row_size() == d.heads * (d.nope + d.rope));
+    LLMRT_CUDA_CHECK(out.dim(0) == T && out.row_size() == d.heads * d.v);
+    cudaStream_t s = Stream(stream_);
+    const void* w = kv_b.data.data();
+    if (kv_b.format == kWeightF32) {
+      auto it = kv_b_bf16_.find(w);
+      if (it == kv_b_bf16_.end()) {
+        LLMRT_ASSIGN_OR_RETURN(void* copy,
+                               DeviceMalloc(static_cast<size_t>(N * K) * sizeof(uint16_t), "a BF16 copy of an MLA kv_b"));
+        it = kv_b_bf16_.emplace(w, copy).first;
+        LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16(
+            cuda::ConstMat{static_cast<const float*>(w), N, K, K}, static_cast<uint16_t*>(copy), s)));
+      }
+      w = it->second;
+    }
+    LLMRT_CUDA_CHECK(CublasLtGemm::Aligned(w));
+    LLMRT_ASSIGN_OR_RETURN(void* lp, Scratch(kScratchMlaLatent, latent_bytes, "expanded MLA latent rows"));
+    LLMRT_ASSIGN_OR_RETURN(void* kp, Scratch(kScratchMlaExpanded, kv_bytes, "expanded MLA keys and values"));
+    LLMRT_ASSIGN_OR_RETURN(void* xp, Scratch(kScratchMlaExpandedBf16, kvx_bytes, "expanded MLA bf16 keys and values"));
+    uint16_t* latent = static_cast<uint16_t*>(lp);
+    uint16_t* rope_keys = latent + R * K;  // 16-byte aligned: K is a multiple of 8
+    const cuda::BatchRef b = BatchOf(batch);
+    LLMRT_RETURN_IF_ERROR(Launched(
+        cuda::LaunchMlaGatherLatent(kv, layer, b, S, K, d.rope, batch.max_ctx, latent, rope_keys, error_word_, s)));
+    LLMRT_RETURN_IF_ERROR(cublaslt_->Run(**call, w, latent, static_cast<float*>(kp), stream_));
+    LLMRT_RETURN_IF_ERROR(Launched(
+        cuda::LaunchRoundToBf16(cuda::ConstMat{static_cast<const float*>(kp), R, N, N}, static_cast<uint16_t*>(xp), s)));
+    cuda::MlaExpandedArgs a{};
+    a.batch = b;
+    a.num_seqs = S;
+    a.heads = d.heads;
+    a.nope = d.nope;
+    a.rope = d.rope;
+    a.v = d.v;
+    a.q = q.data_as<const float>();
+    a.q_ld = q.row_stride();
+    a.kvx = static_cast<const uint16_t*>(xp);
+    a.kvx_ld = N;
+    a.rope_keys = rope_keys;
+    a.ctx_stride = batch.max_ctx;
+    a.scale = scale;
+    a.out = out.data_as<float>();
+    a.out_ld = out.row_stride();
+    return Launched(cuda::LaunchMlaExpandedAttention(a, s));
+  });
+  return true;
+}
+
 void CudaBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
                             const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset,
                             float key_scale, int64_t top_k, const Tensor& selected) {

@@ -209,12 +209,16 @@ absl::Status MlaBlock::Forward(PassContext& ctx, int64_t layer, const Tensor& x,
   } else {
     WriteKv(ctx, layer, {latent, k_rope});
   }
-  // Absorbed attention: q_lat = W_UK^T q_nope; o_lat = softmax(q.k) . c; o = W_UV o_lat.
-  be.MlaAbsorbQuery(s.q, kv_b, s_->dims, s.q_lat);
+  // Absorbed attention: q_lat = W_UK^T q_nope; o_lat = softmax(q.k) . c; o = W_UV o_lat. A backend
+  // may take a dense pass in expanded form instead (Backend::MlaExpandedAttention: prefill).
   const DsaSelection* dsa = s_->dsa.get();
-  be.MlaAttention(s.q_lat, s.q, ctx.cache, layer, ctx.batch.attn, s_->dims, s_->softmax_scale,
-                  dsa != nullptr && dsa->sparse ? &dsa->selected : nullptr, s.o_lat);
-  be.MlaProjectValue(s.o_lat, kv_b, s_->dims, s.o);
+  const bool sparse = dsa != nullptr && dsa->sparse;
+  if (sparse || !be.MlaExpandedAttention(s.q, kv_b, ctx.cache, layer, ctx.batch.attn, s_->dims, s_->softmax_scale, s.o)) {
+    be.MlaAbsorbQuery(s.q, kv_b, s_->dims, s.q_lat);
+    be.MlaAttention(s.q_lat, s.q, ctx.cache, layer, ctx.batch.attn, s_->dims, s_->softmax_scale,
+                    sparse ? &dsa->selected : nullptr, s.o_lat);
+    be.MlaProjectValue(s.o_lat, kv_b, s_->dims, s.o);
+  }
   be.MatMul(s.o, o_proj, out);  // [T, hidden]: this rank's heads' share
   be.AllReduceSum(out);          // the sum over every rank's heads
   return absl::OkStatus();

@@ -1,0 +1,252 @@
+// The bodies of MLA's expanded-form kernels (kernels/kernels.h, "MLA in expanded form"), in a
+// header of their own so that they compile twice: for the device in mla_expanded.cu, and on the
+// host in tests/cuda_emulation/, which checks their indexing on every CI machine.
+//
+// The includer defines, before including this file, in namespace llmrt::cuda::xp:
+//   void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1)
+//       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d.
+//
+// Fragments (g = lane / 4, c = lane % 4; a register holds two bfloat16 values, the lower
+// column in the low half):
+//   A (16x16, row-major): a0 row g cols 2c, 2c+1; a1 row g+8; a2 row g cols 2c+8, 2c+9; a3 row g+8
+//   B (16x8, k x n):      b0 rows 2c, 2c+1 of col g; b1 rows 2c+8, 2c+9
+//   C (16x8):             c0, c1 row g cols 2c, 2c+1; c2, c3 row g+8
+// The scores' C fragments of two adjacent 8-position tiles are the A fragment of the
+// probabilities for their 16 positions (FlashAttention-2), so the probabilities never go
+// through shared memory.
+#ifndef LLMRT_KERNELS_MLA_EXPANDED_KERNEL_CUH_
+#define LLMRT_KERNELS_MLA_EXPANDED_KERNEL_CUH_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kernels/kv_access.cuh"
+
+namespace llmrt::cuda::xp {
+
+inline constexpr int kWarps = 4;
+inline constexpr int kThreads = 32 * kWarps;
+inline constexpr int kRows = 16 * kWarps;  // query tokens a block (kMlaExpandedRows)
+inline constexpr int kChunk = 64;          // positions a step
+static_assert(kRows == kMlaExpandedRows, "the host sizes the grid by kMlaExpandedRows");
+
+// Sequence s's token rows [*first, *end) (a sequence's rows are contiguous, in sequence order).
+__device__ __forceinline__ void SeqTokens(const BatchRef& b, int64_t num_seqs, int64_t s, int64_t* first,
+                                          int64_t* end) {
+  *first = b.seq_first_token[s];
+  *end = s + 1 < num_seqs ? b.seq_first_token[s + 1] : b.num_tokens;
+}
+
+// One warp a context row r = s * ctx_stride + p (8 warps a block).
+__global__ void __launch_bounds__(256) GatherLatentKernel(KvRef kv, int64_t layer, BatchRef b, int64_t num_seqs,
+                                                          int64_t kv_lora, int64_t rope, int64_t ctx_stride,
+                                                          uint16_t* latent, uint16_t* rope_keys, int32_t* err) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= num_seqs * ctx_stride) return;
+  const int64_t s = r / ctx_stride, p = r - s * ctx_stride;
+  int64_t first = 0, end = 0;
+  SeqTokens(b, num_seqs, s, &first, &end);
+  RowPtr row{nullptr, false};
+  bool found = false;
+  if (end > first) {
+    const Context c = ContextOf(kv, b, end - 1);
+    if (p < c.ctx) {
+      found = Locate(kv, layer, c, p, &row);
+      if (!found && lane == 0) RaiseError(err, kErrPage);
+    }
+  }
+  const float ls = LayerScale(kv, layer);
+  uint16_t* lat = latent + r * kv_lora;
+  uint16_t* rk = rope_keys + r * rope;
+  for (int64_t i = lane; i < kv_lora; i += 32) lat[i] = found ? RoundBf16(RowValue(kv, row, i, ls)) : 0;
+  for (int64_t i = lane; i < rope; i += 32) rk[i] = found ? RoundBf16(RowValue(kv, row, kv_lora + i, ls)) : 0;
+}
+
+__device__ __forceinline__ uint32_t Pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// The dynamic shared memory of ExpandedAttentionKernel<kQk, kDv> (under the 48 KiB every device
+// gives without opting in).
+template <int kQk, int kDv>
+constexpr int64_t SharedBytes() {
+  return static_cast<int64_t>(kChunk * (kQk + 8) + kDv * (kChunk + 8)) * 2;
+}
+
+// Block (tile, head): the tile-th group of 64 query tokens of its sequence (counted over the
+// sequences in order; blocks past the last tile return), head blockIdx.y. kQk >= nope + rope and
+// kDv >= v, multiples of 16 and 8: the query and key rows are zero past nope + rope, and
+// n-tiles past v are skipped.
+template <int kQk, int kDv>
+__global__ void __launch_bounds__(kThreads) ExpandedAttentionKernel(MlaExpandedArgs a) {
+  constexpr int kKs = kQk + 8;     // K tile row stride (bf16): rows 16-byte aligned, B loads conflict-free
+  constexpr int kVs = kChunk + 8;  // transposed V tile row stride
+  static_assert(kRows == kChunk, "the query tile is staged in the K tile");
+  uint16_t* ks = DynamicShared<uint16_t>();  // [kChunk][kKs], the query tile first
+  uint16_t* vt = ks + kChunk * kKs;          // [kDv][kVs]
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t h = blockIdx.y;
+  int64_t tile = blockIdx.x, s = 0, first = 0, end = 0;
+  for (; s < a.num_seqs; ++s) {
+    SeqTokens(a.batch, a.num_seqs, s, &first, &end);
+    const int64_t n = (end - first + kRows - 1) / kRows;
+    if (tile < n) break;
+    tile -= n;
+  }
+  if (s >= a.num_seqs) return;
+  const int64_t t0 = first + tile * kRows;
+  const int nt = static_cast<int>(end - t0 < kRows ? end - t0 : kRows);
+  const int64_t qw = a.nope + a.rope, hw = a.nope + a.v;
+
+  // The query tile as bfloat16, zeros past nope + rope and past the sequence's tokens; each warp
+  // keeps its 16 rows' A fragments in registers.
+  for (int i = static_cast<int>(threadIdx.x); i < kRows * kQk; i += kThreads) {
+    const int r = i / kQk, d = i % kQk;
+    const float x = r < nt && d < qw ? a.q[(t0 + r) * a.q_ld + h * qw + d] : 0.0f;
+    ks[r * kKs + d] = RoundBf16(x);
+  }
+  __syncthreads();
+  const int row0 = warp * 16 + g;  // this thread's rows: row0 and row0 + 8
+  uint32_t qf[kQk / 16][4];
+#pragma unroll
+  for (int k = 0; k < kQk / 16; ++k) {
+    qf[k][0] = Pair(&ks[row0 * kKs + 16 * k + 2 * c]);
+    qf[k][1] = Pair(&ks[(row0 + 8) * kKs + 16 * k + 2 * c]);
+    qf[k][2] = Pair(&ks[row0 * kKs + 16 * k + 2 * c + 8]);
+    qf[k][3] = Pair(&ks[(row0 + 8) * kKs + 16 * k + 2 * c + 8]);
+  }
+  // Each row's context (0 for rows past the tokens: nothing attended); the block visits the
+  // positions of its last token's context, the largest (contexts grow along a sequence).
+  const int64_t ctx0 = row0 < nt ? a.batch.token_ctx[t0 + row0] : 0;
+  const int64_t ctx1 = row0 + 8 < nt ? a.batch.token_ctx[t0 + row0 + 8] : 0;
+  const int64_t last = a.batch.token_ctx[t0 + nt - 1];
+  const int64_t base = s * a.ctx_stride;
+  const int ksteps = static_cast<int>((qw + 15) / 16);
+
+  float o[kDv / 8][4];
+#pragma unroll
+  for (int n = 0; n < kDv / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+  for (int64_t p0 = 0; p0 < last; p0 += kChunk) {
+    __syncthreads();  // every warp is done with the previous tiles (and the query's)
+    // K tile [kChunk][kQk]: k_nope from kvx, the rope key, zeros; positions past `last` zero.
+    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kQk / 8); i += kThreads) {
+      const int r = i / (kQk / 8), d = (i % (kQk / 8)) * 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (p0 + r < last) {
+        const int64_t row = base + p0 + r;
+        if (d < a.nope) {
+          v = *reinterpret_cast<const uint4*>(a.kvx + row * a.kvx_ld + h * hw + d);
+        } else if (d < qw) {
+          v = *reinterpret_cast<const uint4*>(a.rope_keys + row * a.rope + (d - a.nope));
+        }
+      }
+      *reinterpret_cast<uint4*>(&ks[r * kKs + d]) = v;
+    }
+    // V tile transposed, [kDv][kChunk]: consecutive threads take consecutive positions.
+    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kDv / 8); i += kThreads) {
+      const int r = i % kChunk, d = (i / kChunk) * 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (p0 + r < last && d < a.v) v = *reinterpret_cast<const uint4*>(a.kvx + (base + p0 + r) * a.kvx_ld + h * hw + a.nope + d);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        vt[(d + 2 * j) * kVs + r] = static_cast<uint16_t>(w[j] & 0xffffu);
+        vt[(d + 2 * j + 1) * kVs + r] = static_cast<uint16_t>(w[j] >> 16);
+      }
+    }
+    __syncthreads();
+
+    // Scores of the warp's 16 rows by the chunk's 64 positions (8 n-tiles).
+    float sc[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kQk / 16; ++k) {
+      if (k >= ksteps) break;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const uint16_t* kr = &ks[(8 * n + g) * kKs + 16 * k + 2 * c];
+        Mma16816(sc[n], qf[k], Pair(kr), Pair(kr + 8));
+      }
+    }
+    // Scale and mask (position p attended by a row whose context holds it), the running maxima
+    // over each row's quad.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t p = p0 + 8 * n + 2 * c + e;
+        sc[n][e] = p < ctx0 ? sc[n][e] * a.scale : -INFINITY;
+        sc[n][2 + e] = p < ctx1 ? sc[n][2 + e] * a.scale : -INFINITY;
+        mx0 = fmaxf(mx0, sc[n][e]);
+        mx1 = fmaxf(mx1, sc[n][2 + e]);
+      }
+    }
+    QuadMax(mx0, mx1);
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // Rescale what was summed under the old maxima (a row with nothing attended yet keeps 0).
+    const float al0 = mn0 == -INFINITY ? 1.0f : expf(m0 - mn0);
+    const float al1 = mn1 == -INFINITY ? 1.0f : expf(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    l0 *= al0;
+    l1 *= al1;
+#pragma unroll
+    for (int n = 0; n < kDv / 8; ++n) {
+      o[n][0] *= al0;
+      o[n][1] *= al0;
+      o[n][2] *= al1;
+      o[n][3] *= al1;
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        sc[n][e] = mn0 == -INFINITY ? 0.0f : expf(sc[n][e] - mn0);
+        sc[n][2 + e] = mn1 == -INFINITY ? 0.0f : expf(sc[n][2 + e] - mn1);
+        l0 += sc[n][e];
+        l1 += sc[n][2 + e];
+      }
+    }
+    // out += P V: each 16-position k-step's A fragment from two score tiles.
+#pragma unroll
+    for (int j = 0; j < kChunk / 16; ++j) {
+      const uint32_t pa[4] = {PackBf16(sc[2 * j][0], sc[2 * j][1]), PackBf16(sc[2 * j][2], sc[2 * j][3]),
+                              PackBf16(sc[2 * j + 1][0], sc[2 * j + 1][1]),
+                              PackBf16(sc[2 * j + 1][2], sc[2 * j + 1][3])};
+#pragma unroll
+      for (int n = 0; n < kDv / 8; ++n) {
+        if (8 * n >= a.v) break;
+        const uint16_t* vr = &vt[(8 * n + g) * kVs + 16 * j + 2 * c];
+        Mma16816(o[n], pa, Pair(vr), Pair(vr + 8));
+      }
+    }
+  }
+
+  // Normalize (a row that attended nothing writes zeros, as the CPU does) and store.
+  QuadSum(l0, l1);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+  for (int n = 0; n < kDv / 8; ++n) {
+    const int col = 8 * n + 2 * c;
+    if (col >= a.v) break;
+    if (row0 < nt) {
+      float* dst = a.out + (t0 + row0) * a.out_ld + h * a.v + col;
+      dst[0] = o[n][0] * inv0;
+      dst[1] = o[n][1] * inv0;
+    }
+    if (row0 + 8 < nt) {
+      float* dst = a.out + (t0 + row0 + 8) * a.out_ld + h * a.v + col;
+      dst[0] = o[n][2] * inv1;
+      dst[1] = o[n][3] * inv1;
+    }
+  }
+}
+
+}  // namespace llmrt::cuda::xp
+
+#endif  // LLMRT_KERNELS_MLA_EXPANDED_KERNEL_CUH_
