@@ -92,6 +92,32 @@ AttentionBatch OneTokenBatch(Backend& be, int64_t ctx, int64_t page, Tensor* met
   return batch;
 }
 
+// One sequence prefilling positions 0 .. T - 1 in one pass over pages 0 .. ceil(T / page) - 1.
+AttentionBatch PrefillBatch(Backend& be, int64_t T, int64_t page, Tensor* meta) {
+  const int64_t pages = (T + page - 1) / page;
+  // token_seq [T], token_ctx [T], seq_page_start [2], page_ids [pages], slots [T], first [1]
+  std::vector<int32_t> v(static_cast<size_t>(T), 0);
+  for (int64_t t = 0; t < T; ++t) v.push_back(static_cast<int32_t>(t + 1));
+  v.push_back(0);
+  v.push_back(static_cast<int32_t>(pages));
+  for (int64_t p = 0; p < pages; ++p) v.push_back(static_cast<int32_t>(p));
+  for (int64_t t = 0; t < T; ++t) v.push_back(static_cast<int32_t>(t));
+  v.push_back(0);
+  *meta = Must(be.Allocate(DType::kI32, {static_cast<int64_t>(v.size())}), "Allocate");
+  MustOk(be.Upload(v.data(), v.size() * 4, *meta), "Upload");
+  AttentionBatch batch;
+  batch.token_seq = meta->Rows(0, T);
+  batch.token_ctx = meta->Rows(T, 2 * T);
+  batch.seq_page_start = meta->Rows(2 * T, 2 * T + 2);
+  batch.page_ids = meta->Rows(2 * T + 2, 2 * T + 2 + pages);
+  batch.slot_mapping = meta->Rows(2 * T + 2 + pages, 3 * T + 2 + pages);
+  batch.seq_first_token = meta->Rows(3 * T + 2 + pages, 3 * T + 3 + pages);
+  batch.num_tokens = T;
+  batch.num_seqs = 1;
+  batch.max_ctx = T;
+  return batch;
+}
+
 Tensor Random(Backend& be, DType dtype, std::initializer_list<int64_t> shape, std::mt19937& rng) {
   Tensor t = Must(be.Allocate(dtype, shape), "Allocate");
   std::normal_distribution<float> d(0.0f, 1.0f);
@@ -314,6 +340,70 @@ int Main() {
         std::printf("%10s %6s %8lld %10.3f %16.0f %10.1f   (%.0f%% of the copy bandwidth)\n", k.name,
                     codec == kKvCodecFp8 ? "FP8" : "BF16", static_cast<long long>(ctx), t * 1e3, kv_bw / 1e9,
                     flops / t / 1e12, 100.0 * kv_bw / copy_bw);
+      }
+    }
+  }
+
+  // MLA prefill attention, one sequence's prompt of T tokens in one pass (Kimi K2's 64 heads over
+  // BF16 and FP8 rows): the absorbed form (MlaAbsorbQuery, MlaAttention on the default `tc` and on
+  // `wgmma`, MlaProjectValue) against the expanded form (LLMRT_CUDA_MLA_PREFILL: gather, the
+  // expansion's GEMM on cuBLASLt, FlashAttention-2 on mma.sync). TFLOP/s counts the expanded
+  // form's multiply-adds over the causal context (heads x (nope + rope + v) a position), the
+  // same work for every row, so the rows compare as speeds.
+  {
+    std::printf("\nMLA prefill attention, %lld heads, one sequence of T tokens (q, kv_b BF16; absorbed: the three\n"
+                "absorbed ops; expanded: LLMRT_CUDA_MLA_PREFILL; TFLOP/s in the expanded form's count)\n"
+                "%-18s %6s %6s %10s %10s %12s\n",
+                static_cast<long long>(H), "form", "KV", "T", "ms", "TFLOP/s", "vs absorbed");
+    Weight kv_b;
+    kv_b.format = kWeightBf16;
+    kv_b.rows = H * (d.nope + d.v);
+    kv_b.cols = L;
+    struct Form {
+      const char* name;
+      BackendOptions::DeviceAttention kind;
+      bool expanded;
+    };
+    const Form forms[] = {{"absorbed tc", BackendOptions::DeviceAttention::kTensorCore, false},
+                          {"absorbed wgmma", BackendOptions::DeviceAttention::kWgmma, false},
+                          {"expanded", BackendOptions::DeviceAttention::kTensorCore, true}};
+    for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
+      for (int64_t T : {512, 4096}) {
+        double base = 0;
+        for (const Form& f : forms) {
+          BackendOptions bo;
+          bo.device_attention = f.kind;
+          bo.device_mla_expanded_min_tokens = f.expanded ? 1 : 0;
+          std::unique_ptr<Backend> pb = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
+          kv_b.data = Random(*pb, DType::kBF16, {kv_b.rows, L}, rng);
+          std::unique_ptr<KvStore> store =
+              OneLayerStore(*pb, codec, {{L, 128, false}, {R, 128, true}}, (T + page - 1) / page * page, page);
+          Tensor m;
+          const AttentionBatch batch = PrefillBatch(*pb, T, page, &m);
+          Tensor q = Random(*pb, DType::kF32, {T, H * (d.nope + R)}, rng);
+          Tensor q_lat = Must(pb->Allocate(DType::kF32, {T, H * L}), "Allocate");
+          Tensor o_lat = Must(pb->Allocate(DType::kF32, {T, H * L}), "Allocate");
+          Tensor out = Must(pb->Allocate(DType::kF32, {T, H * d.v}), "Allocate");
+          bool taken = true;
+          const double t = Time(*pb, 3, [&] {
+            if (f.expanded) {
+              taken = pb->MlaExpandedAttention(q, kv_b, store->view(), 0, batch, d, 0.1f, out);
+            } else {
+              pb->MlaAbsorbQuery(q, kv_b, d, q_lat);
+              pb->MlaAttention(q_lat, q, store->view(), 0, batch, d, 0.1f, nullptr, o_lat);
+              pb->MlaProjectValue(o_lat, kv_b, d, out);
+            }
+          });
+          if (!taken) {
+            std::printf("%-18s %6s %6lld   not taken\n", f.name, codec == kKvCodecFp8 ? "FP8" : "BF16",
+                        static_cast<long long>(T));
+            continue;
+          }
+          if (base == 0) base = t;
+          const double flops = 2.0 * static_cast<double>(H * (d.nope + R + d.v)) * T * (T + 1) / 2;
+          std::printf("%-18s %6s %6lld %10.3f %10.1f %11.2fx\n", f.name, codec == kKvCodecFp8 ? "FP8" : "BF16",
+                      static_cast<long long>(T), t * 1e3, flops / t / 1e12, base / t);
+        }
       }
     }
   }

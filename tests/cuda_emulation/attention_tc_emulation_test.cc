@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "src/quant/kv_codec.h"
 #include "tests/cuda_emulation/cuda_emulation.h"
+#include "tests/cuda_emulation/paged_layer.h"
 
 namespace llmrt::cuda::tc {
 
@@ -225,10 +226,10 @@ struct Case {
 void Check(const Case& cs, std::mt19937& rng) {
   SCOPED_TRACE(cs.Describe());
   std::normal_distribution<float> normal;
-  const int64_t H = cs.heads, layers = 2, layer = 1, ps = cs.page_size;
+  const int64_t H = cs.heads, ps = cs.page_size;
   const KvCodec& codec = *FindKvCodec(cs.codec);
   KvShape shape;
-  shape.num_layers = layers;
+  shape.num_layers = PagedLayer::kLayers;
   if (cs.mla) {  // the rows of MlaKvShape: latent in tiles of 128 (or less), BF16 rope, indexer key
     // (16 values where the latent and rope are whole 16-byte pieces, as the released models'
     // rows are: the kernel's asynchronous loads; 10 otherwise: the warps' own loads)
@@ -237,47 +238,12 @@ void Check(const Case& cs, std::mt19937& rng) {
   } else {  // GQA: keys then values, a scale per head
     shape.parts = {{cs.kv_heads * cs.head_dim, cs.head_dim, false}, {cs.kv_heads * cs.head_dim, cs.head_dim, false}};
   }
-  const KvRowLayout layout = codec.Layout(shape);
-  const int64_t W = layout.width, row_bytes = layout.row_bytes;
-  const bool fp8 = cs.codec == kKvCodecFp8;
-  std::vector<int32_t> token_seq, token_ctx, seq_page_start{0}, seq_first;
-  int64_t pages_used = 0;
-  for (size_t s = 0; s < cs.seqs.size(); ++s) {
-    seq_first.push_back(static_cast<int32_t>(token_seq.size()));
-    for (int64_t i = 0; i < cs.seqs[s].second; ++i) {
-      token_seq.push_back(static_cast<int32_t>(s));
-      token_ctx.push_back(static_cast<int32_t>(cs.seqs[s].first + i + 1));
-    }
-    pages_used += (cs.seqs[s].first + cs.seqs[s].second + ps - 1) / ps;
-    seq_page_start.push_back(static_cast<int32_t>(pages_used));
-  }
-  const int64_t num_pages = pages_used + 3, T = static_cast<int64_t>(token_seq.size());
-  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
-  std::iota(page_ids.begin(), page_ids.end(), 0);
-  std::shuffle(page_ids.begin(), page_ids.end(), rng);
-  page_ids.resize(static_cast<size_t>(pages_used));
-  std::vector<uint8_t> pages(static_cast<size_t>(num_pages * layers * ps * row_bytes), 0xff);
-  const std::vector<float> layer_scales = {1.0f, 0.37f};
-  std::vector<uint16_t> fresh(static_cast<size_t>(T * W));
-  std::vector<std::vector<std::vector<float>>> read(cs.seqs.size());
-  for (size_t s = 0; s < cs.seqs.size(); ++s) {
-    const int64_t len = cs.seqs[s].first + cs.seqs[s].second;
-    for (int64_t p = 0; p < len; ++p) {
-      const int64_t page = page_ids[seq_page_start[s] + p / ps];
-      uint8_t* row = pages.data() + ((page * layers + layer) * ps + p % ps) * row_bytes;
-      std::vector<float> x(static_cast<size_t>(W)), v(static_cast<size_t>(W));
-      for (float& e : x) e = normal(rng);
-      codec.EncodeRow(layout, x.data(), layer_scales[layer], row);
-      codec.DecodeRow(layout, row, layer_scales[layer], v.data());
-      if (cs.fresh && p >= cs.seqs[s].first) {
-        for (int64_t i = 0; i < W; ++i) {
-          fresh[(seq_first[s] + p - cs.seqs[s].first) * W + i] = F32ToBf16(x[i]);
-          v[i] = Bf16ToF32(F32ToBf16(x[i]));
-        }
-      }
-      read[s].push_back(std::move(v));
-    }
-  }
+  PagedLayer pl;
+  pl.Build(codec, shape, ps, cs.seqs, cs.fresh, /*spare_pages=*/3, rng);
+  const int64_t T = pl.T, layer = PagedLayer::kLayer;
+  const std::vector<int32_t>& token_seq = pl.token_seq;
+  const std::vector<int32_t>& token_ctx = pl.token_ctx;
+  const std::vector<std::vector<std::vector<float>>>& read = pl.read;
   const int64_t q1_len = cs.mla ? cs.kv_lora : cs.head_dim, nope = 5, qw = cs.mla ? nope + cs.rope : 0;
   const int64_t dv = q1_len, top_k = 6;
   std::vector<float> q1(static_cast<size_t>(T * H * q1_len)), q2(static_cast<size_t>(std::max<int64_t>(T * H * qw, 1)));
@@ -303,31 +269,9 @@ void Check(const Case& cs, std::mt19937& rng) {
   }
 
   AttentionArgs a{};
-  a.kv.pages = pages.data();
-  a.kv.type = cs.codec == kKvCodecBf16 ? kElemBf16 : kElemFp8E4M3;
-  a.kv.num_pages = num_pages;
-  a.kv.num_layers = layers;
-  a.kv.page_size = ps;
-  a.kv.row_bytes = row_bytes;
-  a.kv.width = W;
-  a.kv.row.type = a.kv.type;
-  a.kv.row.row_bytes = row_bytes;
-  a.kv.row.width = W;
-  a.kv.row.scale_offset = layout.scale_offset;
-  a.kv.row.nseg = static_cast<int32_t>(layout.segments.size());  // as CudaBackend's RowRefOf
-  for (size_t i = 0; i < layout.segments.size(); ++i) {
-    const KvSegment& sg = layout.segments[i];
-    a.kv.row.seg[i] = {sg.start, sg.count, sg.tile, sg.byte_offset, sg.first_scale, sg.bf16 ? 1 : 0};
-  }
-  if (fp8) a.kv.layer_scales = layer_scales.data();
-  if (cs.fresh) {
-    a.kv.fresh = fresh.data();
-    a.kv.fresh_rows = T;
-  }
+  a.kv = pl.kv;
   a.layer = layer;
-  a.batch = BatchRef{token_seq.data(), token_ctx.data(), seq_page_start.data(), page_ids.data(), nullptr, T,
-                     *std::max_element(token_ctx.begin(), token_ctx.end())};
-  a.batch.seq_first_token = seq_first.data();
+  a.batch = pl.batch;
   a.heads = H;
   a.q1 = q1.data();
   a.q1_ld = H * q1_len;

@@ -48,6 +48,36 @@ bool CudaRuns(const std::string& dir) {
   return false;
 }
 
+// The device's runs against the CPU's, prompt by prompt up to the first token that differs (the
+// histories differ from there on): logits within `logit_bound` of the CPU's (none where it is
+// negative), and the CPU's token wherever its top-1 margin exceeds 0.6; with `all_tokens` every
+// token the same. Returns the largest |logit difference| seen.
+float ExpectCloseToCpu(const std::vector<RunOutput>& cpu, const std::vector<RunOutput>& gpu, float logit_bound,
+                       bool all_tokens, const std::string& what) {
+  EXPECT_EQ(cpu.size(), gpu.size()) << what;
+  float worst = 0;
+  for (size_t i = 0; i < std::min(cpu.size(), gpu.size()); ++i) {
+    if (all_tokens) {
+      EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << what << " prompt " << i;
+    }
+    const size_t steps = std::min(gpu[i].logits.size(), cpu[i].logits.size());
+    for (size_t j = 0; j < steps; ++j) {
+      const float d = MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]);
+      worst = std::max(worst, d);
+      if (logit_bound >= 0) {
+        EXPECT_LE(d, logit_bound) << what << " prompt " << i << " step " << j;
+      }
+      std::vector<float> top = cpu[i].logits[j];
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+      if (top[0] - top[1] > 0.6f) {
+        EXPECT_EQ(gpu[i].tokens[j], cpu[i].tokens[j]) << what << " prompt " << i << " step " << j;
+      }
+      if (gpu[i].tokens[j] != cpu[i].tokens[j]) break;
+    }
+  }
+  return worst;
+}
+
 TEST(BackendSelect, CudaIsUnsupportedWithoutADeviceAndAutoRuns) {
   const std::string dir = TestData("tiny_kimi_k2_qlora_yarn");
   const bool cuda = CudaRuns(dir);
@@ -148,29 +178,34 @@ TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
     const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
     unsetenv("LLMRT_CUDA_ATTENTION");
     const bool exact = std::string(kernel) == "scalar";
-    ASSERT_EQ(cpu.size(), gpu.size());
-    float worst = 0;
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      if (exact) {
-        EXPECT_EQ(gpu[i].tokens, cpu[i].tokens) << kernel << " prompt " << i;
-      }
-      const size_t steps = std::min(gpu[i].logits.size(), cpu[i].logits.size());
-      for (size_t j = 0; j < steps; ++j) {
-        const float d = MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]);
-        worst = std::max(worst, d);
-        if (exact || !dsa) {
-          EXPECT_LE(d, exact ? kBf16KvDeviceTolerance : 0.3f) << kernel << " prompt " << i << " step " << j;
-        }
-        std::vector<float> top = cpu[i].logits[j];
-        std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-        if (top[0] - top[1] > 0.6f) {
-          EXPECT_EQ(gpu[i].tokens[j], cpu[i].tokens[j]) << kernel << " prompt " << i << " step " << j;
-        }
-        if (gpu[i].tokens[j] != cpu[i].tokens[j]) break;  // the histories differ from here on
-      }
-    }
+    const float worst =
+        ExpectCloseToCpu(cpu, gpu, exact ? kBf16KvDeviceTolerance : dsa ? -1.0f : 0.3f, exact, kernel);
     std::printf("[%s] LLMRT_CUDA_ATTENTION=%s: max |logit diff| vs CPU %.3g\n", GetParam().dir, kernel, worst);
   }
+}
+
+// MLA prefill in expanded form (LLMRT_CUDA_MLA_PREFILL=2: every pass of at least two tokens a
+// sequence, so each prompt's prefill, while decode steps stay absorbed): bfloat16 queries,
+// expanded keys and values and probabilities, a perturbation of the size of `tc-bf16`'s, held to
+// the same rules (logits within 0.3 where no DSA selection can move, tokens wherever the CPU's
+// top-1 margin exceeds 0.6). GQA models have no MLA: skipped.
+TEST_P(CudaMatchesCpu, ExpandedMlaPrefill) {
+  const std::string dir = TestData(GetParam().dir);
+  if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
+  if (std::string(GetParam().dir).find("glm4") != std::string::npos) GTEST_SKIP() << "GQA: no MLA";
+  const std::vector<std::vector<int32_t>> prompts = GoldenPrompts(GetParam().golden);
+  RunConfig cpu_cfg;
+  cpu_cfg.kv_dtype = LLM_KV_DTYPE_BF16;
+  cpu_cfg.backend = LLM_BACKEND_CPU;
+  RunConfig cuda_cfg = cpu_cfg;
+  cuda_cfg.backend = LLM_BACKEND_CUDA;
+  const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
+  setenv("LLMRT_CUDA_MLA_PREFILL", "2", 1);
+  const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
+  unsetenv("LLMRT_CUDA_MLA_PREFILL");
+  const bool dsa = std::string(GetParam().dir).find("dsa") != std::string::npos;
+  const float worst = ExpectCloseToCpu(cpu, gpu, dsa ? -1.0f : 0.3f, false, "expanded MLA prefill");
+  std::printf("[%s] LLMRT_CUDA_MLA_PREFILL=2: max |logit diff| vs CPU %.3g\n", GetParam().dir, worst);
 }
 
 // The tensor-core attention's row loads in one stage or two (LLMRT_CUDA_ATTENTION_STAGES): the
@@ -199,13 +234,15 @@ TEST_P(CudaMatchesCpu, AttentionStagesAreBitIdentical) {
 }
 
 // A value the runtime does not know (LLMRT_CUDA_ATTENTION, LLMRT_CUDA_ATTENTION_STAGES,
-// LLMRT_CUDA_MOE, LLMRT_CUDA_QUANT) is refused at creation, naming the variable, whichever
+// LLMRT_CUDA_MOE, LLMRT_CUDA_QUANT, LLMRT_CUDA_MLA_PREFILL) is refused at creation, naming the variable, whichever
 // backend runs.
 TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   const std::pair<const char*, const char*> settings[] = {{"LLMRT_CUDA_ATTENTION", "flash"},
                                                           {"LLMRT_CUDA_ATTENTION_STAGES", "3"},
                                                           {"LLMRT_CUDA_MOE", "cutlass"},
-                                                          {"LLMRT_CUDA_QUANT", "marlin"}};
+                                                          {"LLMRT_CUDA_QUANT", "marlin"},
+                                                          {"LLMRT_CUDA_MLA_PREFILL", "flash"},
+                                                          {"LLMRT_CUDA_MLA_PREFILL", "0"}};
   for (const auto& [name, value] : settings) {
     setenv(name, value, 1);
     llm_runtime_options ro;
@@ -222,7 +259,7 @@ TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   }
 }
 
-// Every kernel LLMRT_CUDA_ATTENTION names is accepted at creation whichever backend runs (on the
+// Every kernel LLMRT_CUDA_ATTENTION names, and every LLMRT_CUDA_MLA_PREFILL form, is accepted at creation whichever backend runs (on the
 // CPU it changes nothing: the same tokens as without it).
 TEST(BackendSelect, KnownAttentionKernelsAreAccepted) {
   const std::string dir = TestData("tiny_glm4_moe");
@@ -237,6 +274,13 @@ TEST(BackendSelect, KnownAttentionKernelsAreAccepted) {
     unsetenv("LLMRT_CUDA_ATTENTION");
     ASSERT_EQ(out.size(), plain.size()) << kernel;
     EXPECT_EQ(out[0].tokens, plain[0].tokens) << kernel;
+  }
+  for (const char* mla : {"absorbed", "expanded", "1", "4096"}) {  // LLMRT_CUDA_MLA_PREFILL
+    setenv("LLMRT_CUDA_MLA_PREFILL", mla, 1);
+    const std::vector<RunOutput> out = RunBatch(dir, prompts, cfg);
+    unsetenv("LLMRT_CUDA_MLA_PREFILL");
+    ASSERT_EQ(out.size(), plain.size()) << mla;
+    EXPECT_EQ(out[0].tokens, plain[0].tokens) << mla;
   }
 }
 
@@ -381,24 +425,8 @@ TEST_P(SyntheticLatent512, WarpgroupAttentionMatchesCpu) {
       setenv("LLMRT_CUDA_ATTENTION", kernel, 1);
       const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
       unsetenv("LLMRT_CUDA_ATTENTION");
-      ASSERT_EQ(gpu.size(), cpu.size());
-      float worst = 0;
-      for (size_t i = 0; i < cpu.size(); ++i) {
-        const size_t steps = std::min(gpu[i].logits.size(), cpu[i].logits.size());
-        for (size_t j = 0; j < steps; ++j) {
-          const float d = MaxAbsDiff(gpu[i].logits[j], cpu[i].logits[j]);
-          worst = std::max(worst, d);
-          if (!dsa) {
-            EXPECT_LE(d, 0.3f) << kernel << " kv " << kv << " prompt " << i << " step " << j;
-          }
-          std::vector<float> top = cpu[i].logits[j];
-          std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-          if (top[0] - top[1] > 0.6f) {
-            EXPECT_EQ(gpu[i].tokens[j], cpu[i].tokens[j]) << kernel << " kv " << kv << " prompt " << i << " step " << j;
-          }
-          if (gpu[i].tokens[j] != cpu[i].tokens[j]) break;  // the histories differ from here on
-        }
-      }
+      const float worst = ExpectCloseToCpu(cpu, gpu, dsa ? -1.0f : 0.3f, false,
+                                           std::string(kernel) + " kv " + std::to_string(kv));
       std::printf("[%s] LLMRT_CUDA_ATTENTION=%s kv %d: max |logit diff| vs CPU %.3g\n", GetParam().dir, kernel, kv,
                   worst);
     }

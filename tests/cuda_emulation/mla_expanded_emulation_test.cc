@@ -1,0 +1,253 @@
+// MLA's expanded-form kernels (kernels/mla_expanded_kernel.cuh) run on the host
+// (cuda_emulation.h), the tensor-core MMA computed from the PTX ISA's fragment tables:
+//   - the gather writes each sequence's context rows (cache pages, or the pass's fresh rows) as
+//     the codec decodes them, rounded to bfloat16, and zeros past the context;
+//   - the attention kernel, fed the expansion the backend's GEMM makes, gives FlashAttention's
+//     result over each token's causal context: within the rounding of the probabilities to
+//     bfloat16 of a float64 reference over the same bfloat16 operands, and, end to end, within
+//     the bfloat16 roundings of the whole path of the absorbed form the CPU engine computes
+//     (MlaAbsorbQuery + MlaAttention + MlaProjectValue, in float64 here), and to a relative
+//     RMS error under 2^-6 overall.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "src/quant/kv_codec.h"
+#include "tests/backend/mla_reference.h"
+#include "tests/cuda_emulation/cuda_emulation.h"
+#include "tests/cuda_emulation/paged_layer.h"
+
+namespace llmrt::cuda::xp {
+inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emulation::Mma16816Bf16(d, a, b0, b1); }
+}  // namespace llmrt::cuda::xp
+
+#include "kernels/mla_expanded_kernel.cuh"
+
+namespace llmrt::cuda {
+namespace {
+
+struct Case {
+  int64_t heads, nope, rope, v, kv_lora;
+  uint32_t codec;
+  bool fresh;
+  int64_t page_size;
+  std::vector<std::pair<int64_t, int64_t>> seqs;  // (cached history, new tokens)
+  std::string Describe() const {
+    std::string s = "heads " + std::to_string(heads) + " nope " + std::to_string(nope) + " rope " + std::to_string(rope) +
+                    " v " + std::to_string(v) + " kv_lora " + std::to_string(kv_lora) + " " +
+                    FindKvCodec(codec)->name() + (fresh ? " fresh" : "") + " seqs";
+    for (const auto& [c, n] : seqs) s += " (" + std::to_string(c) + ", " + std::to_string(n) + ")";
+    return s;
+  }
+};
+
+float Bf16(float x) { return Bf16ToF32(F32ToBf16(x)); }
+
+void Check(const Case& cs, std::mt19937& rng) {
+  SCOPED_TRACE(cs.Describe());
+  std::normal_distribution<float> normal;
+  const int64_t H = cs.heads, L = cs.kv_lora, R = cs.rope, nope = cs.nope, V = cs.v;
+  const int64_t qw = nope + R, hw = nope + V, N = H * hw;
+  const KvCodec& codec = *FindKvCodec(cs.codec);
+  KvShape shape;  // MlaKvShape's rows: latent in tiles of up to 128, a BF16 rope key, an indexer key
+  shape.num_layers = PagedLayer::kLayers;
+  shape.parts = {{L, std::min<int64_t>(L, 128), false}, {R, 128, true}, {16, 8, false}};
+  PagedLayer pl;
+  pl.Build(codec, shape, cs.page_size, cs.seqs, cs.fresh, /*spare_pages=*/2, rng);
+  const int64_t S = static_cast<int64_t>(cs.seqs.size()), T = pl.T, max_ctx = pl.max_ctx, layer = PagedLayer::kLayer;
+  const std::vector<int32_t>& token_seq = pl.token_seq;
+  const std::vector<int32_t>& token_ctx = pl.token_ctx;
+  const std::vector<std::vector<std::vector<float>>>& read = pl.read;
+  const KvRef& kv = pl.kv;
+  const BatchRef& batch = pl.batch;
+
+  // 1. The gather: every context row as read, in bfloat16; zeros past each context.
+  const int64_t rows = S * max_ctx;
+  std::vector<uint16_t> latent(static_cast<size_t>(rows * L), 0x7fff), rope_keys(static_cast<size_t>(rows * R), 0x7fff);
+  int32_t err = 0;
+  emulation::RunGrid({static_cast<unsigned>((rows + 7) / 8), 1, 1}, 256, 0, [&] {
+    xp::GatherLatentKernel(kv, layer, batch, S, L, R, max_ctx, latent.data(), rope_keys.data(), &err);
+  });
+  EXPECT_EQ(err, 0);
+  int64_t gather_bad = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t len = cs.seqs[s].first + cs.seqs[s].second;
+    for (int64_t p = 0; p < max_ctx; ++p) {
+      const int64_t r = s * max_ctx + p;
+      for (int64_t i = 0; i < L + R; ++i) {
+        const uint16_t want = p < len ? F32ToBf16(read[s][p][i]) : 0;
+        const uint16_t got = i < L ? latent[r * L + i] : rope_keys[r * R + i - L];
+        gather_bad += got != want;
+      }
+    }
+  }
+  EXPECT_EQ(gather_bad, 0);
+
+  // 2. The expansion (the backend's GEMM, then rounded to bfloat16).
+  std::vector<float> kv_b(static_cast<size_t>(N * L));  // BF16 values, 1/sqrt(L) scale
+  for (float& x : kv_b) x = Bf16(normal(rng) / std::sqrt(static_cast<float>(L)));
+  std::vector<uint16_t> kvx(static_cast<size_t>(rows * N));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < L; ++k) acc += Bf16ToF32(latent[r * L + k]) * kv_b[n * L + k];
+      kvx[r * N + n] = F32ToBf16(acc);
+    }
+  }
+
+  // 3. The attention.
+  std::vector<float> q(static_cast<size_t>(T * H * qw));
+  for (float& x : q) x = normal(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(qw));
+  std::vector<float> out(static_cast<size_t>(T * H * V), 1234.5f);
+  MlaExpandedArgs a{};
+  a.batch = batch;
+  a.num_seqs = S;
+  a.heads = H;
+  a.nope = nope;
+  a.rope = R;
+  a.v = V;
+  a.q = q.data();
+  a.q_ld = H * qw;
+  a.kvx = kvx.data();
+  a.kvx_ld = N;
+  a.rope_keys = rope_keys.data();
+  a.ctx_stride = max_ctx;
+  a.scale = scale;
+  a.out = out.data();
+  a.out_ld = H * V;
+  const unsigned tiles = static_cast<unsigned>((T + xp::kRows - 1) / xp::kRows + S);
+  const auto run = [&](auto kernel, int64_t bytes) {
+    emulation::RunGrid({tiles, static_cast<unsigned>(H), 1}, xp::kThreads, static_cast<size_t>(bytes), [&] { kernel(a); });
+  };
+  ASSERT_TRUE(MlaExpandedApplies(nope, R, V));
+  if (qw <= 64 && V <= 32) {
+    run(xp::ExpandedAttentionKernel<64, 32>, xp::SharedBytes<64, 32>());
+  } else if (qw <= 192 && V <= 128) {
+    run(xp::ExpandedAttentionKernel<192, 128>, xp::SharedBytes<192, 128>());
+  } else {
+    FAIL() << "no instance in this test";
+  }
+
+  // References: (a) over the kernel's bfloat16 operands in float64, bound: the probabilities'
+  // rounding to bfloat16 (2^-9 relative each, so 2^-9 of the largest |value| after
+  // normalizing) plus float32 sums; (b) the absorbed form over the values as read and kv_b,
+  // within the bound of tests/backend/mla_reference.h.
+  std::vector<testing_mla::RowMagnitudes> mags(static_cast<size_t>(rows * H));
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t p = 0; p < cs.seqs[s].first + cs.seqs[s].second; ++p) {
+      for (int64_t h = 0; h < H; ++h) {
+        mags[(s * max_ctx + p) * H + h] = testing_mla::Magnitudes(kv_b.data() + h * hw * L, read[s][p].data(), {nope, R, V, L});
+      }
+    }
+  }
+  int64_t bad_a = 0, bad_b = 0;
+  double worst_a = 0, worst_b = 0, err2 = 0, want2 = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t s = token_seq[t], ctx = token_ctx[t];
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q.data() + (t * H + h) * qw;
+      // (a)
+      std::vector<double> sc(static_cast<size_t>(ctx));
+      double mx = -INFINITY, vmax = 0;
+      for (int64_t p = 0; p < ctx; ++p) {
+        const int64_t r = s * max_ctx + p;
+        double d = 0;
+        for (int64_t i = 0; i < nope; ++i) d += double(Bf16(qh[i])) * Bf16ToF32(kvx[r * N + h * hw + i]);
+        for (int64_t i = 0; i < R; ++i) d += double(Bf16(qh[nope + i])) * Bf16ToF32(rope_keys[r * R + i]);
+        sc[p] = d * scale;
+        mx = std::max(mx, sc[p]);
+        for (int64_t j = 0; j < V; ++j) vmax = std::max(vmax, std::fabs(double(Bf16ToF32(kvx[r * N + h * hw + nope + j]))));
+      }
+      double l = 0;
+      for (double& x : sc) l += (x = std::exp(x - mx));
+      for (int64_t j = 0; j < V; ++j) {
+        double o = 0;
+        for (int64_t p = 0; p < ctx; ++p) o += sc[p] * Bf16ToF32(kvx[(s * max_ctx + p) * N + h * hw + nope + j]);
+        o /= l;
+        const double got = out[(t * H + h) * V + j], e = std::fabs(got - o);
+        worst_a = std::max(worst_a, e);
+        if (!(e <= 0x1p-9 * vmax * 1.01 + 1e-5)) ++bad_a;
+      }
+      // (b)
+      std::vector<const float*> ctx_rows;
+      std::vector<const testing_mla::RowMagnitudes*> ctx_mags;
+      for (int64_t p = 0; p < ctx; ++p) {
+        ctx_rows.push_back(read[s][p].data());
+        ctx_mags.push_back(&mags[(s * max_ctx + p) * H + h]);
+      }
+      std::vector<double> want(static_cast<size_t>(V));
+      double tol = 0;
+      testing_mla::AbsorbedMla(qh, kv_b.data() + h * hw * L, ctx_rows, ctx_mags, {nope, R, V, L}, scale, want.data(),
+                               &tol);
+      for (int64_t j = 0; j < V; ++j) {
+        const double e = out[(t * H + h) * V + j] - want[j];
+        err2 += e * e;
+        want2 += want[j] * want[j];
+      }
+      for (int64_t j = 0; j < V; ++j) {
+        const double e = std::fabs(out[(t * H + h) * V + j] - want[j]);
+        worst_b = std::max(worst_b, e / tol);
+        if (!(e <= tol)) ++bad_b;
+      }
+    }
+  }
+  EXPECT_EQ(bad_a, 0) << "largest error against the bf16-operand reference " << worst_a;
+  EXPECT_EQ(bad_b, 0) << "largest error against the absorbed form, in bounds " << worst_b;
+  // The bound adds every rounding at its worst; the roundings of a correct kernel give a relative
+  // RMS error of a few times 2^-9 (an indexing error gives order 1).
+  EXPECT_LT(std::sqrt(err2 / want2), 0x1p-6);
+}
+
+TEST(MlaExpandedEmulated, MatchesTheAbsorbedForm) {
+  std::mt19937 rng(71);
+  // Several tiles of one sequence, a one-token sequence (a decode token), prefixes of several
+  // chunks, a sequence of exactly 64 tokens, on every codec the path takes, with fresh rows.
+  const std::vector<std::pair<int64_t, int64_t>> seqs = {{0, 70}, {5, 1}, {130, 20}, {3, 64}};
+  for (uint32_t codec : {kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled}) {
+    for (bool fresh : {false, true}) {
+      if (fresh && codec == kKvCodecBf16) continue;
+      Check({3, 16, 8, 16, 32, codec, fresh, 4, seqs}, rng);
+    }
+  }
+}
+
+// DeepSeek-V3 / Kimi K2's heads (nope 128, rope 64, v 128) over a latent of 512, one head.
+TEST(MlaExpandedEmulated, KimiK2Heads) {
+  std::mt19937 rng(72);
+  Check({1, 128, 64, 128, 512, kKvCodecBf16, false, 16, {{10, 70}}}, rng);
+  Check({1, 128, 64, 128, 512, kKvCodecFp8, true, 16, {{40, 30}, {0, 2}}}, rng);
+}
+
+// A context position whose page is missing is a page error, its row zeros.
+TEST(MlaExpandedEmulated, AMissingPageIsReported) {
+  std::vector<uint8_t> pages(2 * 2 * 4 * 64, 0);
+  KvRef kv{};
+  kv.pages = pages.data();
+  kv.type = kElemBf16;
+  kv.num_pages = 2;
+  kv.num_layers = 2;
+  kv.page_size = 4;
+  kv.row_bytes = 64;
+  kv.width = 32;
+  kv.row.type = kElemBf16;
+  kv.row.row_bytes = 64;
+  kv.row.width = 32;
+  std::vector<int32_t> token_seq = {0, 0}, token_ctx = {5, 6}, page_start = {0, 2}, page_ids = {1, 7}, first = {0};
+  BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), page_ids.data(), nullptr, 2, 6};
+  batch.seq_first_token = first.data();
+  std::vector<uint16_t> latent(6 * 24, 0x7fff), rope(6 * 8, 0x7fff);
+  int32_t err = 0;
+  emulation::RunGrid({1, 1, 1}, 256, 0,
+                     [&] { xp::GatherLatentKernel(kv, 1, batch, 1, 24, 8, 6, latent.data(), rope.data(), &err); });
+  EXPECT_EQ(err, kErrPage);
+  for (int64_t i = 4 * 24; i < 6 * 24; ++i) EXPECT_EQ(latent[i], 0) << i;  // positions 4, 5: page 7 is outside
+}
+
+}  // namespace
+}  // namespace llmrt::cuda
