@@ -271,7 +271,8 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 //   2. the backend's GEMM: kvx [rows, heads * (nope + v)] = latent kv_b^T, as bfloat16 codes;
 //   3. LaunchMlaExpandedAttention: blocks of 64 query tokens of one sequence and one head on
 //      the tensor cores (bf16 MMA, float32 accumulation, FlashAttention-2's online softmax over
-//      chunks of 64 positions, causal by each token's context); out [T, heads * v] float32.
+//      chunks of 64 positions, causal by each token's context, the next chunk's keys and values
+//      copied while one is computed); out [T, heads * v] float32.
 // The query and the probabilities are rounded to bfloat16 (FlashAttention's numerics).
 struct MlaExpandedArgs {
   BatchRef batch;  // seq_first_token needed
@@ -286,6 +287,7 @@ struct MlaExpandedArgs {
   float scale;
   float* out;  // [T, out_ld]: head h's v values at h * v
   int64_t out_ld;
+  int64_t max_shared_bytes = 0;  // the device's opt-in limit per block (0: asked at launch)
 };
 // The shapes the kernel takes: nope, rope and v multiples of 8, nope + rope <= 192, v <= 128
 // (DeepSeek-V3 / Kimi K2: 128 + 64 and 128).

@@ -2,10 +2,18 @@
 // in mla_expanded_kernel.cuh).
 #include <cstdint>
 
+#include "kernels/async_copy.cuh"
 #include "kernels/mma.cuh"
 
 namespace llmrt::cuda::xp {
+using cuda::CpAsync16;
+using cuda::CpAsyncWaitAll;
 using cuda::Mma16816;
+
+__device__ __forceinline__ void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(addr));
+}
 }  // namespace llmrt::cuda::xp
 
 #include "kernels/mla_expanded_kernel.cuh"
@@ -17,8 +25,12 @@ template <int kQk, int kDv>
 cudaError_t Launch(const MlaExpandedArgs& a, cudaStream_t s) {
   const int64_t tiles = (a.batch.num_tokens + xp::kRows - 1) / xp::kRows + a.num_seqs;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.heads));
-  static_assert(xp::SharedBytes<kQk, kDv>() <= 48 * 1024, "no opt-in needed");
-  xp::ExpandedAttentionKernel<kQk, kDv><<<grid, xp::kThreads, xp::SharedBytes<kQk, kDv>(), s>>>(a);
+  constexpr int64_t bytes = xp::SharedBytes<kQk, kDv>();
+  if (const cudaError_t e = AllowDynamicShared(xp::ExpandedAttentionKernel<kQk, kDv>, bytes, a.max_shared_bytes);
+      e != cudaSuccess) {
+    return e;
+  }
+  xp::ExpandedAttentionKernel<kQk, kDv><<<grid, xp::kThreads, bytes, s>>>(a);
   return cudaGetLastError();
 }
 

@@ -4,7 +4,14 @@
 //
 // The includer defines, before including this file, in namespace llmrt::cuda::xp:
 //   void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1)
-//       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d.
+//       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d;
+//   void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1)
+//       ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16: lanes 0-15 give the addresses of rows
+//       k0 .. k0 + 15 (16-byte aligned), each holding the 8 columns of the B fragment's n;
+//   void CpAsync16(void* shared_dst, const void* global_src)
+//       cp.async.cg.shared.global of 16 bytes (both 16-byte aligned);
+//   void CpAsyncWaitAll()
+//       cp.async.wait_all: this thread's copies have landed (a barrier then publishes them).
 //
 // Fragments (g = lane / 4, c = lane % 4; a register holds two bfloat16 values, the lower
 // column in the low half):
@@ -66,11 +73,18 @@ __global__ void __launch_bounds__(256) GatherLatentKernel(KvRef kv, int64_t laye
 
 __device__ __forceinline__ uint32_t Pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// The dynamic shared memory of ExpandedAttentionKernel<kQk, kDv> (under the 48 KiB every device
-// gives without opting in).
+// Row strides (bf16) of a stage's K tile [kChunk][kQk] and V tile [kChunk][kDv]: rows 16-byte
+// aligned, and 8 rows' 16-byte pieces spread over all 32 banks (the stride is 4 words past a
+// multiple of 32), for the K tile's 32-bit fragment loads and the V tile's ldmatrix.
+template <int kQk>
+inline constexpr int kKStride = kQk + 8;
+template <int kDv>
+inline constexpr int kVStride = kDv + 8;
+// The dynamic shared memory of ExpandedAttentionKernel<kQk, kDv>: two stages of a K and a V tile
+// (the query tile is staged in the second stage's K tile before the first chunk).
 template <int kQk, int kDv>
 constexpr int64_t SharedBytes() {
-  return static_cast<int64_t>(kChunk * (kQk + 8) + kDv * (kChunk + 8)) * 2;
+  return static_cast<int64_t>(2 * kChunk * (kKStride<kQk> + kVStride<kDv>)) * 2;
 }
 
 // Block (tile, head): the tile-th group of 64 query tokens of its sequence (counted over the
@@ -79,11 +93,10 @@ constexpr int64_t SharedBytes() {
 // n-tiles past v are skipped.
 template <int kQk, int kDv>
 __global__ void __launch_bounds__(kThreads) ExpandedAttentionKernel(MlaExpandedArgs a) {
-  constexpr int kKs = kQk + 8;     // K tile row stride (bf16): rows 16-byte aligned, B loads conflict-free
-  constexpr int kVs = kChunk + 8;  // transposed V tile row stride
-  static_assert(kRows == kChunk, "the query tile is staged in the K tile");
-  uint16_t* ks = DynamicShared<uint16_t>();  // [kChunk][kKs], the query tile first
-  uint16_t* vt = ks + kChunk * kKs;          // [kDv][kVs]
+  constexpr int kKs = kKStride<kQk>, kVs = kVStride<kDv>;
+  constexpr int kStage = kChunk * (kKs + kVs);  // bf16 elements
+  static_assert(kRows == kChunk, "the query tile is staged in a K tile");
+  uint16_t* const smem = DynamicShared<uint16_t>();
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
   const int g = lane >> 2, c = lane & 3;
   const int64_t h = blockIdx.y;
@@ -98,30 +111,63 @@ __global__ void __launch_bounds__(kThreads) ExpandedAttentionKernel(MlaExpandedA
   const int64_t t0 = first + tile * kRows;
   const int nt = static_cast<int>(end - t0 < kRows ? end - t0 : kRows);
   const int64_t qw = a.nope + a.rope, hw = a.nope + a.v;
+  // The block visits the positions of its last token's context, the largest (contexts grow
+  // along a sequence).
+  const int64_t last = a.batch.token_ctx[t0 + nt - 1];
+  const int64_t base = s * a.ctx_stride;
 
-  // The query tile as bfloat16, zeros past nope + rope and past the sequence's tokens; each warp
-  // keeps its 16 rows' A fragments in registers.
+  // Chunk p0's K tile (k_nope from kvx, the rope key, zeros to kQk) and V tile into `stage`:
+  // cp.async for the 16-byte pieces that exist, zeros (ordinary stores) for the others and for
+  // positions past `last`.
+  const auto load_chunk = [&](int64_t p0, int stage) {
+    uint16_t* const kt = smem + stage * kStage;
+    uint16_t* const vt = kt + kChunk * kKs;
+    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kQk / 8); i += kThreads) {
+      const int r = i / (kQk / 8), d = (i % (kQk / 8)) * 8;
+      uint16_t* dst = kt + r * kKs + d;
+      const int64_t row = base + p0 + r;
+      if (p0 + r < last && d < a.nope) {
+        CpAsync16(dst, a.kvx + row * a.kvx_ld + h * hw + d);
+      } else if (p0 + r < last && d < qw) {
+        CpAsync16(dst, a.rope_keys + row * a.rope + (d - a.nope));
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kDv / 8); i += kThreads) {
+      const int r = i / (kDv / 8), d = (i % (kDv / 8)) * 8;
+      uint16_t* dst = vt + r * kVs + d;
+      if (p0 + r < last && d < a.v) {
+        CpAsync16(dst, a.kvx + (base + p0 + r) * a.kvx_ld + h * hw + a.nope + d);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+
+  // The query tile as bfloat16 in the second stage's K tile (zeros past nope + rope and past the
+  // sequence's tokens) while the first chunk loads into the first stage; each warp keeps its 16
+  // rows' A fragments in registers.
+  load_chunk(0, 0);
+  uint16_t* const qs = smem + kStage;
   for (int i = static_cast<int>(threadIdx.x); i < kRows * kQk; i += kThreads) {
     const int r = i / kQk, d = i % kQk;
     const float x = r < nt && d < qw ? a.q[(t0 + r) * a.q_ld + h * qw + d] : 0.0f;
-    ks[r * kKs + d] = RoundBf16(x);
+    qs[r * kKs + d] = RoundBf16(x);
   }
   __syncthreads();
   const int row0 = warp * 16 + g;  // this thread's rows: row0 and row0 + 8
   uint32_t qf[kQk / 16][4];
 #pragma unroll
   for (int k = 0; k < kQk / 16; ++k) {
-    qf[k][0] = Pair(&ks[row0 * kKs + 16 * k + 2 * c]);
-    qf[k][1] = Pair(&ks[(row0 + 8) * kKs + 16 * k + 2 * c]);
-    qf[k][2] = Pair(&ks[row0 * kKs + 16 * k + 2 * c + 8]);
-    qf[k][3] = Pair(&ks[(row0 + 8) * kKs + 16 * k + 2 * c + 8]);
+    qf[k][0] = Pair(&qs[row0 * kKs + 16 * k + 2 * c]);
+    qf[k][1] = Pair(&qs[(row0 + 8) * kKs + 16 * k + 2 * c]);
+    qf[k][2] = Pair(&qs[row0 * kKs + 16 * k + 2 * c + 8]);
+    qf[k][3] = Pair(&qs[(row0 + 8) * kKs + 16 * k + 2 * c + 8]);
   }
-  // Each row's context (0 for rows past the tokens: nothing attended); the block visits the
-  // positions of its last token's context, the largest (contexts grow along a sequence).
+  // Each row's context (0 for rows past the tokens: nothing attended).
   const int64_t ctx0 = row0 < nt ? a.batch.token_ctx[t0 + row0] : 0;
   const int64_t ctx1 = row0 + 8 < nt ? a.batch.token_ctx[t0 + row0 + 8] : 0;
-  const int64_t last = a.batch.token_ctx[t0 + nt - 1];
-  const int64_t base = s * a.ctx_stride;
   const int ksteps = static_cast<int>((qw + 15) / 16);
 
   float o[kDv / 8][4];
@@ -129,35 +175,16 @@ __global__ void __launch_bounds__(kThreads) ExpandedAttentionKernel(MlaExpandedA
   for (int n = 0; n < kDv / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-  for (int64_t p0 = 0; p0 < last; p0 += kChunk) {
-    __syncthreads();  // every warp is done with the previous tiles (and the query's)
-    // K tile [kChunk][kQk]: k_nope from kvx, the rope key, zeros; positions past `last` zero.
-    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kQk / 8); i += kThreads) {
-      const int r = i / (kQk / 8), d = (i % (kQk / 8)) * 8;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (p0 + r < last) {
-        const int64_t row = base + p0 + r;
-        if (d < a.nope) {
-          v = *reinterpret_cast<const uint4*>(a.kvx + row * a.kvx_ld + h * hw + d);
-        } else if (d < qw) {
-          v = *reinterpret_cast<const uint4*>(a.rope_keys + row * a.rope + (d - a.nope));
-        }
-      }
-      *reinterpret_cast<uint4*>(&ks[r * kKs + d]) = v;
-    }
-    // V tile transposed, [kDv][kChunk]: consecutive threads take consecutive positions.
-    for (int i = static_cast<int>(threadIdx.x); i < kChunk * (kDv / 8); i += kThreads) {
-      const int r = i % kChunk, d = (i / kChunk) * 8;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (p0 + r < last && d < a.v) v = *reinterpret_cast<const uint4*>(a.kvx + (base + p0 + r) * a.kvx_ld + h * hw + a.nope + d);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        vt[(d + 2 * j) * kVs + r] = static_cast<uint16_t>(w[j] & 0xffffu);
-        vt[(d + 2 * j + 1) * kVs + r] = static_cast<uint16_t>(w[j] >> 16);
-      }
-    }
+  int stage = 0;
+  for (int64_t p0 = 0; p0 < last; p0 += kChunk, stage ^= 1) {
+    // This chunk's copies have landed and every thread's are published; every warp is done with
+    // the other stage (the previous chunk, or the query tile), which the next chunk then loads
+    // while this one is computed.
+    CpAsyncWaitAll();
     __syncthreads();
+    if (p0 + kChunk < last) load_chunk(p0 + kChunk, stage ^ 1);
+    const uint16_t* const ks = smem + stage * kStage;
+    const uint16_t* const vs = ks + kChunk * kKs;
 
     // Scores of the warp's 16 rows by the chunk's 64 positions (8 n-tiles).
     float sc[8][4];
@@ -212,17 +239,20 @@ __global__ void __launch_bounds__(kThreads) ExpandedAttentionKernel(MlaExpandedA
         l1 += sc[n][2 + e];
       }
     }
-    // out += P V: each 16-position k-step's A fragment from two score tiles.
+    // out += P V: each 16-position k-step's A fragment from two score tiles, the B fragments of
+    // the V tile's rows by ldmatrix .trans.
 #pragma unroll
     for (int j = 0; j < kChunk / 16; ++j) {
       const uint32_t pa[4] = {PackBf16(sc[2 * j][0], sc[2 * j][1]), PackBf16(sc[2 * j][2], sc[2 * j][3]),
                               PackBf16(sc[2 * j + 1][0], sc[2 * j + 1][1]),
                               PackBf16(sc[2 * j + 1][2], sc[2 * j + 1][3])};
+      const uint16_t* const vrow = vs + (16 * j + (lane & 15)) * kVs;
 #pragma unroll
       for (int n = 0; n < kDv / 8; ++n) {
         if (8 * n >= a.v) break;
-        const uint16_t* vr = &vt[(8 * n + g) * kVs + 16 * j + 2 * c];
-        Mma16816(o[n], pa, Pair(vr), Pair(vr + 8));
+        uint32_t b0, b1;
+        LdMatrixTrans2(vrow + 8 * n, &b0, &b1);
+        Mma16816(o[n], pa, b0, b1);
       }
     }
   }

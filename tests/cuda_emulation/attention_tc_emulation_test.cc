@@ -27,77 +27,21 @@
 #include "gtest/gtest.h"
 #include "src/quant/kv_codec.h"
 #include "tests/cuda_emulation/cuda_emulation.h"
+#include "tests/cuda_emulation/fragment_emulation.h"
 #include "tests/cuda_emulation/paged_layer.h"
 
 namespace llmrt::cuda::tc {
 
 inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emulation::Mma16816Bf16(d, a, b0, b1); }
 
-inline void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
-  emulation::Warp& w = emulation::ThisWarp();
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(row) % 16, 0u) << "ldmatrix rows are 16-byte aligned";
-  w.ptrs[lane] = row;
-  w.bar.ArriveAndWait();
-  const int g = lane >> 2, c = lane & 3;
-  uint32_t r[2];
-  for (int j = 0; j < 2; ++j) {
-    const uint16_t* r0 = static_cast<const uint16_t*>(w.ptrs[8 * j + 2 * c]);
-    const uint16_t* r1 = static_cast<const uint16_t*>(w.ptrs[8 * j + 2 * c + 1]);
-    r[j] = r0[g] | (static_cast<uint32_t>(r1[g]) << 16);
-  }
-  w.bar.ArriveAndWait();
-  *b0 = r[0];
-  *b1 = r[1];
-}
-
-// ldmatrix .x4 / .x2 (no transpose): lane t receives row t / 4, columns 2(t % 4), 2(t % 4) + 1
-// of matrix j, whose rows lanes 8j .. 8j+7 address.
-template <int kMatrices>
-void LdMatrix(const uint16_t* row, uint32_t (&r)[kMatrices]) {
-  emulation::Warp& w = emulation::ThisWarp();
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(row) % 16, 0u) << "ldmatrix rows are 16-byte aligned";
-  w.ptrs[lane] = row;
-  w.bar.ArriveAndWait();
-  uint32_t v[kMatrices];
-  for (int j = 0; j < kMatrices; ++j) {
-    const uint16_t* m = static_cast<const uint16_t*>(w.ptrs[8 * j + lane / 4]);
-    v[j] = m[2 * (lane % 4)] | (static_cast<uint32_t>(m[2 * (lane % 4) + 1]) << 16);
-  }
-  w.bar.ArriveAndWait();
-  for (int j = 0; j < kMatrices; ++j) r[j] = v[j];
-}
-inline void LdMatrix4(const uint16_t* row, uint32_t (&r)[4]) { LdMatrix<4>(row, r); }
-inline void LdMatrix2(const uint16_t* row, uint32_t (&r)[2]) { LdMatrix<2>(row, r); }
-
-// cp.async: a copy lands at some time between its issue and the issuing thread's wait. The
-// emulation lands it at either end: at the wait (the default: a thread that reads a tile before
-// the copies into it were awaited and published by a barrier reads stale bytes) or at once (a
-// copy into a tile that other warps are still reading overwrites it under them). The kernel's
-// barriers are right when both give the reference's result.
-enum class Landing { kAtWait, kAtIssue };
-inline Landing g_landing = Landing::kAtWait;
-struct PendingCopy {
-  void* dst;
-  const void* src;
-};
-inline std::vector<std::vector<PendingCopy>> g_pending(1024);  // per thread of a block
-
-inline void CpAsync16(void* shared_dst, const void* global_src) {
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(shared_dst) % 16, 0u) << "cp.async destinations are 16-byte aligned";
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(global_src) % 16, 0u) << "cp.async sources are 16-byte aligned";
-  if (g_landing == Landing::kAtIssue) {
-    std::memcpy(shared_dst, global_src, 16);
-  } else {
-    g_pending[threadIdx.x].push_back({shared_dst, global_src});
-  }
-}
-
-inline void CpAsyncWaitAll() {
-  for (const PendingCopy& c : g_pending[threadIdx.x]) std::memcpy(c.dst, c.src, 16);
-  g_pending[threadIdx.x].clear();
-}
+using emulation::CpAsync16;
+using emulation::CpAsyncWaitAll;
+using emulation::g_landing;
+using emulation::g_pending;
+using emulation::Landing;
+using emulation::LdMatrix2;
+using emulation::LdMatrix4;
+using emulation::LdMatrixTrans2;
 
 }  // namespace llmrt::cuda::tc
 

@@ -20,10 +20,14 @@
 #include "src/quant/kv_codec.h"
 #include "tests/backend/mla_reference.h"
 #include "tests/cuda_emulation/cuda_emulation.h"
+#include "tests/cuda_emulation/fragment_emulation.h"
 #include "tests/cuda_emulation/paged_layer.h"
 
 namespace llmrt::cuda::xp {
 inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emulation::Mma16816Bf16(d, a, b0, b1); }
+using emulation::CpAsync16;
+using emulation::CpAsyncWaitAll;
+using emulation::LdMatrixTrans2;
 }  // namespace llmrt::cuda::xp
 
 #include "kernels/mla_expanded_kernel.cuh"
@@ -40,7 +44,10 @@ struct Case {
   std::string Describe() const {
     std::string s = "heads " + std::to_string(heads) + " nope " + std::to_string(nope) + " rope " + std::to_string(rope) +
                     " v " + std::to_string(v) + " kv_lora " + std::to_string(kv_lora) + " " +
-                    FindKvCodec(codec)->name() + (fresh ? " fresh" : "") + " seqs";
+                    FindKvCodec(codec)->name() + (fresh ? " fresh" : "") +
+                    (emulation::g_landing == emulation::Landing::kAtWait ? " (copies land at the wait)"
+                                                                          : " (copies land at once)") +
+                    " seqs";
     for (const auto& [c, n] : seqs) s += " (" + std::to_string(c) + ", " + std::to_string(n) + ")";
     return s;
   }
@@ -123,7 +130,12 @@ void Check(const Case& cs, std::mt19937& rng) {
   a.out_ld = H * V;
   const unsigned tiles = static_cast<unsigned>((T + xp::kRows - 1) / xp::kRows + S);
   const auto run = [&](auto kernel, int64_t bytes) {
-    emulation::RunGrid({tiles, static_cast<unsigned>(H), 1}, xp::kThreads, static_cast<size_t>(bytes), [&] { kernel(a); });
+    emulation::RunGrid({tiles, static_cast<unsigned>(H), 1}, xp::kThreads, static_cast<size_t>(bytes), [&] {
+      kernel(a);
+      // A block ends with every copy it issued awaited.
+      EXPECT_TRUE(emulation::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
+      emulation::g_pending[threadIdx.x].clear();
+    });
   };
   ASSERT_TRUE(MlaExpandedApplies(nope, R, V));
   if (qw <= 64 && V <= 32) {
@@ -208,13 +220,19 @@ TEST(MlaExpandedEmulated, MatchesTheAbsorbedForm) {
   std::mt19937 rng(71);
   // Several tiles of one sequence, a one-token sequence (a decode token), prefixes of several
   // chunks, a sequence of exactly 64 tokens, on every codec the path takes, with fresh rows.
+  // The copies land at the wait (a tile read before its copies were awaited and published reads
+  // stale bytes) and at once (a copy into a tile another warp still reads overwrites it).
   const std::vector<std::pair<int64_t, int64_t>> seqs = {{0, 70}, {5, 1}, {130, 20}, {3, 64}};
-  for (uint32_t codec : {kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled}) {
-    for (bool fresh : {false, true}) {
-      if (fresh && codec == kKvCodecBf16) continue;
-      Check({3, 16, 8, 16, 32, codec, fresh, 4, seqs}, rng);
+  for (emulation::Landing landing : {emulation::Landing::kAtWait, emulation::Landing::kAtIssue}) {
+    emulation::g_landing = landing;
+    for (uint32_t codec : {kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled}) {
+      for (bool fresh : {false, true}) {
+        if (fresh && codec == kKvCodecBf16) continue;
+        Check({3, 16, 8, 16, 32, codec, fresh, 4, seqs}, rng);
+      }
     }
   }
+  emulation::g_landing = emulation::Landing::kAtWait;
 }
 
 // DeepSeek-V3 / Kimi K2's heads (nope 128, rope 64, v 128) over a latent of 512, one head.

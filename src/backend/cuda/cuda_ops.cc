@@ -448,6 +448,7 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
     a.scale = scale;
     a.out = out.data_as<float>();
     a.out_ld = out.row_stride();
+    a.max_shared_bytes = shared_optin_;
     return Launched(cuda::LaunchMlaExpandedAttention(a, s));
   });
   return true;
