@@ -268,7 +268,8 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 //      and `rope_keys` (bfloat16 codes [.., rope]), decoded from the cache row or the pass's
 //      fresh row as the attention kernels read them, then rounded to bfloat16 (exact for BF16
 //      rows and the rope key, which quantizing codecs keep in BF16); rows past ctx_s zero;
-//   2. the backend's GEMM: kvx [rows, heads * (nope + v)] = latent kv_b^T, as bfloat16 codes;
+//   2. the backend's GEMM: kvx [rows, heads * (nope + v)] = latent kv_b^T, float32 sums rounded
+//      to bfloat16 codes (cuBLASLt's bfloat16 output);
 //   3. LaunchMlaExpandedAttention: blocks of 64 query tokens of one sequence and one head on
 //      the tensor cores (bf16 MMA, float32 accumulation, FlashAttention-2's online softmax over
 //      chunks of 64 positions, causal by each token's context, the next chunk's keys and values

@@ -94,6 +94,11 @@ struct AttentionBatch {
   int64_t num_tokens = 0;
   int64_t num_seqs = 0;
   int64_t max_ctx = 0;
+  // Host facts of the pass for a backend's choice of kernels: the sum of the tokens' context
+  // lengths (the attention's work; 0: not known), and whether every sequence advances by one
+  // generated token (a decode pass, ForwardBatch::decode_phase; pad rows may follow).
+  int64_t total_ctx = 0;
+  bool decode = false;
 };
 
 // The paged KV cache (owned by src/kv/kv_store.h): pages [num_pages, num_layers, page_size,
@@ -270,7 +275,7 @@ class Backend {
   // v = W_UV c_p; transformers' own form), which costs fewer operations than the absorbed form
   // when a pass brings many tokens of each sequence (a prefill chunk). q as for MlaAbsorbQuery,
   // rope part roped. Returns false, having enqueued nothing, where the backend does not take the
-  // pass (the default); the caller then runs the absorbed ops.
+  // pass (the default; decode passes always); the caller then runs the absorbed ops.
   virtual bool MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
                                     const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) {
     (void)q, (void)kv_b, (void)cache, (void)layer, (void)batch, (void)d, (void)scale, (void)out;

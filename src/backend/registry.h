@@ -58,10 +58,13 @@ struct BackendOptions {
   // not per 16). For comparisons in the microbenchmark and tests; no environment variable.
   int device_attention_tiles_per_block = 0;
   // CUDA: MLA prefill in expanded form (Backend::MlaExpandedAttention; LLMRT_CUDA_MLA_PREFILL in
-  // the environment: "absorbed", the default, "expanded" or a number of tokens): a dense pass
-  // whose tokens number at least this many per sequence takes it (0: never; "expanded": kMlaExpandedDefaultMinTokens).
+  // the environment: "absorbed", the default, "expanded" or a number of tokens). 0: never;
+  // kMlaExpandedByCount ("expanded"): a dense prefill pass where the expanded form costs fewer
+  // multiply-adds than the absorbed one by count (AttentionBatch::total_ctx); N >= 1: every dense
+  // prefill pass whose tokens number at least N per sequence on average (for tests and
+  // measurements). Decode passes always run absorbed.
+  static constexpr int64_t kMlaExpandedByCount = -1;
   int64_t device_mla_expanded_min_tokens = 0;
-  static constexpr int64_t kMlaExpandedDefaultMinTokens = 128;
   // CUDA: whether the routed experts' grouped GEMM may run on the tensor cores under the BF16 and
   // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
   // the CUDA-core kernel every policy ran before; for comparisons).

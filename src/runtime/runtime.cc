@@ -215,7 +215,7 @@ absl::Status Runtime::CreateBackends(int threads) {
       if (v == "absorbed") {
         bo.device_mla_expanded_min_tokens = 0;
       } else if (v == "expanded") {
-        bo.device_mla_expanded_min_tokens = BackendOptions::kMlaExpandedDefaultMinTokens;
+        bo.device_mla_expanded_min_tokens = BackendOptions::kMlaExpandedByCount;
       } else if (absl::SimpleAtoi(v, &n) && n >= 1) {
         bo.device_mla_expanded_min_tokens = n;
       } else {

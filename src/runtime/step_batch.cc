@@ -165,6 +165,8 @@ absl::StatusOr<ForwardBatch> StepBatch::UploadTo(Backend& backend, const Tensor&
   fb.attn.num_tokens = T;
   fb.attn.num_seqs = S;
   fb.attn.max_ctx = *std::max_element(tctx_.begin(), tctx_.end());
+  for (const int32_t c : tctx_) fb.attn.total_ctx += c;
+  fb.attn.decode = decode_phase_;
   return fb;
 }
 

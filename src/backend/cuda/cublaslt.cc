@@ -112,8 +112,18 @@ absl::Status CheckCublasLtLibrary(const std::string& path) { return Load(path, {
 namespace {
 
 const char* OperandsName(CublasLtGemm::Operands ops) {
-  return ops == CublasLtGemm::Operands::kFp8Block128 ? "FP8 block-scaled" : "BF16";
+  switch (ops) {
+    case CublasLtGemm::Operands::kFp8Block128: return "FP8 block-scaled";
+    case CublasLtGemm::Operands::kBf16Out: return "BF16 (bfloat16 output)";
+    default: return "BF16";
+  }
 }
+
+// D's element type, and the elements of a 16-byte row alignment.
+cudaDataType_t OutputType(CublasLtGemm::Operands ops) {
+  return ops == CublasLtGemm::Operands::kBf16Out ? CUDA_R_16BF : CUDA_R_32F;
+}
+int64_t OutputAlign(CublasLtGemm::Operands ops) { return ops == CublasLtGemm::Operands::kBf16Out ? 8 : 4; }
 
 cudaDataType_t OperandType(CublasLtGemm::Operands ops) {
   return ops == CublasLtGemm::Operands::kFp8Block128 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
@@ -172,7 +182,7 @@ struct CublasLtGemm::Impl {
     LLMRT_RETURN_IF_ERROR(Check(api->MatrixLayoutCreate(b, OperandType(ops), static_cast<uint64_t>(K),
                                                         static_cast<uint64_t>(T), K),
                                 "cublasLtMatrixLayoutCreate (activations)"));
-    const absl::Status s = Check(api->MatrixLayoutCreate(d, CUDA_R_32F, static_cast<uint64_t>(N),
+    const absl::Status s = Check(api->MatrixLayoutCreate(d, OutputType(ops), static_cast<uint64_t>(N),
                                                          static_cast<uint64_t>(T), ldo),
                                  "cublasLtMatrixLayoutCreate (output)");
     if (!s.ok()) {
@@ -249,13 +259,13 @@ absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, S
     }
   }
   // The heuristic at the canonical T, with D's stride the contiguous N rounded up to the 4
-  // floats that keep rows 16-byte aligned (the stride does not enter the algorithm's choice
-  // beyond alignment).
+  // floats (8 bfloat16 values) that keep rows 16-byte aligned (the stride does not enter the
+  // algorithm's choice beyond alignment).
   constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int count = 0;
   cublasLtMatrixLayout_t b = nullptr, d = nullptr;
-  const int64_t ldo = (N + 3) / 4 * 4;
+  const int64_t ldo = (N + OutputAlign(ops) - 1) / OutputAlign(ops) * OutputAlign(ops);
   if (st.ok()) st = MakeLayouts(ops, K, N, kCanonicalRows, ldo, &b, &d);
   if (st.ok()) {
     const cublasStatus_t h =
@@ -347,9 +357,9 @@ absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(int64_t N, int64
 
 absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(Operands ops, int64_t N, int64_t K, int64_t T,
                                                                 int64_t ldo) {
-  // Rows of A and B (K elements) and of D (ldo floats) 16-byte aligned.
+  // Rows of A and B (K elements) and of D (ldo elements) 16-byte aligned.
   const int64_t k_align = ops == Operands::kFp8Block128 ? 16 : 8;
-  if (K % k_align != 0 || ldo % 4 != 0) return static_cast<const Call*>(nullptr);
+  if (K % k_align != 0 || ldo % OutputAlign(ops) != 0) return static_cast<const Call*>(nullptr);
   // The activations' VEC128 scales are read at a stride of T rounded up to 4 (callers pad T).
   if (ops == Operands::kFp8Block128 && T % 4 != 0) return static_cast<const Call*>(nullptr);
   Impl& m = *impl_;
@@ -404,7 +414,14 @@ absl::StatusOr<const CublasLtGemm::Call*> CublasLtGemm::Prepare(Operands ops, in
 }
 
 absl::Status CublasLtGemm::Run(const Call& c, const void* w, const void* x, float* out, void* stream) {
-  if (c.ops != Operands::kBf16) return absl::InternalError("CublasLtGemm::Run on an FP8 plan (RunFp8 takes scales)");
+  if (c.ops != Operands::kBf16) return absl::InternalError("CublasLtGemm::Run on a plan that is not BF16 to float32");
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  return Matmul(c, w, x, out, stream);
+}
+
+absl::Status CublasLtGemm::RunBf16Out(const Call& c, const void* w, const void* x, uint16_t* out, void* stream) {
+  if (c.ops != Operands::kBf16Out) return absl::InternalError("CublasLtGemm::RunBf16Out on a plan of another output");
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
   return Matmul(c, w, x, out, stream);
@@ -426,7 +443,7 @@ absl::Status CublasLtGemm::RunFp8(const Call& c, const void* w, const float* w_s
   return Matmul(c, w, x, out, stream);
 }
 
-absl::Status CublasLtGemm::Matmul(const Call& c, const void* w, const void* x, float* out, void* stream) {
+absl::Status CublasLtGemm::Matmul(const Call& c, const void* w, const void* x, void* out, void* stream) {
   Impl& m = *impl_;
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t s = m.api->Matmul(m.handle, c.desc, &alpha, w, c.a, x, c.b, &beta, out, c.d, out, c.d, c.algo,

@@ -79,21 +79,24 @@ class CublasLtGemm {
 
   // One cached plan: layouts of B and D for T rows and the (N, K)'s algorithm.
   struct Call;
-  // The operand types of a plan (see the top of this file).
-  enum class Operands { kBf16, kFp8Block128 };
+  // The operand types of a plan (see the top of this file). kBf16Out: BF16 operands as kBf16,
+  // D bfloat16 (each float32 sum rounded to nearest even; row stride ldo a multiple of 8).
+  enum class Operands { kBf16, kFp8Block128, kBf16Out };
   // The plan for out [T, N] (row stride ldo) = x [T, K] w^T, created and cached on first use
   // (the heuristic runs once per (N, K)); null when cuBLASLt does not take the shape (K not a
-  // multiple of 8 or ldo not a multiple of 4, so that rows are 16-byte aligned; no split-K-free
-  // algorithm; the algorithm refuses this T; for FP8, K a multiple of 16, ceil(K / 128) a
-  // multiple of 4 and T a multiple of 4). A failing cuBLASLt call is INTERNAL naming the
+  // multiple of 8 or ldo not a multiple of 4, 8 for a bfloat16 output, so that rows are 16-byte
+  // aligned; no split-K-free algorithm; the algorithm refuses this T; for FP8, K a multiple of
+  // 16, ceil(K / 128) a multiple of 4 and T a multiple of 4). A failing cuBLASLt call is INTERNAL naming the
   // call and its cublasStatus. REQUIRES: N, K, T > 0, ldo >= N.
   absl::StatusOr<const Call*> Prepare(int64_t N, int64_t K, int64_t T, int64_t ldo);
-  // The same for either operand type. The returned Call stays valid for at least 4096 further
+  // The same for any operand types. The returned Call stays valid for at least 4096 further
   // Prepare calls (the plan cache is retired a generation at a time).
   absl::StatusOr<const Call*> Prepare(Operands ops, int64_t N, int64_t K, int64_t T, int64_t ldo);
   // Enqueues the product on `stream` (a cudaStream_t). REQUIRES: `call` from Prepare of this
   // object with BF16 operands; w, x and out 16-byte aligned device pointers of the prepared shapes.
   absl::Status Run(const Call& call, const void* w, const void* x, float* out, void* stream);
+  // The same into bfloat16 codes. REQUIRES: `call` from Prepare with Operands::kBf16Out.
+  absl::Status RunBf16Out(const Call& call, const void* w, const void* x, uint16_t* out, void* stream);
   // The FP8 product: w and x e4m3 codes, w_scales and x_scales laid out as above (device, 16-byte
   // aligned). REQUIRES: `call` from Prepare with Operands::kFp8Block128.
   absl::Status RunFp8(const Call& call, const void* w, const float* w_scales, const void* x, const float* x_scales,
@@ -109,7 +112,7 @@ class CublasLtGemm {
   struct Impl;
   explicit CublasLtGemm(std::unique_ptr<Impl> impl);
   // cublasLtMatmul of a prepared call (the caller holds the lock).
-  absl::Status Matmul(const Call& c, const void* w, const void* x, float* out, void* stream);
+  absl::Status Matmul(const Call& c, const void* w, const void* x, void* out, void* stream);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -10,6 +10,7 @@
 #include "src/backend/cuda/cuda_backend.h"
 #include "src/backend/cuda/cuda_util.h"
 #include "src/util/errors.h"
+#include "src/util/log.h"
 #include "src/util/status.h"
 
 namespace llmrt {
@@ -383,10 +384,8 @@ void CudaBackend::MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const
 bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
                                        const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) {
   // Whether the pass is taken: decided on the host before anything is enqueued.
-  const int64_t T = batch.num_tokens, S = batch.num_seqs;
-  if (mla_expanded_min_tokens_ <= 0 || failed_ || !sticky_.ok() || S <= 0 || T < mla_expanded_min_tokens_ * S) {
-    return false;
-  }
+  const int64_t T = batch.num_tokens, S = batch.num_seqs, mode = mla_expanded_min_tokens_;
+  if (mode == 0 || batch.decode || failed_ || !sticky_.ok() || S <= 0 || batch.max_ctx <= 0) return false;
   if (!cuda::MlaExpandedApplies(d.nope, d.rope, d.v) || d.kv_lora % 8 != 0 || cublaslt_ == nullptr) return false;
   if (!CheckKvView(cache, layer).ok() || cache.width < d.kv_lora + d.rope) return false;
   const cuda::KvRef kv = KvOf(cache);
@@ -395,43 +394,69 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
       kv_b.cols != d.kv_lora) {
     return false;
   }
-  const int64_t R = S * batch.max_ctx, N = kv_b.rows, K = d.kv_lora;
-  if (R <= 0) return false;
+  // Each sequence's context rows at a stride of max_ctx rounded up to 256, so that cuBLASLt sees
+  // few distinct row counts.
+  const int64_t stride = (batch.max_ctx + 255) / 256 * 256, R = S * stride, N = kv_b.rows, K = d.kv_lora;
+  if (mode == BackendOptions::kMlaExpandedByCount) {
+    // Multiply-adds by count, per head: the expansion of R rows (K x (nope + v) each) and
+    // (nope + rope + v) per (token, position), against the absorbed (2 K + rope) per (token,
+    // position) over the pass's total_ctx (token, position) pairs.
+    if (T < 2 * S || batch.total_ctx <= 0) return false;
+    const double expanded = static_cast<double>(R) * static_cast<double>(K * (d.nope + d.v)) +
+                            static_cast<double>(batch.total_ctx) * static_cast<double>(d.nope + d.rope + d.v);
+    const double absorbed = static_cast<double>(batch.total_ctx) * static_cast<double>(2 * K + d.rope);
+    if (expanded >= absorbed) return false;
+  } else if (T < mode * S) {
+    return false;
+  }
   const size_t latent_bytes = static_cast<size_t>(R * (K + d.rope)) * sizeof(uint16_t);
-  const size_t kv_bytes = static_cast<size_t>(R * N) * sizeof(float);
   const size_t kvx_bytes = static_cast<size_t>(R * N) * sizeof(uint16_t);
-  if (latent_bytes + kv_bytes + kvx_bytes > kMlaExpandedMaxBytes) return false;
+  if (latent_bytes + kvx_bytes > kMlaExpandedMaxBytes) return false;
   cudaSetDevice(device_);
-  const absl::StatusOr<const CublasLtGemm::Call*> call = cublaslt_->Prepare(N, K, R, N);
+  const absl::StatusOr<const CublasLtGemm::Call*> call =
+      cublaslt_->Prepare(CublasLtGemm::Operands::kBf16Out, N, K, R, N);
   if (!call.ok() || *call == nullptr) return false;
+  // The buffers, and a float32 kv_b's BF16 copy, before anything is enqueued: where one does not
+  // fit in device memory the pass runs absorbed.
+  absl::StatusOr<void*> lp = Scratch(kScratchMlaLatent, latent_bytes, "expanded MLA latent rows");
+  absl::StatusOr<void*> xp = lp.ok() ? Scratch(kScratchMlaExpanded, kvx_bytes, "expanded MLA keys and values")
+                                     : lp.status();
+  const void* w = kv_b.data.data();
+  void* fill = nullptr;  // a new copy to fill
+  if (xp.ok() && kv_b.format == kWeightF32) {
+    auto it = kv_b_bf16_.find(w);
+    if (it == kv_b_bf16_.end()) {
+      const absl::StatusOr<void*> copy =
+          DeviceMalloc(static_cast<size_t>(N * K) * sizeof(uint16_t), "a BF16 copy of an MLA kv_b");
+      if (!copy.ok()) xp = copy.status();
+      if (copy.ok()) it = kv_b_bf16_.emplace(w, fill = *copy).first;
+    }
+    if (it != kv_b_bf16_.end()) w = it->second;
+  }
+  if (!xp.ok()) {
+    Log(LogLevel::kWarning, absl::StrCat("cuda backend: MLA attention runs absorbed: ", xp.status().message()));
+    return false;
+  }
   Run("MlaExpandedAttention", [&]() -> absl::Status {
     LLMRT_CUDA_CHECK(q.dim(0) == T && q.row_size() == d.heads * (d.nope + d.rope));
     LLMRT_CUDA_CHECK(out.dim(0) == T && out.row_size() == d.heads * d.v);
     cudaStream_t s = Stream(stream_);
-    const void* w = kv_b.data.data();
-    if (kv_b.format == kWeightF32) {
-      auto it = kv_b_bf16_.find(w);
-      if (it == kv_b_bf16_.end()) {
-        LLMRT_ASSIGN_OR_RETURN(void* copy,
-                               DeviceMalloc(static_cast<size_t>(N * K) * sizeof(uint16_t), "a BF16 copy of an MLA kv_b"));
-        it = kv_b_bf16_.emplace(w, copy).first;
-        LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16(
-            cuda::ConstMat{static_cast<const float*>(w), N, K, K}, static_cast<uint16_t*>(copy), s)));
+    if (fill != nullptr) {
+      const absl::Status st = Launched(cuda::LaunchRoundToBf16(
+          cuda::ConstMat{static_cast<const float*>(kv_b.data.data()), N, K, K}, static_cast<uint16_t*>(fill), s));
+      if (!st.ok()) {  // not filled: made again at the next use
+        kv_b_bf16_.erase(kv_b.data.data());
+        cudaFree(fill);
+        return st;
       }
-      w = it->second;
     }
     LLMRT_CUDA_CHECK(CublasLtGemm::Aligned(w));
-    LLMRT_ASSIGN_OR_RETURN(void* lp, Scratch(kScratchMlaLatent, latent_bytes, "expanded MLA latent rows"));
-    LLMRT_ASSIGN_OR_RETURN(void* kp, Scratch(kScratchMlaExpanded, kv_bytes, "expanded MLA keys and values"));
-    LLMRT_ASSIGN_OR_RETURN(void* xp, Scratch(kScratchMlaExpandedBf16, kvx_bytes, "expanded MLA bf16 keys and values"));
-    uint16_t* latent = static_cast<uint16_t*>(lp);
+    uint16_t* latent = static_cast<uint16_t*>(*lp);
     uint16_t* rope_keys = latent + R * K;  // 16-byte aligned: K is a multiple of 8
     const cuda::BatchRef b = BatchOf(batch);
-    LLMRT_RETURN_IF_ERROR(Launched(
-        cuda::LaunchMlaGatherLatent(kv, layer, b, S, K, d.rope, batch.max_ctx, latent, rope_keys, error_word_, s)));
-    LLMRT_RETURN_IF_ERROR(cublaslt_->Run(**call, w, latent, static_cast<float*>(kp), stream_));
-    LLMRT_RETURN_IF_ERROR(Launched(
-        cuda::LaunchRoundToBf16(cuda::ConstMat{static_cast<const float*>(kp), R, N, N}, static_cast<uint16_t*>(xp), s)));
+    LLMRT_RETURN_IF_ERROR(
+        Launched(cuda::LaunchMlaGatherLatent(kv, layer, b, S, K, d.rope, stride, latent, rope_keys, error_word_, s)));
+    LLMRT_RETURN_IF_ERROR(cublaslt_->RunBf16Out(**call, w, latent, static_cast<uint16_t*>(*xp), stream_));
     cuda::MlaExpandedArgs a{};
     a.batch = b;
     a.num_seqs = S;
@@ -441,10 +466,10 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
     a.v = d.v;
     a.q = q.data_as<const float>();
     a.q_ld = q.row_stride();
-    a.kvx = static_cast<const uint16_t*>(xp);
+    a.kvx = static_cast<const uint16_t*>(*xp);
     a.kvx_ld = N;
     a.rope_keys = rope_keys;
-    a.ctx_stride = batch.max_ctx;
+    a.ctx_stride = stride;
     a.scale = scale;
     a.out = out.data_as<float>();
     a.out_ld = out.row_stride();

@@ -37,9 +37,8 @@ enum ScratchSlot : int {
   kScratchMatMulFp8Out = 14,  // cuBLASLt's FP8 output over rows padded to a multiple of 4
   kScratchQuantAct = 15,      // INT4 / FP8 weights' activations as the tensor-core kernels read them
   kScratchMlaLatent = 16,     // expanded MLA: the contexts' latent rows and rope keys (bf16)
-  kScratchMlaExpanded = 17,   // expanded MLA: the GEMM's float32 keys and values
-  kScratchMlaExpandedBf16 = 18,  // expanded MLA: the same as bf16
-  kScratchSlots = 19,
+  kScratchMlaExpanded = 17,   // expanded MLA: every head's keys and values (bf16)
+  kScratchSlots = 18,
 };
 
 inline absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
