@@ -75,7 +75,8 @@ __device__ __forceinline__ uint32_t Pair(const uint16_t* p) { return *reinterpre
 
 // Row strides (bf16) of a stage's K tile [kChunk][kQk] and V tile [kChunk][kDv]: rows 16-byte
 // aligned, and 8 rows' 16-byte pieces spread over all 32 banks (the stride is 4 words past a
-// multiple of 32), for the K tile's 32-bit fragment loads and the V tile's ldmatrix.
+// multiple of 32, or 20 words for kDv 32, which spreads them too), for the K tile's 32-bit
+// fragment loads and the V tile's ldmatrix.
 template <int kQk>
 inline constexpr int kKStride = kQk + 8;
 template <int kDv>
