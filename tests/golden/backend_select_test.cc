@@ -161,7 +161,11 @@ INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpu,
 // 0.6. On the DSA model that rounding also moves the indexer's scores, and a changed top-k
 // selection is a discrete change (on the H200: 3 of 27 steps moved by 0.88 to 2.2 with the
 // tokens unchanged), so there only the token rule applies. `wgmma` takes latents of 512 only, so
-// on these models it checks the option's way to the one-part kernel it falls back to.
+// on these models it checks the option's way to the one-part kernel it falls back to. The
+// expanded MLA prefill (LLMRT_CUDA_MLA_PREFILL=2: every pass of at least two tokens a sequence,
+// so each prompt's prefill, while decode passes stay absorbed) rounds the query, the expanded
+// keys and values and the probabilities to bfloat16, a perturbation of tc-bf16's size, under the
+// same rules.
 TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
   const std::string dir = TestData(GetParam().dir);
   if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
@@ -173,39 +177,20 @@ TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
   cuda_cfg.backend = LLM_BACKEND_CUDA;
   const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
   const bool dsa = std::string(GetParam().dir).find("dsa") != std::string::npos;
-  for (const char* kernel : {"scalar", "tc-bf16", "wgmma"}) {  // wgmma: these models' latents run tc-bf16
-    setenv("LLMRT_CUDA_ATTENTION", kernel, 1);
+  const std::pair<const char*, const char*> settings[] = {
+      {"LLMRT_CUDA_ATTENTION", "scalar"},
+      {"LLMRT_CUDA_ATTENTION", "tc-bf16"},
+      {"LLMRT_CUDA_ATTENTION", "wgmma"},  // these models' latents run tc-bf16
+      {"LLMRT_CUDA_MLA_PREFILL", "2"}};   // every prompt's prefill expanded (GQA: no MLA, no change)
+  for (const auto& [name, value] : settings) {
+    setenv(name, value, 1);
     const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
-    unsetenv("LLMRT_CUDA_ATTENTION");
-    const bool exact = std::string(kernel) == "scalar";
-    const float worst =
-        ExpectCloseToCpu(cpu, gpu, exact ? kBf16KvDeviceTolerance : dsa ? -1.0f : 0.3f, exact, kernel);
-    std::printf("[%s] LLMRT_CUDA_ATTENTION=%s: max |logit diff| vs CPU %.3g\n", GetParam().dir, kernel, worst);
+    unsetenv(name);
+    const bool exact = std::string(value) == "scalar";
+    const std::string what = std::string(name) + "=" + value;
+    const float worst = ExpectCloseToCpu(cpu, gpu, exact ? kBf16KvDeviceTolerance : dsa ? -1.0f : 0.3f, exact, what);
+    std::printf("[%s] %s: max |logit diff| vs CPU %.3g\n", GetParam().dir, what.c_str(), worst);
   }
-}
-
-// MLA prefill in expanded form (LLMRT_CUDA_MLA_PREFILL=2: every pass of at least two tokens a
-// sequence, so each prompt's prefill, while decode steps stay absorbed): bfloat16 queries,
-// expanded keys and values and probabilities, a perturbation of the size of `tc-bf16`'s, held to
-// the same rules (logits within 0.3 where no DSA selection can move, tokens wherever the CPU's
-// top-1 margin exceeds 0.6). GQA models have no MLA: skipped.
-TEST_P(CudaMatchesCpu, ExpandedMlaPrefill) {
-  const std::string dir = TestData(GetParam().dir);
-  if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
-  if (std::string(GetParam().dir).find("glm4") != std::string::npos) GTEST_SKIP() << "GQA: no MLA";
-  const std::vector<std::vector<int32_t>> prompts = GoldenPrompts(GetParam().golden);
-  RunConfig cpu_cfg;
-  cpu_cfg.kv_dtype = LLM_KV_DTYPE_BF16;
-  cpu_cfg.backend = LLM_BACKEND_CPU;
-  RunConfig cuda_cfg = cpu_cfg;
-  cuda_cfg.backend = LLM_BACKEND_CUDA;
-  const std::vector<RunOutput> cpu = RunBatch(dir, prompts, cpu_cfg);
-  setenv("LLMRT_CUDA_MLA_PREFILL", "2", 1);
-  const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
-  unsetenv("LLMRT_CUDA_MLA_PREFILL");
-  const bool dsa = std::string(GetParam().dir).find("dsa") != std::string::npos;
-  const float worst = ExpectCloseToCpu(cpu, gpu, dsa ? -1.0f : 0.3f, false, "expanded MLA prefill");
-  std::printf("[%s] LLMRT_CUDA_MLA_PREFILL=2: max |logit diff| vs CPU %.3g\n", GetParam().dir, worst);
 }
 
 // The tensor-core attention's row loads in one stage or two (LLMRT_CUDA_ATTENTION_STAGES): the
