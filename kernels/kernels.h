@@ -275,6 +275,7 @@ cudaError_t LaunchKvImportRows(KvRef kv, int64_t layer, const int32_t* slots, in
 //      chunks of 64 positions, causal by each token's context, the next chunk's keys and values
 //      copied while one is computed); out [T, heads * v] float32.
 // The query and the probabilities are rounded to bfloat16 (FlashAttention's numerics).
+// (PlanMlaExpanded, below, says which head shapes an instance takes.)
 struct MlaExpandedArgs {
   BatchRef batch;  // seq_first_token needed
   int64_t num_seqs;
@@ -290,15 +291,19 @@ struct MlaExpandedArgs {
   int64_t out_ld;
   int64_t max_shared_bytes = 0;  // the device's opt-in limit per block (0: asked at launch)
 };
-// The shapes the kernel takes: nope, rope and v multiples of 8, nope + rope <= 192, v <= 128
-// (DeepSeek-V3 / Kimi K2: 128 + 64 and 128).
-inline bool MlaExpandedApplies(int64_t nope, int64_t rope, int64_t v) {
-  return nope > 0 && rope >= 0 && v > 0 && nope % 8 == 0 && rope % 8 == 0 && v % 8 == 0 && nope + rope <= 192 &&
-         v <= 128;
-}
-// Query-token blocks of LaunchMlaExpandedAttention (an upper bound on a pass's tiles of 64
-// tokens of one sequence: ceil(T / 64) + S).
-inline constexpr int64_t kMlaExpandedRows = 64;
+// The kernel instance for a head shape: nope, rope and v multiples of 8; heads of nope + rope
+// <= 192 and v <= 128 (DeepSeek-V3 / Kimi K2: 128 + 64 and 128) keep the query's fragments in
+// registers, 4 warps and 64 query tokens a block; wider ones up to 256 and 256 (GLM-5: 192 + 64
+// and 256) read them from shared memory every chunk, 8 warps and 128 tokens a block. False where
+// none takes the shape. The launch needs shared_bytes of dynamic shared memory (the host checks
+// the device's limit).
+struct MlaExpandedPlan {
+  int32_t qk = 0, dv = 0, warps = 0;
+  bool query_in_registers = false;
+  int64_t rows = 0;  // query tokens a block
+  int64_t shared_bytes = 0;
+};
+bool PlanMlaExpanded(int64_t nope, int64_t rope, int64_t v, MlaExpandedPlan* plan);
 cudaError_t LaunchMlaGatherLatent(KvRef kv, int64_t layer, BatchRef batch, int64_t num_seqs, int64_t kv_lora,
                                   int64_t rope, int64_t ctx_stride, uint16_t* latent, uint16_t* rope_keys, int32_t* err,
                                   cudaStream_t s);

@@ -21,27 +21,22 @@ __device__ __forceinline__ void LdMatrixTrans2(const uint16_t* row, uint32_t* b0
 namespace llmrt::cuda {
 namespace {
 
-template <int kQk, int kDv>
+template <int kQk, int kDv, bool kQReg, int kWarps>
 cudaError_t Launch(const MlaExpandedArgs& a, cudaStream_t s) {
-  const int64_t tiles = (a.batch.num_tokens + xp::kRows - 1) / xp::kRows + a.num_seqs;
+  constexpr int64_t rows = xp::kRowsOf<kQReg, kWarps>, bytes = xp::SharedBytes<kQk, kDv, kQReg, kWarps>();
+  const int64_t tiles = (a.batch.num_tokens + rows - 1) / rows + a.num_seqs;  // bounds the tiles of every sequence
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.heads));
-  constexpr int64_t bytes = xp::SharedBytes<kQk, kDv>();
-  if (const cudaError_t e = AllowDynamicShared(xp::ExpandedAttentionKernel<kQk, kDv>, bytes, a.max_shared_bytes);
-      e != cudaSuccess) {
-    return e;
-  }
-  xp::ExpandedAttentionKernel<kQk, kDv><<<grid, xp::kThreads, bytes, s>>>(a);
+  auto kernel = xp::ExpandedAttentionKernel<kQk, kDv, kQReg, kWarps>;
+  if (const cudaError_t e = AllowDynamicShared(kernel, bytes, a.max_shared_bytes); e != cudaSuccess) return e;
+  kernel<<<grid, 32 * kWarps, bytes, s>>>(a);
   return cudaGetLastError();
 }
 
-template <int kQk>
-cudaError_t LaunchQk(const MlaExpandedArgs& a, cudaStream_t s) {
-  if (a.v <= 32) return Launch<kQk, 32>(a, s);
-  if (a.v <= 64) return Launch<kQk, 64>(a, s);
-  return Launch<kQk, 128>(a, s);
-}
-
 }  // namespace
+
+bool PlanMlaExpanded(int64_t nope, int64_t rope, int64_t v, MlaExpandedPlan* plan) {
+  return xp::PlanOf(nope, rope, v, plan);
+}
 
 cudaError_t LaunchMlaGatherLatent(KvRef kv, int64_t layer, BatchRef batch, int64_t num_seqs, int64_t kv_lora,
                                   int64_t rope, int64_t ctx_stride, uint16_t* latent, uint16_t* rope_keys, int32_t* err,
@@ -56,13 +51,13 @@ cudaError_t LaunchMlaGatherLatent(KvRef kv, int64_t layer, BatchRef batch, int64
 
 cudaError_t LaunchMlaExpandedAttention(const MlaExpandedArgs& a, cudaStream_t s) {
   if (a.batch.num_tokens <= 0 || a.heads <= 0) return cudaSuccess;
-  if (!MlaExpandedApplies(a.nope, a.rope, a.v) || a.batch.seq_first_token == nullptr || a.kvx_ld % 8 != 0) {
-    return cudaErrorInvalidValue;
-  }
-  const int64_t qk = a.nope + a.rope;
-  if (qk <= 64) return LaunchQk<64>(a, s);
-  if (qk <= 128) return LaunchQk<128>(a, s);
-  return LaunchQk<192>(a, s);
+  if (a.batch.seq_first_token == nullptr || a.kvx_ld % 8 != 0) return cudaErrorInvalidValue;
+  cudaError_t e = cudaErrorInvalidValue;
+  xp::VisitInstance(a.nope, a.rope, a.v, [&](auto in) {
+    using I = decltype(in);
+    e = Launch<I::kQk, I::kDv, I::kQReg, I::kWarps>(a, s);
+  });
+  return e;
 }
 
 }  // namespace llmrt::cuda

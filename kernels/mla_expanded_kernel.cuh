@@ -32,11 +32,7 @@
 
 namespace llmrt::cuda::xp {
 
-inline constexpr int kWarps = 4;
-inline constexpr int kThreads = 32 * kWarps;
-inline constexpr int kRows = 16 * kWarps;  // query tokens a block (kMlaExpandedRows)
-inline constexpr int kChunk = 64;          // positions a step
-static_assert(kRows == kMlaExpandedRows, "the host sizes the grid by kMlaExpandedRows");
+inline constexpr int kChunk = 64;  // positions a step
 
 // Sequence s's token rows [*first, *end) (a sequence's rows are contiguous, in sequence order).
 __device__ __forceinline__ void SeqTokens(const BatchRef& b, int64_t num_seqs, int64_t s, int64_t* first,
@@ -73,6 +69,37 @@ __global__ void __launch_bounds__(256) GatherLatentKernel(KvRef kv, int64_t laye
 
 __device__ __forceinline__ uint32_t Pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
+// The kernel instances, by their template arguments.
+template <int kQk_, int kDv_, bool kQReg_, int kWarps_>
+struct Instance {
+  static constexpr int kQk = kQk_, kDv = kDv_, kWarps = kWarps_;
+  static constexpr bool kQReg = kQReg_;
+};
+// Calls visit(Instance<...>{}) with the instance that takes a head shape (kernels.h,
+// MlaExpandedPlan); false, calling nothing, where none does.
+template <typename Visit>
+bool VisitInstance(int64_t nope, int64_t rope, int64_t v, Visit&& visit) {
+  if (nope <= 0 || rope < 0 || v <= 0 || nope % 8 != 0 || rope % 8 != 0 || v % 8 != 0) return false;
+  const int64_t qk = nope + rope;
+  if (qk <= 192 && v <= 128) {
+    if (qk <= 64) {
+      if (v <= 32) return visit(Instance<64, 32, true, 4>{}), true;
+      if (v <= 64) return visit(Instance<64, 64, true, 4>{}), true;
+      return visit(Instance<64, 128, true, 4>{}), true;
+    }
+    if (qk <= 128) {
+      if (v <= 32) return visit(Instance<128, 32, true, 4>{}), true;
+      if (v <= 64) return visit(Instance<128, 64, true, 4>{}), true;
+      return visit(Instance<128, 128, true, 4>{}), true;
+    }
+    if (v <= 32) return visit(Instance<192, 32, true, 4>{}), true;
+    if (v <= 64) return visit(Instance<192, 64, true, 4>{}), true;
+    return visit(Instance<192, 128, true, 4>{}), true;
+  }
+  if (qk <= 256 && v <= 256) return visit(Instance<256, 256, false, 8>{}), true;
+  return false;
+}
+
 // Row strides (bf16) of a stage's K tile [kChunk][kQk] and V tile [kChunk][kDv]: rows 16-byte
 // aligned, and 8 rows' 16-byte pieces spread over all 32 banks (the stride is 4 words past a
 // multiple of 32, or 20 words for kDv 32, which spreads them too), for the K tile's 32-bit
@@ -81,22 +108,42 @@ template <int kQk>
 inline constexpr int kKStride = kQk + 8;
 template <int kDv>
 inline constexpr int kVStride = kDv + 8;
-// The dynamic shared memory of ExpandedAttentionKernel<kQk, kDv>: two stages of a K and a V tile
-// (the query tile is staged in the second stage's K tile before the first chunk).
-template <int kQk, int kDv>
+// The instances (MlaExpandedShape, kernels.h): the query's fragments in registers (kQReg; the
+// query tile staged in the second stage's K tile before the first chunk) or, for heads too wide
+// for the registers, read from a tile of their own in shared memory every chunk.
+template <bool kQReg, int kWarps>
+inline constexpr int kRowsOf = 16 * kWarps;  // query tokens a block
+// The dynamic shared memory of ExpandedAttentionKernel<kQk, kDv, kQReg, kWarps>: two stages of
+// a K and a V tile, and the query tile where it stays in shared memory.
+template <int kQk, int kDv, bool kQReg, int kWarps>
 constexpr int64_t SharedBytes() {
-  return static_cast<int64_t>(2 * kChunk * (kKStride<kQk> + kVStride<kDv>)) * 2;
+  return static_cast<int64_t>(2 * kChunk * (kKStride<kQk> + kVStride<kDv>) + (kQReg ? 0 : 16 * kWarps * kKStride<kQk>)) *
+         2;
 }
 
-// Block (tile, head): the tile-th group of 64 query tokens of its sequence (counted over the
-// sequences in order; blocks past the last tile return), head blockIdx.y. kQk >= nope + rope and
-// kDv >= v, multiples of 16 and 8: the query and key rows are zero past nope + rope, and
-// n-tiles past v are skipped.
-template <int kQk, int kDv>
-__global__ void __launch_bounds__(kThreads) ExpandedAttentionKernel(MlaExpandedArgs a) {
+// kernels.h PlanMlaExpanded.
+inline bool PlanOf(int64_t nope, int64_t rope, int64_t v, MlaExpandedPlan* plan) {
+  return VisitInstance(nope, rope, v, [&](auto in) {
+    using I = decltype(in);
+    plan->qk = I::kQk;
+    plan->dv = I::kDv;
+    plan->warps = I::kWarps;
+    plan->query_in_registers = I::kQReg;
+    plan->rows = kRowsOf<I::kQReg, I::kWarps>;
+    plan->shared_bytes = SharedBytes<I::kQk, I::kDv, I::kQReg, I::kWarps>();
+  });
+}
+
+// Block (tile, head): the tile-th group of kRows query tokens of its sequence (counted over the
+// sequences in order; blocks past the last tile return), head blockIdx.y, kWarps warps of 16
+// query rows each. kQk >= nope + rope and kDv >= v, multiples of 16 and 8: the query and key
+// rows are zero past nope + rope, and n-tiles past v are skipped.
+template <int kQk, int kDv, bool kQReg, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) ExpandedAttentionKernel(MlaExpandedArgs a) {
+  constexpr int kThreads = 32 * kWarps, kRows = kRowsOf<kQReg, kWarps>;
   constexpr int kKs = kKStride<kQk>, kVs = kVStride<kDv>;
   constexpr int kStage = kChunk * (kKs + kVs);  // bf16 elements
-  static_assert(kRows == kChunk, "the query tile is staged in a K tile");
+  static_assert(!kQReg || kRows == kChunk, "a query tile in registers is staged in a K tile");
   uint16_t* const smem = DynamicShared<uint16_t>();
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
   const int g = lane >> 2, c = lane & 3;
@@ -146,11 +193,12 @@ __global__ void __launch_bounds__(kThreads) ExpandedAttentionKernel(MlaExpandedA
     }
   };
 
-  // The query tile as bfloat16 in the second stage's K tile (zeros past nope + rope and past the
-  // sequence's tokens) while the first chunk loads into the first stage; each warp keeps its 16
-  // rows' A fragments in registers.
+  // The query tile as bfloat16 (zeros past nope + rope and past the sequence's tokens), while
+  // the first chunk loads into the first stage: in the second stage's K tile, from which each
+  // warp takes its 16 rows' A fragments into registers (kQReg), or in its own tile after the
+  // stages, from which they are read every chunk.
   load_chunk(0, 0);
-  uint16_t* const qs = smem + kStage;
+  uint16_t* const qs = kQReg ? smem + kStage : smem + 2 * kStage;
   for (int i = static_cast<int>(threadIdx.x); i < kRows * kQk; i += kThreads) {
     const int r = i / kQk, d = i % kQk;
     const float x = r < nt && d < qw ? a.q[(t0 + r) * a.q_ld + h * qw + d] : 0.0f;
@@ -158,13 +206,16 @@ __global__ void __launch_bounds__(kThreads) ExpandedAttentionKernel(MlaExpandedA
   }
   __syncthreads();
   const int row0 = warp * 16 + g;  // this thread's rows: row0 and row0 + 8
-  uint32_t qf[kQk / 16][4];
+  const auto query_fragment = [&](int k, uint32_t (&f)[4]) {
+    f[0] = Pair(&qs[row0 * kKs + 16 * k + 2 * c]);
+    f[1] = Pair(&qs[(row0 + 8) * kKs + 16 * k + 2 * c]);
+    f[2] = Pair(&qs[row0 * kKs + 16 * k + 2 * c + 8]);
+    f[3] = Pair(&qs[(row0 + 8) * kKs + 16 * k + 2 * c + 8]);
+  };
+  uint32_t qf[kQReg ? kQk / 16 : 1][4];
+  if constexpr (kQReg) {
 #pragma unroll
-  for (int k = 0; k < kQk / 16; ++k) {
-    qf[k][0] = Pair(&qs[row0 * kKs + 16 * k + 2 * c]);
-    qf[k][1] = Pair(&qs[(row0 + 8) * kKs + 16 * k + 2 * c]);
-    qf[k][2] = Pair(&qs[row0 * kKs + 16 * k + 2 * c + 8]);
-    qf[k][3] = Pair(&qs[(row0 + 8) * kKs + 16 * k + 2 * c + 8]);
+    for (int k = 0; k < kQk / 16; ++k) query_fragment(k, qf[k]);
   }
   // Each row's context (0 for rows past the tokens: nothing attended).
   const int64_t ctx0 = row0 < nt ? a.batch.token_ctx[t0 + row0] : 0;
@@ -194,10 +245,17 @@ __global__ void __launch_bounds__(kThreads) ExpandedAttentionKernel(MlaExpandedA
 #pragma unroll
     for (int k = 0; k < kQk / 16; ++k) {
       if (k >= ksteps) break;
+      uint32_t f[4];
+      const uint32_t* af = f;
+      if constexpr (kQReg) {
+        af = qf[k];
+      } else {
+        query_fragment(k, f);
+      }
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const uint16_t* kr = &ks[(8 * n + g) * kKs + 16 * k + 2 * c];
-        Mma16816(sc[n], qf[k], Pair(kr), Pair(kr + 8));
+        Mma16816(sc[n], af, Pair(kr), Pair(kr + 8));
       }
     }
     // Scale and mask (position p attended by a row whose context holds it), the running maxima

@@ -377,7 +377,7 @@ TEST_P(AttentionOps, CudaWarpgroupAttention) {
 }
 
 // MLA prefill in expanded form (BackendOptions::device_mla_expanded_min_tokens) on CUDA: a pass of
-// prefill chunks and a decode token with Kimi K2's heads over BF16, flat FP8 and tiled FP8 rows
+// prefill chunks and a decode token with Kimi K2's and GLM-5's heads over BF16, flat FP8 and tiled FP8 rows
 // (with and without fresh rows) and a BF16 or F32 kv_b, against the absorbed form in float64
 // over the values each position reads as (tests/backend/mla_reference.h). Each output is held to
 // that header's rigorous bound, which is loose (it adds every rounding's worst case), and the
@@ -392,8 +392,89 @@ TEST_P(AttentionOps, CudaExpandedMla) {
   BackendOptions options;
   options.device_mla_expanded_min_tokens = 2;
   be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
+  const int64_t H = 3;
+  // Kimi K2's heads (the query's fragments in registers), then GLM-5's (read from shared memory;
+  // its 8-warp blocks of 128 tokens).
+  for (const testing_mla::Dims d : {testing_mla::Dims{128, 64, 128, 512}, testing_mla::Dims{192, 64, 256, 512}}) {
+    const int64_t qw = d.nope + d.rope, hw = d.nope + d.v;
+    MlaDims md;
+    md.heads = H;
+    md.nope = d.nope;
+    md.rope = d.rope;
+    md.v = d.v;
+    md.kv_lora = d.kv_lora;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(qw));
+    for (const KvCodec* codec : KvCodecs()) {
+      for (bool fresh : {false, true}) {
+        if (fresh && !codec->lossy()) continue;
+        for (WeightFormatId format : {kWeightBf16, kWeightF32}) {
+          if (d.v == 256 && format == kWeightF32) continue;  // (the BF16 copy is the Kimi case's)
+          ScenarioBuilder builder(be());
+          ScenarioSpec spec;
+          spec.codec = codec;
+          spec.shape = MlaKvShape(2, d.kv_lora, d.rope, 0, 128, 128);
+          spec.page_size = 16;
+          spec.seqs = {{0, 70}, {40, 1}, {130, 20}, {3, 64}};
+          spec.fresh = fresh;
+          const Scenario sc = builder.Build(spec, rng);
+          const int64_t T = sc.hb.num_tokens();
+          const HostMatrix kv_b = MakeHostMatrix(format, H * hw, d.kv_lora, {}, rng);
+          Weight w;
+          if (!Prepare(kv_b, &w)) continue;
+          const std::vector<float> q = RandomNormal(static_cast<size_t>(T * H * qw), rng);
+          Tensor out = NewTensor(DType::kF32, {T, H * d.v});
+          const bool taken = be().MlaExpandedAttention(F32(q, {T, H * qw}), w, sc.view(), spec.layer, sc.batch, md,
+                                                       scale, out);
+          SCOPED_TRACE(::testing::Message() << spec.Describe() << " kv_b " << kv_b.Describe());
+          if (codec->id() == kKvCodecF32) {
+            EXPECT_FALSE(taken) << "F32 rows keep the absorbed float32 path";
+            continue;
+          }
+          ASSERT_TRUE(taken);
+          const std::vector<float> got = ReadF32(out);
+          double err2 = 0, want2 = 0;
+          int64_t bad = 0;
+          std::vector<double> want(static_cast<size_t>(d.v));
+          // Per sequence, position and head.
+          std::vector<std::vector<testing_mla::RowMagnitudes>> mags(sc.read.size());
+          for (size_t s = 0; s < sc.read.size(); ++s) {
+            for (const std::vector<float>& row : sc.read[s]) {
+              for (int64_t h = 0; h < H; ++h) {
+                mags[s].push_back(testing_mla::Magnitudes(kv_b.dense.data() + h * hw * d.kv_lora, row.data(), d));
+              }
+            }
+          }
+          for (int64_t t = 0; t < T; ++t) {
+            const int64_t s = sc.hb.token_seq[t];
+            for (int64_t h = 0; h < H; ++h) {
+              std::vector<const float*> rows;
+              std::vector<const testing_mla::RowMagnitudes*> row_mags;
+              for (int64_t p = 0; p < sc.hb.token_ctx[t]; ++p) {
+                rows.push_back(sc.read[s][p].data());
+                row_mags.push_back(&mags[s][p * H + h]);
+              }
+              double tol = 0;
+              testing_mla::AbsorbedMla(q.data() + (t * H + h) * qw, kv_b.dense.data() + h * hw * d.kv_lora, rows,
+                                       row_mags, d, scale, want.data(), &tol);
+              for (int64_t j = 0; j < d.v; ++j) {
+                const double e = got[(t * H + h) * d.v + j] - want[j];
+                err2 += e * e;
+                want2 += want[j] * want[j];
+                bad += !(std::fabs(e) <= tol);
+              }
+            }
+          }
+          EXPECT_EQ(bad, 0);
+          EXPECT_LT(std::sqrt(err2 / want2), 0x1p-6);
+          std::printf("[expanded MLA] heads %lld + %lld, %lld; %s, kv_b %s: relative RMS error %.3g\n",
+                      static_cast<long long>(d.nope), static_cast<long long>(d.rope), static_cast<long long>(d.v),
+                      codec->name(), kv_b.Describe().c_str(), std::sqrt(err2 / want2));
+        }
+      }
+    }
+  }
   const testing_mla::Dims d{128, 64, 128, 512};
-  const int64_t H = 3, qw = d.nope + d.rope, hw = d.nope + d.v;
+  const int64_t qw = d.nope + d.rope, hw = d.nope + d.v;
   MlaDims md;
   md.heads = H;
   md.nope = d.nope;
@@ -401,72 +482,6 @@ TEST_P(AttentionOps, CudaExpandedMla) {
   md.v = d.v;
   md.kv_lora = d.kv_lora;
   const float scale = 1.0f / std::sqrt(static_cast<float>(qw));
-  for (const KvCodec* codec : KvCodecs()) {
-    for (bool fresh : {false, true}) {
-      if (fresh && !codec->lossy()) continue;
-      for (WeightFormatId format : {kWeightBf16, kWeightF32}) {
-        ScenarioBuilder builder(be());
-        ScenarioSpec spec;
-        spec.codec = codec;
-        spec.shape = MlaKvShape(2, d.kv_lora, d.rope, 0, 128, 128);
-        spec.page_size = 16;
-        spec.seqs = {{0, 70}, {40, 1}, {130, 20}, {3, 64}};
-        spec.fresh = fresh;
-        const Scenario sc = builder.Build(spec, rng);
-        const int64_t T = sc.hb.num_tokens();
-        const HostMatrix kv_b = MakeHostMatrix(format, H * hw, d.kv_lora, {}, rng);
-        Weight w;
-        if (!Prepare(kv_b, &w)) continue;
-        const std::vector<float> q = RandomNormal(static_cast<size_t>(T * H * qw), rng);
-        Tensor out = NewTensor(DType::kF32, {T, H * d.v});
-        const bool taken = be().MlaExpandedAttention(F32(q, {T, H * qw}), w, sc.view(), spec.layer, sc.batch, md,
-                                                     scale, out);
-        SCOPED_TRACE(::testing::Message() << spec.Describe() << " kv_b " << kv_b.Describe());
-        if (codec->id() == kKvCodecF32) {
-          EXPECT_FALSE(taken) << "F32 rows keep the absorbed float32 path";
-          continue;
-        }
-        ASSERT_TRUE(taken);
-        const std::vector<float> got = ReadF32(out);
-        double err2 = 0, want2 = 0;
-        int64_t bad = 0;
-        std::vector<double> want(static_cast<size_t>(d.v));
-        // Per sequence, position and head.
-        std::vector<std::vector<testing_mla::RowMagnitudes>> mags(sc.read.size());
-        for (size_t s = 0; s < sc.read.size(); ++s) {
-          for (const std::vector<float>& row : sc.read[s]) {
-            for (int64_t h = 0; h < H; ++h) {
-              mags[s].push_back(testing_mla::Magnitudes(kv_b.dense.data() + h * hw * d.kv_lora, row.data(), d));
-            }
-          }
-        }
-        for (int64_t t = 0; t < T; ++t) {
-          const int64_t s = sc.hb.token_seq[t];
-          for (int64_t h = 0; h < H; ++h) {
-            std::vector<const float*> rows;
-            std::vector<const testing_mla::RowMagnitudes*> row_mags;
-            for (int64_t p = 0; p < sc.hb.token_ctx[t]; ++p) {
-              rows.push_back(sc.read[s][p].data());
-              row_mags.push_back(&mags[s][p * H + h]);
-            }
-            double tol = 0;
-            testing_mla::AbsorbedMla(q.data() + (t * H + h) * qw, kv_b.dense.data() + h * hw * d.kv_lora, rows,
-                                     row_mags, d, scale, want.data(), &tol);
-            for (int64_t j = 0; j < d.v; ++j) {
-              const double e = got[(t * H + h) * d.v + j] - want[j];
-              err2 += e * e;
-              want2 += want[j] * want[j];
-              bad += !(std::fabs(e) <= tol);
-            }
-          }
-        }
-        EXPECT_EQ(bad, 0);
-        EXPECT_LT(std::sqrt(err2 / want2), 0x1p-6);
-        std::printf("[expanded MLA] %s, kv_b %s: relative RMS error %.3g\n", codec->name(),
-                    kv_b.Describe().c_str(), std::sqrt(err2 / want2));
-      }
-    }
-  }
   // Fewer tokens a sequence than the option's 2 (the decode token alone): not taken.
   ScenarioBuilder builder(be());
   ScenarioSpec spec;

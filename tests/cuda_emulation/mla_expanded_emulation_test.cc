@@ -128,23 +128,23 @@ void Check(const Case& cs, std::mt19937& rng) {
   a.scale = scale;
   a.out = out.data();
   a.out_ld = H * V;
-  const unsigned tiles = static_cast<unsigned>((T + xp::kRows - 1) / xp::kRows + S);
-  const auto run = [&](auto kernel, int64_t bytes) {
-    emulation::RunGrid({tiles, static_cast<unsigned>(H), 1}, xp::kThreads, static_cast<size_t>(bytes), [&] {
-      kernel(a);
-      // A block ends with every copy it issued awaited.
-      EXPECT_TRUE(emulation::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
-      emulation::g_pending[threadIdx.x].clear();
-    });
+  MlaExpandedPlan plan;
+  ASSERT_TRUE(xp::PlanOf(nope, R, V, &plan));
+  const unsigned tiles = static_cast<unsigned>((T + plan.rows - 1) / plan.rows + S);
+  const auto run = [&](auto kernel, int warps) {
+    emulation::RunGrid({tiles, static_cast<unsigned>(H), 1}, static_cast<unsigned>(32 * warps),
+                       static_cast<size_t>(plan.shared_bytes), [&] {
+                         kernel(a);
+                         // A block ends with every copy it issued awaited.
+                         EXPECT_TRUE(emulation::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
+                         emulation::g_pending[threadIdx.x].clear();
+                       });
   };
-  ASSERT_TRUE(MlaExpandedApplies(nope, R, V));
-  if (qw <= 64 && V <= 32) {
-    run(xp::ExpandedAttentionKernel<64, 32>, xp::SharedBytes<64, 32>());
-  } else if (qw <= 192 && V <= 128) {
-    run(xp::ExpandedAttentionKernel<192, 128>, xp::SharedBytes<192, 128>());
-  } else {
-    FAIL() << "no instance in this test";
-  }
+  // The instance the plan names.
+  xp::VisitInstance(nope, R, V, [&](auto in) {
+    using I = decltype(in);
+    run(xp::ExpandedAttentionKernel<I::kQk, I::kDv, I::kQReg, I::kWarps>, I::kWarps);
+  });
 
   // References: (a) over the kernel's bfloat16 operands in float64, bound: the probabilities'
   // rounding to bfloat16 (2^-9 relative each, so 2^-9 of the largest |value| after
@@ -240,6 +240,42 @@ TEST(MlaExpandedEmulated, KimiK2Heads) {
   std::mt19937 rng(72);
   Check({1, 128, 64, 128, 512, kKvCodecBf16, false, 16, {{10, 70}}}, rng);
   Check({1, 128, 64, 128, 512, kKvCodecFp8, true, 16, {{40, 30}, {0, 2}}}, rng);
+}
+
+// GLM-5's heads (nope 192, rope 64, v 256): the query read from shared memory, 8 warps and 128
+// query tokens a block (a sequence of 150 tokens: a full tile and a partial one).
+TEST(MlaExpandedEmulated, Glm5Heads) {
+  std::mt19937 rng(73);
+  Check({1, 192, 64, 256, 512, kKvCodecBf16, false, 16, {{20, 150}, {0, 3}}}, rng);
+  emulation::g_landing = emulation::Landing::kAtIssue;
+  Check({1, 192, 64, 256, 512, kKvCodecFp8, true, 16, {{70, 40}}}, rng);
+  emulation::g_landing = emulation::Landing::kAtWait;
+}
+
+// The plan: which heads take which instance, and which none.
+TEST(MlaExpandedEmulated, ThePlanPicksTheInstance) {
+  MlaExpandedPlan p;
+  ASSERT_TRUE(xp::PlanOf(128, 64, 128, &p));  // Kimi K2
+  EXPECT_EQ(p.qk, 192);
+  EXPECT_EQ(p.dv, 128);
+  EXPECT_TRUE(p.query_in_registers);
+  EXPECT_EQ(p.rows, 64);
+  EXPECT_EQ(p.shared_bytes, 2 * 64 * (200 + 136) * 2);
+  ASSERT_TRUE(xp::PlanOf(192, 64, 256, &p));  // GLM-5
+  EXPECT_EQ(p.qk, 256);
+  EXPECT_EQ(p.dv, 256);
+  EXPECT_FALSE(p.query_in_registers);
+  EXPECT_EQ(p.warps, 8);
+  EXPECT_EQ(p.shared_bytes, (2 * 64 * (264 + 264) + 128 * 264) * 2);
+  ASSERT_TRUE(xp::PlanOf(16, 8, 16, &p));
+  EXPECT_EQ(p.qk, 64);
+  EXPECT_EQ(p.dv, 32);
+  ASSERT_TRUE(xp::PlanOf(128, 64, 160, &p));  // v past 128: the wide instance
+  EXPECT_EQ(p.qk, 256);
+  EXPECT_FALSE(xp::PlanOf(192, 72, 128, &p));  // nope + rope past 256
+  EXPECT_FALSE(xp::PlanOf(128, 64, 264, &p));  // v past 256
+  EXPECT_FALSE(xp::PlanOf(130, 62, 128, &p));  // not multiples of 8
+  EXPECT_FALSE(xp::PlanOf(128, 64, 0, &p));
 }
 
 // A context position whose page is missing is a page error, its row zeros.

@@ -132,7 +132,7 @@ class CudaBackend final : public Backend {
   void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d, const Tensor& out) override;
   // Taken for a prefill pass (never a decode pass) that BackendOptions::device_mla_expanded_min_tokens
   // admits (by count of multiply-adds, or by tokens a sequence), over BF16 or FP8 rows (F32 rows,
-  // the reference codec, keep the absorbed float32 path), for shapes MlaExpandedApplies takes,
+  // the reference codec, keep the absorbed float32 path), for heads PlanMlaExpanded takes within the device's shared memory,
   // where cuBLASLt takes the expansion's GEMM and its buffers (the contexts' latent rows expanded
   // to every head's keys and values: S * max_ctx rows, max_ctx rounded up to 256) stay within
   // kMlaExpandedMaxBytes and fit in device memory. An F32 kv_b (FP8 checkpoints dequantize

@@ -386,7 +386,11 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
   // Whether the pass is taken: decided on the host before anything is enqueued.
   const int64_t T = batch.num_tokens, S = batch.num_seqs, mode = mla_expanded_min_tokens_;
   if (mode == 0 || batch.decode || failed_ || !sticky_.ok() || S <= 0 || batch.max_ctx <= 0) return false;
-  if (!cuda::MlaExpandedApplies(d.nope, d.rope, d.v) || d.kv_lora % 8 != 0 || cublaslt_ == nullptr) return false;
+  cuda::MlaExpandedPlan plan;
+  if (!cuda::PlanMlaExpanded(d.nope, d.rope, d.v, &plan) || plan.shared_bytes > shared_optin_ || d.kv_lora % 8 != 0 ||
+      cublaslt_ == nullptr) {
+    return false;
+  }
   if (!CheckKvView(cache, layer).ok() || cache.width < d.kv_lora + d.rope) return false;
   const cuda::KvRef kv = KvOf(cache);
   if (kv.row.nseg == 0 && kv.type == cuda::kElemF32) return false;  // F32 rows: the float32 reference path
