@@ -344,21 +344,18 @@ int Main() {
     }
   }
 
-  // MLA prefill attention, one sequence's prompt of T tokens in one pass (Kimi K2's 64 heads over
-  // BF16 and FP8 rows): the absorbed form (MlaAbsorbQuery, MlaAttention on the default `tc` and on
-  // `wgmma`, MlaProjectValue) against the expanded form (LLMRT_CUDA_MLA_PREFILL: gather, the
-  // expansion's GEMM on cuBLASLt, FlashAttention-2 on mma.sync). TFLOP/s counts the expanded
-  // form's multiply-adds over the causal context (heads x (nope + rope + v) a position), the
-  // same work for every row, so the rows compare as speeds.
+  // MLA prefill attention, one sequence's prompt of T tokens in one pass (64 heads of Kimi K2's
+  // and GLM-5's shapes over BF16 and FP8 rows): the absorbed form (MlaAbsorbQuery, MlaAttention
+  // on the default `tc` and on `wgmma`, MlaProjectValue) against the expanded form
+  // (LLMRT_CUDA_MLA_PREFILL: gather, the expansion's GEMM on cuBLASLt, FlashAttention-2 on
+  // mma.sync). TFLOP/s counts the expanded form's multiply-adds over the causal context
+  // (heads x (nope + rope + v) a position), the same work for every row, so the rows compare as
+  // speeds. GLM-5 at 2048 tokens, its index_topk: longer prompts run sparse passes.
   {
     std::printf("\nMLA prefill attention, %lld heads, one sequence of T tokens (q, kv_b BF16; absorbed: the three\n"
                 "absorbed ops; expanded: LLMRT_CUDA_MLA_PREFILL; TFLOP/s in the expanded form's count)\n"
-                "%-18s %6s %6s %10s %10s %12s\n",
-                static_cast<long long>(H), "form", "KV", "T", "ms", "TFLOP/s", "vs absorbed");
-    Weight kv_b;
-    kv_b.format = kWeightBf16;
-    kv_b.rows = H * (d.nope + d.v);
-    kv_b.cols = L;
+                "%-8s %-16s %6s %6s %10s %10s %12s\n",
+                static_cast<long long>(H), "heads", "form", "KV", "T", "ms", "TFLOP/s", "vs absorbed");
     struct Form {
       const char* name;
       BackendOptions::DeviceAttention kind;
@@ -367,42 +364,56 @@ int Main() {
     const Form forms[] = {{"absorbed tc", BackendOptions::DeviceAttention::kTensorCore, false},
                           {"absorbed wgmma", BackendOptions::DeviceAttention::kWgmma, false},
                           {"expanded", BackendOptions::DeviceAttention::kTensorCore, true}};
-    for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
-      for (int64_t T : {512, 4096}) {
-        double base = 0;
-        for (const Form& f : forms) {
-          BackendOptions bo;
-          bo.device_attention = f.kind;
-          bo.device_mla_expanded_min_tokens = f.expanded ? 1 : 0;
-          std::unique_ptr<Backend> pb = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
-          kv_b.data = Random(*pb, DType::kBF16, {kv_b.rows, L}, rng);
-          std::unique_ptr<KvStore> store =
-              OneLayerStore(*pb, codec, {{L, 128, false}, {R, 128, true}}, (T + page - 1) / page * page, page);
-          Tensor m;
-          const AttentionBatch batch = PrefillBatch(*pb, T, page, &m);
-          Tensor q = Random(*pb, DType::kF32, {T, H * (d.nope + R)}, rng);
-          Tensor q_lat = Must(pb->Allocate(DType::kF32, {T, H * L}), "Allocate");
-          Tensor o_lat = Must(pb->Allocate(DType::kF32, {T, H * L}), "Allocate");
-          Tensor out = Must(pb->Allocate(DType::kF32, {T, H * d.v}), "Allocate");
-          bool taken = true;
-          const double t = Time(*pb, 3, [&] {
-            if (f.expanded) {
-              taken = pb->MlaExpandedAttention(q, kv_b, store->view(), 0, batch, d, 0.1f, out);
-            } else {
-              pb->MlaAbsorbQuery(q, kv_b, d, q_lat);
-              pb->MlaAttention(q_lat, q, store->view(), 0, batch, d, 0.1f, nullptr, o_lat);
-              pb->MlaProjectValue(o_lat, kv_b, d, out);
+    struct Heads {
+      const char* name;
+      int64_t nope, v, t_long;
+    };
+    for (const Heads& hs : {Heads{"Kimi K2", 128, 128, 4096}, Heads{"GLM-5", 192, 256, 2048}}) {
+      MlaDims pd = d;
+      pd.nope = hs.nope;
+      pd.v = hs.v;
+      Weight kv_b;
+      kv_b.format = kWeightBf16;
+      kv_b.rows = H * (pd.nope + pd.v);
+      kv_b.cols = L;
+      for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
+        for (int64_t T : {int64_t{512}, hs.t_long}) {
+          double base = 0;
+          for (const Form& f : forms) {
+            BackendOptions bo;
+            bo.device_attention = f.kind;
+            bo.device_mla_expanded_min_tokens = f.expanded ? 1 : 0;
+            std::unique_ptr<Backend> pb = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
+            kv_b.data = Random(*pb, DType::kBF16, {kv_b.rows, L}, rng);
+            std::unique_ptr<KvStore> store =
+                OneLayerStore(*pb, codec, {{L, 128, false}, {R, 128, true}}, (T + page - 1) / page * page, page);
+            Tensor m;
+            const AttentionBatch batch = PrefillBatch(*pb, T, page, &m);
+            Tensor q = Random(*pb, DType::kF32, {T, H * (pd.nope + R)}, rng);
+            Tensor q_lat = Must(pb->Allocate(DType::kF32, {T, H * L}), "Allocate");
+            Tensor o_lat = Must(pb->Allocate(DType::kF32, {T, H * L}), "Allocate");
+            Tensor out = Must(pb->Allocate(DType::kF32, {T, H * pd.v}), "Allocate");
+            bool taken = true;
+            const double t = Time(*pb, 3, [&] {
+              if (f.expanded) {
+                taken = pb->MlaExpandedAttention(q, kv_b, store->view(), 0, batch, pd, 0.1f, out);
+              } else {
+                pb->MlaAbsorbQuery(q, kv_b, pd, q_lat);
+                pb->MlaAttention(q_lat, q, store->view(), 0, batch, pd, 0.1f, nullptr, o_lat);
+                pb->MlaProjectValue(o_lat, kv_b, pd, out);
+              }
+            });
+            if (!taken) {
+              std::printf("%-8s %-16s %6s %6lld   not taken\n", hs.name, f.name, codec == kKvCodecFp8 ? "FP8" : "BF16",
+                          static_cast<long long>(T));
+              continue;
             }
-          });
-          if (!taken) {
-            std::printf("%-18s %6s %6lld   not taken\n", f.name, codec == kKvCodecFp8 ? "FP8" : "BF16",
-                        static_cast<long long>(T));
-            continue;
+            if (base == 0) base = t;
+            const double flops = 2.0 * static_cast<double>(H * (pd.nope + R + pd.v)) * T * (T + 1) / 2;
+            std::printf("%-8s %-16s %6s %6lld %10.3f %10.1f %11.2fx\n", hs.name, f.name,
+                        codec == kKvCodecFp8 ? "FP8" : "BF16", static_cast<long long>(T), t * 1e3, flops / t / 1e12,
+                        base / t);
           }
-          if (base == 0) base = t;
-          const double flops = 2.0 * static_cast<double>(H * (d.nope + R + d.v)) * T * (T + 1) / 2;
-          std::printf("%-18s %6s %6lld %10.3f %10.1f %11.2fx\n", f.name, codec == kKvCodecFp8 ? "FP8" : "BF16",
-                      static_cast<long long>(T), t * 1e3, flops / t / 1e12, base / t);
         }
       }
     }
