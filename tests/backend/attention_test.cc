@@ -376,6 +376,16 @@ TEST_P(AttentionOps, CudaWarpgroupAttention) {
   }
 }
 
+MlaDims BackendDims(const testing_mla::Dims& d, int64_t heads) {
+  MlaDims md;
+  md.heads = heads;
+  md.nope = d.nope;
+  md.rope = d.rope;
+  md.v = d.v;
+  md.kv_lora = d.kv_lora;
+  return md;
+}
+
 // MLA prefill in expanded form (BackendOptions::device_mla_expanded_min_tokens) on CUDA: a pass of
 // prefill chunks and a decode token with Kimi K2's and GLM-5's heads over BF16, flat FP8 and tiled FP8 rows
 // (with and without fresh rows) and a BF16 or F32 kv_b, against the absorbed form in float64
@@ -397,12 +407,7 @@ TEST_P(AttentionOps, CudaExpandedMla) {
   // its 8-warp blocks of 128 tokens).
   for (const testing_mla::Dims d : {testing_mla::Dims{128, 64, 128, 512}, testing_mla::Dims{192, 64, 256, 512}}) {
     const int64_t qw = d.nope + d.rope, hw = d.nope + d.v;
-    MlaDims md;
-    md.heads = H;
-    md.nope = d.nope;
-    md.rope = d.rope;
-    md.v = d.v;
-    md.kv_lora = d.kv_lora;
+    const MlaDims md = BackendDims(d, H);
     const float scale = 1.0f / std::sqrt(static_cast<float>(qw));
     for (const KvCodec* codec : KvCodecs()) {
       for (bool fresh : {false, true}) {
@@ -475,12 +480,7 @@ TEST_P(AttentionOps, CudaExpandedMla) {
   }
   const testing_mla::Dims d{128, 64, 128, 512};
   const int64_t qw = d.nope + d.rope, hw = d.nope + d.v;
-  MlaDims md;
-  md.heads = H;
-  md.nope = d.nope;
-  md.rope = d.rope;
-  md.v = d.v;
-  md.kv_lora = d.kv_lora;
+  const MlaDims md = BackendDims(d, H);
   const float scale = 1.0f / std::sqrt(static_cast<float>(qw));
   // Fewer tokens a sequence than the option's 2 (the decode token alone): not taken.
   ScenarioBuilder builder(be());
