@@ -147,7 +147,7 @@ CudaBackend::~CudaBackend() {
   cublaslt_.reset();
   if (cublaslt_workspace_ != nullptr) cudaFree(cublaslt_workspace_);
   for (ScratchBuffer& b : scratch_) cudaFree(b.ptr);
-  for (auto& [w, copy] : kv_b_bf16_) cudaFree(copy);
+  for (auto& [w, c] : kv_b_bf16_) cudaFree(c.copy);
   for (void* ev : staging_done_) {
     if (ev != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
   }

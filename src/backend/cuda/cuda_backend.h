@@ -38,6 +38,7 @@
 #ifndef LLMRT_BACKEND_CUDA_CUDA_BACKEND_H_
 #define LLMRT_BACKEND_CUDA_CUDA_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -205,8 +206,18 @@ class CudaBackend final : public Backend {
   bool attention_query_registers_ = true;  // BackendOptions::device_attention_query_registers
   int attention_tiles_per_block_ = 0;      // BackendOptions::device_attention_tiles_per_block
   int64_t mla_expanded_min_tokens_ = 0;  // BackendOptions::device_mla_expanded_min_tokens
-  // BF16 copies of F32 kv_b weights for the expanded MLA's GEMM, by the weight's address.
-  std::unordered_map<const void*, void*> kv_b_bf16_;
+  // BF16 copies of F32 kv_b weights for the expanded MLA's GEMM, by the weight's address; an
+  // entry holds the weight's storage weakly, so that a copy outlived by its weight (whose address
+  // a later weight may get) is made again, not reused.
+  struct KvBCopy {
+    std::weak_ptr<Storage> weight;
+    void* copy = nullptr;
+    int64_t elements = 0;
+  };
+  std::unordered_map<const void*, KvBCopy> kv_b_bf16_;
+  // The smallest expanded MLA buffers (bytes) that device memory refused: larger requests run
+  // absorbed without trying again (each try synchronizes and drops the recorded graphs).
+  size_t mla_expanded_refused_bytes_ = SIZE_MAX;
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,

@@ -415,35 +415,52 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
   }
   const size_t latent_bytes = static_cast<size_t>(R * (K + d.rope)) * sizeof(uint16_t);
   const size_t kvx_bytes = static_cast<size_t>(R * N) * sizeof(uint16_t);
-  if (latent_bytes + kvx_bytes > kMlaExpandedMaxBytes) return false;
+  if (latent_bytes + kvx_bytes > kMlaExpandedMaxBytes || latent_bytes + kvx_bytes >= mla_expanded_refused_bytes_) {
+    return false;
+  }
+  if (q.dim(0) != T || q.row_size() != d.heads * (d.nope + d.rope) || out.dim(0) != T ||
+      out.row_size() != d.heads * d.v || (kv_b.format == kWeightBf16 && !CublasLtGemm::Aligned(kv_b.data.data()))) {
+    return false;  // (the absorbed ops report what is wrong)
+  }
   cudaSetDevice(device_);
   const absl::StatusOr<const CublasLtGemm::Call*> call =
       cublaslt_->Prepare(CublasLtGemm::Operands::kBf16Out, N, K, R, N);
   if (!call.ok() || *call == nullptr) return false;
   // The buffers, and a float32 kv_b's BF16 copy, before anything is enqueued: where one does not
-  // fit in device memory the pass runs absorbed.
+  // fit in device memory the pass runs absorbed, and so do later passes that need as much.
   absl::StatusOr<void*> lp = Scratch(kScratchMlaLatent, latent_bytes, "expanded MLA latent rows");
   absl::StatusOr<void*> xp = lp.ok() ? Scratch(kScratchMlaExpanded, kvx_bytes, "expanded MLA keys and values")
                                      : lp.status();
   const void* w = kv_b.data.data();
   void* fill = nullptr;  // a new copy to fill
   if (xp.ok() && kv_b.format == kWeightF32) {
-    auto it = kv_b_bf16_.find(w);
-    if (it == kv_b_bf16_.end()) {
+    KvBCopy& c = kv_b_bf16_[w];
+    if (c.copy != nullptr && (c.weight.owner_before(kv_b.data.storage()) || kv_b.data.storage().owner_before(c.weight) ||
+                              c.weight.expired() || c.elements != N * K)) {
+      cudaFree(c.copy);  // another weight's, now gone: this address was reused
+      c = KvBCopy{};
+    }
+    if (c.copy == nullptr) {
       const absl::StatusOr<void*> copy =
           DeviceMalloc(static_cast<size_t>(N * K) * sizeof(uint16_t), "a BF16 copy of an MLA kv_b");
-      if (!copy.ok()) xp = copy.status();
-      if (copy.ok()) it = kv_b_bf16_.emplace(w, fill = *copy).first;
+      if (copy.ok()) {
+        c = KvBCopy{kv_b.data.storage(), *copy, N * K};
+        fill = *copy;
+      } else {
+        kv_b_bf16_.erase(w);
+        xp = copy.status();
+      }
     }
-    if (it != kv_b_bf16_.end()) w = it->second;
+    if (xp.ok()) w = c.copy;
   }
   if (!xp.ok()) {
+    if (xp.status().code() == absl::StatusCode::kResourceExhausted) {
+      mla_expanded_refused_bytes_ = std::min(mla_expanded_refused_bytes_, latent_bytes + kvx_bytes);
+    }
     Log(LogLevel::kWarning, absl::StrCat("cuda backend: MLA attention runs absorbed: ", xp.status().message()));
     return false;
   }
   Run("MlaExpandedAttention", [&]() -> absl::Status {
-    LLMRT_CUDA_CHECK(q.dim(0) == T && q.row_size() == d.heads * (d.nope + d.rope));
-    LLMRT_CUDA_CHECK(out.dim(0) == T && out.row_size() == d.heads * d.v);
     cudaStream_t s = Stream(stream_);
     if (fill != nullptr) {
       const absl::Status st = Launched(cuda::LaunchRoundToBf16(
@@ -454,7 +471,6 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
         return st;
       }
     }
-    LLMRT_CUDA_CHECK(CublasLtGemm::Aligned(w));
     uint16_t* latent = static_cast<uint16_t*>(*lp);
     uint16_t* rope_keys = latent + R * K;  // 16-byte aligned: K is a multiple of 8
     const cuda::BatchRef b = BatchOf(batch);
