@@ -109,16 +109,29 @@ struct ExpertTable {
 // Tiles of a grouped GEMM over rows permuted by expert (built on the device by LaunchMoePermute):
 // tile i covers rows [row0[i], row1[i]) of expert expert[i]; count[0] tiles are valid. A tile
 // holds at most max_rows rows (the tokens of the call: a token meets an expert once), which picks
-// the GEMV's one-row instance at batch 1.
+// the GEMV's one-row instance at batch 1, and at most tile_rows (PermuteArgs::tile_rows): 32
+// (kGemmTileRows) for every grouped kernel, 64 or 128 (kGemmWideTileRows) for
+// LaunchGroupedGemmMma alone (the others refuse such tables).
+inline constexpr int64_t kGemmTileRows = 32;
+inline constexpr int64_t kGemmWideTileRows = 128;
+// The rows a tile of LaunchGroupedGemmMma takes for P routed pairs over E experts: by the rows
+// an expert gets on average, ceil(P / min(E, P)): 32 up to 32, 64 up to 64, else 128; `forced`
+// (32, 64 or 128; 0: by the average) instead; FP8 experts (`fp8`) at most 64.
+inline int64_t GroupedMmaTileRows(int64_t P, int64_t E, int64_t forced, bool fp8) {
+  const int64_t active = E < P ? E : P, per_expert = active > 0 ? (P + active - 1) / active : 0;
+  const int64_t chosen = forced > 0 ? forced : per_expert > 64 ? 128 : per_expert > 32 ? 64 : 32;
+  const int64_t most = fp8 ? 64 : kGemmWideTileRows;
+  return chosen < most ? chosen : most;
+}
 struct TileTable {
   const int32_t* expert;
   const int32_t* row0;
   const int32_t* row1;
   const int32_t* count;
   int64_t max_tiles;
-  int64_t max_rows = 0;  // 0: unknown (up to kGemmTileRows)
+  int64_t max_rows = 0;  // 0: unknown (up to tile_rows)
+  int64_t tile_rows = kGemmTileRows;
 };
-inline constexpr int64_t kGemmTileRows = 32;
 // out [M, N] = x [M, K] w^T with float32 accumulation; a row's result does not depend on the
 // other rows of the call. Weights whose rows are 16-byte aligned (INT4: group a multiple of 32;
 // FP8: cols and block_cols multiples of 16; BF16 / F32: cols a multiple of 16): the GEMV kernel
@@ -140,7 +153,8 @@ cudaError_t LaunchGroupedGemm(ConstMat x, const int32_t* x_rows, ExpertTable exp
 // policies) with all-BF16 experts (gemv_bits 16, K a multiple of 8, no act), or e4m3 values with
 // their scales (the FP8 policy) with all-FP8 experts (gemv_bits 8, K a multiple of 16, every
 // expert's block_cols a multiple of 32). Float32 sums of exact products (per column block for
-// FP8, folded with the scales); cudaErrorInvalidValue otherwise.
+// FP8, folded with the scales); cudaErrorInvalidValue otherwise. Tiles of 32, 64 or 128 rows
+// (tiles.tile_rows; FP8 at most 64) give every row the same bits.
 cudaError_t LaunchGroupedGemmMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                                  TileTable tiles, MutMat out, cudaStream_t s, ActScales act = {});
 // The dequantizing GEMV path of quantized weights (quant_matmul.cu; LaunchGemm and
@@ -417,6 +431,7 @@ struct PermuteArgs {
   int32_t* tile_row1;
   int32_t* tile_count;
   int64_t max_tiles;
+  int64_t tile_rows = kGemmTileRows;  // the most rows a tile takes (32, 64 or 128)
 };
 cudaError_t LaunchMoePermute(const PermuteArgs& a, int32_t* err, cudaStream_t s);
 // out[t] = sum over t's slots in (expert, slot) order of weights[t, k] * y[perm_pos[t*K + k]].

@@ -136,6 +136,7 @@ cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s) {
 cudaError_t LaunchGroupedGemm(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                               TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
+  if (tiles.tile_rows != kGemmTileRows) return cudaErrorInvalidValue;
   if (experts.gemv_bits != 0) return LaunchGroupedQuantGemv(x, x_rows, experts, N, K, tiles, out, s, act);
   if (act.data != nullptr) return cudaErrorInvalidValue;  // the tiled kernel takes no activation scales
   const dim3 grid(static_cast<unsigned>((N + kBN - 1) / kBN), static_cast<unsigned>(tiles.max_tiles));

@@ -20,6 +20,9 @@ cudaError_t LaunchMoeRoute(const RouteArgs& a, cudaStream_t s) {
 }
 
 cudaError_t LaunchMoePermute(const PermuteArgs& a, int32_t* err, cudaStream_t s) {
+  if (a.tile_rows != kGemmTileRows && a.tile_rows != 64 && a.tile_rows != kGemmWideTileRows) {
+    return cudaErrorInvalidValue;
+  }
   moe::PermuteKernel<<<1, moe::kPermuteThreads, 0, s>>>(a, err);
   return cudaGetLastError();
 }
@@ -36,10 +39,20 @@ cudaError_t LaunchGroupedGemmMma(ConstMat x, const int32_t* x_rows, ExpertTable 
                                  TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), static_cast<unsigned>(tiles.max_tiles));
+  const auto launch = [&](auto kernel) { kernel<<<grid, gmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act); };
   if (experts.gemv_bits == 16 && act.data == nullptr && K % 8 == 0) {
-    gmm::GroupedMmaKernel<false><<<grid, gmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
+    switch (tiles.tile_rows) {
+      case 32: launch(gmm::GroupedMmaKernel<false, 32>); break;
+      case 64: launch(gmm::GroupedMmaKernel<false, 64>); break;
+      case 128: launch(gmm::GroupedMmaKernel<false, 128>); break;
+      default: return cudaErrorInvalidValue;
+    }
   } else if (experts.gemv_bits == 8 && act.data != nullptr && K % 16 == 0) {
-    gmm::GroupedMmaKernel<true><<<grid, gmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act);
+    switch (tiles.tile_rows) {
+      case 32: launch(gmm::GroupedMmaKernel<true, 32>); break;
+      case 64: launch(gmm::GroupedMmaKernel<true, 64>); break;
+      default: return cudaErrorInvalidValue;
+    }
   } else {
     return cudaErrorInvalidValue;
   }

@@ -143,11 +143,12 @@ __global__ void __launch_bounds__(kPermuteThreads) PermuteKernel(PermuteArgs a, 
     int32_t off = 0, tiles = 0;
     for (int64_t e = 0; e < a.E; ++e) {
       cursor[e] = off;
-      for (int32_t r = 0; r < counts[e]; r += static_cast<int32_t>(kGemmTileRows)) {
+      const int32_t step = static_cast<int32_t>(a.tile_rows);
+      for (int32_t r = 0; r < counts[e]; r += step) {
         if (tiles < a.max_tiles) {
           a.tile_expert[tiles] = static_cast<int32_t>(e);
           a.tile_row0[tiles] = off + r;
-          a.tile_row1[tiles] = off + min(r + static_cast<int32_t>(kGemmTileRows), counts[e]);
+          a.tile_row1[tiles] = off + min(r + step, counts[e]);
         }
         ++tiles;
       }

@@ -7,12 +7,16 @@
 //   void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1)
 //       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 accumulating into d.
 //
-// One block per (128 output columns, tile of at most 32 rows of one expert); per step of 32 along
-// k the block stages the rows' activations (already bfloat16 values: exact as bfloat16) and the
+// One block per (128 output columns, tile of at most kTileRows rows of one expert: 32, 64 or 128,
+// chosen per call by the host from the rows an expert gets on average, so that a prefill chunk
+// reads each expert's weights once rather than once per 32 rows); per step of 32 along k the
+// block stages the rows' activations (already bfloat16 values: exact as bfloat16) and the
 // expert's 128 weight rows in shared memory (16-byte loads, the next step's loaded into registers
-// while this one is multiplied), and each of 8 warps multiplies the 32 rows by its 16 columns
-// (2 x 2 MMAs per 16 of k), accumulating in float32. Each output is a
-// float32 sum of exact products, as the CPU's BF16 policy computes it, in the tensor cores' order;
+// while this one is multiplied), and each of 8 warps multiplies its rows by its columns (32 x 16
+// for tiles of 32 rows, 32 x 32 for 64, 64 x 32 for 128: MMAs of m16n8k16 per 16 of k, none for
+// a warp's m16 tiles past the tile's rows), accumulating in float32. Each output is a
+// float32 sum of exact products, as the CPU's BF16 policy computes it, in the tensor cores' order
+// (the same MMAs over the same steps of k whatever the tile's size and the row's place in it);
 // a row's result depends on its activation row and the weights alone, not on the tile it shares.
 #ifndef LLMRT_KERNELS_MOE_MMA_KERNELS_CUH_
 #define LLMRT_KERNELS_MOE_MMA_KERNELS_CUH_
@@ -24,31 +28,43 @@
 namespace llmrt::cuda::gmm {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
-constexpr int kRows = 32;     // rows of a tile (kGemmTileRows): two m16 tiles
-constexpr int kCols = 128;    // output columns of a block: 16 per warp, two n8 tiles
+constexpr int kCols = 128;    // output columns of a block
 constexpr int kStep = 32;     // k per staging step: two k16 MMA steps
 constexpr int kStride = kStep + 8;  // shared row stride (bfloat16): conflict-free fragment loads
-static_assert(kRows == kGemmTileRows, "a block holds a whole tile");
-static_assert(kRows * kStep == 4 * kThreads, "a thread loads 4 activations a step");
 static_assert(kCols * kStep / 8 == 2 * kThreads, "a thread loads 2 pieces of BF16 weights a step");
 static_assert(kCols * kStep / 16 == kThreads, "a thread loads 1 piece of FP8 codes a step");
 
+// The warps of a tile of kTileRows rows: kWarpsM x kWarpsN warps, each kMt m16 tiles (rows) by
+// kNt n8 tiles (columns); a thread loads kXLoads groups of 4 activations a step (rows ar, ar + 32,
+// ...).
+template <int kTileRows>
+struct TileShape {
+  static_assert(kTileRows == 32 || kTileRows == 64 || kTileRows == 128, "tiles of 32, 64 or 128 rows");
+  static constexpr int kWarpsM = kTileRows == 32 ? 1 : 2;
+  static constexpr int kWarpsN = kWarps / kWarpsM;
+  static constexpr int kMt = kTileRows / (16 * kWarpsM);
+  static constexpr int kNt = kCols / (8 * kWarpsN);
+  static constexpr int kXLoads = kTileRows * kStep / (4 * kThreads);
+};
+
 __device__ __forceinline__ uint32_t Pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// Rows [r0, r1) of tile `tile` (x row of output row r: x_rows ? x_rows[r] : r) times the weight
-// of its expert, columns [n0, n0 + 128). kFp8 false: BF16 weights ([N, K], rows 16-byte aligned,
-// K a multiple of 8), x holding bfloat16 values. kFp8 true (the FP8 policy): FP8 block-scaled
-// weights (K a multiple of 16, block_cols of 32), x holding e4m3 values with a scale per row and
-// column block (act); the codes of both are exact in bfloat16, each block of block_cols columns
-// is summed on the tensor cores, and its sum is folded in as the GEMV does:
+// Rows [r0, r1) of tile `tile` (at most kTileRows; x row of output row r: x_rows ? x_rows[r] : r)
+// times the weight of its expert, columns [n0, n0 + 128). kFp8 false: BF16 weights ([N, K], rows
+// 16-byte aligned, K a multiple of 8), x holding bfloat16 values. kFp8 true (the FP8 policy): FP8
+// block-scaled weights (K a multiple of 16, block_cols of 32), x holding e4m3 values with a scale
+// per row and column block (act); the codes of both are exact in bfloat16, each block of
+// block_cols columns is summed on the tensor cores, and its sum is folded in as the GEMV does:
 // acc = fma(block sum, s(n, b) * sa(row, b), acc).
 // Each step's global loads go to registers while the previous step is multiplied (the shared
 // tiles are written after that step's last read), so load latency overlaps the MMAs.
-template <bool kFp8>
-__global__ void __launch_bounds__(kThreads)
+template <bool kFp8, int kTileRows>
+__global__ void __launch_bounds__(kThreads, kFp8 ? 1 : 2)
     GroupedMmaKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K, TileTable tiles,
                      MutMat out, ActScales act) {
-  alignas(16) __shared__ uint16_t as[kRows * kStride];
+  using S = TileShape<kTileRows>;
+  constexpr int kMt = S::kMt, kNt = S::kNt;
+  alignas(16) __shared__ uint16_t as[kTileRows * kStride];
   alignas(16) __shared__ uint16_t bs[kCols * kStride];
   const int64_t tile = blockIdx.y;
   if (tile >= tiles.count[0]) return;
@@ -58,32 +74,42 @@ __global__ void __launch_bounds__(kThreads)
   const int rows = static_cast<int>(tiles.row1[tile] - r0);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  // This warp's rows [wr0, wr0 + 16 kMt) and columns [wc0, wc0 + 8 kNt) of the block's.
+  const int wr0 = (warp / S::kWarpsN) * kMt * 16, wc0 = (warp % S::kWarpsN) * kNt * 8;
   const int64_t block_cols = kFp8 ? wr.block_cols : K;  // the k-span each fold covers
-  float acc[2][2][4] = {};  // [m16 tile][n8 tile][fragment]
-  float part[2][2][4] = {};  // the current column block's sums (kFp8)
+  float acc[kMt][kNt][4] = {};  // [m16 tile][n8 tile][fragment]
+  float part[kFp8 ? kMt : 1][kFp8 ? kNt : 1][4] = {};  // the current column block's sums (kFp8)
 
-  // This thread's loads: activations of row ar, columns ak .. ak + 3 of each step (one float4
-  // where x's rows are 16-byte aligned); BF16 weight pieces (8 values) i and i + kThreads, or
-  // FP8 piece i (16 codes): row i / pieces per row, piece i % pieces per row.
+  // This thread's loads: activations of rows ar + 32 i, columns ak .. ak + 3 of each step (one
+  // float4 where x's rows are 16-byte aligned); BF16 weight pieces (8 values) i and i + kThreads,
+  // or FP8 piece i (16 codes): row i / pieces per row, piece i % pieces per row.
   const int ar = threadIdx.x >> 3, ak = (threadIdx.x & 7) * 4;
-  const float* xrow = nullptr;
-  if (ar < rows) {
-    const int64_t m = r0 + ar;
-    xrow = x.data + (x_rows != nullptr ? x_rows[m] : m) * x.ld;
+  int32_t xr[S::kXLoads];  // x's row, -1 past the tile's rows (32-bit: fewer registers)
+#pragma unroll
+  for (int i = 0; i < S::kXLoads; ++i) {
+    xr[i] = -1;
+    if (ar + 32 * i < rows) {
+      const int64_t m = r0 + ar + 32 * i;
+      xr[i] = static_cast<int32_t>(x_rows != nullptr ? x_rows[m] : m);
+    }
   }
   const bool x_vec = (x.ld & 3) == 0 && (K & 3) == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
-  float xv[4];
+  float xv[S::kXLoads][4];
   uint4 wv[2];
   const auto load = [&](int64_t k0) {
-    if (xrow != nullptr && x_vec && k0 + ak < K) {
-      const float4 v = *reinterpret_cast<const float4*>(xrow + k0 + ak);
-      xv[0] = v.x;
-      xv[1] = v.y;
-      xv[2] = v.z;
-      xv[3] = v.w;
-    } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) xv[j] = xrow != nullptr && k0 + ak + j < K ? xrow[k0 + ak + j] : 0.0f;
+    for (int i = 0; i < S::kXLoads; ++i) {
+      const float* xrow = xr[i] >= 0 ? x.data + static_cast<int64_t>(xr[i]) * x.ld : nullptr;
+      if (xrow != nullptr && x_vec && k0 + ak < K) {
+        const float4 v = *reinterpret_cast<const float4*>(xrow + k0 + ak);
+        xv[i][0] = v.x;
+        xv[i][1] = v.y;
+        xv[i][2] = v.z;
+        xv[i][3] = v.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) xv[i][j] = xrow != nullptr && k0 + ak + j < K ? xrow[k0 + ak + j] : 0.0f;
+      }
     }
     if constexpr (kFp8) {
       const uint8_t* w = static_cast<const uint8_t*>(wr.data);
@@ -103,9 +129,12 @@ __global__ void __launch_bounds__(kThreads)
   // The loaded step into the shared tiles (activations as bfloat16 bits; FP8 codes to their exact
   // bfloat16 values); zeros past the rows, N and K.
   const auto store = [&]() {
-    *reinterpret_cast<uint2*>(as + ar * kStride + ak) =
-        make_uint2(ToBf16Bits(xv[0]) | (static_cast<uint32_t>(ToBf16Bits(xv[1])) << 16),
-                   ToBf16Bits(xv[2]) | (static_cast<uint32_t>(ToBf16Bits(xv[3])) << 16));
+#pragma unroll
+    for (int i = 0; i < S::kXLoads; ++i) {
+      *reinterpret_cast<uint2*>(as + (ar + 32 * i) * kStride + ak) =
+          make_uint2(ToBf16Bits(xv[i][0]) | (static_cast<uint32_t>(ToBf16Bits(xv[i][1])) << 16),
+                     ToBf16Bits(xv[i][2]) | (static_cast<uint32_t>(ToBf16Bits(xv[i][3])) << 16));
+    }
     if constexpr (kFp8) {
       const int n = threadIdx.x >> 1, p = threadIdx.x & 1;
       const uint32_t words[4] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w};
@@ -126,6 +155,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   };
+  // The warp's m16 tiles that hold rows of the tile (the same for every lane: a warp-uniform
+  // branch skips the MMAs of the others).
+  const int live = rows > wr0 ? (rows - wr0 + 15) / 16 : 0;
   load(0);
   for (int64_t k0 = 0; k0 < K; k0 += kStep) {
     store();
@@ -133,44 +165,53 @@ __global__ void __launch_bounds__(kThreads)
     if (k0 + kStep < K) load(k0 + kStep);  // in flight while this step is multiplied
 #pragma unroll
     for (int kk = 0; kk < kStep; kk += 16) {
-      uint32_t b[2][2];
+      uint32_t b[kNt][2];
 #pragma unroll
-      for (int ni = 0; ni < 2; ++ni) {
-        const uint16_t* bp = bs + (warp * 16 + ni * 8 + g) * kStride + kk + 2 * c;
+      for (int ni = 0; ni < kNt; ++ni) {
+        const uint16_t* bp = bs + (wc0 + ni * 8 + g) * kStride + kk + 2 * c;
         b[ni][0] = Pair(bp);
         b[ni][1] = Pair(bp + 8);
       }
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const uint16_t* ap = as + (mi * 16 + g) * kStride + kk + 2 * c;
+      for (int mi = 0; mi < kMt; ++mi) {
+        if (mi >= live) break;
+        const uint16_t* ap = as + (wr0 + mi * 16 + g) * kStride + kk + 2 * c;
         const uint32_t a[4] = {Pair(ap), Pair(ap + 8 * kStride), Pair(ap + 8), Pair(ap + 8 * kStride + 8)};
 #pragma unroll
-        for (int ni = 0; ni < 2; ++ni) Mma16816(kFp8 ? part[mi][ni] : acc[mi][ni], a, b[ni][0], b[ni][1]);
+        for (int ni = 0; ni < kNt; ++ni) {
+          if constexpr (kFp8) {
+            Mma16816(part[mi][ni], a, b[ni][0], b[ni][1]);
+          } else {
+            Mma16816(acc[mi][ni], a, b[ni][0], b[ni][1]);
+          }
+        }
       }
     }
     __syncthreads();
-    if (kFp8 && ((k0 + kStep) % block_cols == 0 || k0 + kStep >= K)) {
-      // Fold the column block's sums with the weight's and the rows' scales.
-      const int64_t kb = k0 / block_cols, nbc = (K + block_cols - 1) / block_cols;
-      const float* ws = static_cast<const float*>(wr.scales);
+    if constexpr (kFp8) {
+      if ((k0 + kStep) % block_cols == 0 || k0 + kStep >= K) {
+        // Fold the column block's sums with the weight's and the rows' scales.
+        const int64_t kb = k0 / block_cols, nbc = (K + block_cols - 1) / block_cols;
+        const float* ws = static_cast<const float*>(wr.scales);
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
+        for (int mi = 0; mi < kMt; ++mi) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = mi * 16 + g + 8 * h;
-          float sa = 0.0f;
-          if (r < rows) {
-            const int64_t m = r0 + r;
-            sa = act.data[kb * act.ld + (x_rows != nullptr ? x_rows[m] : m)];
-          }
+          for (int h = 0; h < 2; ++h) {
+            const int r = wr0 + mi * 16 + g + 8 * h;
+            float sa = 0.0f;
+            if (r < rows) {
+              const int64_t m = r0 + r;
+              sa = act.data[kb * act.ld + (x_rows != nullptr ? x_rows[m] : m)];
+            }
 #pragma unroll
-          for (int ni = 0; ni < 2; ++ni) {
+            for (int ni = 0; ni < kNt; ++ni) {
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              const int64_t n = n0 + warp * 16 + ni * 8 + 2 * c + q;
-              const float sw = n < N ? ws[(n / wr.block_rows) * nbc + kb] : 0.0f;
-              acc[mi][ni][2 * h + q] = fmaf(part[mi][ni][2 * h + q], sw * sa, acc[mi][ni][2 * h + q]);
-              part[mi][ni][2 * h + q] = 0.0f;
+              for (int q = 0; q < 2; ++q) {
+                const int64_t n = n0 + wc0 + ni * 8 + 2 * c + q;
+                const float sw = n < N ? ws[(n / wr.block_rows) * nbc + kb] : 0.0f;
+                acc[mi][ni][2 * h + q] = fmaf(part[mi][ni][2 * h + q], sw * sa, acc[mi][ni][2 * h + q]);
+                part[mi][ni][2 * h + q] = 0.0f;
+              }
             }
           }
         }
@@ -178,14 +219,14 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
+  for (int mi = 0; mi < kMt; ++mi) {
 #pragma unroll
-    for (int ni = 0; ni < 2; ++ni) {
+    for (int ni = 0; ni < kNt; ++ni) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = mi * 16 + g + 8 * h;
+        const int r = wr0 + mi * 16 + g + 8 * h;
         if (r >= rows) continue;
-        const int64_t n = n0 + warp * 16 + ni * 8 + 2 * c;
+        const int64_t n = n0 + wc0 + ni * 8 + 2 * c;
         float* dst = out.data + (r0 + r) * out.ld;
         if (n < N) dst[n] = acc[mi][ni][2 * h];
         if (n + 1 < N) dst[n + 1] = acc[mi][ni][2 * h + 1];

@@ -77,6 +77,7 @@ cudaError_t LaunchQuantMma(ConstMat x, WeightRef w, void* prepared, MutMat out, 
 cudaError_t LaunchGroupedQuantMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                                   TileTable tiles, void* prepared, MutMat out, cudaStream_t s, bool prepare) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
+  if (tiles.tile_rows != kGemmTileRows) return cudaErrorInvalidValue;
   if ((experts.gemv_bits != 4 && experts.gemv_bits != 8) || x.cols != K || K % 32 != 0) return cudaErrorInvalidValue;
   const bool fp8 = experts.gemv_bits == 8;
   if (prepare) {
@@ -123,6 +124,7 @@ cudaError_t LaunchQuantGemv(ConstMat x, WeightRef w, MutMat out, cudaStream_t s,
 cudaError_t LaunchGroupedQuantGemv(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                                    TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
+  if (tiles.tile_rows != kGemmTileRows) return cudaErrorInvalidValue;
   if (act.data != nullptr && experts.gemv_bits != 8) return cudaErrorInvalidValue;
   const int per_block = qmm::OutPerBlock(experts.gemv_bits);
   const dim3 grid(static_cast<unsigned>((N + per_block - 1) / per_block), static_cast<unsigned>(tiles.max_tiles));

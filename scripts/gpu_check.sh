@@ -273,7 +273,7 @@ step gpu_tests 90 on_device ctest --test-dir "$build" -L gpu -V --timeout 20 --n
 # the transformers goldens of those checkpoints run on the CPU suite only, to keep this step short.
 step golden 150 on_device env LLMRT_CONFORMANCE_VERBOSE=1 "$build/tests/llmrt_golden_tests" \
   --gtest_filter='BackendSelect.*:*CudaMatchesCpu*.*:SyntheticLatent512.*:*CudaBf16MatchesCpu*.*:*CudaFp8MatchesCpu*.*:*CudaGraphs.*:ParallelRuntime.DeviceRanks*:*GoldenTest.BatchedF32Kv*:*GoldenTest.BatchedBf16Kv*:*GoldenTest.Score*:*GoldenTest.BatchComposition*:WeightPolicy.*:KvExport.*:Fp8KvPhasePolicy.*-*GoldenTest*fp8*:*GoldenTest*int4*:*GoldenTest*Fp8*'
-step bench 75 "$build/tests/llmrt_cuda_microbench"
+step bench 90 "$build/tests/llmrt_cuda_microbench"
 # Synthetic weights at Kimi K2's real layer shapes, generated on the device (about 5.5 GB for
 # two layers and 8 experts): the header line reports the time from creation to the first token.
 # A failure is counted in the summary; nothing after it depends on it.
@@ -306,6 +306,9 @@ gpu_tables() {
   # MLA prefill in expanded form (FlashAttention over per-head keys and values) against the
   # absorbed rows above.
   LLMRT_CUDA_MLA_PREFILL=expanded run "${k2[@]}" --weights fp8 --activations fp8 --prefill-lens 512,4096 --repeats 2
+  # The routed experts' tiles held to 32 rows (each expert's weights read once per 32 rows of a
+  # 4096-token prefill: 128 times with 8 experts, 32 times with tiles of 128), against the rows above.
+  LLMRT_CUDA_MOE_TILE=32 run "${k2[@]}" --weights bf16 --activations bf16 --prefill-lens 4096 --repeats 2
   # The routed experts on the CUDA-core GEMV instead of the tensor cores, for the comparison.
   LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights bf16 --activations bf16 --prefill-lens 4096 --repeats 2
   LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights fp8 --activations fp8 --sessions 64 --steps 8 --no-baselines

@@ -209,6 +209,14 @@ absl::Status Runtime::CreateBackends(int threads) {
       }
       bo.device_moe_mma = v == "mma";
     }
+    if (const char* tile = std::getenv("LLMRT_CUDA_MOE_TILE"); tile != nullptr && *tile != '\0') {
+      const std::string v = tile;
+      if (v != "auto" && v != "32" && v != "64" && v != "128") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("LLMRT_CUDA_MOE_TILE=", v, " in the environment: expected auto, 32, 64 or 128"));
+      }
+      bo.device_moe_tile_rows = v == "auto" ? 0 : v == "32" ? 32 : v == "64" ? 64 : 128;
+    }
     if (const char* mla = std::getenv("LLMRT_CUDA_MLA_PREFILL"); mla != nullptr && *mla != '\0') {
       const std::string v = mla;
       int64_t n = 0;

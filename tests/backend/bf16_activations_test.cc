@@ -9,7 +9,8 @@
 //    instead of rounding each addition;
 //  - exact results where every partial sum is representable (so any order gives the same
 //    float), which also shows the rounding is to nearest even;
-//  - rows bit for bit independent of the batch (T = 1, 7, 64 against rows of T = 300).
+//  - rows bit for bit independent of the batch (T = 1, 7, 64 against rows of T = 300);
+// and the routed experts' grouped GEMM on the tensor cores to the same bits for every tile size.
 // Shapes cover cuBLASLt's (K a multiple of 8, N a multiple of 4: 16-byte aligned rows) and the
 // ones it does not take (the tiled kernel on the rounded activations).
 //
@@ -20,6 +21,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -167,6 +169,117 @@ TEST_P(Bf16MatMul, RowsDoNotDependOnTheBatch) {
                                             << o + T << ") alone vs in a batch of " << kAll;
       }
     }
+  }
+}
+
+// The routed experts under the BF16 policy run the tensor-core grouped GEMM, whose tiles take up
+// to 32, 64 or 128 rows of one expert (by the rows an expert gets in the pass, or forced by
+// BackendOptions::device_moe_tile_rows). Four BF16 experts of hidden 256 and intermediate 128,
+// top 2, 300 tokens (150 rows an expert: tiles of 128), 100 (50: tiles of 64) and 1 (tiles of 32):
+//  - every tile size gives the 300-token pass the same bits (backends forced to 32, 64 and 128);
+//  - a token's row is the same bits alone, in 100 tokens and in 300;
+//  - the result is the float64 expert MLP of the bf16-rounded input, with silu(g) * u rounded to
+//    bfloat16 before the down projection, within 2^-7 sum |w h d| (where the device's float32 g
+//    and u put silu(g) * u on the other side of a rounding boundary, h moves by one bfloat16
+//    step, at most 2^-7 |h|) plus the float32 bound of the three sums.
+TEST_P(Bf16MatMul, MoeExpertsGiveEveryTileSizeTheSameBits) {
+  std::mt19937 rng(73);
+  const int64_t H = 256, I = 128, E = 4, K = 2, kAll = 300;
+  std::vector<HostMatrix> gate, up, down;
+  for (int64_t e = 0; e < E; ++e) {
+    gate.push_back(MakeHostMatrix(kWeightBf16, I, H, {}, rng));
+    up.push_back(MakeHostMatrix(kWeightBf16, I, H, {}, rng));
+    down.push_back(MakeHostMatrix(kWeightBf16, H, I, {}, rng));
+  }
+  const std::vector<float> x = RandomNormal(static_cast<size_t>(kAll * H), rng, 0.1f);
+  std::vector<int32_t> idx(static_cast<size_t>(kAll * K));
+  std::vector<float> w(idx.size());
+  for (int64_t t = 0; t < kAll; ++t) {
+    idx[t * K] = static_cast<int32_t>(t % E);
+    idx[t * K + 1] = static_cast<int32_t>((t + 1 + t / 7) % E);
+    if (idx[t * K + 1] == idx[t * K]) idx[t * K + 1] = static_cast<int32_t>((idx[t * K] + 1) % E);
+    w[t * K] = 0.25f + static_cast<float>(rng() % 100) / 200.0f;
+    w[t * K + 1] = 0.25f + static_cast<float>(rng() % 100) / 200.0f;
+  }
+  // Tokens [o, o + T) through backend `be`'s bank.
+  const auto run = [&](Backend& be, const ExpertBank& bank, int64_t o, int64_t T) {
+    Tensor tx = Must(be.Allocate(DType::kF32, {T, H}), "Allocate");
+    Tensor ti = Must(be.Allocate(DType::kI32, {T, K}), "Allocate");
+    Tensor tw = Must(be.Allocate(DType::kF32, {T, K}), "Allocate");
+    Tensor out = Must(be.Allocate(DType::kF32, {T, H}), "Allocate");
+    MustOk(be.Upload(x.data() + o * H, static_cast<size_t>(T * H) * sizeof(float), tx), "Upload");
+    MustOk(be.Upload(idx.data() + o * K, static_cast<size_t>(T * K) * sizeof(int32_t), ti), "Upload");
+    MustOk(be.Upload(w.data() + o * K, static_cast<size_t>(T * K) * sizeof(float), tw), "Upload");
+    be.MoeExperts(tx, ti, tw, bank, out);
+    MustOk(be.Synchronize(), "MoeExperts");
+    std::vector<float> v(static_cast<size_t>(T * H));
+    MustOk(be.Download(out, v.data(), v.size() * sizeof(float)), "Download");
+    return v;
+  };
+  const auto bank_of = [&](Backend& be) {
+    std::vector<ExpertWeights> experts(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      experts[e].gate = Must(be.PrepareWeight(gate[e].stored), "PrepareWeight");
+      experts[e].up = Must(be.PrepareWeight(up[e].stored), "PrepareWeight");
+      experts[e].down = Must(be.PrepareWeight(down[e].stored), "PrepareWeight");
+    }
+    return Must(be.PrepareExperts(std::move(experts)), "PrepareExperts");
+  };
+  const std::unique_ptr<ExpertBank> bank = bank_of(*be_);
+  const std::vector<float> all = run(*be_, *bank, 0, kAll);
+
+  // The reference and its bound, token by token.
+  std::vector<double> want(all.size(), 0.0), tol(all.size(), 1e-30);
+  const std::vector<float> xr = RoundToBf16(x);
+  for (int64_t t = 0; t < kAll; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t e = idx[t * K + k];
+      // h_j = bf16(silu(g_j) u_j) and how far the device's may lie from it: one bfloat16 step
+      // (2^-7 |h|) plus what the float32 sums of g and u (each within (H + 8) 2u sum |x w|) and
+      // silu's float32 evaluation move silu(g) u by (|silu'| < 1.1).
+      std::vector<double> h(static_cast<size_t>(I)), dh(static_cast<size_t>(I));
+      for (int64_t j = 0; j < I; ++j) {
+        double g = 0, u = 0, mg = 0, mu = 0;
+        for (int64_t c = 0; c < H; ++c) {
+          const double xv = xr[t * H + c];
+          g += xv * gate[e].dense[j * H + c];
+          u += xv * up[e].dense[j * H + c];
+          mg += std::fabs(xv * gate[e].dense[j * H + c]);
+          mu += std::fabs(xv * up[e].dense[j * H + c]);
+        }
+        const double silu = g / (1.0 + std::exp(-g)), exact = silu * u;
+        h[j] = static_cast<double>(RoundToBf16({static_cast<float>(exact)})[0]);
+        dh[j] = 0x1p-7 * std::fabs(exact) + 1.1 * (H + 8) * 2 * kU * mg * std::fabs(u) +
+                std::fabs(silu) * (H + 8) * 2 * kU * mu + 16 * kU * std::fabs(exact);
+      }
+      for (int64_t n = 0; n < H; ++n) {
+        double y = 0, mag = 0, moved = 0;
+        for (int64_t j = 0; j < I; ++j) {
+          const double d = down[e].dense[n * I + j];
+          y += h[j] * d;
+          mag += std::fabs(h[j] * d);
+          moved += dh[j] * std::fabs(d);
+        }
+        want[t * H + n] += w[t * K + k] * y;
+        tol[t * H + n] += std::fabs(w[t * K + k]) * (moved + (I + 8) * 2 * kU * mag);
+      }
+    }
+    for (int64_t n = 0; n < H; ++n) tol[t * H + n] += (K + 2) * kU * std::fabs(want[t * H + n]);
+  }
+  EXPECT_TRUE(AllNear(all, want, tol)) << "300 tokens";
+
+  for (const int64_t forced : {32, 64, 128}) {
+    BackendOptions o;
+    o.activations = QuantizedActivations::kBf16;
+    o.device_moe_tile_rows = forced;
+    const std::unique_ptr<Backend> be = Must(CreateBackend(GetParam(), o), "CreateBackend");
+    const std::unique_ptr<ExpertBank> b = bank_of(*be);
+    EXPECT_TRUE(AllBitEqual(run(*be, *b, 0, kAll), all)) << "tiles of " << forced << " rows against the chosen size";
+  }
+  for (const auto& [o, T] : {std::pair<int64_t, int64_t>{0, 1}, {150, 1}, {kAll - 1, 1}, {37, 100}}) {
+    const std::vector<float> got = run(*be_, *bank, o, T);
+    EXPECT_TRUE(AllBitEqual(got, std::vector<float>(all.begin() + o * H, all.begin() + (o + T) * H)))
+        << "tokens [" << o << ", " << o + T << ") alone vs in a batch of " << kAll;
   }
 }
 

@@ -21,6 +21,7 @@
 //    path samples, and drawing rows that take the full sort.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -493,6 +494,80 @@ int Main() {
         const double t = Time(*be, 10, [&] { be->SampleTokens(lr, pw, random, ids); });
         std::printf("%6lld %-34s %10.3f %12.1f\n", static_cast<long long>(rows), mode.name, t * 1e3,
                     t * 1e6 / static_cast<double>(rows));
+      }
+    }
+  }
+
+  // The routed experts under the BF16 policy (MoeExperts: the permutation, the gate, up and down
+  // projections on the tensor-core grouped GEMM, the combination), Kimi K2's expert shapes (hidden
+  // 7168, intermediate 2048, top 8): tiles of 32 rows (LLMRT_CUDA_MOE_TILE=32, the only size
+  // before) against the size chosen per pass (auto), and the CUDA-core GEMV (LLMRT_CUDA_MOE=gemv)
+  // for reference. 96 experts over 1,024 tokens give each about 85 rows, as Kimi K2's 384 do over
+  // a 4,096-token prefill; 8 experts (llm-bench's synthetic models) over 64 and 4,096 tokens; 96
+  // over 64 tokens, a decode batch (tiles of 32 either way). The experts' weights are copies of
+  // one random matrix at distinct addresses (8.5 GB for 96 experts), so each is read from memory.
+  {
+    const int64_t H = 7168, I = 2048, K = 8;
+    std::vector<uint16_t> host(static_cast<size_t>(H * I));
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (auto& x : host) x = F32ToBf16(d(rng) * 0.05f);
+    std::printf("\nMoE experts, BF16 activations, hidden %lld, intermediate %lld, top %lld\n%8s %6s %8s %-8s %10s %10s "
+                "%12s %14s\n",
+                static_cast<long long>(H), static_cast<long long>(I), static_cast<long long>(K), "experts", "T",
+                "rows/e", "tiles", "ms", "TFLOP/s", "weights GB/s", "vs tiles of 32");
+    struct Setting {
+      const char* name;
+      int64_t tile_rows;
+      bool mma;
+    };
+    const Setting settings[] = {{"32", 32, true}, {"auto", 0, true}, {"gemv", 0, false}};
+    for (const auto& [E, T] : {std::pair<int64_t, int64_t>{96, 1024}, {96, 64}, {8, 64}, {8, 4096}}) {
+      double t32 = 0;
+      for (const Setting& st : settings) {
+        BackendOptions bo;
+        bo.activations = QuantizedActivations::kBf16;
+        bo.device_moe_tile_rows = st.tile_rows;
+        bo.device_moe_mma = st.mma;
+        std::unique_ptr<Backend> mb = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend (MoE)");
+        Tensor src = Must(mb->Allocate(DType::kBF16, {I, H}), "Allocate");
+        MustOk(mb->Upload(host.data(), host.size() * 2, src), "Upload");
+        const auto copy_of = [&](int64_t rows, int64_t cols) {
+          Weight w;
+          w.format = kWeightBf16;
+          w.rows = rows;
+          w.cols = cols;
+          w.data = Must(mb->Allocate(DType::kBF16, {rows, cols}), "Allocate");
+          cudaMemcpyAsync(w.data.data(), src.data(), host.size() * 2, cudaMemcpyDeviceToDevice, nullptr);
+          return w;
+        };
+        std::vector<ExpertWeights> experts(static_cast<size_t>(E));
+        for (ExpertWeights& e : experts) {
+          e.gate = copy_of(I, H);
+          e.up = copy_of(I, H);
+          e.down = copy_of(H, I);
+        }
+        cudaDeviceSynchronize();
+        const std::unique_ptr<ExpertBank> bank = Must(mb->PrepareExperts(std::move(experts)), "PrepareExperts");
+        // Token t's slots: experts (t + j (E / K)) mod E, or (t + j) mod E with E <= K: every expert
+        // gets T K / E rows.
+        std::vector<int32_t> idx(static_cast<size_t>(T * K));
+        std::vector<float> wts(idx.size(), 0.125f);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t j = 0; j < K; ++j) idx[t * K + j] = static_cast<int32_t>((t + j * std::max<int64_t>(E / K, 1)) % E);
+        }
+        Tensor x = Random(*mb, DType::kF32, {T, H}, rng);
+        Tensor ti = Must(mb->Allocate(DType::kI32, {T, K}), "Allocate");
+        Tensor tw = Must(mb->Allocate(DType::kF32, {T, K}), "Allocate");
+        Tensor out = Must(mb->Allocate(DType::kF32, {T, H}), "Allocate");
+        MustOk(mb->Upload(idx.data(), idx.size() * 4, ti), "Upload");
+        MustOk(mb->Upload(wts.data(), wts.size() * 4, tw), "Upload");
+        const double t = Time(*mb, st.mma ? 5 : 2, [&] { mb->MoeExperts(x, ti, tw, *bank, out); });
+        const int64_t rows = T * K / E;
+        const char* chosen = st.tile_rows > 0 ? st.name : !st.mma ? "gemv" : rows > 64 ? "auto 128" : rows > 32 ? "auto 64" : "auto 32";
+        if (st.tile_rows == 32) t32 = t;
+        std::printf("%8lld %6lld %8lld %-8s %10.3f %10.1f %12.0f %13.2fx\n", static_cast<long long>(E),
+                    static_cast<long long>(T), static_cast<long long>(rows), chosen, t * 1e3,
+                    2.0 * T * K * 3 * H * I / t / 1e12, static_cast<double>(E * 3 * H * I * 2) / t / 1e9, t32 / t);
       }
     }
   }

@@ -120,55 +120,63 @@ TEST(MoeKernelsEmulated, PermuteSortsPairsByExpertStably) {
   const int64_t T = 45, K = 4, E = 9;  // 180 pairs: several warp rounds, experts over a tile
   std::vector<int32_t> idx(static_cast<size_t>(T * K));
   for (int32_t& e : idx) e = static_cast<int32_t>(rng() % E);
-  for (int64_t i = 0; i < 40; ++i) idx[i] = 3;  // expert 3 gets more than one tile of rows
+  for (int64_t i = 0; i < 140; ++i) idx[i] = 3;  // expert 3 gets more than one tile of every size
   const int64_t P = T * K, max_tiles = 32;
-  std::vector<int32_t> perm_token(static_cast<size_t>(P), -5), perm_pos(static_cast<size_t>(P), -5), counts(2 * E);
-  std::vector<int32_t> te(max_tiles, -5), r0(max_tiles, -5), r1(max_tiles, -5), tc(1, -5);
-  PermuteArgs a{};
-  a.idx = idx.data();
-  a.idx_ld = K;
-  a.T = T;
-  a.K = K;
-  a.E = E;
-  a.perm_token = perm_token.data();
-  a.perm_pos = perm_pos.data();
-  a.counts = counts.data();
-  a.tile_expert = te.data();
-  a.tile_row0 = r0.data();
-  a.tile_row1 = r1.data();
-  a.tile_count = tc.data();
-  a.max_tiles = max_tiles;
-  int32_t err = 0;
-  emulation::RunGrid({1, 1, 1}, moe::kPermuteThreads, 0, [&] { moe::PermuteKernel(a, &err); });
-  EXPECT_EQ(err, 0);
-  // Rows: experts in order, each expert's pairs in (token, slot) order.
-  std::vector<int64_t> pairs(static_cast<size_t>(P));
-  std::iota(pairs.begin(), pairs.end(), 0);
-  std::stable_sort(pairs.begin(), pairs.end(), [&](int64_t x, int64_t y) { return idx[x] < idx[y]; });
-  for (int64_t r = 0; r < P; ++r) {
-    EXPECT_EQ(perm_pos[pairs[r]], r) << "pair " << pairs[r];
-    EXPECT_EQ(perm_token[r], pairs[r] / K) << "row " << r;
-  }
-  // Tiles of at most kGemmTileRows rows of one expert each.
-  int32_t tiles = 0, row = 0;
-  for (int32_t e = 0; e < E; ++e) {
-    const int32_t n = static_cast<int32_t>(std::count(idx.begin(), idx.end(), e));
-    for (int32_t s = 0; s < n; s += static_cast<int32_t>(kGemmTileRows), ++tiles) {
-      ASSERT_LT(tiles, max_tiles);
-      EXPECT_EQ(te[tiles], e);
-      EXPECT_EQ(r0[tiles], row + s);
-      EXPECT_EQ(r1[tiles], row + std::min(s + static_cast<int32_t>(kGemmTileRows), n));
+  // Tiles of at most 32 rows (every grouped kernel), 64 and 128 (the tensor-core kernel).
+  for (const int64_t tile_rows : {kGemmTileRows, int64_t{64}, kGemmWideTileRows}) {
+    SCOPED_TRACE(::testing::Message() << "tiles of " << tile_rows);
+    std::vector<int32_t> perm_token(static_cast<size_t>(P), -5), perm_pos(static_cast<size_t>(P), -5), counts(2 * E);
+    std::vector<int32_t> te(max_tiles, -5), r0(max_tiles, -5), r1(max_tiles, -5), tc(1, -5);
+    PermuteArgs a{};
+    a.idx = idx.data();
+    a.idx_ld = K;
+    a.T = T;
+    a.K = K;
+    a.E = E;
+    a.perm_token = perm_token.data();
+    a.perm_pos = perm_pos.data();
+    a.counts = counts.data();
+    a.tile_expert = te.data();
+    a.tile_row0 = r0.data();
+    a.tile_row1 = r1.data();
+    a.tile_count = tc.data();
+    a.max_tiles = max_tiles;
+    a.tile_rows = tile_rows;
+    int32_t err = 0;
+    emulation::RunGrid({1, 1, 1}, moe::kPermuteThreads, 0, [&] { moe::PermuteKernel(a, &err); });
+    EXPECT_EQ(err, 0);
+    // Rows: experts in order, each expert's pairs in (token, slot) order.
+    std::vector<int64_t> pairs(static_cast<size_t>(P));
+    std::iota(pairs.begin(), pairs.end(), 0);
+    std::stable_sort(pairs.begin(), pairs.end(), [&](int64_t x, int64_t y) { return idx[x] < idx[y]; });
+    for (int64_t r = 0; r < P; ++r) {
+      EXPECT_EQ(perm_pos[pairs[r]], r) << "pair " << pairs[r];
+      EXPECT_EQ(perm_token[r], pairs[r] / K) << "row " << r;
     }
-    row += n;
-  }
-  EXPECT_EQ(tc[0], tiles);
+    // Tiles of at most tile_rows rows of one expert each.
+    const int32_t step = static_cast<int32_t>(tile_rows);
+    int32_t tiles = 0, row = 0;
+    for (int32_t e = 0; e < E; ++e) {
+      const int32_t n = static_cast<int32_t>(std::count(idx.begin(), idx.end(), e));
+      for (int32_t s = 0; s < n; s += step, ++tiles) {
+        ASSERT_LT(tiles, max_tiles);
+        EXPECT_EQ(te[tiles], e);
+        EXPECT_EQ(r0[tiles], row + s);
+        EXPECT_EQ(r1[tiles], row + std::min(s + step, n));
+      }
+      row += n;
+    }
+    EXPECT_EQ(tc[0], tiles);
 
-  // An expert id outside the bank: reported, and its pair has no row.
-  idx[7] = static_cast<int32_t>(E);
-  err = 0;
-  emulation::RunGrid({1, 1, 1}, moe::kPermuteThreads, 0, [&] { moe::PermuteKernel(a, &err); });
-  EXPECT_EQ(err, kErrExpert);
-  EXPECT_EQ(perm_pos[7], -1);
+    // An expert id outside the bank: reported, and its pair has no row.
+    std::vector<int32_t> bad = idx;
+    bad[7] = static_cast<int32_t>(E);
+    a.idx = bad.data();
+    err = 0;
+    emulation::RunGrid({1, 1, 1}, moe::kPermuteThreads, 0, [&] { moe::PermuteKernel(a, &err); });
+    EXPECT_EQ(err, kErrExpert);
+    EXPECT_EQ(perm_pos[7], -1);
+  }
 }
 
 TEST(MoeKernelsEmulated, CombineSumsInExpertWeightSlotOrder) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -277,20 +278,40 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
 }
 
 // The grouped GEMM on the tensor cores (kernels/moe_mma_kernels.cuh): BF16 experts times
-// bfloat16-valued activations, tiles of up to 32 rows, a partial block of 64 columns and a partial
-// step of 32 along k, rows gathered through x_rows (gate / up) or taken in place (down). The
-// products are exact, so the same float32 bound as the GEMV's holds.
-// The MMA tests' routing of 40 rows: rows 0-4 expert 2, rows 5-36 expert 0 (a whole tile of 32),
-// rows 37-39 expert 0 again; a fourth tile past count[0] (expert 1 over 32 rows) must not run.
-// Output row r reads activation row 7r mod 40.
+// bfloat16-valued activations, each instance (tiles of up to 32, 64 and 128 rows), a whole block
+// of 128 columns and a partial one of 8, a partial step of 32 along k, rows gathered through x_rows (gate / up)
+// or taken in place (down). The products are exact, so the same float32 bound as the GEMV's
+// holds; and every instance gives every row the same bits (the same MMAs in the same order).
+// The MMA tests' routing: runs of rows of one expert (expert 2: 5 rows, 0: 150, 1: 70, 0 again: 1),
+// cut into tiles of at most tile_rows rows as the permutation cuts them (a partial tile, whole
+// ones, a tile of one row), and one more tile past count[0] (expert 1 over the first rows) that
+// must not run. Output row r reads activation row 7r mod M.
 struct MmaRouting {
-  static constexpr int64_t kM = 40;
-  std::vector<int32_t> tile_expert{2, 0, 0, 1}, row0{0, 5, 37, 0}, row1{5, 37, 40, 32}, count{3}, x_rows;
-  MmaRouting() {
-    for (int64_t r = 0; r < kM; ++r) x_rows.push_back(static_cast<int32_t>((r * 7) % kM));
+  std::vector<int32_t> tile_expert, row0, row1, count, x_rows, expert;
+  int64_t M = 0, tile_rows;
+  explicit MmaRouting(int64_t rows_a_tile) : tile_rows(rows_a_tile) {
+    for (const auto& [e, n] : {std::pair<int32_t, int32_t>{2, 5}, {0, 150}, {1, 70}, {0, 1}}) {
+      for (int32_t r = 0; r < n; r += static_cast<int32_t>(tile_rows)) {
+        tile_expert.push_back(e);
+        row0.push_back(static_cast<int32_t>(M) + r);
+        row1.push_back(static_cast<int32_t>(M) + std::min(r + static_cast<int32_t>(tile_rows), n));
+      }
+      for (int32_t r = 0; r < n; ++r) expert.push_back(e);
+      M += n;
+    }
+    count.push_back(static_cast<int32_t>(tile_expert.size()));
+    tile_expert.push_back(1);
+    row0.push_back(0);
+    row1.push_back(static_cast<int32_t>(std::min<int64_t>(tile_rows, M)));
+    for (int64_t r = 0; r < M; ++r) x_rows.push_back(static_cast<int32_t>((r * 7) % M));
   }
-  TileTable Tiles() const { return {tile_expert.data(), row0.data(), row1.data(), count.data(), 4}; }
-  static size_t Expert(int64_t r) { return r < 5 ? 2 : 0; }
+  TileTable Tiles() const {
+    return {tile_expert.data(), row0.data(), row1.data(), count.data(), static_cast<int64_t>(tile_expert.size()),
+            0, tile_rows};
+  }
+  emulation::Index3 Grid(int64_t N) const {
+    return {static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), static_cast<unsigned>(tile_expert.size()), 1};
+  }
 };
 
 std::vector<WeightRef> RefsOf(const std::vector<HostWeight>& experts) {
@@ -299,48 +320,89 @@ std::vector<WeightRef> RefsOf(const std::vector<HostWeight>& experts) {
   return refs;
 }
 
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The instance LaunchGroupedGemmMma picks for the table's tile_rows.
+template <bool kFp8>
+void RunGroupedMma(const MmaRouting& routing, const ConstMat& x, const int32_t* x_rows, const ExpertTable& table,
+                   int64_t N, int64_t K, const MutMat& out, ActScales act) {
+  const TileTable tiles = routing.Tiles();
+  emulation::RunGrid(routing.Grid(N), gmm::kThreads, 0, [&] {
+    switch (routing.tile_rows) {
+      case 32: gmm::GroupedMmaKernel<kFp8, 32>(x, x_rows, table, N, K, tiles, out, act); break;
+      case 64: gmm::GroupedMmaKernel<kFp8, 64>(x, x_rows, table, N, K, tiles, out, act); break;
+      default:
+        if constexpr (!kFp8) gmm::GroupedMmaKernel<kFp8, 128>(x, x_rows, table, N, K, tiles, out, act);
+        break;
+    }
+  });
+}
+
 TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
   std::mt19937 rng(95);
   std::normal_distribution<float> normal;
-  const int64_t N = 70, K = 88, M = MmaRouting::kM;
+  const int64_t N = 136, K = 88, M = MmaRouting(32).M;
   std::vector<HostWeight> experts;
   for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
   const std::vector<WeightRef> refs = RefsOf(experts);
-  const MmaRouting routing;
-  const std::vector<int32_t>& x_rows = routing.x_rows;
-  const auto expert_of = [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; };
   const ExpertTable table{refs.data(), 16};
-  const TileTable tiles = routing.Tiles();
-  const emulation::Index3 grid{static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), 4, 1};
   // Rows of x 16-byte aligned (float4 loads) and not (ld K + 1: one value a load).
   for (const int64_t ld : {K, K + 1}) {
     std::vector<float> x(static_cast<size_t>(M * ld));
     for (float& v : x) v = Bf16ToF32(F32ToBf16(normal(rng)));  // the policy's rounded inputs
     for (const bool gather : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << (gather ? "rows gathered through x_rows" : "rows in place") << ", ld " << ld);
-      std::vector<float> out(static_cast<size_t>(M * N), NAN);
-      emulation::RunGrid(grid, gmm::kThreads, 0, [&] {
-        gmm::GroupedMmaKernel<false>(ConstMat{x.data(), M, K, ld}, gather ? x_rows.data() : nullptr, table, N, K, tiles,
-                                     MutMat{out.data(), M, N, N}, ActScales{});
-      });
-      Expect(
-          out, M, N, K, x.data(), ld, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; },
-          expert_of, [](int64_t, int64_t) { return 1.0; }, 1);
+      std::vector<float> first;
+      for (const int64_t tile_rows : {32, 64, 128}) {
+        SCOPED_TRACE(::testing::Message() << (gather ? "rows gathered through x_rows" : "rows in place") << ", ld "
+                                          << ld << ", tiles of " << tile_rows);
+        const MmaRouting routing(tile_rows);
+        const std::vector<int32_t>& x_rows = routing.x_rows;
+        std::vector<float> out(static_cast<size_t>(M * N), NAN);
+        RunGroupedMma<false>(routing, ConstMat{x.data(), M, K, ld}, gather ? x_rows.data() : nullptr, table, N, K,
+                             MutMat{out.data(), M, N, N}, ActScales{});
+        Expect(
+            out, M, N, K, x.data(), ld, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; },
+            [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
+            [](int64_t, int64_t) { return 1.0; }, 1);
+        if (first.empty()) {
+          first = out;
+        } else {
+          EXPECT_TRUE(SameBits(out, first)) << "the tile's size changed a row's bits";
+        }
+      }
     }
+  }
+}
+
+// The tile size the backend asks for: by the rows an expert gets on average (Kimi K2's decode of
+// 64 sessions: 1.3 rows; its 4,096-token prefill over 384 experts: 85.3), forced sizes, FP8's
+// limit.
+TEST(GroupedMmaEmulated, TileRowsFollowTheRowsAnExpertGets) {
+  EXPECT_EQ(GroupedMmaTileRows(64 * 8, 384, 0, false), 32);
+  EXPECT_EQ(GroupedMmaTileRows(1, 384, 0, false), 32);
+  EXPECT_EQ(GroupedMmaTileRows(256, 8, 0, false), 32);     // 32 rows each
+  EXPECT_EQ(GroupedMmaTileRows(257, 8, 0, false), 64);     // 33 for some
+  EXPECT_EQ(GroupedMmaTileRows(512, 8, 0, false), 64);     // 64 each
+  EXPECT_EQ(GroupedMmaTileRows(4096 * 8, 384, 0, false), 128);
+  EXPECT_EQ(GroupedMmaTileRows(4096 * 8, 384, 0, true), 64);
+  EXPECT_EQ(GroupedMmaTileRows(300, 1000, 0, false), 32);  // fewer pairs than experts: 1 row each
+  for (const int64_t forced : {32, 64, 128}) {
+    EXPECT_EQ(GroupedMmaTileRows(8, 8, forced, false), forced);
+    EXPECT_EQ(GroupedMmaTileRows(8, 8, forced, true), std::min<int64_t>(forced, 64));
   }
 }
 
 // The FP8 policy's form: FP8 experts in 128 x 128 and 5 x 32 blocks, e4m3 activations with a scale
 // per row and column block (indexed by the activation row), several column blocks and a partial
-// last one along k; each block's sum folded with its scales, as the GEMV does.
+// last one along k; each block's sum folded with its scales, as the GEMV does. Tiles of 32 and
+// 64 rows (the most FP8 experts take), the same bits.
 TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
   std::mt19937 rng(96);
-  const int64_t N = 70, M = MmaRouting::kM;
-  const MmaRouting routing;
-  const std::vector<int32_t>& x_rows = routing.x_rows;
+  const int64_t N = 136, M = MmaRouting(32).M;
   for (const int64_t bc : {int64_t{128}, int64_t{32}}) {
     const int64_t K = bc == 128 ? 304 : 112, br = bc == 128 ? 128 : 5;
-    SCOPED_TRACE(::testing::Message() << "blocks of " << br << " x " << bc << ", K " << K);
     std::vector<HostWeight> experts;
     for (int e = 0; e < 3; ++e) experts.push_back(Fp8Weight(N, K, br, bc, rng));
     const std::vector<WeightRef> refs = RefsOf(experts);
@@ -350,18 +412,26 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
     std::vector<float> sa(static_cast<size_t>(nb * lda));
     std::uniform_real_distribution<float> s(0.5f, 2.0f);
     for (float& v : sa) v = s(rng);
-    std::vector<float> out(static_cast<size_t>(M * N), NAN);
     const ExpertTable table{refs.data(), 8};
-    const TileTable tiles = routing.Tiles();
-    const emulation::Index3 grid{static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), 4, 1};
-    emulation::RunGrid(grid, gmm::kThreads, 0, [&] {
-      gmm::GroupedMmaKernel<true>(ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K, tiles,
-                                  MutMat{out.data(), M, N, N}, ActScales{sa.data(), lda});
-    });
-    Expect(
-        out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
-        [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; },
-        [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
+    std::vector<float> first;
+    for (const int64_t tile_rows : {32, 64}) {
+      SCOPED_TRACE(::testing::Message() << "blocks of " << br << " x " << bc << ", K " << K << ", tiles of "
+                                        << tile_rows);
+      const MmaRouting routing(tile_rows);
+      const std::vector<int32_t>& x_rows = routing.x_rows;
+      std::vector<float> out(static_cast<size_t>(M * N), NAN);
+      RunGroupedMma<true>(routing, ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K,
+                          MutMat{out.data(), M, N, N}, ActScales{sa.data(), lda});
+      Expect(
+          out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
+          [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
+          [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
+      if (first.empty()) {
+        first = out;
+      } else {
+        EXPECT_TRUE(SameBits(out, first)) << "the tile's size changed a row's bits";
+      }
+    }
   }
 }
 
@@ -457,25 +527,26 @@ TEST(QuantMmaEmulated, InfiniteActivationsStayInfinite) {
 }
 
 // Grouped by expert, as the MoE runs it: tiles of one expert's rows, activation rows through
-// x_rows, a fourth tile past count[0] that must not run; tiles of 5 rows (one fragment), 32 (two
-// runs of 16) and 3. INT4 and FP8 banks.
+// x_rows, a tile past count[0] that must not run; tiles of 5 rows (one fragment), 32 (two runs of
+// 16), 22, 6 and 1. INT4 and FP8 banks.
 TEST(QuantMmaEmulated, GroupedByExpert) {
   std::mt19937 rng(99);
   std::normal_distribution<float> normal;
-  const int64_t N = 24, K = 256, M = MmaRouting::kM;
+  const MmaRouting routing(kGemmTileRows);
+  const int64_t N = 24, K = 256, M = routing.M;
   for (const bool fp8 : {false, true}) {
     SCOPED_TRACE(fp8 ? "FP8 experts" : "INT4 experts");
     std::vector<HostWeight> experts;
     for (int e = 0; e < 3; ++e) experts.push_back(fp8 ? Fp8Weight(N, K, 128, 128, rng) : Int4Weight(N, K, 32, rng));
     const std::vector<WeightRef> refs = RefsOf(experts);
-    const MmaRouting routing;
     std::vector<float> x(static_cast<size_t>(M * K));
     for (float& v : x) v = normal(rng);
     const std::vector<uint4> prepared = PrepareQuant(ConstMat{x.data(), M, K, K}, fp8);
     std::vector<float> out(static_cast<size_t>(M * N), NAN);
     const ExpertTable table{refs.data(), fp8 ? 8 : 4};
     const TileTable tiles = routing.Tiles();
-    const emulation::Index3 grid{static_cast<unsigned>((N + qmma::kRows - 1) / qmma::kRows), 4, 1};
+    const emulation::Index3 grid{static_cast<unsigned>((N + qmma::kRows - 1) / qmma::kRows),
+                                 static_cast<unsigned>(routing.tile_expert.size()), 1};
     emulation::RunGrid(grid, qmma::kThreads, 0, [&] {
       const MutMat om{out.data(), M, N, N};
       if (fp8) {
@@ -486,7 +557,7 @@ TEST(QuantMmaEmulated, GroupedByExpert) {
     });
     Expect(
         out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(routing.x_rows[r]); },
-        [&](int64_t r) -> const HostWeight& { return experts[MmaRouting::Expert(r)]; },
+        [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
         [](int64_t, int64_t) { return 1.0; }, 1, 0x1p-16);
   }
 }

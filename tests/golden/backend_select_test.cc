@@ -219,12 +219,13 @@ TEST_P(CudaMatchesCpu, AttentionStagesAreBitIdentical) {
 }
 
 // A value the runtime does not know (LLMRT_CUDA_ATTENTION, LLMRT_CUDA_ATTENTION_STAGES,
-// LLMRT_CUDA_MOE, LLMRT_CUDA_QUANT, LLMRT_CUDA_MLA_PREFILL) is refused at creation, naming the variable, whichever
+// LLMRT_CUDA_MOE, LLMRT_CUDA_MOE_TILE, LLMRT_CUDA_QUANT, LLMRT_CUDA_MLA_PREFILL) is refused at creation, naming the variable, whichever
 // backend runs.
 TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   const std::pair<const char*, const char*> settings[] = {{"LLMRT_CUDA_ATTENTION", "flash"},
                                                           {"LLMRT_CUDA_ATTENTION_STAGES", "3"},
                                                           {"LLMRT_CUDA_MOE", "cutlass"},
+                                                          {"LLMRT_CUDA_MOE_TILE", "48"},
                                                           {"LLMRT_CUDA_QUANT", "marlin"},
                                                           {"LLMRT_CUDA_MLA_PREFILL", "flash"},
                                                           {"LLMRT_CUDA_MLA_PREFILL", "0"}};

@@ -163,6 +163,7 @@ class CudaBackend final : public Backend {
         attention_tiles_per_block_(o.device_attention_tiles_per_block),
         mla_expanded_min_tokens_(o.device_mla_expanded_min_tokens),
         moe_mma_(o.device_moe_mma),
+        moe_tile_rows_(o.device_moe_tile_rows),
         quant_mma_(o.device_quant_mma) {}
   absl::Status Init();
   // out = x w^T for a BF16 weight under the BF16 activation policy (MatMul, the router).
@@ -219,6 +220,7 @@ class CudaBackend final : public Backend {
   // absorbed without trying again (each try synchronizes and drops the recorded graphs).
   size_t mla_expanded_refused_bytes_ = SIZE_MAX;
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
+  int64_t moe_tile_rows_ = 0;  // BackendOptions::device_moe_tile_rows
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,
   // CublasLtGemm::kWorkspaceBytes, allocated at Init).

@@ -571,11 +571,39 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     if (P == 0) return absl::OkStatus();
     if (K > 64) return UnsupportedError(absl::StrCat("MoE with ", K, " experts per token (at most 64 on this backend)"));
     if (P >= (int64_t{1} << 31)) return UnsupportedError(absl::StrCat("MoE over ", P, " (token, expert) pairs in one pass"));
+    // The activation policies, per projection, as on the CPU: BF16 experts read bf16-rounded
+    // inputs under the BF16 and FP8 policies, FP8 experts read them under the BF16 policy and
+    // e4m3 inputs with per-block scales under the FP8 policy (the GEMV with activation scales, or
+    // the tiled kernel on the dequantized values). The grouped kernels' float32 sums of exact
+    // products give the policies' numerics. cuBLASLt does not take them: a grouped GEMM over the
+    // device-side routing would need the per-expert row counts on the host (a synchronization
+    // per layer) or one GEMM per expert and tile.
+    const bool bf16_policy = activations_ == QuantizedActivations::kBf16;
+    const bool fp8_policy = activations_ == QuantizedActivations::kFp8;
+    auto rounds = [&](int j) {
+      return ((bf16_policy || fp8_policy) && bank.bf16_[j]) || (bf16_policy && bank.fp8_block_cols_[j] > 0);
+    };
+    auto quantizes = [&](int j) { return fp8_policy && bank.fp8_block_cols_[j] > 0; };
+    // Whether projection j (k input columns) runs on the tensor-core grouped GEMM: its input
+    // bfloat16-rounded and its experts BF16, or its input e4m3 with scales (the GEMV's form) and its
+    // experts FP8 in blocks of whole 32-column steps (the products are exact either way).
+    auto takes_mma = [&](int j, int64_t k) {
+      const bool bf16 = rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16;
+      const bool fp8 = quantizes(j) && bank.gemv_bits_[j] == 8 && bank.fp8_block_cols_[j] % 32 == 0 && k % 16 == 0;
+      return moe_mma_ && (bf16 || fp8);
+    };
+    // Rows a tile takes: 32 for every grouped kernel; where all three projections run on the
+    // tensor-core kernel, up to 128 (64 for FP8 experts), by the rows an expert gets on average
+    // (ceil(P / min(E, P))), so that a prefill chunk reads each expert's weights once a tile of up
+    // to 128 rows. The rows' bits do not depend on it (the same MMAs over the same steps of k).
+    int64_t tile_rows = cuda::kGemmTileRows;
+    if (takes_mma(0, H) && takes_mma(1, H) && takes_mma(2, I)) {
+      tile_rows = cuda::GroupedMmaTileRows(P, E, moe_tile_rows_, quantizes(0) || quantizes(1) || quantizes(2));
+    }
     // The most tiles a routing can make: an expert with n rows takes ceil(n / tile) <= n / tile + 1
     // tiles, so all take at most ceil(P / tile) + (active experts) <= ceil(P / tile) + min(E, P);
     // no tile is empty, so never more than P either (at decode, P block rows, not E + 1).
-    const int64_t max_tiles =
-        std::min(P, (P + cuda::kGemmTileRows - 1) / cuda::kGemmTileRows + std::min(E, P));
+    const int64_t max_tiles = std::min(P, (P + tile_rows - 1) / tile_rows + std::min(E, P));
     // Index scratch: perm_token [P], perm_pos [P], counts [2E], tiles 3 * max_tiles + 1.
     const size_t index_bytes = static_cast<size_t>(2 * P + 2 * E + 3 * max_tiles + 1) * sizeof(int32_t);
     LLMRT_ASSIGN_OR_RETURN(void* ip, Scratch(kScratchMoeIndex, index_bytes, "MoE routing indices"));
@@ -597,24 +625,12 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     pa.tile_row1 = pa.tile_row0 + max_tiles;
     pa.tile_count = pa.tile_row1 + max_tiles;
     pa.max_tiles = max_tiles;
+    pa.tile_rows = tile_rows;
     cudaStream_t s = Stream(stream_);
     LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchMoePermute(pa, error_word_, s)));
-    const cuda::TileTable tiles{pa.tile_expert, pa.tile_row0, pa.tile_row1, pa.tile_count, max_tiles, T};
+    const cuda::TileTable tiles{pa.tile_expert, pa.tile_row0, pa.tile_row1, pa.tile_count, max_tiles, T, tile_rows};
     cuda::MutMat g{static_cast<float*>(gp), P, I, I}, u{static_cast<float*>(up), P, I, I};
     cuda::MutMat y{static_cast<float*>(dp), P, H, H};
-    // The activation policies, per projection, as on the CPU: BF16 experts read bf16-rounded
-    // inputs under the BF16 and FP8 policies, FP8 experts read them under the BF16 policy and
-    // e4m3 inputs with per-block scales under the FP8 policy (the GEMV with activation scales, or
-    // the tiled kernel on the dequantized values). The grouped kernels' float32 sums of exact
-    // products give the policies' numerics. cuBLASLt does not take them: a grouped GEMM over the
-    // device-side routing would need the per-expert row counts on the host (a synchronization
-    // per layer) or one GEMM per expert and tile.
-    const bool bf16_policy = activations_ == QuantizedActivations::kBf16;
-    const bool fp8_policy = activations_ == QuantizedActivations::kFp8;
-    auto rounds = [&](int j) {
-      return ((bf16_policy || fp8_policy) && bank.bf16_[j]) || (bf16_policy && bank.fp8_block_cols_[j] > 0);
-    };
-    auto quantizes = [&](int j) { return fp8_policy && bank.fp8_block_cols_[j] > 0; };
     const cuda::ConstMat xe = Const(x);
     cuda::ConstMat xr = xe;
     if (rounds(0) || rounds(1)) {
@@ -643,8 +659,8 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     // A projection's grouped GEMM: on the tensor cores where its input is bfloat16-rounded and its
     // experts BF16, or its input e4m3 with scales and its experts FP8 in blocks of whole 32-column
     // steps (the products are exact either way), else the GEMV or tiled kernel. The choice depends
-    // on the weights and the policy alone, never on T, so a row's result does not depend on its
-    // batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the quantized MMA
+    // on the weights and the policy alone, never on T (only the tile's size does, which changes
+    // no bits), so a row's result does not depend on its batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the quantized MMA
     // kernel, or with LLMRT_CUDA_QUANT=gemv the GEMV.)
     // What the quantized tensor-core kernel last prepared in its scratch (the up projection reuses
     // the gate's when both read the same input in the same format).
@@ -656,10 +672,7 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     } prepared;
     auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k,
                        const cuda::MutMat& o) -> absl::Status {
-      const bool mma_bf16 = moe_mma_ && rounds(j) && !quantizes(j) && bank.gemv_bits_[j] == 16 && in.act.data == nullptr;
-      const bool mma_fp8 = moe_mma_ && quantizes(j) && bank.gemv_bits_[j] == 8 && in.act.data != nullptr &&
-                           bank.fp8_block_cols_[j] % 32 == 0 && k % 16 == 0;
-      if (mma_bf16 || mma_fp8) {
+      if (takes_mma(j, k)) {
         return Launched(cuda::LaunchGroupedGemmMma(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
       }
       // INT4 experts (every policy) and FP8 experts (exact and BF16 policies: float32 or rounded
