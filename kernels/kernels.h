@@ -149,14 +149,15 @@ struct ActScales {
 // scales only with gemv_bits 8 (cudaErrorInvalidValue otherwise).
 cudaError_t LaunchGroupedGemm(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                               TileTable tiles, MutMat out, cudaStream_t s, ActScales act = {});
-// The same on the tensor cores (moe.cu): x holding bfloat16 values (the BF16-rounding activation
-// policies) with all-BF16 experts (gemv_bits 16, K a multiple of 8, no act), or e4m3 values with
-// their scales (the FP8 policy) with all-FP8 experts (gemv_bits 8, K a multiple of 16, every
-// expert's block_cols a multiple of 32). Float32 sums of exact products (per column block for
-// FP8, folded with the scales); cudaErrorInvalidValue otherwise. Tiles of 32, 64 or 128 rows
+// The same on the tensor cores (moe.cu), x as bfloat16 codes (rows of ldx codes, 16-byte
+// aligned; LaunchRoundToBf16 makes them): the bf16-rounded activations (the BF16-rounding
+// activation policies) with all-BF16 experts (gemv_bits 16, K a multiple of 8, no act), or e4m3
+// values with their scales (the FP8 policy) with all-FP8 experts (gemv_bits 8, K a multiple of 16,
+// every expert's block_cols a multiple of 32). Float32 sums of exact products (per column block
+// for FP8, folded with the scales); cudaErrorInvalidValue otherwise. Tiles of 32, 64 or 128 rows
 // (tiles.tile_rows; FP8 at most 64) give every row the same bits.
-cudaError_t LaunchGroupedGemmMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                 TileTable tiles, MutMat out, cudaStream_t s, ActScales act = {});
+cudaError_t LaunchGroupedGemmMma(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts, int64_t N,
+                                 int64_t K, TileTable tiles, MutMat out, cudaStream_t s, ActScales act = {});
 // The dequantizing GEMV path of quantized weights (quant_matmul.cu; LaunchGemm and
 // LaunchGroupedGemm dispatch to it): whether it takes `w` (its rows are 16-byte aligned and a
 // 16-byte load of codes shares one scale), and its launches.

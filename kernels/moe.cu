@@ -35,11 +35,12 @@ cudaError_t LaunchMoeCombine(const int32_t* idx, int64_t idx_ld, ConstMat weight
   return cudaGetLastError();
 }
 
-cudaError_t LaunchGroupedGemmMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                 TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
+cudaError_t LaunchGroupedGemmMma(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts, int64_t N,
+                                 int64_t K, TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
+  if (ldx < K || ldx % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), static_cast<unsigned>(tiles.max_tiles));
-  const auto launch = [&](auto kernel) { kernel<<<grid, gmm::kThreads, 0, s>>>(x, x_rows, experts, N, K, tiles, out, act); };
+  const auto launch = [&](auto kernel) { kernel<<<grid, gmm::kThreads, 0, s>>>(x, ldx, x_rows, experts, N, K, tiles, out, act); };
   if (experts.gemv_bits == 16 && act.data == nullptr && K % 8 == 0) {
     switch (tiles.tile_rows) {
       case 32: launch(gmm::GroupedMmaKernel<false, 32>); break;

@@ -10,7 +10,7 @@
 // One block per (128 output columns, tile of at most kTileRows rows of one expert: 32, 64 or 128,
 // chosen per call by the host from the rows an expert gets on average, so that a prefill chunk
 // reads each expert's weights once rather than once per 32 rows); per step of 32 along k the
-// block stages the rows' activations (already bfloat16 values: exact as bfloat16) and the
+// block stages the rows' activations (bfloat16 codes, made once per input) and the
 // expert's 128 weight rows in shared memory (16-byte loads, the next step's loaded into registers
 // while this one is multiplied), and each of 8 warps multiplies its rows by its columns (32 x 16
 // for tiles of 32 rows, 32 x 32 for 64, 64 x 32 for 128: MMAs of m16n8k16 per 16 of k, none for
@@ -32,11 +32,12 @@ constexpr int kCols = 128;    // output columns of a block
 constexpr int kStep = 32;     // k per staging step: two k16 MMA steps
 constexpr int kStride = kStep + 8;  // shared row stride (bfloat16): conflict-free fragment loads
 static_assert(kCols * kStep / 8 == 2 * kThreads, "a thread loads 2 pieces of BF16 weights a step");
+static_assert(kStep / 8 == 4, "a row's step is 4 pieces of 8 activations");
 static_assert(kCols * kStep / 16 == kThreads, "a thread loads 1 piece of FP8 codes a step");
 
 // The warps of a tile of kTileRows rows: kWarpsM x kWarpsN warps, each kMt m16 tiles (rows) by
-// kNt n8 tiles (columns); a thread loads kXLoads groups of 4 activations a step (rows ar, ar + 32,
-// ...).
+// kNt n8 tiles (columns); a thread loads up to kXLoads 16-byte pieces of activations a step
+// (pieces threadIdx.x, threadIdx.x + kThreads, ...: row piece / 4, columns 8 (piece % 4) ...).
 template <int kTileRows>
 struct TileShape {
   static_assert(kTileRows == 32 || kTileRows == 64 || kTileRows == 128, "tiles of 32, 64 or 128 rows");
@@ -44,24 +45,26 @@ struct TileShape {
   static constexpr int kWarpsN = kWarps / kWarpsM;
   static constexpr int kMt = kTileRows / (16 * kWarpsM);
   static constexpr int kNt = kCols / (8 * kWarpsN);
-  static constexpr int kXLoads = kTileRows * kStep / (4 * kThreads);
+  static constexpr int kXPieces = kTileRows * kStep / 8;
+  static constexpr int kXLoads = (kXPieces + kThreads - 1) / kThreads;
 };
 
 __device__ __forceinline__ uint32_t Pair(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // Rows [r0, r1) of tile `tile` (at most kTileRows; x row of output row r: x_rows ? x_rows[r] : r)
-// times the weight of its expert, columns [n0, n0 + 128). kFp8 false: BF16 weights ([N, K], rows
-// 16-byte aligned, K a multiple of 8), x holding bfloat16 values. kFp8 true (the FP8 policy): FP8
-// block-scaled weights (K a multiple of 16, block_cols of 32), x holding e4m3 values with a scale
-// per row and column block (act); the codes of both are exact in bfloat16, each block of
+// times the weight of its expert, columns [n0, n0 + 128); x: bfloat16 codes, rows of ldx (a
+// multiple of 8, 16-byte aligned). kFp8 false: BF16 weights ([N, K], rows 16-byte aligned, K a
+// multiple of 8), x the rounded activations. kFp8 true (the FP8 policy): FP8 block-scaled weights
+// (K a multiple of 16, block_cols of 32), x e4m3 values with a scale per row and column block
+// (act); the codes of both are exact in bfloat16, each block of
 // block_cols columns is summed on the tensor cores, and its sum is folded in as the GEMV does:
 // acc = fma(block sum, s(n, b) * sa(row, b), acc).
 // Each step's global loads go to registers while the previous step is multiplied (the shared
 // tiles are written after that step's last read), so load latency overlaps the MMAs.
 template <bool kFp8, int kTileRows>
-__global__ void __launch_bounds__(kThreads, kFp8 ? 1 : 2)
-    GroupedMmaKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K, TileTable tiles,
-                     MutMat out, ActScales act) {
+__global__ void __launch_bounds__(kThreads, 2)
+    GroupedMmaKernel(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
+                     TileTable tiles, MutMat out, ActScales act) {
   using S = TileShape<kTileRows>;
   constexpr int kMt = S::kMt, kNt = S::kNt;
   alignas(16) __shared__ uint16_t as[kTileRows * kStride];
@@ -80,36 +83,27 @@ __global__ void __launch_bounds__(kThreads, kFp8 ? 1 : 2)
   float acc[kMt][kNt][4] = {};  // [m16 tile][n8 tile][fragment]
   float part[kFp8 ? kMt : 1][kFp8 ? kNt : 1][4] = {};  // the current column block's sums (kFp8)
 
-  // This thread's loads: activations of rows ar + 32 i, columns ak .. ak + 3 of each step (one
-  // float4 where x's rows are 16-byte aligned); BF16 weight pieces (8 values) i and i + kThreads,
-  // or FP8 piece i (16 codes): row i / pieces per row, piece i % pieces per row.
-  const int ar = threadIdx.x >> 3, ak = (threadIdx.x & 7) * 4;
-  int32_t xr[S::kXLoads];  // x's row, -1 past the tile's rows (32-bit: fewer registers)
+  // This thread's loads: pieces of 8 activations (see TileShape); BF16 weight pieces (8 values)
+  // i and i + kThreads, or FP8 piece i (16 codes): row i / pieces per row, piece i % pieces per
+  // row.
+  int32_t xr[S::kXLoads];  // x's row of each piece, -1 past the tile's rows (32-bit: fewer registers)
 #pragma unroll
   for (int i = 0; i < S::kXLoads; ++i) {
+    const int piece = threadIdx.x + i * kThreads, r = piece >> 2;
     xr[i] = -1;
-    if (ar + 32 * i < rows) {
-      const int64_t m = r0 + ar + 32 * i;
+    if (piece < S::kXPieces && r < rows) {
+      const int64_t m = r0 + r;
       xr[i] = static_cast<int32_t>(x_rows != nullptr ? x_rows[m] : m);
     }
   }
-  const bool x_vec = (x.ld & 3) == 0 && (K & 3) == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
-  float xv[S::kXLoads][4];
+  uint4 xv[S::kXLoads];
   uint4 wv[2];
   const auto load = [&](int64_t k0) {
 #pragma unroll
     for (int i = 0; i < S::kXLoads; ++i) {
-      const float* xrow = xr[i] >= 0 ? x.data + static_cast<int64_t>(xr[i]) * x.ld : nullptr;
-      if (xrow != nullptr && x_vec && k0 + ak < K) {
-        const float4 v = *reinterpret_cast<const float4*>(xrow + k0 + ak);
-        xv[i][0] = v.x;
-        xv[i][1] = v.y;
-        xv[i][2] = v.z;
-        xv[i][3] = v.w;
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) xv[i][j] = xrow != nullptr && k0 + ak + j < K ? xrow[k0 + ak + j] : 0.0f;
-      }
+      const int64_t k = k0 + 8 * ((threadIdx.x + i * kThreads) & 3);
+      xv[i] = make_uint4(0, 0, 0, 0);
+      if (xr[i] >= 0 && k < K) xv[i] = *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(xr[i]) * ldx + k);
     }
     if constexpr (kFp8) {
       const uint8_t* w = static_cast<const uint8_t*>(wr.data);
@@ -126,14 +120,13 @@ __global__ void __launch_bounds__(kThreads, kFp8 ? 1 : 2)
       }
     }
   };
-  // The loaded step into the shared tiles (activations as bfloat16 bits; FP8 codes to their exact
-  // bfloat16 values); zeros past the rows, N and K.
+  // The loaded step into the shared tiles (FP8 codes to their exact bfloat16 values); zeros past
+  // the rows, N and K.
   const auto store = [&]() {
 #pragma unroll
     for (int i = 0; i < S::kXLoads; ++i) {
-      *reinterpret_cast<uint2*>(as + (ar + 32 * i) * kStride + ak) =
-          make_uint2(ToBf16Bits(xv[i][0]) | (static_cast<uint32_t>(ToBf16Bits(xv[i][1])) << 16),
-                     ToBf16Bits(xv[i][2]) | (static_cast<uint32_t>(ToBf16Bits(xv[i][3])) << 16));
+      const int piece = threadIdx.x + i * kThreads;
+      if (piece < S::kXPieces) *reinterpret_cast<uint4*>(as + (piece >> 2) * kStride + 8 * (piece & 3)) = xv[i];
     }
     if constexpr (kFp8) {
       const int n = threadIdx.x >> 1, p = threadIdx.x & 1;

@@ -278,9 +278,9 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
 }
 
 // The grouped GEMM on the tensor cores (kernels/moe_mma_kernels.cuh): BF16 experts times
-// bfloat16-valued activations, each instance (tiles of up to 32, 64 and 128 rows), a whole block
-// of 128 columns and a partial one of 8, a partial step of 32 along k, rows gathered through x_rows (gate / up)
-// or taken in place (down). The products are exact, so the same float32 bound as the GEMV's
+// bfloat16 activation codes, each instance (tiles of up to 32, 64 and 128 rows), a whole block
+// of 128 columns and a partial one of 8, a partial step of 32 along k, rows of K codes and of more,
+// gathered through x_rows (gate / up) or taken in place (down). The products are exact, so the same float32 bound as the GEMV's
 // holds; and every instance gives every row the same bits (the same MMAs in the same order).
 // The MMA tests' routing: runs of rows of one expert (expert 2: 5 rows, 0: 150, 1: 70, 0 again: 1),
 // cut into tiles of at most tile_rows rows as the permutation cuts them (a partial tile, whole
@@ -325,16 +325,24 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // The instance LaunchGroupedGemmMma picks for the table's tile_rows.
+// x: float32 values exact in bfloat16, passed as their codes (what LaunchRoundToBf16 makes); the
+// columns past x.cols are NaN codes, which a load past K would bring into the sums.
 template <bool kFp8>
 void RunGroupedMma(const MmaRouting& routing, const ConstMat& x, const int32_t* x_rows, const ExpertTable& table,
                    int64_t N, int64_t K, const MutMat& out, ActScales act) {
+  std::vector<uint16_t> codes;
+  for (int64_t r = 0; r < x.rows; ++r) {
+    for (int64_t c = 0; c < x.ld; ++c) codes.push_back(c < x.cols ? F32ToBf16(x.data[r * x.ld + c]) : uint16_t{0x7fc0});
+  }
+  const uint16_t* xc = codes.data();
+  const int64_t ld = x.ld;
   const TileTable tiles = routing.Tiles();
   emulation::RunGrid(routing.Grid(N), gmm::kThreads, 0, [&] {
     switch (routing.tile_rows) {
-      case 32: gmm::GroupedMmaKernel<kFp8, 32>(x, x_rows, table, N, K, tiles, out, act); break;
-      case 64: gmm::GroupedMmaKernel<kFp8, 64>(x, x_rows, table, N, K, tiles, out, act); break;
+      case 32: gmm::GroupedMmaKernel<kFp8, 32>(xc, ld, x_rows, table, N, K, tiles, out, act); break;
+      case 64: gmm::GroupedMmaKernel<kFp8, 64>(xc, ld, x_rows, table, N, K, tiles, out, act); break;
       default:
-        if constexpr (!kFp8) gmm::GroupedMmaKernel<kFp8, 128>(x, x_rows, table, N, K, tiles, out, act);
+        if constexpr (!kFp8) gmm::GroupedMmaKernel<kFp8, 128>(xc, ld, x_rows, table, N, K, tiles, out, act);
         break;
     }
   });
@@ -348,8 +356,8 @@ TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
   for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
   const std::vector<WeightRef> refs = RefsOf(experts);
   const ExpertTable table{refs.data(), 16};
-  // Rows of x 16-byte aligned (float4 loads) and not (ld K + 1: one value a load).
-  for (const int64_t ld : {K, K + 1}) {
+  // Rows of K codes, and of more (ld K + 16).
+  for (const int64_t ld : {K, K + 16}) {
     std::vector<float> x(static_cast<size_t>(M * ld));
     for (float& v : x) v = Bf16ToF32(F32ToBf16(normal(rng)));  // the policy's rounded inputs
     for (const bool gather : {true, false}) {

@@ -633,7 +633,8 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     cuda::MutMat y{static_cast<float*>(dp), P, H, H};
     const cuda::ConstMat xe = Const(x);
     cuda::ConstMat xr = xe;
-    if (rounds(0) || rounds(1)) {
+    // (A projection on the tensor-core kernel rounds its input itself, into bfloat16 codes.)
+    if ((rounds(0) && !takes_mma(0, H)) || (rounds(1) && !takes_mma(1, H))) {
       LLMRT_ASSIGN_OR_RETURN(void* rp, Scratch(kScratchMoeBf16, static_cast<size_t>(T * H) * sizeof(float),
                                                "MoE bf16 activations"));
       const cuda::MutMat r{static_cast<float*>(rp), T, H, H};
@@ -654,14 +655,22 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     };
     auto input = [&](int j, int slot) -> absl::StatusOr<Input> {
       if (quantizes(j)) return quantized(j, xe, slot, "MoE e4m3 activations");
-      return Input{rounds(j) ? xr : xe, {}};
+      return Input{rounds(j) && !takes_mma(j, H) ? xr : xe, {}};
     };
     // A projection's grouped GEMM: on the tensor cores where its input is bfloat16-rounded and its
     // experts BF16, or its input e4m3 with scales and its experts FP8 in blocks of whole 32-column
     // steps (the products are exact either way), else the GEMV or tiled kernel. The choice depends
     // on the weights and the policy alone, never on T (only the tile's size does, which changes
-    // no bits), so a row's result does not depend on its batch. (Batch-1 decode of the seed's split runs INT4 experts under EXACT: the quantized MMA
-    // kernel, or with LLMRT_CUDA_QUANT=gemv the GEMV.)
+    // no bits), so a row's result does not depend on its batch. (Batch-1 decode of the seed's
+    // split runs INT4 experts under EXACT: the quantized MMA kernel, or with LLMRT_CUDA_QUANT=gemv
+    // the GEMV.) The tensor-core kernel reads its input as bfloat16 codes (the rounded values, or
+    // the e4m3 values, which bfloat16 holds exactly), made once per input: half the bytes of
+    // float32 for every column block that reads a row.
+    struct Codes {
+      const float* x = nullptr;
+      int slot = -1;
+      const uint16_t* at = nullptr;
+    } codes;
     // What the quantized tensor-core kernel last prepared in its scratch (the up projection reuses
     // the gate's when both read the same input in the same format).
     struct Prepared {
@@ -673,7 +682,15 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     auto grouped = [&](int j, const Input& in, const int32_t* x_rows, int64_t n, int64_t k,
                        const cuda::MutMat& o) -> absl::Status {
       if (takes_mma(j, k)) {
-        return Launched(cuda::LaunchGroupedGemmMma(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
+        const int slot = j < 2 ? kScratchMoeCodesIn : kScratchMoeCodesMid;
+        if (codes.x != in.x.data || codes.slot != slot) {
+          LLMRT_ASSIGN_OR_RETURN(void* cp, Scratch(slot, static_cast<size_t>(in.x.rows * in.x.cols) * sizeof(uint16_t),
+                                                   "MoE bfloat16 activation codes"));
+          LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16(in.x, static_cast<uint16_t*>(cp), s)));
+          codes = {in.x.data, slot, static_cast<const uint16_t*>(cp)};
+        }
+        return Launched(
+            cuda::LaunchGroupedGemmMma(codes.at, in.x.cols, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
       }
       // INT4 experts (every policy) and FP8 experts (exact and BF16 policies: float32 or rounded
       // activations) on the tensor cores, the activations in two bfloat16 parts as for MatMul.
@@ -704,7 +721,7 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     Input in_down{gc, {}};
     if (quantizes(2)) {
       LLMRT_ASSIGN_OR_RETURN(in_down, quantized(2, gc, kScratchMoeFp8Mid, "MoE e4m3 intermediate"));
-    } else if (rounds(2)) {
+    } else if (rounds(2) && !takes_mma(2, I)) {
       LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchRoundToBf16Values(gc, g, s)));
     }
     LLMRT_RETURN_IF_ERROR(grouped(2, in_down, nullptr, H, I, y));

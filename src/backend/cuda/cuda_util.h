@@ -38,7 +38,9 @@ enum ScratchSlot : int {
   kScratchQuantAct = 15,      // INT4 / FP8 weights' activations as the tensor-core kernels read them
   kScratchMlaLatent = 16,     // expanded MLA: the contexts' latent rows and rope keys (bf16)
   kScratchMlaExpanded = 17,   // expanded MLA: every head's keys and values (bf16)
-  kScratchSlots = 18,
+  kScratchMoeCodesIn = 18,    // the MoE input as the tensor-core grouped GEMM reads it (bf16 codes)
+  kScratchMoeCodesMid = 19,   // the experts' intermediate rows as it reads them (bf16 codes)
+  kScratchSlots = 20,
 };
 
 inline absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
