@@ -297,8 +297,13 @@ struct MlaExpandedArgs {
   int64_t heads, nope, rope, v;
   const float* q;  // [T, q_ld]: head h's nope + rope values at h * (nope + rope), rope part roped
   int64_t q_ld;
-  const uint16_t* kvx;  // [S * ctx_stride, kvx_ld] bfloat16: head h's k_nope then v at h * (nope + v)
+  // [S * ctx_stride, kvx_ld] bfloat16: head h's keys (nope of them) at columns
+  // (h / group) * k_head_step, its values at v_off + (h / group) * v_head_step. MLA's expansion:
+  // k_nope then v at h * (nope + v) (group 1, both steps nope + v, v_off nope); GQA's cache rows
+  // (LaunchGqaFlashAttention): [K of kv heads | V of kv heads], group heads / kv_heads.
+  const uint16_t* kvx;
   int64_t kvx_ld;
+  int64_t group = 1, k_head_step = 0, v_off = 0, v_head_step = 0;
   const uint16_t* rope_keys;  // [S * ctx_stride, rope] bfloat16
   int64_t ctx_stride;
   float scale;

@@ -158,13 +158,14 @@ __global__ void __launch_bounds__(32 * kWarps) ExpandedAttentionKernel(MlaExpand
   if (s >= a.num_seqs) return;
   const int64_t t0 = first + tile * kRows;
   const int nt = static_cast<int>(end - t0 < kRows ? end - t0 : kRows);
-  const int64_t qw = a.nope + a.rope, hw = a.nope + a.v;
+  const int64_t qw = a.nope + a.rope;
+  const int64_t kcol = (h / a.group) * a.k_head_step, vcol = a.v_off + (h / a.group) * a.v_head_step;
   // The block visits the positions of its last token's context, the largest (contexts grow
   // along a sequence).
   const int64_t last = a.batch.token_ctx[t0 + nt - 1];
   const int64_t base = s * a.ctx_stride;
 
-  // Chunk p0's K tile (k_nope from kvx, the rope key, zeros to kQk) and V tile into `stage`:
+  // Chunk p0's K tile (nope columns from kvx, the rope key, zeros to kQk) and V tile into `stage`:
   // cp.async for the 16-byte pieces that exist, zeros (ordinary stores) for the others and for
   // positions past `last`.
   const auto load_chunk = [&](int64_t p0, int stage) {
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(32 * kWarps) ExpandedAttentionKernel(MlaExpand
       uint16_t* dst = kt + r * kKs + d;
       const int64_t row = base + p0 + r;
       if (p0 + r < last && d < a.nope) {
-        CpAsync16(dst, a.kvx + row * a.kvx_ld + h * hw + d);
+        CpAsync16(dst, a.kvx + row * a.kvx_ld + kcol + d);
       } else if (p0 + r < last && d < qw) {
         CpAsync16(dst, a.rope_keys + row * a.rope + (d - a.nope));
       } else {
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(32 * kWarps) ExpandedAttentionKernel(MlaExpand
       const int r = i / (kDv / 8), d = (i % (kDv / 8)) * 8;
       uint16_t* dst = vt + r * kVs + d;
       if (p0 + r < last && d < a.v) {
-        CpAsync16(dst, a.kvx + (base + p0 + r) * a.kvx_ld + h * hw + a.nope + d);
+        CpAsync16(dst, a.kvx + (base + p0 + r) * a.kvx_ld + vcol + d);
       } else {
         *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
       }

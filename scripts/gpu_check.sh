@@ -326,6 +326,10 @@ gpu_tables() {
     run --synthetic --preset "$p" --layers 2 --experts 8 --backend cuda --weights fp8 --activations fp8 \
       --sessions 1,64 --steps 8 --no-baselines
   done
+  # GLM-4.5's prefill: GQA attention token by token (the default), then on FlashAttention tiles.
+  local g45=(--synthetic --preset glm45-real --layers 2 --experts 8 --backend cuda --weights fp8 --activations fp8)
+  run "${g45[@]}" --prefill-lens 512,4096 --repeats 2
+  LLMRT_CUDA_GQA_PREFILL=flash run "${g45[@]}" --prefill-lens 512,4096 --repeats 2
   run "${k2[@]}" --integrity --weights fp8 --sessions 1,64 --steps 16 --repeats 3
   return $rc
 }

@@ -65,6 +65,13 @@ struct BackendOptions {
   // measurements). Decode passes always run absorbed.
   static constexpr int64_t kMlaExpandedByCount = -1;
   int64_t device_mla_expanded_min_tokens = 0;
+  // CUDA: GQA prefill on FlashAttention tiles (64 query tokens of one sequence and head a block,
+  // the context's K and V gathered once as bfloat16), instead of the token-by-token kernel
+  // (LLMRT_CUDA_GQA_PREFILL in the environment: "tokens", the default, "flash" (kGqaFlashTokens
+  // tokens a sequence) or a number of tokens). 0: never; N >= 1: every prefill pass whose tokens
+  // number at least N per sequence on average. Decode passes always run token by token.
+  static constexpr int64_t kGqaFlashTokens = 16;
+  int64_t device_gqa_flash_min_tokens = 0;
   // CUDA: whether the routed experts' grouped GEMM may run on the tensor cores under the BF16 and
   // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
   // the CUDA-core kernel every policy ran before; for comparisons).

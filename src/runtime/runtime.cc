@@ -231,6 +231,20 @@ absl::Status Runtime::CreateBackends(int threads) {
             "LLMRT_CUDA_MLA_PREFILL=", v, " in the environment: expected absorbed, expanded or a number of tokens >= 1"));
       }
     }
+    if (const char* gqa = std::getenv("LLMRT_CUDA_GQA_PREFILL"); gqa != nullptr && *gqa != '\0') {
+      const std::string v = gqa;
+      int64_t n = 0;
+      if (v == "tokens") {
+        bo.device_gqa_flash_min_tokens = 0;
+      } else if (v == "flash") {
+        bo.device_gqa_flash_min_tokens = BackendOptions::kGqaFlashTokens;
+      } else if (absl::SimpleAtoi(v, &n) && n >= 1) {
+        bo.device_gqa_flash_min_tokens = n;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "LLMRT_CUDA_GQA_PREFILL=", v, " in the environment: expected tokens, flash or a number of tokens >= 1"));
+      }
+    }
     if (const char* quant = std::getenv("LLMRT_CUDA_QUANT"); quant != nullptr && *quant != '\0') {
       const std::string v = quant;
       if (v != "mma" && v != "gemv") {

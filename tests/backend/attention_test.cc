@@ -51,6 +51,7 @@ class AttentionOps : public BackendTest {
   // one: 2^-8, kernels/kernels.h), the CPU and CUDA's scalar kernel compute in float32.
   double ProductEps() const {
     if (GetParam() != BackendKind::kCuda) return 0.0;
+    if (eps_override_ >= 0) return eps_override_;
     switch (cuda_attention_) {
       case BackendOptions::DeviceAttention::kTensorCore: return 0x1p-16;
       case BackendOptions::DeviceAttention::kTensorCoreBf16: return 0x1p-8;
@@ -72,6 +73,7 @@ class AttentionOps : public BackendTest {
     cuda_attention_ = attention;
   }
   BackendOptions::DeviceAttention cuda_attention_ = BackendOptions::DeviceAttention::kTensorCore;
+  double eps_override_ = -1;  // >= 0: ProductEps on CUDA (a path other than cuda_attention_'s)
 
   // seqs: (history, new tokens) per sequence; empty: MixedSeqs(page_size).
   void CheckGqa(const KvCodec* codec, const GqaCase& c, bool fresh, std::mt19937& rng,
@@ -496,6 +498,68 @@ TEST_P(AttentionOps, CudaExpandedMla) {
   Tensor out = NewTensor(DType::kF32, {1, H * d.v});
   EXPECT_FALSE(be().MlaExpandedAttention(F32(RandomNormal(static_cast<size_t>(H * qw), rng), {1, H * qw}), w,
                                          sc.view(), spec.layer, sc.batch, md, scale, out));
+  MustOk(be().Synchronize(), "Synchronize");
+}
+
+// GQA prefill on FlashAttention tiles (CUDA, BackendOptions::device_gqa_flash_min_tokens): the
+// contexts' rows gathered as bfloat16, 64 query tokens of one sequence and head a block, the
+// query and the probabilities as bfloat16. Every product then carries two bfloat16 roundings
+// (query and key, probability and value; keys and values are exact in bfloat16 for BF16 rows,
+// FP8 ones are rounded once after their scale), 2^-9 relative each: ProductEps 2^-8 (the first
+// order; the second, 2^-18, is within the bound's float32 terms). GLM-4.5's heads (128, groups of
+// 12), groups of 3 at head size 32, and one KV head per query head; the same batch through the
+// token-by-token kernel must differ (the pass was taken: its roundings are other ones), except on
+// F32 rows, which keep the float32 path, bit for bit.
+TEST_P(AttentionOps, CudaGqaFlashPrefill) {
+  if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's GQA prefill on FlashAttention tiles";
+  std::mt19937 rng(58);
+  MustOk(be().Synchronize(), "Synchronize");
+  BackendOptions options;
+  options.device_gqa_flash_min_tokens = 2;
+  be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
+  const std::unique_ptr<Backend> tokens = Must(CreateBackend(GetParam(), BackendOptions{}), "CreateBackend");
+  eps_override_ = 0x1p-8;
+  for (const GqaCase& c : {GqaCase{2, 128, 24, 16}, GqaCase{2, 32, 6, 4}, GqaCase{3, 64, 3, 8}}) {
+    for (const KvCodec* codec : KvCodecs()) {
+      for (bool fresh : {false, true}) {
+        if (fresh && !codec->lossy()) continue;
+        const std::vector<std::pair<int64_t, int64_t>> seqs = {{0, 70}, {40, 1}, {130, 20}, {3, 64}};
+        std::mt19937 again = rng;  // the same rows and query for the token-by-token kernel
+        CheckGqa(codec, c, fresh, rng, seqs);
+        ScenarioSpec spec;
+        spec.codec = codec;
+        spec.shape = c.Shape();
+        spec.page_size = c.page_size;
+        spec.seqs = seqs;
+        spec.fresh = fresh;
+        const int64_t H = c.heads, D = c.head_dim;
+        std::vector<float> outs[2];
+        for (int b = 0; b < 2; ++b) {
+          Backend& be = b == 0 ? *be_ : *tokens;
+          std::mt19937 r = again;
+          ScenarioBuilder builder(be);
+          const Scenario sc = builder.Build(spec, r);
+          const int64_t T = sc.hb.num_tokens();
+          const std::vector<float> q = RandomNormal(static_cast<size_t>(T * H * D), r);
+          Tensor qt = Must(be.Allocate(DType::kF32, {T, H * D}), "Allocate");
+          Tensor out = Must(be.Allocate(DType::kF32, {T, H * D}), "Allocate");
+          MustOk(be.Upload(q.data(), q.size() * sizeof(float), qt), "Upload");
+          be.GqaAttention(qt, sc.view(), spec.layer, sc.batch, H, c.kv_heads, D, 1.0f / std::sqrt(static_cast<float>(D)),
+                          out);
+          MustOk(be.Synchronize(), "GqaAttention");
+          outs[b].resize(static_cast<size_t>(T * H * D));
+          MustOk(be.Download(out, outs[b].data(), outs[b].size() * sizeof(float)), "Download");
+        }
+        SCOPED_TRACE(::testing::Message() << spec.Describe() << " heads " << H << " head_dim " << D);
+        if (codec->id() == kKvCodecF32) {
+          EXPECT_TRUE(AllBitEqual(outs[0], outs[1])) << "F32 rows keep the float32 path";
+        } else {
+          EXPECT_FALSE(AllBitEqual(outs[0], outs[1])) << "the pass ran token by token";
+        }
+      }
+    }
+  }
+  eps_override_ = -1;
   MustOk(be().Synchronize(), "Synchronize");
 }
 

@@ -420,6 +420,41 @@ int Main() {
     }
   }
 
+  // GQA prefill attention, GLM-4.5's heads (96 query heads, 8 KV heads of 128), one sequence's
+  // prompt of T tokens in one pass: the token-by-token tensor-core kernel (the default) against
+  // FlashAttention tiles (LLMRT_CUDA_GQA_PREFILL: the context gathered as bfloat16, 64 tokens of
+  // one head a block). TFLOP/s counts 2 x 128 multiply-adds (q.k and p.v) a (head, token,
+  // position) over the causal context.
+  {
+    const int64_t GH = 96, GKV = 8, GD = 128;
+    std::printf("\nGQA prefill attention, %lld heads, %lld KV heads of %lld, one sequence of T tokens\n"
+                "%-8s %6s %6s %10s %10s %12s\n",
+                static_cast<long long>(GH), static_cast<long long>(GKV), static_cast<long long>(GD), "form", "KV", "T",
+                "ms", "TFLOP/s", "vs tokens");
+    for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
+      for (const int64_t T : {512, 4096}) {
+        double base = 0;
+        for (const bool flash : {false, true}) {
+          BackendOptions bo;
+          bo.device_gqa_flash_min_tokens = flash ? 1 : 0;
+          std::unique_ptr<Backend> gb = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
+          std::unique_ptr<KvStore> store = OneLayerStore(*gb, codec, {{GKV * GD, GD, false}, {GKV * GD, GD, false}},
+                                                         (T + page - 1) / page * page, page);
+          Tensor m;
+          const AttentionBatch batch = PrefillBatch(*gb, T, page, &m);
+          Tensor q = Random(*gb, DType::kF32, {T, GH * GD}, rng);
+          Tensor out = Must(gb->Allocate(DType::kF32, {T, GH * GD}), "Allocate");
+          const double t = Time(*gb, 3, [&] { gb->GqaAttention(q, store->view(), 0, batch, GH, GKV, GD, 0.088f, out); });
+          if (base == 0) base = t;
+          const double flops = 2.0 * static_cast<double>(GH * 2 * GD) * T * (T + 1) / 2;
+          std::printf("%-8s %6s %6lld %10.3f %10.1f %11.2fx\n", flash ? "flash" : "tokens",
+                      codec == kKvCodecFp8 ? "FP8" : "BF16", static_cast<long long>(T), t * 1e3, flops / t / 1e12,
+                      base / t);
+        }
+      }
+    }
+  }
+
   // The DSA indexer (GLM-5: 32 heads of 128 over the indexer key after the latent and rope of
   // each row) for one token: scores of every position, then the top 2048.
   {

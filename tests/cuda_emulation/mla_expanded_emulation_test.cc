@@ -123,6 +123,8 @@ void Check(const Case& cs, std::mt19937& rng) {
   a.q_ld = H * qw;
   a.kvx = kvx.data();
   a.kvx_ld = N;
+  a.k_head_step = a.v_head_step = hw;
+  a.v_off = nope;
   a.rope_keys = rope_keys.data();
   a.ctx_stride = max_ctx;
   a.scale = scale;
@@ -250,6 +252,139 @@ TEST(MlaExpandedEmulated, Glm5Heads) {
   emulation::g_landing = emulation::Landing::kAtIssue;
   Check({1, 192, 64, 256, 512, kKvCodecFp8, true, 16, {{70, 40}}}, rng);
   emulation::g_landing = emulation::Landing::kAtWait;
+}
+
+// GQA prefill on the same kernel (CudaBackend::GqaFlashAttention): the cache rows [K of kv heads |
+// V of kv heads] (tiles of one head each, as GLM-4.5's KV shape makes them) gathered whole as
+// bfloat16, query head h reading KV head h / group, the whole key in the nope columns (no rope
+// part). Held to FlashAttention over the gathered bfloat16 operands and the bfloat16-rounded
+// query in float64, within the probabilities' rounding (2^-9 of the largest |value|), and to the
+// float32-exact attention the CPU computes over the values as read, to a relative RMS error under
+// 2^-6 (the bfloat16 query, keys and probabilities).
+void CheckGqa(int64_t heads, int64_t kv_heads, int64_t D, uint32_t codec_id, bool fresh,
+              const std::vector<std::pair<int64_t, int64_t>>& seqs, std::mt19937& rng) {
+  const KvCodec& codec = *FindKvCodec(codec_id);
+  SCOPED_TRACE(::testing::Message() << "heads " << heads << " kv heads " << kv_heads << " head_dim " << D << " "
+                                    << codec.name() << (fresh ? " fresh" : ""));
+  std::normal_distribution<float> normal;
+  KvShape shape;
+  shape.num_layers = PagedLayer::kLayers;
+  shape.parts = {{kv_heads * D, D, false}, {kv_heads * D, D, false}};
+  PagedLayer pl;
+  pl.Build(codec, shape, /*page_size=*/8, seqs, fresh, /*spare_pages=*/1, rng);
+  const int64_t S = static_cast<int64_t>(seqs.size()), T = pl.T, stride = pl.max_ctx, W = 2 * kv_heads * D;
+  ASSERT_EQ(pl.layout.width, W);
+  std::vector<uint16_t> rows(static_cast<size_t>(S * stride * W), 0x7fff);
+  int32_t err = 0;
+  emulation::RunGrid({static_cast<unsigned>((S * stride + 7) / 8), 1, 1}, 256, 0, [&] {
+    xp::GatherLatentKernel(pl.kv, PagedLayer::kLayer, pl.batch, S, W, 0, stride, rows.data(), rows.data(), &err);
+  });
+  EXPECT_EQ(err, 0);
+  std::vector<float> q(static_cast<size_t>(T * heads * D));
+  for (float& x : q) x = normal(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> out(static_cast<size_t>(T * heads * D), 1234.5f);
+  MlaExpandedArgs a{};
+  a.batch = pl.batch;
+  a.num_seqs = S;
+  a.heads = heads;
+  a.nope = D;
+  a.rope = 0;
+  a.v = D;
+  a.q = q.data();
+  a.q_ld = heads * D;
+  a.kvx = rows.data();
+  a.kvx_ld = W;
+  a.group = heads / kv_heads;
+  a.k_head_step = a.v_head_step = D;
+  a.v_off = kv_heads * D;
+  a.rope_keys = rows.data();
+  a.ctx_stride = stride;
+  a.scale = scale;
+  a.out = out.data();
+  a.out_ld = heads * D;
+  MlaExpandedPlan plan;
+  ASSERT_TRUE(xp::PlanOf(D, 0, D, &plan));
+  const unsigned tiles = static_cast<unsigned>((T + plan.rows - 1) / plan.rows + S);
+  xp::VisitInstance(D, 0, D, [&](auto in) {
+    using I = decltype(in);
+    emulation::RunGrid({tiles, static_cast<unsigned>(heads), 1}, static_cast<unsigned>(32 * I::kWarps),
+                       static_cast<size_t>(plan.shared_bytes), [&] {
+                         xp::ExpandedAttentionKernel<I::kQk, I::kDv, I::kQReg, I::kWarps>(a);
+                         EXPECT_TRUE(emulation::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
+                         emulation::g_pending[threadIdx.x].clear();
+                       });
+  });
+  int64_t bad = 0;
+  double worst = 0, err2 = 0, want2 = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t sq = pl.token_seq[t], ctx = pl.token_ctx[t];
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kh = h / (heads / kv_heads);
+      const float* qh = q.data() + (t * heads + h) * D;
+      // Over the kernel's operands (the gathered rows) and over the values as read, in float64.
+      for (const bool as_read : {false, true}) {
+        const auto key = [&](int64_t p, int64_t i) -> double {
+          return as_read ? pl.read[sq][p][kh * D + i] : Bf16ToF32(rows[(sq * stride + p) * W + kh * D + i]);
+        };
+        const auto value = [&](int64_t p, int64_t i) -> double {
+          return as_read ? pl.read[sq][p][(kv_heads + kh) * D + i]
+                         : Bf16ToF32(rows[(sq * stride + p) * W + (kv_heads + kh) * D + i]);
+        };
+        std::vector<double> sc(static_cast<size_t>(ctx));
+        double mx = -INFINITY, vmax = 0;
+        for (int64_t p = 0; p < ctx; ++p) {
+          double d = 0;
+          for (int64_t i = 0; i < D; ++i) d += (as_read ? double(qh[i]) : double(Bf16(qh[i]))) * key(p, i);
+          sc[p] = d * scale;
+          mx = std::max(mx, sc[p]);
+          for (int64_t i = 0; i < D; ++i) vmax = std::max(vmax, std::fabs(value(p, i)));
+        }
+        double l = 0;
+        for (double& x : sc) l += (x = std::exp(x - mx));
+        for (int64_t i = 0; i < D; ++i) {
+          double o = 0;
+          for (int64_t p = 0; p < ctx; ++p) o += sc[p] * value(p, i);
+          o /= l;
+          const double got = out[(t * heads + h) * D + i];
+          if (as_read) {
+            err2 += (got - o) * (got - o);
+            want2 += o * o;
+          } else {
+            worst = std::max(worst, std::fabs(got - o));
+            if (!(std::fabs(got - o) <= 0x1p-9 * vmax * 1.01 + 1e-5)) ++bad;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "largest error against the bf16-operand reference " << worst;
+  EXPECT_LT(std::sqrt(err2 / want2), 0x1p-6);
+  // The gather: every context row as read, in bfloat16; zeros past each context.
+  int64_t gather_bad = 0;
+  for (int64_t sq = 0; sq < S; ++sq) {
+    const int64_t len = seqs[sq].first + seqs[sq].second;
+    for (int64_t p = 0; p < stride; ++p) {
+      for (int64_t i = 0; i < W; ++i) {
+        gather_bad += rows[(sq * stride + p) * W + i] != (p < len ? F32ToBf16(pl.read[sq][p][i]) : 0);
+      }
+    }
+  }
+  EXPECT_EQ(gather_bad, 0);
+}
+
+// Groups of 3 and of 1 (multi-head), GLM-4.5's head size of 128, several tiles and a one-token
+// sequence, BF16 and both FP8 codecs, fresh rows; copies landing at the wait and at once.
+TEST(MlaExpandedEmulated, GqaPrefill) {
+  std::mt19937 rng(74);
+  const std::vector<std::pair<int64_t, int64_t>> seqs = {{0, 70}, {9, 1}, {40, 20}};
+  for (emulation::Landing landing : {emulation::Landing::kAtWait, emulation::Landing::kAtIssue}) {
+    emulation::g_landing = landing;
+    CheckGqa(6, 2, 32, kKvCodecBf16, false, seqs, rng);
+    CheckGqa(2, 2, 64, kKvCodecFp8, true, seqs, rng);
+  }
+  emulation::g_landing = emulation::Landing::kAtWait;
+  CheckGqa(4, 1, 128, kKvCodecFp8Tiled, false, {{30, 66}}, rng);
 }
 
 // The plan: which heads take which instance, and which none.

@@ -165,7 +165,8 @@ INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpu,
 // expanded MLA prefill (LLMRT_CUDA_MLA_PREFILL=2: every pass of at least two tokens a sequence,
 // so each prompt's prefill, while decode passes stay absorbed) rounds the query, the expanded
 // keys and values and the probabilities to bfloat16, a perturbation of tc-bf16's size, under the
-// same rules.
+// same rules; so does GQA's prefill on FlashAttention tiles (LLMRT_CUDA_GQA_PREFILL=2: the query,
+// keys, values and probabilities as bfloat16; MLA models: no GQA, no change).
 TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
   const std::string dir = TestData(GetParam().dir);
   if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
@@ -181,7 +182,8 @@ TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
       {"LLMRT_CUDA_ATTENTION", "scalar"},
       {"LLMRT_CUDA_ATTENTION", "tc-bf16"},
       {"LLMRT_CUDA_ATTENTION", "wgmma"},  // these models' latents run tc-bf16
-      {"LLMRT_CUDA_MLA_PREFILL", "2"}};   // every prompt's prefill expanded (GQA: no MLA, no change)
+      {"LLMRT_CUDA_MLA_PREFILL", "2"},    // every prompt's prefill expanded (GQA: no MLA, no change)
+      {"LLMRT_CUDA_GQA_PREFILL", "2"}};   // every GQA prompt's prefill on FlashAttention tiles
   for (const auto& [name, value] : settings) {
     setenv(name, value, 1);
     const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
@@ -219,13 +221,15 @@ TEST_P(CudaMatchesCpu, AttentionStagesAreBitIdentical) {
 }
 
 // A value the runtime does not know (LLMRT_CUDA_ATTENTION, LLMRT_CUDA_ATTENTION_STAGES,
-// LLMRT_CUDA_MOE, LLMRT_CUDA_MOE_TILE, LLMRT_CUDA_QUANT, LLMRT_CUDA_MLA_PREFILL) is refused at creation, naming the variable, whichever
-// backend runs.
+// LLMRT_CUDA_MOE, LLMRT_CUDA_MOE_TILE, LLMRT_CUDA_QUANT, LLMRT_CUDA_MLA_PREFILL,
+// LLMRT_CUDA_GQA_PREFILL) is refused at creation, naming the variable, whichever backend runs.
 TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   const std::pair<const char*, const char*> settings[] = {{"LLMRT_CUDA_ATTENTION", "flash"},
                                                           {"LLMRT_CUDA_ATTENTION_STAGES", "3"},
                                                           {"LLMRT_CUDA_MOE", "cutlass"},
                                                           {"LLMRT_CUDA_MOE_TILE", "48"},
+                                                          {"LLMRT_CUDA_GQA_PREFILL", "fast"},
+                                                          {"LLMRT_CUDA_GQA_PREFILL", "0"},
                                                           {"LLMRT_CUDA_QUANT", "marlin"},
                                                           {"LLMRT_CUDA_MLA_PREFILL", "flash"},
                                                           {"LLMRT_CUDA_MLA_PREFILL", "0"}};
@@ -245,8 +249,9 @@ TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   }
 }
 
-// Every kernel LLMRT_CUDA_ATTENTION names, and every LLMRT_CUDA_MLA_PREFILL form, is accepted at creation whichever backend runs (on the
-// CPU it changes nothing: the same tokens as without it).
+// Every kernel LLMRT_CUDA_ATTENTION names, and every LLMRT_CUDA_MLA_PREFILL and LLMRT_CUDA_GQA_PREFILL
+// form, is accepted at creation whichever backend runs (on the CPU it changes nothing: the same
+// tokens as without it).
 TEST(BackendSelect, KnownAttentionKernelsAreAccepted) {
   const std::string dir = TestData("tiny_glm4_moe");
   RunConfig cfg;
@@ -267,6 +272,13 @@ TEST(BackendSelect, KnownAttentionKernelsAreAccepted) {
     unsetenv("LLMRT_CUDA_MLA_PREFILL");
     ASSERT_EQ(out.size(), plain.size()) << mla;
     EXPECT_EQ(out[0].tokens, plain[0].tokens) << mla;
+  }
+  for (const char* gqa : {"tokens", "flash", "1", "4096"}) {  // LLMRT_CUDA_GQA_PREFILL
+    setenv("LLMRT_CUDA_GQA_PREFILL", gqa, 1);
+    const std::vector<RunOutput> out = RunBatch(dir, prompts, cfg);
+    unsetenv("LLMRT_CUDA_GQA_PREFILL");
+    ASSERT_EQ(out.size(), plain.size()) << gqa;
+    EXPECT_EQ(out[0].tokens, plain[0].tokens) << gqa;
   }
 }
 

@@ -141,6 +141,11 @@ class CudaBackend final : public Backend {
   bool MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
                             const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) override;
   static constexpr size_t kMlaExpandedMaxBytes = size_t{2} << 30;
+  // GqaAttention's FlashAttention form, where BackendOptions::device_gqa_flash_min_tokens admits
+  // the pass (a prefill pass, BF16 or FP8 rows, a head size with an instance, the gathered
+  // contexts within kMlaExpandedMaxBytes and device memory); false, nothing enqueued, otherwise.
+  bool GqaFlashAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
+                         int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out);
   void DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,
                  const AttentionBatch& batch, int64_t heads, int64_t head_dim, int64_t key_offset, float key_scale,
                  int64_t top_k, const Tensor& selected) override;
@@ -162,6 +167,7 @@ class CudaBackend final : public Backend {
         attention_query_registers_(o.device_attention_query_registers),
         attention_tiles_per_block_(o.device_attention_tiles_per_block),
         mla_expanded_min_tokens_(o.device_mla_expanded_min_tokens),
+        gqa_flash_min_tokens_(o.device_gqa_flash_min_tokens),
         moe_mma_(o.device_moe_mma),
         moe_tile_rows_(o.device_moe_tile_rows),
         quant_mma_(o.device_quant_mma) {}
@@ -207,6 +213,10 @@ class CudaBackend final : public Backend {
   bool attention_query_registers_ = true;  // BackendOptions::device_attention_query_registers
   int attention_tiles_per_block_ = 0;      // BackendOptions::device_attention_tiles_per_block
   int64_t mla_expanded_min_tokens_ = 0;  // BackendOptions::device_mla_expanded_min_tokens
+  int64_t gqa_flash_min_tokens_ = 0;     // BackendOptions::device_gqa_flash_min_tokens
+  // The smallest gathered GQA contexts (bytes) device memory refused: larger ones run token by
+  // token without trying again.
+  size_t gqa_flash_refused_bytes_ = SIZE_MAX;
   // BF16 copies of F32 kv_b weights for the expanded MLA's GEMM, by the weight's address; an
   // entry holds the weight's storage weakly, so that a copy outlived by its weight (whose address
   // a later weight may get) is made again, not reused.

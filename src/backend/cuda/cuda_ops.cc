@@ -284,8 +284,72 @@ void CudaBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const Te
   });
 }
 
+bool CudaBackend::GqaFlashAttention(const Tensor& q, const KvCacheView& cache, int64_t layer,
+                                    const AttentionBatch& batch, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                    float scale, const Tensor& out) {
+  // Whether the pass is taken: decided on the host before anything is enqueued.
+  const int64_t T = batch.num_tokens, S = batch.num_seqs, mode = gqa_flash_min_tokens_;
+  if (mode <= 0 || batch.decode || failed_ || !sticky_.ok() || S <= 0 || batch.max_ctx <= 0 || T < mode * S) {
+    return false;
+  }
+  cuda::MlaExpandedPlan plan;
+  if (kv_heads <= 0 || heads % kv_heads != 0 || head_dim % 8 != 0 ||
+      !cuda::PlanMlaExpanded(head_dim, 0, head_dim, &plan) || plan.shared_bytes > shared_optin_) {
+    return false;
+  }
+  if (!CheckKvView(cache, layer).ok() || cache.width != 2 * kv_heads * head_dim) return false;
+  const cuda::KvRef kv = KvOf(cache);
+  if (kv.row.nseg == 0 && kv.type == cuda::kElemF32) return false;  // F32 rows: the float32 reference path
+  if (q.dim(0) != T || q.row_size() != heads * head_dim || out.dim(0) != T || out.row_size() != heads * head_dim) {
+    return false;  // (the token-by-token path reports what is wrong)
+  }
+  // Each sequence's context rows, whole (K and V of every KV head), as bfloat16.
+  const int64_t W = cache.width, stride = batch.max_ctx;
+  const size_t bytes = static_cast<size_t>(S * stride * W) * sizeof(uint16_t);
+  if (bytes > kMlaExpandedMaxBytes || bytes >= gqa_flash_refused_bytes_) return false;
+  cudaSetDevice(device_);
+  const absl::StatusOr<void*> rows = Scratch(kScratchMlaLatent, bytes, "GQA context rows");
+  if (!rows.ok()) {
+    if (rows.status().code() == absl::StatusCode::kResourceExhausted) {
+      gqa_flash_refused_bytes_ = std::min(gqa_flash_refused_bytes_, bytes);
+    }
+    Log(LogLevel::kWarning, absl::StrCat("cuda backend: GQA attention runs token by token: ", rows.status().message()));
+    return false;
+  }
+  Run("GqaAttention", [&]() -> absl::Status {
+    cudaStream_t s = Stream(stream_);
+    uint16_t* ctx_rows = static_cast<uint16_t*>(*rows);
+    const cuda::BatchRef b = BatchOf(batch);
+    LLMRT_RETURN_IF_ERROR(
+        Launched(cuda::LaunchMlaGatherLatent(kv, layer, b, S, W, 0, stride, ctx_rows, ctx_rows, error_word_, s)));
+    cuda::MlaExpandedArgs a{};
+    a.batch = b;
+    a.num_seqs = S;
+    a.heads = heads;
+    a.nope = head_dim;  // the whole key: rope was applied before the rows were written
+    a.rope = 0;
+    a.v = head_dim;
+    a.q = q.data_as<const float>();
+    a.q_ld = q.row_stride();
+    a.kvx = ctx_rows;
+    a.kvx_ld = W;
+    a.group = heads / kv_heads;
+    a.k_head_step = a.v_head_step = head_dim;
+    a.v_off = kv_heads * head_dim;
+    a.rope_keys = ctx_rows;  // (no rope part)
+    a.ctx_stride = stride;
+    a.scale = scale;
+    a.out = out.data_as<float>();
+    a.out_ld = out.row_stride();
+    a.max_shared_bytes = shared_optin_;
+    return Launched(cuda::LaunchMlaExpandedAttention(a, s));
+  });
+  return true;
+}
+
 void CudaBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
                                int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) {
+  if (GqaFlashAttention(q, cache, layer, batch, heads, kv_heads, head_dim, scale, out)) return;
   Run("GqaAttention", [&]() -> absl::Status {
     LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
     const int64_t T = batch.num_tokens;
@@ -488,6 +552,8 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
     a.q_ld = q.row_stride();
     a.kvx = static_cast<const uint16_t*>(*xp);
     a.kvx_ld = N;
+    a.k_head_step = a.v_head_step = d.nope + d.v;
+    a.v_off = d.nope;
     a.rope_keys = rope_keys;
     a.ctx_stride = stride;
     a.scale = scale;
