@@ -116,10 +116,11 @@ inline constexpr int64_t kGemmTileRows = 32;
 inline constexpr int64_t kGemmWideTileRows = 128;
 // The rows a tile of LaunchGroupedGemmMma takes for P routed pairs over E experts: by the rows
 // an expert gets on average, ceil(P / min(E, P)): 32 up to 32, 64 up to 64, else 128; `forced`
-// (32, 64 or 128; 0: by the average) instead; FP8 experts (`fp8`) at most 64.
+// (32, 64 or 128; any other value: by the average) instead; FP8 experts (`fp8`) at most 64.
 inline int64_t GroupedMmaTileRows(int64_t P, int64_t E, int64_t forced, bool fp8) {
   const int64_t active = E < P ? E : P, per_expert = active > 0 ? (P + active - 1) / active : 0;
-  const int64_t chosen = forced > 0 ? forced : per_expert > 64 ? 128 : per_expert > 32 ? 64 : 32;
+  const bool valid = forced == 32 || forced == 64 || forced == kGemmWideTileRows;  // (else by the average)
+  const int64_t chosen = valid ? forced : per_expert > 64 ? 128 : per_expert > 32 ? 64 : 32;
   const int64_t most = fp8 ? 64 : kGemmWideTileRows;
   return chosen < most ? chosen : most;
 }
@@ -303,7 +304,8 @@ struct MlaExpandedArgs {
   // (LaunchGqaFlashAttention): [K of kv heads | V of kv heads], group heads / kv_heads.
   const uint16_t* kvx;
   int64_t kvx_ld;
-  int64_t group = 1, k_head_step = 0, v_off = 0, v_head_step = 0;
+  // (-1: unset, which the launch refuses.)
+  int64_t group = 1, k_head_step = -1, v_off = -1, v_head_step = -1;
   const uint16_t* rope_keys;  // [S * ctx_stride, rope] bfloat16
   int64_t ctx_stride;
   float scale;

@@ -51,8 +51,8 @@ cudaError_t LaunchMlaGatherLatent(KvRef kv, int64_t layer, BatchRef batch, int64
 
 cudaError_t LaunchMlaExpandedAttention(const MlaExpandedArgs& a, cudaStream_t s) {
   if (a.batch.num_tokens <= 0 || a.heads <= 0) return cudaSuccess;
-  if (a.batch.seq_first_token == nullptr || a.kvx_ld % 8 != 0 || a.group < 1 || a.k_head_step % 8 != 0 ||
-      a.v_off % 8 != 0 || a.v_head_step % 8 != 0) {
+  if (a.batch.seq_first_token == nullptr || a.kvx_ld % 8 != 0 || a.group < 1 || a.k_head_step < 0 ||
+      a.v_off < 0 || a.v_head_step < 0 || a.k_head_step % 8 != 0 || a.v_off % 8 != 0 || a.v_head_step % 8 != 0) {
     return cudaErrorInvalidValue;
   }
   cudaError_t e = cudaErrorInvalidValue;

@@ -95,9 +95,11 @@ struct AttentionBatch {
   int64_t num_seqs = 0;
   int64_t max_ctx = 0;
   // Host facts of the pass for a backend's choice of kernels: the sum of the tokens' context
-  // lengths (the attention's work; 0: not known), and whether every sequence advances by one
-  // generated token (a decode pass, ForwardBatch::decode_phase; pad rows may follow).
+  // lengths (the attention's work; 0: not known), the fewest tokens any sequence brings (0: not
+  // known), and whether every sequence advances by one generated token (a decode pass,
+  // ForwardBatch::decode_phase; pad rows may follow).
   int64_t total_ctx = 0;
+  int64_t min_seq_tokens = 0;
   bool decode = false;
 };
 

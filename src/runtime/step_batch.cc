@@ -166,6 +166,10 @@ absl::StatusOr<ForwardBatch> StepBatch::UploadTo(Backend& backend, const Tensor&
   fb.attn.num_seqs = S;
   fb.attn.max_ctx = *std::max_element(tctx_.begin(), tctx_.end());
   for (const int32_t c : tctx_) fb.attn.total_ctx += c;
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t n = (s + 1 < S ? first_[s + 1] : T) - first_[s];
+    fb.attn.min_seq_tokens = s == 0 ? n : std::min(fb.attn.min_seq_tokens, n);
+  }
   fb.attn.decode = decode_phase_;
   return fb;
 }

@@ -509,57 +509,75 @@ TEST_P(AttentionOps, CudaExpandedMla) {
 // order; the second, 2^-18, is within the bound's float32 terms). GLM-4.5's heads (128, groups of
 // 12), groups of 3 at head size 32, and one KV head per query head; the same batch through the
 // token-by-token kernel must differ (the pass was taken: its roundings are other ones), except on
-// F32 rows, which keep the float32 path, bit for bit.
+// F32 rows, which keep the float32 path, bit for bit. Decode passes, and passes where some
+// sequence brings fewer tokens than the minimum, must be the token kernel's bit for bit.
 TEST_P(AttentionOps, CudaGqaFlashPrefill) {
   if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's GQA prefill on FlashAttention tiles";
   std::mt19937 rng(58);
   MustOk(be().Synchronize(), "Synchronize");
-  BackendOptions options;
-  options.device_gqa_flash_min_tokens = 2;
-  be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
-  const std::unique_ptr<Backend> tokens = Must(CreateBackend(GetParam(), BackendOptions{}), "CreateBackend");
+  const auto with_min_tokens = [&](int64_t n) {
+    BackendOptions options;
+    options.device_gqa_flash_min_tokens = n;
+    return Must(CreateBackend(GetParam(), options), "CreateBackend");
+  };
+  be_ = with_min_tokens(2);
+  const std::unique_ptr<Backend> tokens = with_min_tokens(0);
+  // The output of GqaAttention on `be` over the scenario and query that `r` makes (`decode`: the
+  // pass marked a decode pass).
+  const auto run = [](Backend& be, const ScenarioSpec& spec, const GqaCase& c, bool decode, std::mt19937 r) {
+    ScenarioBuilder builder(be);
+    const Scenario sc = builder.Build(spec, r);
+    const int64_t T = sc.hb.num_tokens(), H = c.heads, D = c.head_dim;
+    const std::vector<float> q = RandomNormal(static_cast<size_t>(T * H * D), r);
+    Tensor qt = Must(be.Allocate(DType::kF32, {T, H * D}), "Allocate");
+    Tensor out = Must(be.Allocate(DType::kF32, {T, H * D}), "Allocate");
+    MustOk(be.Upload(q.data(), q.size() * sizeof(float), qt), "Upload");
+    AttentionBatch batch = sc.batch;
+    batch.decode = decode;
+    be.GqaAttention(qt, sc.view(), spec.layer, batch, H, c.kv_heads, D, 1.0f / std::sqrt(static_cast<float>(D)), out);
+    MustOk(be.Synchronize(), "GqaAttention");
+    std::vector<float> v(static_cast<size_t>(T * H * D));
+    MustOk(be.Download(out, v.data(), v.size() * sizeof(float)), "Download");
+    return v;
+  };
   eps_override_ = 0x1p-8;
   for (const GqaCase& c : {GqaCase{2, 128, 24, 16}, GqaCase{2, 32, 6, 4}, GqaCase{3, 64, 3, 8}}) {
     for (const KvCodec* codec : KvCodecs()) {
       for (bool fresh : {false, true}) {
         if (fresh && !codec->lossy()) continue;
-        const std::vector<std::pair<int64_t, int64_t>> seqs = {{0, 70}, {40, 1}, {130, 20}, {3, 64}};
-        std::mt19937 again = rng;  // the same rows and query for the token-by-token kernel
-        CheckGqa(codec, c, fresh, rng, seqs);
         ScenarioSpec spec;
         spec.codec = codec;
         spec.shape = c.Shape();
         spec.page_size = c.page_size;
-        spec.seqs = seqs;
+        spec.seqs = {{0, 70}, {40, 2}, {130, 20}, {3, 64}};
         spec.fresh = fresh;
-        const int64_t H = c.heads, D = c.head_dim;
-        std::vector<float> outs[2];
-        for (int b = 0; b < 2; ++b) {
-          Backend& be = b == 0 ? *be_ : *tokens;
-          std::mt19937 r = again;
-          ScenarioBuilder builder(be);
-          const Scenario sc = builder.Build(spec, r);
-          const int64_t T = sc.hb.num_tokens();
-          const std::vector<float> q = RandomNormal(static_cast<size_t>(T * H * D), r);
-          Tensor qt = Must(be.Allocate(DType::kF32, {T, H * D}), "Allocate");
-          Tensor out = Must(be.Allocate(DType::kF32, {T, H * D}), "Allocate");
-          MustOk(be.Upload(q.data(), q.size() * sizeof(float), qt), "Upload");
-          be.GqaAttention(qt, sc.view(), spec.layer, sc.batch, H, c.kv_heads, D, 1.0f / std::sqrt(static_cast<float>(D)),
-                          out);
-          MustOk(be.Synchronize(), "GqaAttention");
-          outs[b].resize(static_cast<size_t>(T * H * D));
-          MustOk(be.Download(out, outs[b].data(), outs[b].size() * sizeof(float)), "Download");
-        }
-        SCOPED_TRACE(::testing::Message() << spec.Describe() << " heads " << H << " head_dim " << D);
+        const std::mt19937 again = rng;  // the same rows and query for the token-by-token kernel
+        CheckGqa(codec, c, fresh, rng, spec.seqs);
+        SCOPED_TRACE(::testing::Message() << spec.Describe() << " heads " << c.heads << " head_dim " << c.head_dim);
+        const bool same = AllBitEqual(run(*be_, spec, c, false, again), run(*tokens, spec, c, false, again));
         if (codec->id() == kKvCodecF32) {
-          EXPECT_TRUE(AllBitEqual(outs[0], outs[1])) << "F32 rows keep the float32 path";
+          EXPECT_TRUE(same) << "F32 rows keep the float32 path";
         } else {
-          EXPECT_FALSE(AllBitEqual(outs[0], outs[1])) << "the pass ran token by token";
+          EXPECT_FALSE(same) << "the pass ran token by token";
         }
       }
     }
   }
   eps_override_ = -1;
+  // Passes left to the token kernel, bit for bit: a decode pass (though every sequence's one token
+  // meets a minimum of 1), and a pass where a prompt's chunk meets decoding sequences (one token:
+  // fewer than 2).
+  const std::unique_ptr<Backend> every = with_min_tokens(1);
+  const GqaCase c{2, 32, 6, 4};
+  ScenarioSpec spec;
+  spec.codec = FindKvCodec(kKvCodecBf16);
+  spec.shape = c.Shape();
+  spec.page_size = c.page_size;
+  spec.seqs = {{40, 1}, {9, 1}, {70, 1}};
+  EXPECT_TRUE(AllBitEqual(run(*every, spec, c, true, rng), run(*tokens, spec, c, true, rng))) << "a decode pass";
+  spec.seqs = {{0, 70}, {40, 1}, {9, 1}};
+  EXPECT_TRUE(AllBitEqual(run(*be_, spec, c, false, rng), run(*tokens, spec, c, false, rng)))
+      << "a prompt's chunk beside decoding sequences";
   MustOk(be().Synchronize(), "Synchronize");
 }
 

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "src/backend/cuda/cublaslt.h"
+#include "src/backend/cuda/cuda_backend.h"
 #include "src/backend/registry.h"
 #include "tests/backend/harness.h"
 
@@ -225,8 +226,14 @@ TEST_P(Bf16MatMul, MoeExpertsGiveEveryTileSizeTheSameBits) {
     }
     return Must(be.PrepareExperts(std::move(experts)), "PrepareExperts");
   };
+  // The tile size the last MoeExperts took.
+  const auto tile_rows = [](Backend& be) {
+    const auto* cuda = dynamic_cast<const CudaBackend*>(&be);
+    return cuda != nullptr ? cuda->last_moe_tile_rows() : int64_t{-1};
+  };
   const std::unique_ptr<ExpertBank> bank = bank_of(*be_);
   const std::vector<float> all = run(*be_, *bank, 0, kAll);
+  EXPECT_EQ(tile_rows(*be_), 128) << "150 rows an expert";
 
   // The reference and its bound, token by token.
   std::vector<double> want(all.size(), 0.0), tol(all.size(), 1e-30);
@@ -275,11 +282,25 @@ TEST_P(Bf16MatMul, MoeExpertsGiveEveryTileSizeTheSameBits) {
     const std::unique_ptr<Backend> be = Must(CreateBackend(GetParam(), o), "CreateBackend");
     const std::unique_ptr<ExpertBank> b = bank_of(*be);
     EXPECT_TRUE(AllBitEqual(run(*be, *b, 0, kAll), all)) << "tiles of " << forced << " rows against the chosen size";
+    EXPECT_EQ(tile_rows(*be), forced);
   }
   for (const auto& [o, T] : {std::pair<int64_t, int64_t>{0, 1}, {150, 1}, {kAll - 1, 1}, {37, 100}}) {
     const std::vector<float> got = run(*be_, *bank, o, T);
+    EXPECT_EQ(tile_rows(*be_), T == 100 ? 64 : 32) << T << " tokens";
     EXPECT_TRUE(AllBitEqual(got, std::vector<float>(all.begin() + o * H, all.begin() + (o + T) * H)))
         << "tokens [" << o << ", " << o + T << ") alone vs in a batch of " << kAll;
+  }
+}
+
+// A tile size the grouped GEMM has no instance for is refused at creation, naming the option.
+TEST_P(Bf16MatMul, AnUnknownMoeTileSizeIsRefused) {
+  for (const int64_t rows : {16, 48, 256}) {
+    BackendOptions o;
+    o.device_moe_tile_rows = rows;
+    const absl::StatusOr<std::unique_ptr<Backend>> be = CreateBackend(GetParam(), o);
+    ASSERT_FALSE(be.ok()) << rows;
+    EXPECT_EQ(be.status().code(), absl::StatusCode::kInvalidArgument) << be.status();
+    EXPECT_NE(be.status().message().find("device_moe_tile_rows"), std::string::npos) << be.status();
   }
 }
 

@@ -90,6 +90,9 @@ AttentionBatch OneTokenBatch(Backend& be, int64_t ctx, int64_t page, Tensor* met
   batch.num_tokens = 1;
   batch.num_seqs = 1;
   batch.max_ctx = ctx;
+  batch.total_ctx = ctx;
+  batch.min_seq_tokens = 1;
+  batch.decode = true;
   return batch;
 }
 
@@ -116,6 +119,8 @@ AttentionBatch PrefillBatch(Backend& be, int64_t T, int64_t page, Tensor* meta) 
   batch.num_tokens = T;
   batch.num_seqs = 1;
   batch.max_ctx = T;
+  batch.total_ctx = T * (T + 1) / 2;
+  batch.min_seq_tokens = T;
   return batch;
 }
 

@@ -274,6 +274,12 @@ AttentionBatch UploadBatch(Backend& be, const HostBatch& b, Tensor* positions) {
   a.num_tokens = b.num_tokens();
   a.num_seqs = b.num_seqs();
   a.max_ctx = *std::max_element(b.token_ctx.begin(), b.token_ctx.end());
+  // The host facts a step gives (StepBatch::UploadTo), but `decode`, which a test sets.
+  for (const int32_t c : b.token_ctx) a.total_ctx += c;
+  for (int64_t s = 0; s < a.num_seqs && b.seq_first_token.size() == static_cast<size_t>(a.num_seqs); ++s) {
+    const int64_t n = (s + 1 < a.num_seqs ? b.seq_first_token[s + 1] : a.num_tokens) - b.seq_first_token[s];
+    a.min_seq_tokens = s == 0 ? n : std::min(a.min_seq_tokens, n);
+  }
   return a;
 }
 

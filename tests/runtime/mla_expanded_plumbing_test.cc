@@ -4,8 +4,8 @@
 // with the absorbed ops themselves. So the tokens and logits must be the CPU's bit for bit (the
 // model hands over the right query, kv_b, cache, layer, batch and output, and uses what comes
 // back), the host facts of each offered pass must be right (AttentionBatch::total_ctx the sum of
-// the tokens' contexts, `decode` set on decode passes, which the stand-in declines as the CUDA
-// backend does), a DSA pass with a sparse selection is never offered, and a GQA model never
+// the tokens' contexts, min_seq_tokens the fewest tokens a sequence brings, `decode` set on
+// decode passes, which the stand-in declines as the CUDA backend does), a DSA pass with a sparse selection is never offered, and a GQA model never
 // offers any. On a host where a real CUDA device runs, these cases do not apply.
 #include <algorithm>
 #include <cstdint>
@@ -24,7 +24,7 @@ namespace {
 
 struct Offers {
   int64_t offered = 0, decode = 0, taken = 0, max_ctx = 0;
-  bool total_ctx_right = true, decode_right = true;
+  bool total_ctx_right = true, decode_right = true, min_seq_tokens_right = true;
 };
 Offers g_offers;
 
@@ -37,13 +37,16 @@ class ExpandingCpu : public CpuBackend {
     g_offers.max_ctx = std::max(g_offers.max_ctx, batch.max_ctx);
     const int32_t* ctx = batch.token_ctx.data_as<const int32_t>();
     const int32_t* seq = batch.token_seq.data_as<const int32_t>();
-    int64_t total = 0;
+    int64_t total = 0, fewest = batch.num_tokens, run = 0;
     bool one_token_each = true;
     for (int64_t t = 0; t < batch.num_tokens; ++t) {
       total += ctx[t];
       if (t > 0 && seq[t] == seq[t - 1]) one_token_each = false;
+      run = t > 0 && seq[t] == seq[t - 1] ? run + 1 : 1;  // a sequence's rows are contiguous
+      if (t + 1 == batch.num_tokens || seq[t + 1] != seq[t]) fewest = std::min(fewest, run);
     }
     if (total != batch.total_ctx) g_offers.total_ctx_right = false;
+    if (fewest != batch.min_seq_tokens) g_offers.min_seq_tokens_right = false;
     if (batch.decode && !one_token_each) g_offers.decode_right = false;  // (pad rows are not in these runs)
     if (batch.decode) {
       ++g_offers.decode;
@@ -148,6 +151,7 @@ TEST_F(MlaExpandedPlumbing, TakenPrefillPassesGiveTheCpusBits) {
     EXPECT_GT(g_offers.taken, 0);
     EXPECT_GT(g_offers.decode, 0);  // decode passes are offered too, and declined
     EXPECT_TRUE(g_offers.total_ctx_right);
+    EXPECT_TRUE(g_offers.min_seq_tokens_right);
     EXPECT_TRUE(g_offers.decode_right);
     EXPECT_EQ(dev.tokens, cpu.tokens);
     ASSERT_EQ(dev.logits.size(), cpu.logits.size());

@@ -79,6 +79,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
 }
 
 absl::Status CudaBackend::Init() {
+  if (moe_tile_rows_ != 0 && moe_tile_rows_ != 32 && moe_tile_rows_ != 64 && moe_tile_rows_ != 128) {
+    return absl::InvalidArgumentError(absl::StrCat("BackendOptions::device_moe_tile_rows ", moe_tile_rows_,
+                                                   ": expected 0 (by the rows an expert gets), 32, 64 or 128"));
+  }
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
   cudaStream_t s = nullptr;
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));

@@ -141,6 +141,9 @@ class CudaBackend final : public Backend {
   bool MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
                             const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) override;
   static constexpr size_t kMlaExpandedMaxBytes = size_t{2} << 30;
+  // The rows a tile of the routed experts' grouped GEMMs took in the last MoeExperts (0: none
+  // yet), for tests and measurements.
+  int64_t last_moe_tile_rows() const { return last_moe_tile_rows_; }
   // GqaAttention's FlashAttention form, where BackendOptions::device_gqa_flash_min_tokens admits
   // the pass (a prefill pass, BF16 or FP8 rows, a head size with an instance, the gathered
   // contexts within kMlaExpandedMaxBytes and device memory); false, nothing enqueued, otherwise.
@@ -231,6 +234,7 @@ class CudaBackend final : public Backend {
   size_t mla_expanded_refused_bytes_ = SIZE_MAX;
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
   int64_t moe_tile_rows_ = 0;  // BackendOptions::device_moe_tile_rows
+  int64_t last_moe_tile_rows_ = 0;
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,
   // CublasLtGemm::kWorkspaceBytes, allocated at Init).

@@ -288,8 +288,13 @@ bool CudaBackend::GqaFlashAttention(const Tensor& q, const KvCacheView& cache, i
                                     const AttentionBatch& batch, int64_t heads, int64_t kv_heads, int64_t head_dim,
                                     float scale, const Tensor& out) {
   // Whether the pass is taken: decided on the host before anything is enqueued.
+  // Every sequence of the pass must bring at least `mode` tokens: a decoding sequence's one token
+  // would take a block of 64 rows per query head, each reading its whole context (the token
+  // kernel reads it once per KV head's tile of heads), and its context would widen the gather.
+  // LLMRT_CUDA_ATTENTION=scalar asks for the float32 reference kernel: it keeps it.
   const int64_t T = batch.num_tokens, S = batch.num_seqs, mode = gqa_flash_min_tokens_;
-  if (mode <= 0 || batch.decode || failed_ || !sticky_.ok() || S <= 0 || batch.max_ctx <= 0 || T < mode * S) {
+  if (mode <= 0 || batch.decode || failed_ || !sticky_.ok() || S <= 0 || batch.max_ctx <= 0 ||
+      batch.min_seq_tokens < mode || attention_ == BackendOptions::DeviceAttention::kScalar) {
     return false;
   }
   cuda::MlaExpandedPlan plan;
@@ -448,8 +453,12 @@ void CudaBackend::MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const
 bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
                                        const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) {
   // Whether the pass is taken: decided on the host before anything is enqueued.
+  // (LLMRT_CUDA_ATTENTION=scalar asks for the float32 reference kernel: it keeps it.)
   const int64_t T = batch.num_tokens, S = batch.num_seqs, mode = mla_expanded_min_tokens_;
-  if (mode == 0 || batch.decode || failed_ || !sticky_.ok() || S <= 0 || batch.max_ctx <= 0) return false;
+  if (mode == 0 || batch.decode || failed_ || !sticky_.ok() || S <= 0 || batch.max_ctx <= 0 ||
+      attention_ == BackendOptions::DeviceAttention::kScalar) {
+    return false;
+  }
   cuda::MlaExpandedPlan plan;
   if (!cuda::PlanMlaExpanded(d.nope, d.rope, d.v, &plan) || plan.shared_bytes > shared_optin_ || d.kv_lora % 8 != 0 ||
       cublaslt_ == nullptr) {
@@ -670,6 +679,7 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     // tiles, so all take at most ceil(P / tile) + (active experts) <= ceil(P / tile) + min(E, P);
     // no tile is empty, so never more than P either (at decode, P block rows, not E + 1).
     const int64_t max_tiles = std::min(P, (P + tile_rows - 1) / tile_rows + std::min(E, P));
+    last_moe_tile_rows_ = tile_rows;
     // Index scratch: perm_token [P], perm_pos [P], counts [2E], tiles 3 * max_tiles + 1.
     const size_t index_bytes = static_cast<size_t>(2 * P + 2 * E + 3 * max_tiles + 1) * sizeof(int32_t);
     LLMRT_ASSIGN_OR_RETURN(void* ip, Scratch(kScratchMoeIndex, index_bytes, "MoE routing indices"));
