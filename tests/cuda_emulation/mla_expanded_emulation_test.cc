@@ -373,8 +373,9 @@ void CheckGqa(int64_t heads, int64_t kv_heads, int64_t D, uint32_t codec_id, boo
   EXPECT_EQ(gather_bad, 0);
 }
 
-// Groups of 3 and of 1 (multi-head), GLM-4.5's head size of 128, several tiles and a one-token
-// sequence, BF16 and both FP8 codecs, fresh rows; copies landing at the wait and at once.
+// Groups of 3, 1, 4 and 2, GLM-4.5's head size of 128 and 96 (padded to the instance's 128),
+// several tiles and a one-token sequence, BF16 and both FP8 codecs, fresh rows; copies landing at
+// the wait and at once.
 TEST(MlaExpandedEmulated, GqaPrefill) {
   std::mt19937 rng(74);
   const std::vector<std::pair<int64_t, int64_t>> seqs = {{0, 70}, {9, 1}, {40, 20}};
@@ -385,6 +386,7 @@ TEST(MlaExpandedEmulated, GqaPrefill) {
   }
   emulation::g_landing = emulation::Landing::kAtWait;
   CheckGqa(4, 1, 128, kKvCodecFp8Tiled, false, {{30, 66}}, rng);
+  CheckGqa(4, 2, 96, kKvCodecBf16, false, {{5, 17}, {0, 3}}, rng);  // a head size the instance pads (to 128)
 }
 
 // The plan: which heads take which instance, and which none.
