@@ -54,7 +54,9 @@
 
 namespace llmrt::cuda {
 struct AttentionArgs;
+struct BatchRef;
 struct ConstMat;
+struct MlaExpandedArgs;
 struct MutMat;
 struct Fp8ActOut;
 }  // namespace llmrt::cuda
@@ -206,6 +208,9 @@ class CudaBackend final : public Backend {
   // Waits for the stream: cudaStreamSynchronize, or with a communicator of several ranks a
   // polling wait that also fails when the communicator reports an asynchronous failure.
   absl::Status AwaitStream();
+  // The FlashAttention kernel's shared arguments (MlaExpandedAttention, GqaFlashAttention).
+  cuda::MlaExpandedArgs FlashArgs(const cuda::BatchRef& b, int64_t S, int64_t heads, const Tensor& q, int64_t stride,
+                                  float scale, const Tensor& out) const;
   // A device allocation of `bytes` with an out-of-memory message naming `what`.
   absl::StatusOr<void*> DeviceMalloc(size_t bytes, const std::string& what);
 

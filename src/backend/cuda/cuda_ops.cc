@@ -284,6 +284,24 @@ void CudaBackend::KvImportRows(const KvCacheView& cache, int64_t layer, const Te
   });
 }
 
+// The FlashAttention kernel's arguments that the expanded MLA and the GQA prefill share: the pass,
+// the query [T, heads * (nope + rope)], the contexts' row stride, the scale and the output.
+cuda::MlaExpandedArgs CudaBackend::FlashArgs(const cuda::BatchRef& b, int64_t S, int64_t heads, const Tensor& q,
+                                             int64_t stride, float scale, const Tensor& out) const {
+  cuda::MlaExpandedArgs a{};
+  a.batch = b;
+  a.num_seqs = S;
+  a.heads = heads;
+  a.q = q.data_as<const float>();
+  a.q_ld = q.row_stride();
+  a.ctx_stride = stride;
+  a.scale = scale;
+  a.out = out.data_as<float>();
+  a.out_ld = out.row_stride();
+  a.max_shared_bytes = shared_optin_;
+  return a;
+}
+
 bool CudaBackend::GqaFlashAttention(const Tensor& q, const KvCacheView& cache, int64_t layer,
                                     const AttentionBatch& batch, int64_t heads, int64_t kv_heads, int64_t head_dim,
                                     float scale, const Tensor& out) {
@@ -327,26 +345,16 @@ bool CudaBackend::GqaFlashAttention(const Tensor& q, const KvCacheView& cache, i
     const cuda::BatchRef b = BatchOf(batch);
     LLMRT_RETURN_IF_ERROR(
         Launched(cuda::LaunchMlaGatherLatent(kv, layer, b, S, W, 0, stride, ctx_rows, ctx_rows, error_word_, s)));
-    cuda::MlaExpandedArgs a{};
-    a.batch = b;
-    a.num_seqs = S;
-    a.heads = heads;
+    cuda::MlaExpandedArgs a = FlashArgs(b, S, heads, q, stride, scale, out);
     a.nope = head_dim;  // the whole key: rope was applied before the rows were written
     a.rope = 0;
     a.v = head_dim;
-    a.q = q.data_as<const float>();
-    a.q_ld = q.row_stride();
     a.kvx = ctx_rows;
     a.kvx_ld = W;
     a.group = heads / kv_heads;
     a.k_head_step = a.v_head_step = head_dim;
     a.v_off = kv_heads * head_dim;
     a.rope_keys = ctx_rows;  // (no rope part)
-    a.ctx_stride = stride;
-    a.scale = scale;
-    a.out = out.data_as<float>();
-    a.out_ld = out.row_stride();
-    a.max_shared_bytes = shared_optin_;
     return Launched(cuda::LaunchMlaExpandedAttention(a, s));
   });
   return true;
@@ -550,25 +558,15 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
     LLMRT_RETURN_IF_ERROR(
         Launched(cuda::LaunchMlaGatherLatent(kv, layer, b, S, K, d.rope, stride, latent, rope_keys, error_word_, s)));
     LLMRT_RETURN_IF_ERROR(cublaslt_->RunBf16Out(**call, w, latent, static_cast<uint16_t*>(*xp), stream_));
-    cuda::MlaExpandedArgs a{};
-    a.batch = b;
-    a.num_seqs = S;
-    a.heads = d.heads;
+    cuda::MlaExpandedArgs a = FlashArgs(b, S, d.heads, q, stride, scale, out);
     a.nope = d.nope;
     a.rope = d.rope;
     a.v = d.v;
-    a.q = q.data_as<const float>();
-    a.q_ld = q.row_stride();
     a.kvx = static_cast<const uint16_t*>(*xp);
     a.kvx_ld = N;
     a.k_head_step = a.v_head_step = d.nope + d.v;
     a.v_off = d.nope;
     a.rope_keys = rope_keys;
-    a.ctx_stride = stride;
-    a.scale = scale;
-    a.out = out.data_as<float>();
-    a.out_ld = out.row_stride();
-    a.max_shared_bytes = shared_optin_;
     return Launched(cuda::LaunchMlaExpandedAttention(a, s));
   });
   return true;
