@@ -98,6 +98,7 @@ AttentionBlocks AttentionBlocksOf(const AttentionArgs& a) {
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s) {
   const int64_t blocks = a.batch.num_tokens * a.heads;
   if (blocks == 0) return cudaSuccess;
+  if (a.skip_seq_tokens > 0 && (a.batch.seq_first_token == nullptr || a.num_seqs <= 0)) return cudaErrorInvalidValue;
   if (WgPlan plan; PlanWgmma(a, &plan)) {
     const cudaError_t e = LaunchWgmmaAttention(a, plan, err, s);
     if (e != cudaSuccess || a.splits == 1) return e;

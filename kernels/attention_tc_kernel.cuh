@@ -171,6 +171,7 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
   const int h0 = (tile / pl.tiles_per_group) * pl.group + in_group;
   const int nh = static_cast<int>(pl.group - in_group < kRows ? pl.group - in_group : kRows);
   const int split = static_cast<int>(blockIdx.y);
+  if (SkipsToken(a, t)) return;  // another kernel's token (the whole block: one token)
 
   // The query rows in kTerms bfloat16 parts, zero-padded to kpad columns and 16 rows.
   for (int r = warp; r < kRows; r += kWarps) {  // warp w: rows w, w + kWarps, ... (no division)

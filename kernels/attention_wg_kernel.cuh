@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
   const int t = static_cast<int>(blockIdx.x) / pl.head_blocks, h0 = static_cast<int>(blockIdx.x) % pl.head_blocks * kHeads;
   const int nh = static_cast<int>(a.heads - h0 < kHeads ? a.heads - h0 : kHeads);
   const int split = static_cast<int>(blockIdx.y);
+  if (SkipsToken(a, t)) return;  // another kernel's token (the whole block: one token)
   const int q1_len = static_cast<int>(a.q1_len), q2_len = a.q2 != nullptr ? static_cast<int>(a.q2_len) : 0;
 
   const BatchRef& b = a.batch;

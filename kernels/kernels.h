@@ -306,6 +306,10 @@ struct MlaExpandedArgs {
   int64_t kvx_ld;
   // (-1: unset, which the launch refuses.)
   int64_t group = 1, k_head_step = -1, v_off = -1, v_head_step = -1;
+  // > 0: only the sequences that bring at least this many tokens (the others' tokens are left
+  // to the token-by-token kernel, AttentionArgs::skip_seq_tokens), the q-th of them reading the
+  // rows from q * ctx_stride (LaunchMlaGatherLatent with the same minimum).
+  int64_t min_seq_tokens = 0;
   const uint16_t* rope_keys;  // [S * ctx_stride, rope] bfloat16
   int64_t ctx_stride;
   float scale;
@@ -326,9 +330,11 @@ struct MlaExpandedPlan {
   int64_t shared_bytes = 0;
 };
 bool PlanMlaExpanded(int64_t nope, int64_t rope, int64_t v, MlaExpandedPlan* plan);
+// (min_seq_tokens > 0: only the `gathered` sequences that bring at least that many tokens, the
+// q-th of them at rows q * ctx_stride: MlaExpandedArgs::min_seq_tokens.)
 cudaError_t LaunchMlaGatherLatent(KvRef kv, int64_t layer, BatchRef batch, int64_t num_seqs, int64_t kv_lora,
                                   int64_t rope, int64_t ctx_stride, uint16_t* latent, uint16_t* rope_keys, int32_t* err,
-                                  cudaStream_t s);
+                                  cudaStream_t s, int64_t min_seq_tokens = 0, int64_t gathered = -1);
 cudaError_t LaunchMlaExpandedAttention(const MlaExpandedArgs& a, cudaStream_t s);
 
 // Which attention kernel runs (BackendOptions::attention).
@@ -393,6 +399,11 @@ struct AttentionArgs {
   // The device's compute capability (major * 10 + minor; 0: not known): kWgmma runs on 90 only,
   // the one its sm_90a machine code is for.
   int32_t compute_capability = 0;
+  // > 0: the tokens of sequences that bring at least this many tokens to the pass are left to
+  // another kernel (GQA prefill on FlashAttention tiles): their blocks, and their combines,
+  // return at once, and their outputs are not written. Needs batch.seq_first_token and num_seqs.
+  int64_t skip_seq_tokens = 0;
+  int64_t num_seqs = 0;
 };
 // Blocks per token per split of the kernel that runs `a`: heads (scalar kernel) or head tiles
 // (tensor cores), and how many of its blocks a multiprocessor holds (0: not known); size the

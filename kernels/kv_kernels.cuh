@@ -139,6 +139,7 @@ __global__ void ScalarAttentionKernel(AttentionArgs a, int32_t* err) {
   float* smem = DynamicShared<float>();
   const int64_t t = blockIdx.x / a.heads, h = blockIdx.x % a.heads, g = h / a.kv_group;
   const int64_t split = blockIdx.y;
+  if (SkipsToken(a, t)) return;  // another kernel's token
   const int64_t qlen = a.q1_len + a.q2_len;
   float* q = smem;
   float* acc = q + qlen;
@@ -236,6 +237,7 @@ __global__ void ScalarAttentionKernel(AttentionArgs a, int32_t* err) {
 // rescaled sum. Splits without positions (l == 0) contribute nothing.
 __global__ void AttentionCombineKernel(AttentionArgs a) {
   const int64_t t = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
+  if (SkipsToken(a, t)) return;  // another kernel's token: no partial results
   const float* parts = a.partial + static_cast<int64_t>(blockIdx.x) * a.splits * (a.dv + 2);
   float mx = -INFINITY;
   for (int64_t s = 0; s < a.splits; ++s) {

@@ -40,12 +40,12 @@ bool PlanMlaExpanded(int64_t nope, int64_t rope, int64_t v, MlaExpandedPlan* pla
 
 cudaError_t LaunchMlaGatherLatent(KvRef kv, int64_t layer, BatchRef batch, int64_t num_seqs, int64_t kv_lora,
                                   int64_t rope, int64_t ctx_stride, uint16_t* latent, uint16_t* rope_keys, int32_t* err,
-                                  cudaStream_t s) {
-  const int64_t rows = num_seqs * ctx_stride;
+                                  cudaStream_t s, int64_t min_seq_tokens, int64_t gathered) {
+  const int64_t rows = (gathered < 0 ? num_seqs : gathered) * ctx_stride;
   if (rows <= 0) return cudaSuccess;
   if (batch.seq_first_token == nullptr) return cudaErrorInvalidValue;
   xp::GatherLatentKernel<<<BlocksFor(rows, 8), 256, 0, s>>>(kv, layer, batch, num_seqs, kv_lora, rope, ctx_stride,
-                                                            latent, rope_keys, err);
+                                                            latent, rope_keys, err, min_seq_tokens, gathered);
   return cudaGetLastError();
 }
 

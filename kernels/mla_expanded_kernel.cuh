@@ -41,14 +41,31 @@ __device__ __forceinline__ void SeqTokens(const BatchRef& b, int64_t num_seqs, i
   *end = s + 1 < num_seqs ? b.seq_first_token[s + 1] : b.num_tokens;
 }
 
-// One warp a context row r = s * ctx_stride + p (8 warps a block).
+// The sequence whose rows start at row q * ctx_stride of the gathered buffer: the q-th of those
+// that bring at least min_seq_tokens tokens (all of them for 0: q itself); -1 past the last.
+__device__ __forceinline__ int64_t GatheredSeq(const BatchRef& b, int64_t num_seqs, int64_t min_seq_tokens, int64_t q) {
+  if (min_seq_tokens <= 0) return q < num_seqs ? q : -1;
+  for (int64_t s = 0, k = 0; s < num_seqs; ++s) {
+    int64_t first = 0, end = 0;
+    SeqTokens(b, num_seqs, s, &first, &end);
+    if (end - first < min_seq_tokens) continue;
+    if (k++ == q) return s;
+  }
+  return -1;
+}
+
+// One warp a context row r = q * ctx_stride + p (8 warps a block) of the q-th gathered sequence
+// (GatheredSeq), for `gathered` sequences.
 __global__ void __launch_bounds__(256) GatherLatentKernel(KvRef kv, int64_t layer, BatchRef b, int64_t num_seqs,
                                                           int64_t kv_lora, int64_t rope, int64_t ctx_stride,
-                                                          uint16_t* latent, uint16_t* rope_keys, int32_t* err) {
+                                                          uint16_t* latent, uint16_t* rope_keys, int32_t* err,
+                                                          int64_t min_seq_tokens = 0, int64_t gathered = -1) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (r >= num_seqs * ctx_stride) return;
-  const int64_t s = r / ctx_stride, p = r - s * ctx_stride;
+  if (r >= (gathered < 0 ? num_seqs : gathered) * ctx_stride) return;
+  const int64_t q = r / ctx_stride, p = r - q * ctx_stride;
+  const int64_t s = GatheredSeq(b, num_seqs, min_seq_tokens, q);
+  if (s < 0) return;
   int64_t first = 0, end = 0;
   SeqTokens(b, num_seqs, s, &first, &end);
   RowPtr row{nullptr, false};
@@ -148,12 +165,15 @@ __global__ void __launch_bounds__(32 * kWarps) ExpandedAttentionKernel(MlaExpand
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x & 31);
   const int g = lane >> 2, c = lane & 3;
   const int64_t h = blockIdx.y;
-  int64_t tile = blockIdx.x, s = 0, first = 0, end = 0;
+  // rank: the sequence's place among those taken (min_seq_tokens), whose rows the gather wrote.
+  int64_t tile = blockIdx.x, s = 0, first = 0, end = 0, rank = 0;
   for (; s < a.num_seqs; ++s) {
     SeqTokens(a.batch, a.num_seqs, s, &first, &end);
-    const int64_t n = (end - first + kRows - 1) / kRows;
+    const bool ours = end - first >= a.min_seq_tokens;  // (others: the token-by-token kernel's)
+    const int64_t n = ours ? (end - first + kRows - 1) / kRows : 0;
     if (tile < n) break;
     tile -= n;
+    rank += ours ? 1 : 0;
   }
   if (s >= a.num_seqs) return;
   const int64_t t0 = first + tile * kRows;
@@ -163,7 +183,7 @@ __global__ void __launch_bounds__(32 * kWarps) ExpandedAttentionKernel(MlaExpand
   // The block visits the positions of its last token's context, the largest (contexts grow
   // along a sequence).
   const int64_t last = a.batch.token_ctx[t0 + nt - 1];
-  const int64_t base = s * a.ctx_stride;
+  const int64_t base = rank * a.ctx_stride;
 
   // Chunk p0's K tile (nope columns from kvx, the rope key, zeros to kQk) and V tile into `stage`:
   // cp.async for the 16-byte pieces that exist, zeros (ordinary stores) for the others and for

@@ -101,6 +101,10 @@ struct AttentionBatch {
   int64_t total_ctx = 0;
   int64_t min_seq_tokens = 0;
   bool decode = false;
+  // Host copies, [num_seqs] each, of the tokens each sequence brings and of its context (its last
+  // token's), valid for the pass (null: not known).
+  const int32_t* host_seq_tokens = nullptr;
+  const int32_t* host_seq_ctx = nullptr;
 };
 
 // The paged KV cache (owned by src/kv/kv_store.h): pages [num_pages, num_layers, page_size,

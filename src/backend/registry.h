@@ -68,10 +68,10 @@ struct BackendOptions {
   // CUDA: GQA prefill on FlashAttention tiles (64 query tokens of one sequence and head a block,
   // the context's K and V gathered once as bfloat16), instead of the token-by-token kernel
   // (LLMRT_CUDA_GQA_PREFILL in the environment: "tokens", the default, "flash" (kGqaFlashTokens
-  // tokens a sequence) or a number of tokens). 0: never; N >= 1: every prefill pass in which each
-  // sequence brings at least N tokens (AttentionBatch::min_seq_tokens; a pass that also advances
-  // decoding sequences runs token by token). Decode passes always run token by token, and so does
-  // everything under LLMRT_CUDA_ATTENTION=scalar.
+  // tokens a sequence) or a number of tokens). 0: never; N >= 1: in a prefill pass, the sequences
+  // that bring at least N tokens (AttentionBatch::host_seq_tokens); the others' tokens (decoding
+  // beside a prompt's chunk) run token by token in the same op. Decode passes always run token by
+  // token, and so does everything under LLMRT_CUDA_ATTENTION=scalar.
   static constexpr int64_t kGqaFlashTokens = 16;
   int64_t device_gqa_flash_min_tokens = 0;
   // CUDA: whether the routed experts' grouped GEMM may run on the tensor cores under the BF16 and

@@ -140,6 +140,13 @@ void StepBatch::Pack() {
   put(samp_, o_samp_);
   put(rand_, o_rand_);
   put(pids_, o_pids_);
+  seq_tokens_.assign(static_cast<size_t>(S), 0);
+  seq_ctx_.assign(static_cast<size_t>(S), 0);
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t end = s + 1 < S ? first_[s + 1] : T;
+    seq_tokens_[s] = static_cast<int32_t>(end - first_[s]);
+    seq_ctx_[s] = end > first_[s] ? tctx_[end - 1] : 0;
+  }
 }
 
 absl::StatusOr<ForwardBatch> StepBatch::UploadTo(Backend& backend, const Tensor& device) const {
@@ -171,6 +178,10 @@ absl::StatusOr<ForwardBatch> StepBatch::UploadTo(Backend& backend, const Tensor&
     fb.attn.min_seq_tokens = s == 0 ? n : std::min(fb.attn.min_seq_tokens, n);
   }
   fb.attn.decode = decode_phase_;
+  if (static_cast<int64_t>(seq_tokens_.size()) == S) {  // (Pack made them for this batch)
+    fb.attn.host_seq_tokens = seq_tokens_.data();
+    fb.attn.host_seq_ctx = seq_ctx_.data();
+  }
   return fb;
 }
 

@@ -69,6 +69,7 @@ class StepBatch {
   Tensor device_;               // I32: the packed arrays
   std::vector<int32_t> staging_;
   std::vector<int32_t> ids_, pos_, tseq_, tctx_, pstart_, pids_, slots_, lrows_, first_;
+  std::vector<int32_t> seq_tokens_, seq_ctx_;  // per sequence, for AttentionBatch's host facts (Pack)
   std::vector<int32_t> samp_;  // kSamplingWords per logit row
   std::vector<int32_t> rand_;  // the logit rows that draw, ascending
   // Offsets of the arrays in the packed buffer (Pack).

@@ -446,7 +446,10 @@ int Main() {
           std::unique_ptr<KvStore> store = OneLayerStore(*gb, codec, {{GKV * GD, GD, false}, {GKV * GD, GD, false}},
                                                          (T + page - 1) / page * page, page);
           Tensor m;
-          const AttentionBatch batch = PrefillBatch(*gb, T, page, &m);
+          AttentionBatch batch = PrefillBatch(*gb, T, page, &m);
+          const int32_t seq_tokens = static_cast<int32_t>(T), seq_ctx = static_cast<int32_t>(T);
+          batch.host_seq_tokens = &seq_tokens;  // (the host facts a step gives: one sequence of T tokens)
+          batch.host_seq_ctx = &seq_ctx;
           Tensor q = Random(*gb, DType::kF32, {T, GH * GD}, rng);
           Tensor out = Must(gb->Allocate(DType::kF32, {T, GH * GD}), "Allocate");
           const double t = Time(*gb, 3, [&] { gb->GqaAttention(q, store->view(), 0, batch, GH, GKV, GD, 0.088f, out); });

@@ -157,6 +157,8 @@ HostBatch MakeHostBatch(const std::vector<std::pair<int64_t, int64_t>>& seqs, in
     for (int32_t p : b.pages.back()) b.page_ids.push_back(p);
     b.seq_page_start.push_back(static_cast<int32_t>(b.page_ids.size()));
     b.seq_first_token.push_back(static_cast<int32_t>(b.token_seq.size()));
+    b.seq_tokens.push_back(static_cast<int32_t>(n));
+    b.seq_ctx.push_back(static_cast<int32_t>(hist + n));
     for (int64_t i = 0; i < n; ++i) {
       const int64_t p = hist + i;
       b.token_seq.push_back(static_cast<int32_t>(s));
@@ -279,6 +281,10 @@ AttentionBatch UploadBatch(Backend& be, const HostBatch& b, Tensor* positions) {
   for (int64_t s = 0; s < a.num_seqs && b.seq_first_token.size() == static_cast<size_t>(a.num_seqs); ++s) {
     const int64_t n = (s + 1 < a.num_seqs ? b.seq_first_token[s + 1] : a.num_tokens) - b.seq_first_token[s];
     a.min_seq_tokens = s == 0 ? n : std::min(a.min_seq_tokens, n);
+  }
+  if (b.seq_tokens.size() == static_cast<size_t>(a.num_seqs) && b.seq_ctx.size() == b.seq_tokens.size()) {
+    a.host_seq_tokens = b.seq_tokens.data();
+    a.host_seq_ctx = b.seq_ctx.data();
   }
   return a;
 }

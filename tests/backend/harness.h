@@ -90,6 +90,7 @@ struct HostBatch {
   int64_t page_size = 0;
   // The AttentionBatch fields in host memory.
   std::vector<int32_t> token_seq, token_ctx, seq_page_start, page_ids, slot_mapping, seq_first_token, positions;
+  std::vector<int32_t> seq_tokens, seq_ctx;  // AttentionBatch::host_seq_tokens / host_seq_ctx
   int64_t num_tokens() const { return static_cast<int64_t>(token_seq.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(history.size()); }
   // Cache slot (page * page_size + row) of position p of sequence s.

@@ -261,23 +261,36 @@ TEST(MlaExpandedEmulated, Glm5Heads) {
 // query in float64, within the probabilities' rounding (2^-9 of the largest |value|), and to the
 // float32-exact attention the CPU computes over the values as read, to a relative RMS error under
 // 2^-6 (the bfloat16 query, keys and probabilities).
+// min_tokens > 0: only the sequences of at least that many tokens (MlaExpandedArgs::min_seq_tokens),
+// their rows gathered in order at a stride of their longest context; the others' outputs are not
+// written.
 void CheckGqa(int64_t heads, int64_t kv_heads, int64_t D, uint32_t codec_id, bool fresh,
-              const std::vector<std::pair<int64_t, int64_t>>& seqs, std::mt19937& rng) {
+              const std::vector<std::pair<int64_t, int64_t>>& seqs, std::mt19937& rng, int64_t min_tokens = 0) {
   const KvCodec& codec = *FindKvCodec(codec_id);
   SCOPED_TRACE(::testing::Message() << "heads " << heads << " kv heads " << kv_heads << " head_dim " << D << " "
-                                    << codec.name() << (fresh ? " fresh" : ""));
+                                    << codec.name() << (fresh ? " fresh" : "") << " min tokens " << min_tokens);
   std::normal_distribution<float> normal;
   KvShape shape;
   shape.num_layers = PagedLayer::kLayers;
   shape.parts = {{kv_heads * D, D, false}, {kv_heads * D, D, false}};
   PagedLayer pl;
   pl.Build(codec, shape, /*page_size=*/8, seqs, fresh, /*spare_pages=*/1, rng);
-  const int64_t S = static_cast<int64_t>(seqs.size()), T = pl.T, stride = pl.max_ctx, W = 2 * kv_heads * D;
+  const int64_t S = static_cast<int64_t>(seqs.size()), T = pl.T, W = 2 * kv_heads * D;
   ASSERT_EQ(pl.layout.width, W);
-  std::vector<uint16_t> rows(static_cast<size_t>(S * stride * W), 0x7fff);
+  // The sequences taken, in order (row[s]: the first gathered row of sequence s, -1 if not taken).
+  std::vector<int64_t> row(static_cast<size_t>(S), -1);
+  int64_t taken = 0, stride = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    if (seqs[s].second < min_tokens) continue;
+    row[s] = taken++;
+    stride = std::max(stride, seqs[s].first + seqs[s].second);
+  }
+  for (int64_t& r : row) r = r < 0 ? -1 : r * stride;
+  std::vector<uint16_t> rows(static_cast<size_t>(taken * stride * W), 0x7fff);
   int32_t err = 0;
-  emulation::RunGrid({static_cast<unsigned>((S * stride + 7) / 8), 1, 1}, 256, 0, [&] {
-    xp::GatherLatentKernel(pl.kv, PagedLayer::kLayer, pl.batch, S, W, 0, stride, rows.data(), rows.data(), &err);
+  emulation::RunGrid({static_cast<unsigned>((taken * stride + 7) / 8), 1, 1}, 256, 0, [&] {
+    xp::GatherLatentKernel(pl.kv, PagedLayer::kLayer, pl.batch, S, W, 0, stride, rows.data(), rows.data(), &err,
+                           min_tokens, taken);
   });
   EXPECT_EQ(err, 0);
   std::vector<float> q(static_cast<size_t>(T * heads * D));
@@ -303,6 +316,7 @@ void CheckGqa(int64_t heads, int64_t kv_heads, int64_t D, uint32_t codec_id, boo
   a.scale = scale;
   a.out = out.data();
   a.out_ld = heads * D;
+  a.min_seq_tokens = min_tokens;
   MlaExpandedPlan plan;
   ASSERT_TRUE(xp::PlanOf(D, 0, D, &plan));
   const unsigned tiles = static_cast<unsigned>((T + plan.rows - 1) / plan.rows + S);
@@ -319,17 +333,21 @@ void CheckGqa(int64_t heads, int64_t kv_heads, int64_t D, uint32_t codec_id, boo
   double worst = 0, err2 = 0, want2 = 0;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t sq = pl.token_seq[t], ctx = pl.token_ctx[t];
+    if (row[sq] < 0) {  // not taken: not written
+      for (int64_t i = 0; i < heads * D; ++i) bad += out[t * heads * D + i] != 1234.5f;
+      continue;
+    }
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t kh = h / (heads / kv_heads);
       const float* qh = q.data() + (t * heads + h) * D;
       // Over the kernel's operands (the gathered rows) and over the values as read, in float64.
       for (const bool as_read : {false, true}) {
         const auto key = [&](int64_t p, int64_t i) -> double {
-          return as_read ? pl.read[sq][p][kh * D + i] : Bf16ToF32(rows[(sq * stride + p) * W + kh * D + i]);
+          return as_read ? pl.read[sq][p][kh * D + i] : Bf16ToF32(rows[(row[sq] + p) * W + kh * D + i]);
         };
         const auto value = [&](int64_t p, int64_t i) -> double {
           return as_read ? pl.read[sq][p][(kv_heads + kh) * D + i]
-                         : Bf16ToF32(rows[(sq * stride + p) * W + (kv_heads + kh) * D + i]);
+                         : Bf16ToF32(rows[(row[sq] + p) * W + (kv_heads + kh) * D + i]);
         };
         std::vector<double> sc(static_cast<size_t>(ctx));
         double mx = -INFINITY, vmax = 0;
@@ -360,13 +378,14 @@ void CheckGqa(int64_t heads, int64_t kv_heads, int64_t D, uint32_t codec_id, boo
   }
   EXPECT_EQ(bad, 0) << "largest error against the bf16-operand reference " << worst;
   EXPECT_LT(std::sqrt(err2 / want2), 0x1p-6);
-  // The gather: every context row as read, in bfloat16; zeros past each context.
+  // The gather: every taken context row as read, in bfloat16; zeros past each context.
   int64_t gather_bad = 0;
   for (int64_t sq = 0; sq < S; ++sq) {
+    if (row[sq] < 0) continue;
     const int64_t len = seqs[sq].first + seqs[sq].second;
     for (int64_t p = 0; p < stride; ++p) {
       for (int64_t i = 0; i < W; ++i) {
-        gather_bad += rows[(sq * stride + p) * W + i] != (p < len ? F32ToBf16(pl.read[sq][p][i]) : 0);
+        gather_bad += rows[(row[sq] + p) * W + i] != (p < len ? F32ToBf16(pl.read[sq][p][i]) : 0);
       }
     }
   }
@@ -387,6 +406,10 @@ TEST(MlaExpandedEmulated, GqaPrefill) {
   emulation::g_landing = emulation::Landing::kAtWait;
   CheckGqa(4, 1, 128, kKvCodecFp8Tiled, false, {{30, 66}}, rng);
   CheckGqa(4, 2, 96, kKvCodecBf16, false, {{5, 17}, {0, 3}}, rng);  // a head size the instance pads (to 128)
+  // Beside decoding sequences (longer contexts than the prompts'), which are left alone: the
+  // prompts' rows gathered in order at the stride of their longest context.
+  CheckGqa(6, 2, 32, kKvCodecFp8, true, {{90, 1}, {0, 70}, {120, 1}, {40, 20}, {7, 1}}, rng, 16);
+  CheckGqa(6, 2, 32, kKvCodecBf16, false, {{90, 1}, {0, 70}, {120, 1}, {40, 20}, {7, 1}}, rng, 21);
 }
 
 // The plan: which heads take which instance, and which none.

@@ -4,7 +4,8 @@
 // with the absorbed ops themselves. So the tokens and logits must be the CPU's bit for bit (the
 // model hands over the right query, kv_b, cache, layer, batch and output, and uses what comes
 // back), the host facts of each offered pass must be right (AttentionBatch::total_ctx the sum of
-// the tokens' contexts, min_seq_tokens the fewest tokens a sequence brings, `decode` set on
+// the tokens' contexts, min_seq_tokens the fewest tokens a sequence brings, host_seq_tokens and
+// host_seq_ctx each sequence's tokens and last context, `decode` set on
 // decode passes, which the stand-in declines as the CUDA backend does), a DSA pass with a sparse selection is never offered, and a GQA model never
 // offers any. On a host where a real CUDA device runs, these cases do not apply.
 #include <algorithm>
@@ -24,7 +25,7 @@ namespace {
 
 struct Offers {
   int64_t offered = 0, decode = 0, taken = 0, max_ctx = 0;
-  bool total_ctx_right = true, decode_right = true, min_seq_tokens_right = true;
+  bool total_ctx_right = true, decode_right = true, min_seq_tokens_right = true, host_seqs_right = true;
 };
 Offers g_offers;
 
@@ -47,6 +48,20 @@ class ExpandingCpu : public CpuBackend {
     }
     if (total != batch.total_ctx) g_offers.total_ctx_right = false;
     if (fewest != batch.min_seq_tokens) g_offers.min_seq_tokens_right = false;
+    // Each sequence's tokens and context, as the host copies give them.
+    if (batch.host_seq_tokens == nullptr || batch.host_seq_ctx == nullptr) {
+      g_offers.host_seqs_right = false;
+    } else {
+      std::vector<int64_t> tokens(static_cast<size_t>(batch.num_seqs), 0), last(static_cast<size_t>(batch.num_seqs), 0);
+      for (int64_t t = 0; t < batch.num_tokens; ++t) {
+        if (seq[t] < 0 || seq[t] >= batch.num_seqs) continue;
+        ++tokens[seq[t]];
+        last[seq[t]] = ctx[t];
+      }
+      for (int64_t s = 0; s < batch.num_seqs; ++s) {
+        if (batch.host_seq_tokens[s] != tokens[s] || batch.host_seq_ctx[s] != last[s]) g_offers.host_seqs_right = false;
+      }
+    }
     if (batch.decode && !one_token_each) g_offers.decode_right = false;  // (pad rows are not in these runs)
     if (batch.decode) {
       ++g_offers.decode;
@@ -152,6 +167,7 @@ TEST_F(MlaExpandedPlumbing, TakenPrefillPassesGiveTheCpusBits) {
     EXPECT_GT(g_offers.decode, 0);  // decode passes are offered too, and declined
     EXPECT_TRUE(g_offers.total_ctx_right);
     EXPECT_TRUE(g_offers.min_seq_tokens_right);
+    EXPECT_TRUE(g_offers.host_seqs_right);
     EXPECT_TRUE(g_offers.decode_right);
     EXPECT_EQ(dev.tokens, cpu.tokens);
     ASSERT_EQ(dev.logits.size(), cpu.logits.size());

@@ -208,6 +208,11 @@ class CudaBackend final : public Backend {
   // Waits for the stream: cudaStreamSynchronize, or with a communicator of several ranks a
   // polling wait that also fails when the communicator reports an asynchronous failure.
   absl::Status AwaitStream();
+  // GqaAttention's token-by-token kernels, leaving the tokens of sequences that bring at least
+  // skip_seq_tokens tokens (> 0) to the FlashAttention form.
+  absl::Status GqaTokens(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
+                         int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out,
+                         int64_t skip_seq_tokens);
   // The FlashAttention kernel's shared arguments (MlaExpandedAttention, GqaFlashAttention).
   cuda::MlaExpandedArgs FlashArgs(const cuda::BatchRef& b, int64_t S, int64_t heads, const Tensor& q, int64_t stride,
                                   float scale, const Tensor& out) const;

@@ -306,15 +306,25 @@ bool CudaBackend::GqaFlashAttention(const Tensor& q, const KvCacheView& cache, i
                                     const AttentionBatch& batch, int64_t heads, int64_t kv_heads, int64_t head_dim,
                                     float scale, const Tensor& out) {
   // Whether the pass is taken: decided on the host before anything is enqueued.
-  // Every sequence of the pass must bring at least `mode` tokens: a decoding sequence's one token
-  // would take a block of 64 rows per query head, each reading its whole context (the token
-  // kernel reads it once per KV head's tile of heads), and its context would widen the gather.
   // LLMRT_CUDA_ATTENTION=scalar asks for the float32 reference kernel: it keeps it.
   const int64_t T = batch.num_tokens, S = batch.num_seqs, mode = gqa_flash_min_tokens_;
   if (mode <= 0 || batch.decode || failed_ || !sticky_.ok() || S <= 0 || batch.max_ctx <= 0 ||
-      batch.min_seq_tokens < mode || attention_ == BackendOptions::DeviceAttention::kScalar) {
+      batch.host_seq_tokens == nullptr || batch.host_seq_ctx == nullptr ||
+      attention_ == BackendOptions::DeviceAttention::kScalar) {
     return false;
   }
+  // The sequences that bring at least `mode` tokens take the FlashAttention form, their contexts'
+  // rows gathered at a stride of the longest of them. The others (decoding sequences beside a
+  // prompt's chunk) stay on the token-by-token kernel in the same op: a decoding token in a tile
+  // of 64 rows per query head would read its whole context once per query head, where the token
+  // kernel reads it once per KV head's tile of heads.
+  int64_t taken = 0, stride = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    if (batch.host_seq_tokens[s] < mode) continue;
+    ++taken;
+    stride = std::max<int64_t>(stride, batch.host_seq_ctx[s]);
+  }
+  if (taken == 0 || stride <= 0) return false;
   cuda::MlaExpandedPlan plan;
   if (kv_heads <= 0 || heads % kv_heads != 0 || head_dim % 8 != 0 ||
       !cuda::PlanMlaExpanded(head_dim, 0, head_dim, &plan) || plan.shared_bytes > shared_optin_) {
@@ -326,9 +336,9 @@ bool CudaBackend::GqaFlashAttention(const Tensor& q, const KvCacheView& cache, i
   if (q.dim(0) != T || q.row_size() != heads * head_dim || out.dim(0) != T || out.row_size() != heads * head_dim) {
     return false;  // (the token-by-token path reports what is wrong)
   }
-  // Each sequence's context rows, whole (K and V of every KV head), as bfloat16.
-  const int64_t W = cache.width, stride = batch.max_ctx;
-  const size_t bytes = static_cast<size_t>(S * stride * W) * sizeof(uint16_t);
+  // The taken sequences' context rows, whole (K and V of every KV head), as bfloat16.
+  const int64_t W = cache.width;
+  const size_t bytes = static_cast<size_t>(taken * stride * W) * sizeof(uint16_t);
   if (bytes > kMlaExpandedMaxBytes || bytes >= gqa_flash_refused_bytes_) return false;
   cudaSetDevice(device_);
   const absl::StatusOr<void*> rows = Scratch(kScratchMlaLatent, bytes, "GQA context rows");
@@ -343,8 +353,8 @@ bool CudaBackend::GqaFlashAttention(const Tensor& q, const KvCacheView& cache, i
     cudaStream_t s = Stream(stream_);
     uint16_t* ctx_rows = static_cast<uint16_t*>(*rows);
     const cuda::BatchRef b = BatchOf(batch);
-    LLMRT_RETURN_IF_ERROR(
-        Launched(cuda::LaunchMlaGatherLatent(kv, layer, b, S, W, 0, stride, ctx_rows, ctx_rows, error_word_, s)));
+    LLMRT_RETURN_IF_ERROR(Launched(
+        cuda::LaunchMlaGatherLatent(kv, layer, b, S, W, 0, stride, ctx_rows, ctx_rows, error_word_, s, mode, taken)));
     cuda::MlaExpandedArgs a = FlashArgs(b, S, heads, q, stride, scale, out);
     a.nope = head_dim;  // the whole key: rope was applied before the rows were written
     a.rope = 0;
@@ -355,40 +365,51 @@ bool CudaBackend::GqaFlashAttention(const Tensor& q, const KvCacheView& cache, i
     a.k_head_step = a.v_head_step = head_dim;
     a.v_off = kv_heads * head_dim;
     a.rope_keys = ctx_rows;  // (no rope part)
-    return Launched(cuda::LaunchMlaExpandedAttention(a, s));
+    a.min_seq_tokens = mode;
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchMlaExpandedAttention(a, s)));
+    if (taken == S) return absl::OkStatus();
+    return GqaTokens(q, cache, layer, batch, heads, kv_heads, head_dim, scale, out, mode);
   });
   return true;
+}
+
+absl::Status CudaBackend::GqaTokens(const Tensor& q, const KvCacheView& cache, int64_t layer,
+                                    const AttentionBatch& batch, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                    float scale, const Tensor& out, int64_t skip_seq_tokens) {
+  LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
+  const int64_t T = batch.num_tokens;
+  LLMRT_CUDA_CHECK(kv_heads > 0 && heads % kv_heads == 0 && cache.width == 2 * kv_heads * head_dim);
+  LLMRT_CUDA_CHECK(q.dim(0) == T && q.row_size() == heads * head_dim && out.dim(0) == T &&
+                   out.row_size() == heads * head_dim);
+  cuda::AttentionArgs a{};
+  a.kv = KvOf(cache);
+  a.layer = layer;
+  a.batch = BatchOf(batch);
+  a.heads = heads;
+  a.kv_group = heads / kv_heads;
+  a.q1 = q.data_as<const float>();
+  a.q1_ld = q.row_stride();
+  a.q1_head = head_dim;
+  a.q1_len = head_dim;
+  a.k1_off = 0;
+  a.k_head_step = head_dim;
+  a.v_off = kv_heads * head_dim;
+  a.v_head_step = head_dim;
+  a.dv = head_dim;
+  a.scale = scale;
+  a.out = out.data_as<float>();
+  a.out_ld = out.row_stride();
+  a.skip_seq_tokens = skip_seq_tokens;
+  a.num_seqs = batch.num_seqs;
+  LLMRT_RETURN_IF_ERROR(SplitAttention(&a, batch.max_ctx));
+  return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
 }
 
 void CudaBackend::GqaAttention(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
                                int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out) {
   if (GqaFlashAttention(q, cache, layer, batch, heads, kv_heads, head_dim, scale, out)) return;
   Run("GqaAttention", [&]() -> absl::Status {
-    LLMRT_RETURN_IF_ERROR(CheckKvView(cache, layer));
-    const int64_t T = batch.num_tokens;
-    LLMRT_CUDA_CHECK(kv_heads > 0 && heads % kv_heads == 0 && cache.width == 2 * kv_heads * head_dim);
-    LLMRT_CUDA_CHECK(q.dim(0) == T && q.row_size() == heads * head_dim && out.dim(0) == T &&
-                     out.row_size() == heads * head_dim);
-    cuda::AttentionArgs a{};
-    a.kv = KvOf(cache);
-    a.layer = layer;
-    a.batch = BatchOf(batch);
-    a.heads = heads;
-    a.kv_group = heads / kv_heads;
-    a.q1 = q.data_as<const float>();
-    a.q1_ld = q.row_stride();
-    a.q1_head = head_dim;
-    a.q1_len = head_dim;
-    a.k1_off = 0;
-    a.k_head_step = head_dim;
-    a.v_off = kv_heads * head_dim;
-    a.v_head_step = head_dim;
-    a.dv = head_dim;
-    a.scale = scale;
-    a.out = out.data_as<float>();
-    a.out_ld = out.row_stride();
-    LLMRT_RETURN_IF_ERROR(SplitAttention(&a, batch.max_ctx));
-    return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
+    return GqaTokens(q, cache, layer, batch, heads, kv_heads, head_dim, scale, out, 0);
   });
 }
 
