@@ -35,7 +35,8 @@ int64_t StepBatch::MaxPagesPerSeq(int64_t max_positions, int64_t page_size, int6
 }
 
 void StepBatch::Clear() {
-  for (auto* v : {&ids_, &pos_, &tseq_, &tctx_, &pstart_, &pids_, &slots_, &lrows_, &first_, &samp_, &rand_}) {
+  for (auto* v : {&ids_, &pos_, &tseq_, &tctx_, &pstart_, &pids_, &slots_, &lrows_, &first_, &samp_, &rand_,
+                  &seq_tokens_, &seq_ctx_}) {
     v->clear();
   }
   pstart_.push_back(0);
@@ -178,7 +179,7 @@ absl::StatusOr<ForwardBatch> StepBatch::UploadTo(Backend& backend, const Tensor&
     fb.attn.min_seq_tokens = s == 0 ? n : std::min(fb.attn.min_seq_tokens, n);
   }
   fb.attn.decode = decode_phase_;
-  if (static_cast<int64_t>(seq_tokens_.size()) == S) {  // (Pack made them for this batch)
+  if (static_cast<int64_t>(seq_tokens_.size()) == S) {  // (Pack made them for this batch: Clear empties them)
     fb.attn.host_seq_tokens = seq_tokens_.data();
     fb.attn.host_seq_ctx = seq_ctx_.data();
   }

@@ -410,6 +410,7 @@ TEST(MlaExpandedEmulated, GqaPrefill) {
   // prompts' rows gathered in order at the stride of their longest context.
   CheckGqa(6, 2, 32, kKvCodecFp8, true, {{90, 1}, {0, 70}, {120, 1}, {40, 20}, {7, 1}}, rng, 16);
   CheckGqa(6, 2, 32, kKvCodecBf16, false, {{90, 1}, {0, 70}, {120, 1}, {40, 20}, {7, 1}}, rng, 21);
+  CheckGqa(6, 2, 32, kKvCodecBf16, false, {{90, 1}, {40, 20}, {120, 1}, {0, 70}, {7, 19}}, rng, 20);  // on the minimum
 }
 
 // The plan: which heads take which instance, and which none.
