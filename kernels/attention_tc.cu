@@ -26,29 +26,12 @@
 
 namespace llmrt::cuda::tc {
 
-using cuda::Mma16816;
-
-// Two 8x8 bfloat16 matrices transposed into a B fragment: lanes 0-15 give the addresses of rows
-// k0 .. k0 + 15 (16-byte aligned), each holding the 8 columns of the fragment's n.
-__device__ __forceinline__ void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(addr));
-}
-
-__device__ __forceinline__ void LdMatrix4(const uint16_t* row, uint32_t (&r)[4]) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void LdMatrix2(const uint16_t* row, uint32_t (&r)[2]) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-
 using cuda::CpAsync16;
 using cuda::CpAsyncWaitAll;
+using cuda::LdMatrix2;
+using cuda::LdMatrix4;
+using cuda::LdMatrixTrans2;
+using cuda::Mma16816;
 
 }  // namespace llmrt::cuda::tc
 

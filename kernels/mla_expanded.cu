@@ -8,12 +8,8 @@
 namespace llmrt::cuda::xp {
 using cuda::CpAsync16;
 using cuda::CpAsyncWaitAll;
+using cuda::LdMatrixTrans2;
 using cuda::Mma16816;
-
-__device__ __forceinline__ void LdMatrixTrans2(const uint16_t* row, uint32_t* b0, uint32_t* b1) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(*b0), "=r"(*b1) : "r"(addr));
-}
 }  // namespace llmrt::cuda::xp
 
 #include "kernels/mla_expanded_kernel.cuh"

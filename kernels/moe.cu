@@ -6,6 +6,7 @@
 // for BF16-rounded inputs (kernels/moe_mma_kernels.cuh).
 #include <cstdint>
 
+#include "kernels/async_copy.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/moe_kernels.cuh"
 #include "kernels/moe_mma_kernels.cuh"
@@ -40,23 +41,29 @@ cudaError_t LaunchGroupedGemmMma(const uint16_t* x, int64_t ldx, const int32_t* 
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
   if (ldx < K || ldx % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), static_cast<unsigned>(tiles.max_tiles));
-  const auto launch = [&](auto kernel) { kernel<<<grid, gmm::kThreads, 0, s>>>(x, ldx, x_rows, experts, N, K, tiles, out, act); };
+  cudaError_t err = cudaSuccess;
+  const auto launch = [&](auto kernel, bool fp8) {
+    const int64_t bytes = gmm::SharedBytes(fp8, tiles.tile_rows);
+    if (err = AllowLargeShared(kernel, bytes, 0); err != cudaSuccess) return;
+    kernel<<<grid, gmm::kThreads, static_cast<size_t>(bytes), s>>>(x, ldx, x_rows, experts, N, K, tiles, out, act);
+  };
   if (experts.gemv_bits == 16 && act.data == nullptr && K % 8 == 0) {
     switch (tiles.tile_rows) {
-      case 32: launch(gmm::GroupedMmaKernel<false, 32>); break;
-      case 64: launch(gmm::GroupedMmaKernel<false, 64>); break;
-      case 128: launch(gmm::GroupedMmaKernel<false, 128>); break;
+      case 32: launch(gmm::GroupedMmaKernel<false, 32>, false); break;
+      case 64: launch(gmm::GroupedMmaKernel<false, 64>, false); break;
+      case 128: launch(gmm::GroupedMmaKernel<false, 128>, false); break;
       default: return cudaErrorInvalidValue;
     }
   } else if (experts.gemv_bits == 8 && act.data != nullptr && K % 16 == 0) {
     switch (tiles.tile_rows) {
-      case 32: launch(gmm::GroupedMmaKernel<true, 32>); break;
-      case 64: launch(gmm::GroupedMmaKernel<true, 64>); break;
+      case 32: launch(gmm::GroupedMmaKernel<true, 32>, true); break;
+      case 64: launch(gmm::GroupedMmaKernel<true, 64>, true); break;
       default: return cudaErrorInvalidValue;
     }
   } else {
     return cudaErrorInvalidValue;
   }
+  if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }
 

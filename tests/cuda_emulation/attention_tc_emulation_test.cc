@@ -37,7 +37,7 @@ inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { em
 using emulation::CpAsync16;
 using emulation::CpAsyncWaitAll;
 using emulation::g_landing;
-using emulation::g_pending;
+using emulation::ExpectCopiesAwaited;
 using emulation::Landing;
 using emulation::LdMatrix2;
 using emulation::LdMatrix4;
@@ -79,9 +79,7 @@ void RunKernel(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
                        } else {
                          tc::TcAttentionKernel<kDv, kTerms, false, kTiles>(a, pl, err);
                        }
-                       // A block ends with every copy it issued awaited.
-                       EXPECT_TRUE(tc::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
-                       tc::g_pending[threadIdx.x].clear();
+                       tc::ExpectCopiesAwaited();  // a block ends with every copy it issued awaited
                      });
 }
 
@@ -112,8 +110,7 @@ void RunWgmma(const AttentionArgs& a, const WgPlan& pl, int32_t* err) {
                        } else {
                          pl.codes ? wg::WgAttentionKernel<8, true>(a, pl, err) : wg::WgAttentionKernel<8, false>(a, pl, err);
                        }
-                       EXPECT_TRUE(tc::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
-                       tc::g_pending[threadIdx.x].clear();
+                       tc::ExpectCopiesAwaited();
                        EXPECT_TRUE(emulation::g_wgmma[threadIdx.x / 128].ops.empty()) << "MMAs never waited for";
                      });
   EXPECT_EQ(emulation::g_protocol_failures, 0) << "warpgroup MMA protocol violations";

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -60,28 +61,66 @@ inline void LdMatrix2(const uint16_t* row, uint32_t (&r)[2]) { LdMatrix<2>(row, 
 // emulation lands it at either end: at the wait (the default: a thread that reads a tile before
 // the copies into it were awaited and published by a barrier reads stale bytes) or at once (a
 // copy into a tile that other warps are still reading overwrites it under them). The kernel's
-// barriers are right when both give the reference's result.
+// barriers are right when both give the reference's result. Waiting at kAtWait is as late as
+// the PTX allows: wait_group N lands only the groups older than the N most recent commits.
 enum class Landing { kAtWait, kAtIssue };
 inline Landing g_landing = Landing::kAtWait;
 struct PendingCopy {
   void* dst;
   const void* src;
+  uint64_t group;  // the commits the thread had made at its issue
 };
-inline std::vector<std::vector<PendingCopy>> g_pending(1024);  // per thread of a block
+struct ThreadCopies {
+  std::vector<PendingCopy> pending;
+  uint64_t commits = 0;
+};
+inline std::vector<ThreadCopies> g_copies(1024);  // per thread of a block
 
 inline void CpAsync16(void* shared_dst, const void* global_src) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(shared_dst) % 16, 0u) << "cp.async destinations are 16-byte aligned";
   EXPECT_EQ(reinterpret_cast<uintptr_t>(global_src) % 16, 0u) << "cp.async sources are 16-byte aligned";
+  ThreadCopies& t = g_copies[threadIdx.x];
   if (g_landing == Landing::kAtIssue) {
     std::memcpy(shared_dst, global_src, 16);
   } else {
-    g_pending[threadIdx.x].push_back({shared_dst, global_src});
+    t.pending.push_back({shared_dst, global_src, t.commits});
   }
 }
 
+inline void CpAsyncCommit() { ++g_copies[threadIdx.x].commits; }
+
+// Lands the copies of groups older than `before` (the count of commits), in issue order.
+inline void LandGroupsBefore(ThreadCopies& t, uint64_t before) {
+  std::vector<PendingCopy> keep;
+  for (const PendingCopy& c : t.pending) {
+    if (c.group < before) {
+      std::memcpy(c.dst, c.src, 16);
+    } else {
+      keep.push_back(c);
+    }
+  }
+  t.pending = std::move(keep);
+}
+
+template <int kPending>
+void CpAsyncWaitGroup() {
+  ThreadCopies& t = g_copies[threadIdx.x];
+  LandGroupsBefore(t, t.commits >= static_cast<uint64_t>(kPending) ? t.commits - kPending : 0);
+}
+
+// cp.async.wait_all: commit, then wait for every group.
 inline void CpAsyncWaitAll() {
-  for (const PendingCopy& c : g_pending[threadIdx.x]) std::memcpy(c.dst, c.src, 16);
-  g_pending[threadIdx.x].clear();
+  ThreadCopies& t = g_copies[threadIdx.x];
+  ++t.commits;
+  LandGroupsBefore(t, t.commits);
+}
+
+// A block's end: every copy this thread issued was awaited (a copy still in flight would land in
+// the next block's shared memory). Forgets the thread's commits for the next block.
+inline void ExpectCopiesAwaited() {
+  ThreadCopies& t = g_copies[threadIdx.x];
+  EXPECT_TRUE(t.pending.empty()) << "thread " << threadIdx.x << " ends with copies in flight";
+  t = ThreadCopies{};
 }
 
 }  // namespace llmrt::emulation

@@ -137,9 +137,7 @@ void Check(const Case& cs, std::mt19937& rng) {
     emulation::RunGrid({tiles, static_cast<unsigned>(H), 1}, static_cast<unsigned>(32 * warps),
                        static_cast<size_t>(plan.shared_bytes), [&] {
                          kernel(a);
-                         // A block ends with every copy it issued awaited.
-                         EXPECT_TRUE(emulation::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
-                         emulation::g_pending[threadIdx.x].clear();
+                         emulation::ExpectCopiesAwaited();  // a block ends with every copy it issued awaited
                        });
   };
   // The instance the plan names.
@@ -325,8 +323,7 @@ void CheckGqa(int64_t heads, int64_t kv_heads, int64_t D, uint32_t codec_id, boo
     emulation::RunGrid({tiles, static_cast<unsigned>(heads), 1}, static_cast<unsigned>(32 * I::kWarps),
                        static_cast<size_t>(plan.shared_bytes), [&] {
                          xp::ExpandedAttentionKernel<I::kQk, I::kDv, I::kQReg, I::kWarps>(a);
-                         EXPECT_TRUE(emulation::g_pending[threadIdx.x].empty()) << "thread " << threadIdx.x;
-                         emulation::g_pending[threadIdx.x].clear();
+                         emulation::ExpectCopiesAwaited();
                        });
   });
   int64_t bad = 0;

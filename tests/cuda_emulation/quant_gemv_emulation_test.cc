@@ -15,10 +15,15 @@
 
 #include "gtest/gtest.h"
 #include "tests/cuda_emulation/cuda_emulation.h"
+#include "tests/cuda_emulation/fragment_emulation.h"
 #include "kernels/quant_matmul_kernels.cuh"
 
 namespace llmrt::cuda::gmm {
 inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emulation::Mma16816Bf16(d, a, b0, b1); }
+using emulation::CpAsync16;
+using emulation::CpAsyncCommit;
+using emulation::CpAsyncWaitGroup;
+using emulation::LdMatrix4;
 }  // namespace llmrt::cuda::gmm
 
 #include "kernels/moe_mma_kernels.cuh"
@@ -35,8 +40,12 @@ namespace {
 constexpr double kU = 0x1p-24;
 
 // A quantized weight [N, K] and the float values it stands for.
+// Bytes of NaN codes (bfloat16 0xffff, e4m3 0xff) after an FP8 or dense weight's last row: a
+// kernel that reads past K in the last row brings a NaN into its sums.
+constexpr size_t kNanTail = 64;
+
 struct HostWeight {
-  std::vector<uint8_t> codes;
+  std::vector<uint8_t> codes;  // (then kNanTail bytes of 0xff for FP8 and dense weights)
   std::vector<uint16_t> bf16_scales;  // INT4: [N][K / group]
   std::vector<float> f32_scales;      // FP8: [ceil(N / br)][ceil(K / bc)]
   std::vector<double> values;         // [N][K]
@@ -77,6 +86,7 @@ HostWeight Fp8Weight(int64_t N, int64_t K, int64_t br, int64_t bc, std::mt19937&
                          w.f32_scales[(n / br) * nbc + k / bc]);
     }
   }
+  w.codes.resize(w.codes.size() + kNanTail, 0xff);
   w.ref = WeightRef{w.codes.data(), kElemFp8E4M3, N, K, w.f32_scales.data(), 0, br, bc};
   return w;
 }
@@ -97,6 +107,7 @@ HostWeight DenseWeight(int64_t N, int64_t K, int bits, std::mt19937& rng) {
       w.values.push_back(v);
     }
   }
+  w.codes.resize(w.codes.size() + kNanTail, 0xff);
   w.ref = WeightRef{w.codes.data(), bits == 16 ? kElemBf16 : kElemF32, N, K, nullptr, 0, 0, 0};
   return w;
 }
@@ -337,7 +348,9 @@ void RunGroupedMma(const MmaRouting& routing, const ConstMat& x, const int32_t* 
   const uint16_t* xc = codes.data();
   const int64_t ld = x.ld;
   const TileTable tiles = routing.Tiles();
-  emulation::RunGrid(routing.Grid(N), gmm::kThreads, 0, [&] {
+  const int64_t bytes = gmm::SharedBytes(kFp8, routing.tile_rows);
+  ASSERT_GT(bytes, 0);
+  emulation::RunGrid(routing.Grid(N), gmm::kThreads, static_cast<size_t>(bytes), [&] {
     switch (routing.tile_rows) {
       case 32: gmm::GroupedMmaKernel<kFp8, 32>(xc, ld, x_rows, table, N, K, tiles, out, act); break;
       case 64: gmm::GroupedMmaKernel<kFp8, 64>(xc, ld, x_rows, table, N, K, tiles, out, act); break;
@@ -345,39 +358,79 @@ void RunGroupedMma(const MmaRouting& routing, const ConstMat& x, const int32_t* 
         if constexpr (!kFp8) gmm::GroupedMmaKernel<kFp8, 128>(xc, ld, x_rows, table, N, K, tiles, out, act);
         break;
     }
+    emulation::ExpectCopiesAwaited();
   });
+}
+
+// The orders the pipeline's copies may land in and its warps may run in: copies landing as late
+// as the waits allow (a tile read before its copies were awaited and published reads stale
+// bytes), copies landing at once (a copy into a stage that a warp still reads overwrites it), and
+// each warp running alone up to its next barrier (a missing barrier between warps shows).
+struct CopyOrder {
+  emulation::Landing landing;
+  emulation::Schedule schedule;
+  const char* name;
+};
+constexpr CopyOrder kCopyOrders[] = {
+    {emulation::Landing::kAtWait, emulation::Schedule::kRoundRobin, "copies land at the wait"},
+    {emulation::Landing::kAtIssue, emulation::Schedule::kRoundRobin, "copies land at once"},
+    {emulation::Landing::kAtWait, emulation::Schedule::kGroupsInOrder, "warps run alone to each barrier"},
+};
+// (all: every order; else the first alone.)
+template <typename Fn>
+void InEachCopyOrder(bool all, Fn fn) {
+  for (const CopyOrder& o : kCopyOrders) {
+    if (!all && &o != kCopyOrders) break;
+    SCOPED_TRACE(o.name);
+    emulation::g_landing = o.landing;
+    emulation::g_schedule = o.schedule;
+    emulation::g_group_threads = 32;
+    fn();
+  }
+  emulation::g_landing = emulation::Landing::kAtWait;
+  emulation::g_schedule = emulation::Schedule::kRoundRobin;
+  emulation::g_group_threads = 128;
 }
 
 TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
   std::mt19937 rng(95);
   std::normal_distribution<float> normal;
-  const int64_t N = 136, K = 88, M = MmaRouting(32).M;
-  std::vector<HostWeight> experts;
-  for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
-  const std::vector<WeightRef> refs = RefsOf(experts);
-  const ExpertTable table{refs.data(), 16};
-  // Rows of K codes, and of more (ld K + 16).
-  for (const int64_t ld : {K, K + 16}) {
-    std::vector<float> x(static_cast<size_t>(M * ld));
-    for (float& v : x) v = Bf16ToF32(F32ToBf16(normal(rng)));  // the policy's rounded inputs
-    for (const bool gather : {true, false}) {
-      std::vector<float> first;
-      for (const int64_t tile_rows : {32, 64, 128}) {
-        SCOPED_TRACE(::testing::Message() << (gather ? "rows gathered through x_rows" : "rows in place") << ", ld "
-                                          << ld << ", tiles of " << tile_rows);
-        const MmaRouting routing(tile_rows);
-        const std::vector<int32_t>& x_rows = routing.x_rows;
-        std::vector<float> out(static_cast<size_t>(M * N), NAN);
-        RunGroupedMma<false>(routing, ConstMat{x.data(), M, K, ld}, gather ? x_rows.data() : nullptr, table, N, K,
-                             MutMat{out.data(), M, N, N}, ActScales{});
-        Expect(
-            out, M, N, K, x.data(), ld, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; },
-            [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
-            [](int64_t, int64_t) { return 1.0; }, 1);
-        if (first.empty()) {
-          first = out;
-        } else {
-          EXPECT_TRUE(SameBits(out, first)) << "the tile's size changed a row's bits";
+  const int64_t N = 136, M = MmaRouting(32).M;
+  // K of 3 steps (fewer than the pipeline's stages, the last partial): rows of K codes and of more
+  // (ld K + 16), gathered and in place. K of 10 steps (the stages reused, the last partial):
+  // gathered rows of K + 16, in every order of copies and warps.
+  for (const int64_t K : {int64_t{88}, int64_t{296}}) {
+    std::vector<HostWeight> experts;
+    for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
+    const std::vector<WeightRef> refs = RefsOf(experts);
+    const ExpertTable table{refs.data(), 16};
+    const bool orders = K > 88;
+    for (const int64_t ld : {K, K + 16}) {
+      if (orders && ld == K) continue;
+      std::vector<float> x(static_cast<size_t>(M * ld));
+      for (float& v : x) v = Bf16ToF32(F32ToBf16(normal(rng)));  // the policy's rounded inputs
+      for (const bool gather : {true, false}) {
+        if (orders && !gather) continue;
+        std::vector<float> first;
+        for (const int64_t tile_rows : {32, 64, 128}) {
+          SCOPED_TRACE(::testing::Message() << (gather ? "rows gathered through x_rows" : "rows in place") << ", K "
+                                            << K << ", ld " << ld << ", tiles of " << tile_rows);
+          const MmaRouting routing(tile_rows);
+          const std::vector<int32_t>& x_rows = routing.x_rows;
+          InEachCopyOrder(orders, [&] {
+            std::vector<float> out(static_cast<size_t>(M * N), NAN);
+            RunGroupedMma<false>(routing, ConstMat{x.data(), M, K, ld}, gather ? x_rows.data() : nullptr, table, N,
+                                 K, MutMat{out.data(), M, N, N}, ActScales{});
+            Expect(
+                out, M, N, K, x.data(), ld, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; },
+                [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
+                [](int64_t, int64_t) { return 1.0; }, 1);
+            if (first.empty()) {
+              first = out;
+            } else {
+              EXPECT_TRUE(SameBits(out, first)) << "the tile's size or the copies' order changed a row's bits";
+            }
+          });
         }
       }
     }
@@ -427,18 +480,20 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
                                         << tile_rows);
       const MmaRouting routing(tile_rows);
       const std::vector<int32_t>& x_rows = routing.x_rows;
-      std::vector<float> out(static_cast<size_t>(M * N), NAN);
-      RunGroupedMma<true>(routing, ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K,
-                          MutMat{out.data(), M, N, N}, ActScales{sa.data(), lda});
-      Expect(
-          out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
-          [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
-          [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
-      if (first.empty()) {
-        first = out;
-      } else {
-        EXPECT_TRUE(SameBits(out, first)) << "the tile's size changed a row's bits";
-      }
+      InEachCopyOrder(true, [&] {
+        std::vector<float> out(static_cast<size_t>(M * N), NAN);
+        RunGroupedMma<true>(routing, ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K,
+                            MutMat{out.data(), M, N, N}, ActScales{sa.data(), lda});
+        Expect(
+            out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
+            [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
+            [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
+        if (first.empty()) {
+          first = out;
+        } else {
+          EXPECT_TRUE(SameBits(out, first)) << "the tile's size or the copies' order changed a row's bits";
+        }
+      });
     }
   }
 }
