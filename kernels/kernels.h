@@ -10,8 +10,10 @@
 #ifndef LLMRT_KERNELS_KERNELS_H_
 #define LLMRT_KERNELS_KERNELS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -336,6 +338,73 @@ cudaError_t LaunchMlaGatherLatent(KvRef kv, int64_t layer, BatchRef batch, int64
                                   int64_t rope, int64_t ctx_stride, uint16_t* latent, uint16_t* rope_keys, int32_t* err,
                                   cudaStream_t s, int64_t min_seq_tokens = 0, int64_t gathered = -1);
 cudaError_t LaunchMlaExpandedAttention(const MlaExpandedArgs& a, cudaStream_t s);
+
+// Which sequences of a prefill pass take the expanded form (CudaBackend::MlaExpandedAttention):
+// those that bring at least `threshold` tokens (0: none), `taken` of them, their contexts'
+// latent rows gathered at `stride` (the longest of their contexts rounded up to 256).
+struct MlaExpandedChoice {
+  int64_t threshold = 0, taken = 0, stride = 0;
+};
+// From each sequence's tokens and context (its last token's) and the heads' dimensions. mode
+// N >= 1: the sequences that bring at least N tokens. mode -1 (BackendOptions::
+// kMlaExpandedByCount): the threshold whose multiply-adds by count, per head, are fewest, or
+// none. A sequence of n tokens ending at context c has pairs = n c - n (n - 1) / 2 (token,
+// position) pairs; absorbed, it costs pairs (2 kv_lora + rope) plus n kv_lora (nope + v) (the
+// query's absorption and the value's projection); expanded, pairs (nope + rope + v), and the
+// taken sequences together taken * stride * kv_lora * (nope + v) (each gathered row's
+// expansion). No choice takes more than max_rows gathered rows.
+inline MlaExpandedChoice ChooseMlaExpanded(const int32_t* seq_tokens, const int32_t* seq_ctx, int64_t num_seqs,
+                                           int64_t kv_lora, int64_t nope, int64_t rope, int64_t v, int64_t mode,
+                                           int64_t max_rows) {
+  MlaExpandedChoice best;
+  const auto stride_of = [](int64_t ctx) { return (ctx + 255) / 256 * 256; };
+  if (num_seqs <= 0 || mode == 0 || mode < -1) return best;
+  if (mode >= 1) {
+    int64_t taken = 0, ctx = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      if (seq_tokens[s] < mode) continue;
+      ++taken;
+      ctx = std::max<int64_t>(ctx, seq_ctx[s]);
+    }
+    if (taken == 0 || ctx <= 0 || taken * stride_of(ctx) > max_rows) return best;
+    return {mode, taken, stride_of(ctx)};
+  }
+  const auto pairs = [&](int64_t s) {
+    const double n = seq_tokens[s], c = std::max<double>(seq_ctx[s], n);
+    return n * c - n * (n - 1) / 2;
+  };
+  const double expand = static_cast<double>(kv_lora) * static_cast<double>(nope + v);
+  const auto absorbed = [&](int64_t s) {
+    return pairs(s) * static_cast<double>(2 * kv_lora + rope) + static_cast<double>(seq_tokens[s]) * expand;
+  };
+  std::vector<int64_t> order(static_cast<size_t>(num_seqs));
+  double all_absorbed = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    order[s] = s;
+    all_absorbed += absorbed(s);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return seq_tokens[a] > seq_tokens[b]; });
+  double best_cost = all_absorbed, taken_absorbed = 0, taken_attention = 0;
+  int64_t ctx = 0;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const int64_t s = order[i];
+    if (seq_tokens[s] <= 0) break;
+    ctx = std::max<int64_t>(ctx, seq_ctx[s]);
+    taken_absorbed += absorbed(s);
+    taken_attention += pairs(s) * static_cast<double>(nope + rope + v);
+    // A threshold takes every sequence with as many tokens: evaluated after the last of them.
+    if (i + 1 < num_seqs && seq_tokens[order[i + 1]] == seq_tokens[s]) continue;
+    if (ctx <= 0) continue;
+    const int64_t rows = (i + 1) * stride_of(ctx);
+    if (rows > max_rows) break;  // (more sequences only add rows)
+    const double cost = static_cast<double>(rows) * expand + taken_attention + (all_absorbed - taken_absorbed);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = {seq_tokens[s], i + 1, stride_of(ctx)};
+    }
+  }
+  return best;
+}
 
 // Which attention kernel runs (BackendOptions::attention).
 //   kTensorCore: heads that share a K/V row in blocks of 16 on the tensor cores (bf16 MMA,

@@ -105,6 +105,10 @@ struct AttentionBatch {
   // token's), valid for the pass (null: not known).
   const int32_t* host_seq_tokens = nullptr;
   const int32_t* host_seq_ctx = nullptr;
+  // MlaAttention leaves alone the tokens of the sequences that bring at least this many tokens to
+  // the pass (their out_lat rows are not written): those a backend took in expanded form
+  // (MlaExpandedAttention). 0: none. The other attention ops ignore it.
+  int64_t skip_seq_tokens = 0;
 };
 
 // The paged KV cache (owned by src/kv/kv_store.h): pages [num_pages, num_layers, page_size,
@@ -279,13 +283,19 @@ class Backend {
   // takes it: out [T, heads*v] = what MlaAbsorbQuery, MlaAttention and MlaProjectValue give,
   // computed with each context position's key and value expanded per head (k_nope = W_UK c_p,
   // v = W_UV c_p; transformers' own form), which costs fewer operations than the absorbed form
-  // when a pass brings many tokens of each sequence (a prefill chunk). q as for MlaAbsorbQuery,
-  // rope part roped. Returns false, having enqueued nothing, where the backend does not take the
-  // pass (the default; decode passes always); the caller then runs the absorbed ops.
-  virtual bool MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
-                                    const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) {
+  // when a pass brings many tokens of a sequence (a prefill chunk). q as for MlaAbsorbQuery,
+  // rope part roped. Returns 0, having enqueued nothing, where the backend does not take the
+  // pass (the default; decode passes always): the caller then runs the absorbed ops. Else returns
+  // N >= 1: the backend took the sequences that bring at least N tokens to the pass, and wrote
+  // the out rows of their tokens; where other sequences remain (decoding sequences beside a
+  // prompt's chunk, in continuous batching), the caller runs the absorbed ops for their tokens
+  // (MlaAbsorbQuery and MlaProjectValue on their rows, MlaAttention with
+  // AttentionBatch::skip_seq_tokens = N). A backend returns N > min_seq_tokens only where the
+  // pass's host_seq_tokens are known.
+  virtual int64_t MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
+                                       const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) {
     (void)q, (void)kv_b, (void)cache, (void)layer, (void)batch, (void)d, (void)scale, (void)out;
-    return false;
+    return 0;
   }
 
   // ---- DeepSeek Sparse Attention indexer (GLM-5) ----

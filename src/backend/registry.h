@@ -59,10 +59,12 @@ struct BackendOptions {
   int device_attention_tiles_per_block = 0;
   // CUDA: MLA prefill in expanded form (Backend::MlaExpandedAttention; LLMRT_CUDA_MLA_PREFILL in
   // the environment: "absorbed", the default, "expanded" or a number of tokens). 0: never;
-  // kMlaExpandedByCount ("expanded"): a dense prefill pass where the expanded form costs fewer
-  // multiply-adds than the absorbed one by count (AttentionBatch::total_ctx); N >= 1: every dense
-  // prefill pass whose tokens number at least N per sequence on average (for tests and
-  // measurements). Decode passes always run absorbed.
+  // kMlaExpandedByCount ("expanded"): in a dense prefill pass, the sequences that bring at least
+  // the number of tokens whose choice costs the fewest multiply-adds by count (cuda::
+  // ChooseMlaExpanded over AttentionBatch::host_seq_tokens and host_seq_ctx), if that beats the
+  // absorbed form; N >= 1: the sequences that bring at least N tokens (for tests and
+  // measurements). The others (decoding beside a prompt's chunk) run absorbed in the same pass;
+  // decode passes always run absorbed.
   static constexpr int64_t kMlaExpandedByCount = -1;
   int64_t device_mla_expanded_min_tokens = 0;
   // CUDA: GQA prefill on FlashAttention tiles (64 query tokens of one sequence and head a block,

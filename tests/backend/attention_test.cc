@@ -280,6 +280,49 @@ TEST_P(AttentionOps, MlaAttention) {
   }
 }
 
+// AttentionBatch::skip_seq_tokens (the sequences a backend took in expanded form): the tokens of
+// the sequences that bring at least that many tokens are left alone (their rows keep what they
+// held), the others get the bits of the whole batch's run.
+TEST_P(AttentionOps, MlaAttentionLeavesTheSkippedSequences) {
+  std::mt19937 rng(58);
+  for (const KvCodec* codec : KvCodecs()) {
+    const MlaCase c = MlaCases()[0];
+    ScenarioBuilder builder(be());
+    ScenarioSpec spec;
+    spec.codec = codec;
+    spec.shape = c.Shape();
+    spec.page_size = c.page_size;
+    spec.seqs = MixedSeqs(c.page_size);  // 4, 1, page_size + 2 and 1 tokens
+    const Scenario sc = builder.Build(spec, rng);
+    MlaDims d;
+    d.heads = c.heads;
+    d.nope = 5;
+    d.rope = c.rope;
+    d.v = 3;
+    d.kv_lora = c.kv_lora;
+    const int64_t T = sc.hb.num_tokens(), H = d.heads, L = d.kv_lora, qw = d.nope + d.rope;
+    const Tensor q_lat = F32(RandomNormal(static_cast<size_t>(T * H * L), rng), {T, H * L});
+    const Tensor q = F32(RandomNormal(static_cast<size_t>(T * H * qw), rng), {T, H * qw});
+    Tensor whole = NewTensor(DType::kF32, {T, H * L});
+    be().MlaAttention(q_lat, q, sc.view(), spec.layer, sc.batch, d, 0.07f, nullptr, whole);
+    const std::vector<float> sentinel(static_cast<size_t>(T * H * L), 7.25f);
+    const Tensor part = F32(sentinel, {T, H * L});
+    AttentionBatch skipping = sc.batch;
+    skipping.skip_seq_tokens = 4;
+    be().MlaAttention(q_lat, q, sc.view(), spec.layer, skipping, d, 0.07f, nullptr, part);
+    const std::vector<float> w = ReadF32(whole), got = ReadF32(part);
+    int64_t bad = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const bool skipped = spec.seqs[sc.hb.token_seq[t]].second >= 4;
+      for (int64_t i = 0; i < H * L; ++i) {
+        const float want = skipped ? 7.25f : w[t * H * L + i];
+        bad += std::memcmp(&got[t * H * L + i], &want, sizeof(float)) != 0;
+      }
+    }
+    EXPECT_EQ(bad, 0) << spec.Describe();
+  }
+}
+
 // Long contexts with few (token, head) pairs: a device backend splits each one's positions over
 // several blocks and combines the parts (kernels/attention.cu); the result is the same softmax.
 // Decoding tokens with 700 and 1500 cached positions and a short prefill chunk after 300. The
@@ -395,8 +438,10 @@ MlaDims BackendDims(const testing_mla::Dims& d, int64_t heads) {
 // that header's rigorous bound, which is loose (it adds every rounding's worst case), and the
 // whole to a relative RMS error under 2^-6, where the roundings of a correct kernel (the query,
 // latent, expanded keys and values and probabilities to bfloat16: 2^-9 relative each) give a
-// few times 2^-9 and an indexing error gives order 1. Passes it does not take return false
-// with nothing enqueued: F32 rows, and fewer tokens a sequence than the option asks for.
+// few times 2^-9 and an indexing error gives order 1. The decoding sequence beside the prompts'
+// chunks brings fewer tokens than the option's 2: it is left to the absorbed ops (its rows not
+// written; the call returns the minimum it took). Passes it does not take return 0 with nothing
+// enqueued: F32 rows, and fewer tokens a sequence than the option asks for.
 TEST_P(AttentionOps, CudaExpandedMla) {
   if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's expanded MLA";
   std::mt19937 rng(57);
@@ -429,15 +474,15 @@ TEST_P(AttentionOps, CudaExpandedMla) {
           Weight w;
           if (!Prepare(kv_b, &w)) continue;
           const std::vector<float> q = RandomNormal(static_cast<size_t>(T * H * qw), rng);
-          Tensor out = NewTensor(DType::kF32, {T, H * d.v});
-          const bool taken = be().MlaExpandedAttention(F32(q, {T, H * qw}), w, sc.view(), spec.layer, sc.batch, md,
-                                                       scale, out);
+          Tensor out = F32(std::vector<float>(static_cast<size_t>(T * H * d.v), 7.25f), {T, H * d.v});
+          const int64_t taken = be().MlaExpandedAttention(F32(q, {T, H * qw}), w, sc.view(), spec.layer, sc.batch,
+                                                          md, scale, out);
           SCOPED_TRACE(::testing::Message() << spec.Describe() << " kv_b " << kv_b.Describe());
           if (codec->id() == kKvCodecF32) {
-            EXPECT_FALSE(taken) << "F32 rows keep the absorbed float32 path";
+            EXPECT_EQ(taken, 0) << "F32 rows keep the absorbed float32 path";
             continue;
           }
-          ASSERT_TRUE(taken);
+          ASSERT_EQ(taken, 2);  // the prompts' chunks; the decoding sequence is left to the absorbed ops
           const std::vector<float> got = ReadF32(out);
           double err2 = 0, want2 = 0;
           int64_t bad = 0;
@@ -453,6 +498,10 @@ TEST_P(AttentionOps, CudaExpandedMla) {
           }
           for (int64_t t = 0; t < T; ++t) {
             const int64_t s = sc.hb.token_seq[t];
+            if (spec.seqs[s].second < taken) {  // not taken: not written
+              for (int64_t i = 0; i < H * d.v; ++i) bad += got[t * H * d.v + i] != 7.25f;
+              continue;
+            }
             for (int64_t h = 0; h < H; ++h) {
               std::vector<const float*> rows;
               std::vector<const testing_mla::RowMagnitudes*> row_mags;
@@ -496,8 +545,55 @@ TEST_P(AttentionOps, CudaExpandedMla) {
   Weight w;
   ASSERT_TRUE(Prepare(kv_b, &w));
   Tensor out = NewTensor(DType::kF32, {1, H * d.v});
-  EXPECT_FALSE(be().MlaExpandedAttention(F32(RandomNormal(static_cast<size_t>(H * qw), rng), {1, H * qw}), w,
-                                         sc.view(), spec.layer, sc.batch, md, scale, out));
+  EXPECT_EQ(be().MlaExpandedAttention(F32(RandomNormal(static_cast<size_t>(H * qw), rng), {1, H * qw}), w,
+                                      sc.view(), spec.layer, sc.batch, md, scale, out),
+            0);
+  MustOk(be().Synchronize(), "Synchronize");
+}
+
+// By count (LLMRT_CUDA_MLA_PREFILL=expanded): a prompt of 300 tokens is taken, the decoding
+// sequences beside it (longer contexts) are not, and their rows are left as they were.
+TEST_P(AttentionOps, CudaExpandedMlaByCountTakesThePromptAlone) {
+  if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's expanded MLA";
+  std::mt19937 rng(59);
+  MustOk(be().Synchronize(), "Synchronize");
+  BackendOptions options;
+  options.device_mla_expanded_min_tokens = BackendOptions::kMlaExpandedByCount;
+  be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
+  const int64_t H = 3;
+  const testing_mla::Dims d{128, 64, 128, 512};
+  const int64_t qw = d.nope + d.rope, hw = d.nope + d.v;
+  const MlaDims md = BackendDims(d, H);
+  ScenarioBuilder builder(be());
+  ScenarioSpec spec;
+  spec.codec = FindKvCodec(kKvCodecBf16);
+  spec.shape = MlaKvShape(2, d.kv_lora, d.rope, 0, 128, 128);
+  spec.page_size = 16;
+  spec.seqs = {{900, 1}, {0, 300}, {40, 1}};
+  const Scenario sc = builder.Build(spec, rng);
+  const int64_t T = sc.hb.num_tokens();
+  const HostMatrix kv_b = MakeHostMatrix(kWeightBf16, H * hw, d.kv_lora, {}, rng);
+  Weight w;
+  ASSERT_TRUE(Prepare(kv_b, &w));
+  Tensor out = F32(std::vector<float>(static_cast<size_t>(T * H * d.v), 7.25f), {T, H * d.v});
+  EXPECT_EQ(be().MlaExpandedAttention(F32(RandomNormal(static_cast<size_t>(T * H * qw), rng), {T, H * qw}), w,
+                                      sc.view(), spec.layer, sc.batch, md, 1.0f / std::sqrt(static_cast<float>(qw)),
+                                      out),
+            300);
+  const std::vector<float> got = ReadF32(out);
+  int64_t written = 0, kept = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < H * d.v; ++i) {
+      const bool same = got[t * H * d.v + i] == 7.25f;
+      if (sc.hb.token_seq[t] == 1) {
+        written += !same;
+      } else {
+        kept += same;
+      }
+    }
+  }
+  EXPECT_EQ(kept, 2 * H * d.v);
+  EXPECT_EQ(written, 300 * H * d.v);
   MustOk(be().Synchronize(), "Synchronize");
 }
 

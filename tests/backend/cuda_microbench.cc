@@ -97,7 +97,14 @@ AttentionBatch OneTokenBatch(Backend& be, int64_t ctx, int64_t page, Tensor* met
 }
 
 // One sequence prefilling positions 0 .. T - 1 in one pass over pages 0 .. ceil(T / page) - 1.
-AttentionBatch PrefillBatch(Backend& be, int64_t T, int64_t page, Tensor* meta) {
+// A prompt's metadata on the device, and the host facts a step gives (one sequence of T tokens).
+struct PrefillMeta {
+  Tensor device;
+  int32_t seq_tokens = 0, seq_ctx = 0;
+};
+
+AttentionBatch PrefillBatch(Backend& be, int64_t T, int64_t page, PrefillMeta* pm) {
+  Tensor* meta = &pm->device;
   const int64_t pages = (T + page - 1) / page;
   // token_seq [T], token_ctx [T], seq_page_start [2], page_ids [pages], slots [T], first [1]
   std::vector<int32_t> v(static_cast<size_t>(T), 0);
@@ -121,6 +128,9 @@ AttentionBatch PrefillBatch(Backend& be, int64_t T, int64_t page, Tensor* meta) 
   batch.max_ctx = T;
   batch.total_ctx = T * (T + 1) / 2;
   batch.min_seq_tokens = T;
+  pm->seq_tokens = pm->seq_ctx = static_cast<int32_t>(T);
+  batch.host_seq_tokens = &pm->seq_tokens;
+  batch.host_seq_ctx = &pm->seq_ctx;
   return batch;
 }
 
@@ -393,7 +403,7 @@ int Main() {
             kv_b.data = Random(*pb, DType::kBF16, {kv_b.rows, L}, rng);
             std::unique_ptr<KvStore> store =
                 OneLayerStore(*pb, codec, {{L, 128, false}, {R, 128, true}}, (T + page - 1) / page * page, page);
-            Tensor m;
+            PrefillMeta m;
             const AttentionBatch batch = PrefillBatch(*pb, T, page, &m);
             Tensor q = Random(*pb, DType::kF32, {T, H * (pd.nope + R)}, rng);
             Tensor q_lat = Must(pb->Allocate(DType::kF32, {T, H * L}), "Allocate");
@@ -402,7 +412,7 @@ int Main() {
             bool taken = true;
             const double t = Time(*pb, 3, [&] {
               if (f.expanded) {
-                taken = pb->MlaExpandedAttention(q, kv_b, store->view(), 0, batch, pd, 0.1f, out);
+                taken = pb->MlaExpandedAttention(q, kv_b, store->view(), 0, batch, pd, 0.1f, out) > 0;
               } else {
                 pb->MlaAbsorbQuery(q, kv_b, pd, q_lat);
                 pb->MlaAttention(q_lat, q, store->view(), 0, batch, pd, 0.1f, nullptr, o_lat);
@@ -445,11 +455,8 @@ int Main() {
           std::unique_ptr<Backend> gb = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
           std::unique_ptr<KvStore> store = OneLayerStore(*gb, codec, {{GKV * GD, GD, false}, {GKV * GD, GD, false}},
                                                          (T + page - 1) / page * page, page);
-          Tensor m;
-          AttentionBatch batch = PrefillBatch(*gb, T, page, &m);
-          const int32_t seq_tokens = static_cast<int32_t>(T), seq_ctx = static_cast<int32_t>(T);
-          batch.host_seq_tokens = &seq_tokens;  // (the host facts a step gives: one sequence of T tokens)
-          batch.host_seq_ctx = &seq_ctx;
+          PrefillMeta m;
+          const AttentionBatch batch = PrefillBatch(*gb, T, page, &m);
           Tensor q = Random(*gb, DType::kF32, {T, GH * GD}, rng);
           Tensor out = Must(gb->Allocate(DType::kF32, {T, GH * GD}), "Allocate");
           const double t = Time(*gb, 3, [&] { gb->GqaAttention(q, store->view(), 0, batch, GH, GKV, GD, 0.088f, out); });

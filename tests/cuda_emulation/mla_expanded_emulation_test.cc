@@ -55,8 +55,11 @@ struct Case {
 
 float Bf16(float x) { return Bf16ToF32(F32ToBf16(x)); }
 
-void Check(const Case& cs, std::mt19937& rng) {
-  SCOPED_TRACE(cs.Describe());
+// min_tokens > 0: only the sequences of at least that many tokens (MlaExpandedArgs::min_seq_tokens),
+// their rows gathered in order at a stride of their longest context; the others' outputs are not
+// written.
+void Check(const Case& cs, std::mt19937& rng, int64_t min_tokens = 0) {
+  SCOPED_TRACE(cs.Describe() + " min tokens " + std::to_string(min_tokens));
   std::normal_distribution<float> normal;
   const int64_t H = cs.heads, L = cs.kv_lora, R = cs.rope, nope = cs.nope, V = cs.v;
   const int64_t qw = nope + R, hw = nope + V, N = H * hw;
@@ -66,26 +69,39 @@ void Check(const Case& cs, std::mt19937& rng) {
   shape.parts = {{L, std::min<int64_t>(L, 128), false}, {R, 128, true}, {16, 8, false}};
   PagedLayer pl;
   pl.Build(codec, shape, cs.page_size, cs.seqs, cs.fresh, /*spare_pages=*/2, rng);
-  const int64_t S = static_cast<int64_t>(cs.seqs.size()), T = pl.T, max_ctx = pl.max_ctx, layer = PagedLayer::kLayer;
+  const int64_t S = static_cast<int64_t>(cs.seqs.size()), T = pl.T, layer = PagedLayer::kLayer;
   const std::vector<int32_t>& token_seq = pl.token_seq;
   const std::vector<int32_t>& token_ctx = pl.token_ctx;
   const std::vector<std::vector<std::vector<float>>>& read = pl.read;
   const KvRef& kv = pl.kv;
   const BatchRef& batch = pl.batch;
 
-  // 1. The gather: every context row as read, in bfloat16; zeros past each context.
-  const int64_t rows = S * max_ctx;
+  // The sequences taken, in order (row0[s]: the first gathered row of sequence s, -1 if not
+  // taken), at the stride of their longest context.
+  std::vector<int64_t> row0(static_cast<size_t>(S), -1);
+  int64_t taken = 0, max_ctx = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    if (cs.seqs[s].second < min_tokens) continue;
+    row0[s] = taken++;
+    max_ctx = std::max(max_ctx, cs.seqs[s].first + cs.seqs[s].second);
+  }
+  for (int64_t& r : row0) r = r < 0 ? -1 : r * max_ctx;
+
+  // 1. The gather: every taken context row as read, in bfloat16; zeros past each context.
+  const int64_t rows = taken * max_ctx;
   std::vector<uint16_t> latent(static_cast<size_t>(rows * L), 0x7fff), rope_keys(static_cast<size_t>(rows * R), 0x7fff);
   int32_t err = 0;
   emulation::RunGrid({static_cast<unsigned>((rows + 7) / 8), 1, 1}, 256, 0, [&] {
-    xp::GatherLatentKernel(kv, layer, batch, S, L, R, max_ctx, latent.data(), rope_keys.data(), &err);
+    xp::GatherLatentKernel(kv, layer, batch, S, L, R, max_ctx, latent.data(), rope_keys.data(), &err, min_tokens,
+                           taken);
   });
   EXPECT_EQ(err, 0);
   int64_t gather_bad = 0;
   for (int64_t s = 0; s < S; ++s) {
+    if (row0[s] < 0) continue;
     const int64_t len = cs.seqs[s].first + cs.seqs[s].second;
     for (int64_t p = 0; p < max_ctx; ++p) {
-      const int64_t r = s * max_ctx + p;
+      const int64_t r = row0[s] + p;
       for (int64_t i = 0; i < L + R; ++i) {
         const uint16_t want = p < len ? F32ToBf16(read[s][p][i]) : 0;
         const uint16_t got = i < L ? latent[r * L + i] : rope_keys[r * R + i - L];
@@ -130,6 +146,7 @@ void Check(const Case& cs, std::mt19937& rng) {
   a.scale = scale;
   a.out = out.data();
   a.out_ld = H * V;
+  a.min_seq_tokens = min_tokens;
   MlaExpandedPlan plan;
   ASSERT_TRUE(xp::PlanOf(nope, R, V, &plan));
   const unsigned tiles = static_cast<unsigned>((T + plan.rows - 1) / plan.rows + S);
@@ -152,23 +169,29 @@ void Check(const Case& cs, std::mt19937& rng) {
   // within the bound of tests/backend/mla_reference.h.
   std::vector<testing_mla::RowMagnitudes> mags(static_cast<size_t>(rows * H));
   for (int64_t s = 0; s < S; ++s) {
+    if (row0[s] < 0) continue;
     for (int64_t p = 0; p < cs.seqs[s].first + cs.seqs[s].second; ++p) {
       for (int64_t h = 0; h < H; ++h) {
-        mags[(s * max_ctx + p) * H + h] = testing_mla::Magnitudes(kv_b.data() + h * hw * L, read[s][p].data(), {nope, R, V, L});
+        mags[(row0[s] + p) * H + h] = testing_mla::Magnitudes(kv_b.data() + h * hw * L, read[s][p].data(), {nope, R, V, L});
       }
     }
   }
   int64_t bad_a = 0, bad_b = 0;
   double worst_a = 0, worst_b = 0, err2 = 0, want2 = 0;
+  int64_t untouched_bad = 0;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t s = token_seq[t], ctx = token_ctx[t];
+    if (row0[s] < 0) {  // not taken: not written
+      for (int64_t i = 0; i < H * V; ++i) untouched_bad += out[t * H * V + i] != 1234.5f;
+      continue;
+    }
     for (int64_t h = 0; h < H; ++h) {
       const float* qh = q.data() + (t * H + h) * qw;
       // (a)
       std::vector<double> sc(static_cast<size_t>(ctx));
       double mx = -INFINITY, vmax = 0;
       for (int64_t p = 0; p < ctx; ++p) {
-        const int64_t r = s * max_ctx + p;
+        const int64_t r = row0[s] + p;
         double d = 0;
         for (int64_t i = 0; i < nope; ++i) d += double(Bf16(qh[i])) * Bf16ToF32(kvx[r * N + h * hw + i]);
         for (int64_t i = 0; i < R; ++i) d += double(Bf16(qh[nope + i])) * Bf16ToF32(rope_keys[r * R + i]);
@@ -180,7 +203,7 @@ void Check(const Case& cs, std::mt19937& rng) {
       for (double& x : sc) l += (x = std::exp(x - mx));
       for (int64_t j = 0; j < V; ++j) {
         double o = 0;
-        for (int64_t p = 0; p < ctx; ++p) o += sc[p] * Bf16ToF32(kvx[(s * max_ctx + p) * N + h * hw + nope + j]);
+        for (int64_t p = 0; p < ctx; ++p) o += sc[p] * Bf16ToF32(kvx[(row0[s] + p) * N + h * hw + nope + j]);
         o /= l;
         const double got = out[(t * H + h) * V + j], e = std::fabs(got - o);
         worst_a = std::max(worst_a, e);
@@ -191,7 +214,7 @@ void Check(const Case& cs, std::mt19937& rng) {
       std::vector<const testing_mla::RowMagnitudes*> ctx_mags;
       for (int64_t p = 0; p < ctx; ++p) {
         ctx_rows.push_back(read[s][p].data());
-        ctx_mags.push_back(&mags[(s * max_ctx + p) * H + h]);
+        ctx_mags.push_back(&mags[(row0[s] + p) * H + h]);
       }
       std::vector<double> want(static_cast<size_t>(V));
       double tol = 0;
@@ -209,6 +232,7 @@ void Check(const Case& cs, std::mt19937& rng) {
       }
     }
   }
+  EXPECT_EQ(untouched_bad, 0) << "outputs of sequences not taken were written";
   EXPECT_EQ(bad_a, 0) << "largest error against the bf16-operand reference " << worst_a;
   EXPECT_EQ(bad_b, 0) << "largest error against the absorbed form, in bounds " << worst_b;
   // The bound adds every rounding at its worst; the roundings of a correct kernel give a relative
@@ -233,6 +257,22 @@ TEST(MlaExpandedEmulated, MatchesTheAbsorbedForm) {
     }
   }
   emulation::g_landing = emulation::Landing::kAtWait;
+}
+
+// A prompt's chunks beside decoding sequences with longer contexts (continuous batching), as
+// CudaBackend::MlaExpandedAttention takes them: only the sequences of at least min_tokens tokens,
+// their latent and rope rows gathered in order at the stride of their longest context, the
+// others' outputs left to the absorbed ops (not written); a sequence exactly at the minimum.
+TEST(MlaExpandedEmulated, PromptsBesideDecodingSequences) {
+  std::mt19937 rng(76);
+  const std::vector<std::pair<int64_t, int64_t>> seqs = {{90, 1}, {0, 70}, {120, 1}, {40, 20}, {7, 1}};
+  for (emulation::Landing landing : {emulation::Landing::kAtWait, emulation::Landing::kAtIssue}) {
+    emulation::g_landing = landing;
+    Check({3, 16, 8, 16, 32, kKvCodecFp8Tiled, true, 4, seqs}, rng, 16);
+  }
+  emulation::g_landing = emulation::Landing::kAtWait;
+  Check({3, 16, 8, 16, 32, kKvCodecBf16, false, 4, seqs}, rng, 20);
+  Check({2, 16, 8, 16, 32, kKvCodecFp8, false, 4, {{90, 1}, {40, 20}, {120, 2}, {0, 70}, {7, 19}}}, rng, 20);
 }
 
 // DeepSeek-V3 / Kimi K2's heads (nope 128, rope 64, v 128) over a latent of 512, one head.
@@ -411,6 +451,46 @@ TEST(MlaExpandedEmulated, GqaPrefill) {
 }
 
 // The plan: which heads take which instance, and which none.
+// Which sequences CudaBackend::MlaExpandedAttention takes (ChooseMlaExpanded), for Kimi K2's
+// heads (kv_lora 512, nope 128, rope 64, v 128): by a number of tokens, and by count.
+TEST(MlaExpandedEmulated, TheChoiceOfSequences) {
+  const auto choose = [](std::vector<int32_t> tokens, std::vector<int32_t> ctx, int64_t mode,
+                         int64_t max_rows = int64_t{1} << 40) {
+    return ChooseMlaExpanded(tokens.data(), ctx.data(), static_cast<int64_t>(tokens.size()), 512, 128, 64, 128, mode,
+                             max_rows);
+  };
+  const auto same = [](const MlaExpandedChoice& c, int64_t threshold, int64_t taken, int64_t stride) {
+    return c.threshold == threshold && c.taken == taken && c.stride == stride;
+  };
+  // By tokens: the sequences of at least N, at the stride of their longest context (rounded up to
+  // 256); none where none qualifies or the rows exceed the most allowed.
+  EXPECT_TRUE(same(choose({1, 70, 1, 20}, {900, 70, 5000, 60}, 16), 16, 2, 256));
+  EXPECT_TRUE(same(choose({1, 70, 1, 20}, {900, 70, 5000, 300}, 20), 20, 2, 512));
+  EXPECT_TRUE(same(choose({1, 70, 1, 20}, {900, 70, 5000, 300}, 71), 0, 0, 0));
+  EXPECT_TRUE(same(choose({1, 70, 1, 20}, {900, 70, 5000, 300}, 20, 1023), 0, 0, 0));
+  EXPECT_TRUE(same(choose({1, 1}, {900, 5000}, 1), 1, 2, 5120));
+  EXPECT_TRUE(same(choose({5}, {5}, 0), 0, 0, 0));  // 0: never
+  // By count: a 4,096-token prompt is taken, a 2-token one is not (its 256 gathered rows cost more
+  // than its three pairs absorbed), decoding tokens alone never are.
+  EXPECT_TRUE(same(choose({4096}, {4096}, -1), 4096, 1, 4096));
+  EXPECT_TRUE(same(choose({2}, {2}, -1), 0, 0, 0));
+  EXPECT_TRUE(same(choose({1, 1, 1}, {5000, 300, 20000}, -1), 0, 0, 0));
+  // A 512-token chunk after 30,000 positions beside 63 decoding sequences of 8,000: the chunk
+  // alone (its stride is its own context, not the decoders').
+  std::vector<int32_t> tokens(64, 1), ctx(64, 8000);
+  tokens[17] = 512;
+  ctx[17] = 30512;
+  EXPECT_TRUE(same(choose(tokens, ctx, -1), 512, 1, 30720));
+  // ... unless its rows exceed the most allowed.
+  EXPECT_TRUE(same(choose(tokens, ctx, -1, 30719), 0, 0, 0));
+  // A short prompt beside a long one stays absorbed (taken, its rows would be expanded to the long
+  // one's stride); beside one of its own length it is taken with it.
+  EXPECT_TRUE(same(choose({300, 4096, 1}, {300, 4096, 9000}, -1), 4096, 1, 4096));
+  EXPECT_TRUE(same(choose({400, 450, 1}, {400, 450, 9000}, -1), 400, 2, 512));
+  // (AttentionOps.CudaExpandedMlaByCountTakesThePromptAlone's batch.)
+  EXPECT_TRUE(same(choose({1, 300, 1}, {901, 300, 41}, -1), 300, 1, 512));
+}
+
 TEST(MlaExpandedEmulated, ThePlanPicksTheInstance) {
   MlaExpandedPlan p;
   ASSERT_TRUE(xp::PlanOf(128, 64, 128, &p));  // Kimi K2

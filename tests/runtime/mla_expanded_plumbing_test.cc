@@ -1,14 +1,19 @@
 // The model's and runtime's side of Backend::MlaExpandedAttention on every CI machine: a device
 // backend stand-in (the CPU backend, registered as CUDA in this executable of its own: the
-// registry cannot forget an entry) that takes every prefill pass it is offered and computes it
-// with the absorbed ops themselves. So the tokens and logits must be the CPU's bit for bit (the
-// model hands over the right query, kv_b, cache, layer, batch and output, and uses what comes
-// back), the host facts of each offered pass must be right (AttentionBatch::total_ctx the sum of
-// the tokens' contexts, min_seq_tokens the fewest tokens a sequence brings, host_seq_tokens and
-// host_seq_ctx each sequence's tokens and last context, `decode` set on
-// decode passes, which the stand-in declines as the CUDA backend does), a DSA pass with a sparse selection is never offered, and a GQA model never
-// offers any. On a host where a real CUDA device runs, these cases do not apply.
+// registry cannot forget an entry) that takes, in every prefill pass it is offered, the sequences
+// that bring at least two tokens (a prompt's chunk), computes them with the absorbed ops
+// themselves, and leaves the others (decoding beside the chunk) to the model, their output rows
+// NaN. So the tokens and logits must be the CPU's bit for bit (the model hands over the right
+// query, kv_b, cache, layer, batch and output, uses what comes back, and computes the rows left
+// to it: MlaAbsorbQuery and MlaProjectValue on exactly their rows, MlaAttention with the
+// stand-in's skip_seq_tokens), the host facts of each offered pass must be right
+// (AttentionBatch::total_ctx the sum of the tokens' contexts, min_seq_tokens the fewest tokens a
+// sequence brings, host_seq_tokens and host_seq_ctx each sequence's tokens and last context,
+// `decode` set on decode passes, which the stand-in declines as the CUDA backend does), a DSA
+// pass with a sparse selection is never offered, and a GQA model never offers any. On a host
+// where a real CUDA device runs, these cases do not apply.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,16 +29,24 @@ namespace llmrt {
 namespace {
 
 struct Offers {
-  int64_t offered = 0, decode = 0, taken = 0, max_ctx = 0;
+  int64_t offered = 0, decode = 0, taken = 0, split = 0, max_ctx = 0;
+  // Rows of the sequences left to the model in split passes, and the rows the model passed to
+  // MlaAbsorbQuery and MlaProjectValue there; MlaAttention calls there without the skip.
+  int64_t rest_rows = 0, absorbed_rows = 0, projected_rows = 0, unskipped_attention = 0;
   bool total_ctx_right = true, decode_right = true, min_seq_tokens_right = true, host_seqs_right = true;
 };
 Offers g_offers;
 
+// The stand-in takes the sequences that bring at least kTakeTokens tokens (a prompt's chunk) and
+// leaves the others (decoding beside it) to the model.
+constexpr int64_t kTakeTokens = 2;
+
 class ExpandingCpu : public CpuBackend {
  public:
   using CpuBackend::CpuBackend;
-  bool MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
-                            const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) override {
+  int64_t MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
+                               const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) override {
+    split_ = false;
     ++g_offers.offered;
     g_offers.max_ctx = std::max(g_offers.max_ctx, batch.max_ctx);
     const int32_t* ctx = batch.token_ctx.data_as<const int32_t>();
@@ -49,15 +62,15 @@ class ExpandingCpu : public CpuBackend {
     if (total != batch.total_ctx) g_offers.total_ctx_right = false;
     if (fewest != batch.min_seq_tokens) g_offers.min_seq_tokens_right = false;
     // Each sequence's tokens and context, as the host copies give them.
+    std::vector<int64_t> tokens(static_cast<size_t>(batch.num_seqs), 0), last(static_cast<size_t>(batch.num_seqs), 0);
+    for (int64_t t = 0; t < batch.num_tokens; ++t) {
+      if (seq[t] < 0 || seq[t] >= batch.num_seqs) continue;
+      ++tokens[seq[t]];
+      last[seq[t]] = ctx[t];
+    }
     if (batch.host_seq_tokens == nullptr || batch.host_seq_ctx == nullptr) {
       g_offers.host_seqs_right = false;
     } else {
-      std::vector<int64_t> tokens(static_cast<size_t>(batch.num_seqs), 0), last(static_cast<size_t>(batch.num_seqs), 0);
-      for (int64_t t = 0; t < batch.num_tokens; ++t) {
-        if (seq[t] < 0 || seq[t] >= batch.num_seqs) continue;
-        ++tokens[seq[t]];
-        last[seq[t]] = ctx[t];
-      }
       for (int64_t s = 0; s < batch.num_seqs; ++s) {
         if (batch.host_seq_tokens[s] != tokens[s] || batch.host_seq_ctx[s] != last[s]) g_offers.host_seqs_right = false;
       }
@@ -65,21 +78,55 @@ class ExpandingCpu : public CpuBackend {
     if (batch.decode && !one_token_each) g_offers.decode_right = false;  // (pad rows are not in these runs)
     if (batch.decode) {
       ++g_offers.decode;
-      return false;
+      return 0;
     }
+    int64_t rest = 0;
+    for (const int64_t n : tokens) rest += n < kTakeTokens ? n : 0;
+    if (rest == batch.num_tokens) return 0;  // nothing to take
     ++g_offers.taken;
+    // The whole pass absorbed, then only the taken sequences' rows written: the others' are NaN
+    // until the model computes them.
     const int64_t T = batch.num_tokens;
     absl::StatusOr<Tensor> q_lat = Allocate(DType::kF32, {T, d.heads * d.kv_lora});
     absl::StatusOr<Tensor> o_lat = Allocate(DType::kF32, {T, d.heads * d.kv_lora});
-    if (!q_lat.ok() || !o_lat.ok()) {
+    absl::StatusOr<Tensor> full = Allocate(DType::kF32, {T, d.heads * d.v});
+    if (!q_lat.ok() || !o_lat.ok() || !full.ok()) {
       RecordFailure(absl::ResourceExhaustedError("the stand-in's scratch"));
-      return true;
+      return kTakeTokens;
     }
     MlaAbsorbQuery(q, kv_b, d, *q_lat);
     MlaAttention(*q_lat, q, cache, layer, batch, d, scale, nullptr, *o_lat);
-    MlaProjectValue(*o_lat, kv_b, d, out);
-    return true;
+    MlaProjectValue(*o_lat, kv_b, d, *full);
+    for (int64_t t = 0; t < T; ++t) {
+      float* dst = out.data_as<float>() + t * out.row_stride();
+      const float* src = full->data_as<const float>() + t * full->row_stride();
+      for (int64_t i = 0; i < d.heads * d.v; ++i) dst[i] = tokens[seq[t]] >= kTakeTokens ? src[i] : NAN;
+    }
+    if (rest > 0) {
+      ++g_offers.split;
+      g_offers.rest_rows += rest;
+      split_ = true;
+    }
+    return kTakeTokens;
   }
+  // The model's calls for the sequences left to it.
+  void MlaAbsorbQuery(const Tensor& q, const Weight& kv_b, const MlaDims& d, const Tensor& q_lat) override {
+    if (split_) g_offers.absorbed_rows += q.dim(0);
+    CpuBackend::MlaAbsorbQuery(q, kv_b, d, q_lat);
+  }
+  void MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCacheView& cache, int64_t layer,
+                    const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor* selected,
+                    const Tensor& out_lat) override {
+    if (split_ && batch.skip_seq_tokens != kTakeTokens) ++g_offers.unskipped_attention;
+    CpuBackend::MlaAttention(q_lat, q, cache, layer, batch, d, scale, selected, out_lat);
+  }
+  void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d, const Tensor& out) override {
+    if (split_) g_offers.projected_rows += o_lat.dim(0);
+    CpuBackend::MlaProjectValue(o_lat, kv_b, d, out);
+  }
+
+ private:
+  bool split_ = false;  // the last pass offered left sequences to the model
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateExpandingCpu(const BackendOptions& o) {
@@ -164,6 +211,10 @@ TEST_F(MlaExpandedPlumbing, TakenPrefillPassesGiveTheCpusBits) {
     EXPECT_EQ(g_offers.offered, 0);  // the CPU backend is not the stand-in
     const Trace dev = RunModel("tiny_kimi_k2_qlora_yarn", BackendKind::kCuda, codec);
     EXPECT_GT(g_offers.taken, 0);
+    EXPECT_GT(g_offers.split, 0);  // prompts' chunks beside decoding sequences
+    EXPECT_EQ(g_offers.absorbed_rows, g_offers.rest_rows);
+    EXPECT_EQ(g_offers.projected_rows, g_offers.rest_rows);
+    EXPECT_EQ(g_offers.unskipped_attention, 0);
     EXPECT_GT(g_offers.decode, 0);  // decode passes are offered too, and declined
     EXPECT_TRUE(g_offers.total_ctx_right);
     EXPECT_TRUE(g_offers.min_seq_tokens_right);

@@ -133,15 +133,17 @@ class CudaBackend final : public Backend {
                     const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor* selected,
                     const Tensor& out_lat) override;
   void MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const MlaDims& d, const Tensor& out) override;
-  // Taken for a prefill pass (never a decode pass) that BackendOptions::device_mla_expanded_min_tokens
-  // admits (by count of multiply-adds, or by tokens a sequence), over BF16 or FP8 rows (F32 rows,
-  // the reference codec, keep the absorbed float32 path), for heads PlanMlaExpanded takes within the device's shared memory,
-  // where cuBLASLt takes the expansion's GEMM and its buffers (the contexts' latent rows expanded
-  // to every head's keys and values: S * max_ctx rows, max_ctx rounded up to 256) stay within
+  // Takes sequences of a prefill pass (never a decode pass) that BackendOptions::
+  // device_mla_expanded_min_tokens admits (cuda::ChooseMlaExpanded: by count of multiply-adds, or
+  // by tokens a sequence brings), over BF16 or FP8 rows (F32 rows, the reference codec, keep the
+  // absorbed float32 path), for heads PlanMlaExpanded takes within the device's shared memory,
+  // where the pass's host_seq_tokens and host_seq_ctx are known, cuBLASLt takes the expansion's
+  // GEMM and its buffers (the taken contexts' latent rows expanded to every head's keys and
+  // values: taken * stride rows, the longest taken context rounded up to 256) stay within
   // kMlaExpandedMaxBytes and fit in device memory. An F32 kv_b (FP8 checkpoints dequantize
   // theirs) gets a BF16 copy made once, at its first use.
-  bool MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
-                            const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) override;
+  int64_t MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
+                               const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) override;
   static constexpr size_t kMlaExpandedMaxBytes = size_t{2} << 30;
   // The rows a tile of the routed experts' grouped GEMMs took in the last MoeExperts (0: none
   // yet), for tests and measurements.

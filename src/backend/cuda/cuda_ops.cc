@@ -462,6 +462,8 @@ void CudaBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCac
     }
     a.out = out_lat.data_as<float>();
     a.out_ld = out_lat.row_stride();
+    a.skip_seq_tokens = batch.skip_seq_tokens;  // (the sequences MlaExpandedAttention took)
+    a.num_seqs = batch.num_seqs;
     LLMRT_RETURN_IF_ERROR(SplitAttention(&a, selected != nullptr ? std::min(batch.max_ctx, a.top_k) : batch.max_ctx));
     return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
   });
@@ -479,55 +481,54 @@ void CudaBackend::MlaProjectValue(const Tensor& o_lat, const Weight& kv_b, const
   });
 }
 
-bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
-                                       const AttentionBatch& batch, const MlaDims& d, float scale, const Tensor& out) {
-  // Whether the pass is taken: decided on the host before anything is enqueued.
-  // (LLMRT_CUDA_ATTENTION=scalar asks for the float32 reference kernel: it keeps it.)
+int64_t CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, const KvCacheView& cache, int64_t layer,
+                                          const AttentionBatch& batch, const MlaDims& d, float scale,
+                                          const Tensor& out) {
+  // Whether (and for which sequences) the pass is taken: decided on the host before anything is
+  // enqueued. (LLMRT_CUDA_ATTENTION=scalar asks for the float32 reference kernel: it keeps it.)
   const int64_t T = batch.num_tokens, S = batch.num_seqs, mode = mla_expanded_min_tokens_;
   if (mode == 0 || batch.decode || failed_ || !sticky_.ok() || S <= 0 || batch.max_ctx <= 0 ||
+      batch.host_seq_tokens == nullptr || batch.host_seq_ctx == nullptr ||
       attention_ == BackendOptions::DeviceAttention::kScalar) {
-    return false;
+    return 0;
   }
   cuda::MlaExpandedPlan plan;
   if (!cuda::PlanMlaExpanded(d.nope, d.rope, d.v, &plan) || plan.shared_bytes > shared_optin_ || d.kv_lora % 8 != 0 ||
       cublaslt_ == nullptr) {
-    return false;
+    return 0;
   }
-  if (!CheckKvView(cache, layer).ok() || cache.width < d.kv_lora + d.rope) return false;
+  if (!CheckKvView(cache, layer).ok() || cache.width < d.kv_lora + d.rope) return 0;
   const cuda::KvRef kv = KvOf(cache);
-  if (kv.row.nseg == 0 && kv.type == cuda::kElemF32) return false;  // F32 rows: the float32 reference path
+  if (kv.row.nseg == 0 && kv.type == cuda::kElemF32) return 0;  // F32 rows: the float32 reference path
   if ((kv_b.format != kWeightBf16 && kv_b.format != kWeightF32) || kv_b.rows != d.heads * (d.nope + d.v) ||
       kv_b.cols != d.kv_lora) {
-    return false;
+    return 0;
   }
-  // Each sequence's context rows at a stride of max_ctx rounded up to 256, so that cuBLASLt sees
-  // few distinct row counts.
-  const int64_t stride = (batch.max_ctx + 255) / 256 * 256, R = S * stride, N = kv_b.rows, K = d.kv_lora;
-  if (mode == BackendOptions::kMlaExpandedByCount) {
-    // Multiply-adds by count, per head: the expansion of R rows (K x (nope + v) each) and
-    // (nope + rope + v) per (token, position), against the absorbed (2 K + rope) per (token,
-    // position) over the pass's total_ctx (token, position) pairs.
-    if (T < 2 * S || batch.total_ctx <= 0) return false;
-    const double expanded = static_cast<double>(R) * static_cast<double>(K * (d.nope + d.v)) +
-                            static_cast<double>(batch.total_ctx) * static_cast<double>(d.nope + d.rope + d.v);
-    const double absorbed = static_cast<double>(batch.total_ctx) * static_cast<double>(2 * K + d.rope);
-    if (expanded >= absorbed) return false;
-  } else if (T < mode * S) {
-    return false;
-  }
+  const int64_t N = kv_b.rows, K = d.kv_lora;
+  // The sequences that bring at least `threshold` tokens are taken: their contexts' latent rows
+  // are gathered at a stride of the longest of them rounded up to 256 (so that cuBLASLt sees few
+  // distinct row counts), and expanded. The others (decoding sequences beside a prompt's chunk)
+  // are left to the absorbed ops, which the model runs for them.
+  const size_t row_bytes = static_cast<size_t>(K + d.rope + N) * sizeof(uint16_t);
+  const size_t most_bytes = std::min(kMlaExpandedMaxBytes, mla_expanded_refused_bytes_ - 1);
+  const cuda::MlaExpandedChoice choice =
+      cuda::ChooseMlaExpanded(batch.host_seq_tokens, batch.host_seq_ctx, S, K, d.nope, d.rope, d.v, mode,
+                              static_cast<int64_t>(most_bytes / row_bytes));
+  if (choice.threshold <= 0) return 0;
+  const int64_t threshold = choice.threshold, taken = choice.taken, stride = choice.stride, R = taken * stride;
   const size_t latent_bytes = static_cast<size_t>(R * (K + d.rope)) * sizeof(uint16_t);
   const size_t kvx_bytes = static_cast<size_t>(R * N) * sizeof(uint16_t);
   if (latent_bytes + kvx_bytes > kMlaExpandedMaxBytes || latent_bytes + kvx_bytes >= mla_expanded_refused_bytes_) {
-    return false;
+    return 0;
   }
   if (q.dim(0) != T || q.row_size() != d.heads * (d.nope + d.rope) || out.dim(0) != T ||
       out.row_size() != d.heads * d.v || (kv_b.format == kWeightBf16 && !CublasLtGemm::Aligned(kv_b.data.data()))) {
-    return false;  // (the absorbed ops report what is wrong)
+    return 0;  // (the absorbed ops report what is wrong)
   }
   cudaSetDevice(device_);
   const absl::StatusOr<const CublasLtGemm::Call*> call =
       cublaslt_->Prepare(CublasLtGemm::Operands::kBf16Out, N, K, R, N);
-  if (!call.ok() || *call == nullptr) return false;
+  if (!call.ok() || *call == nullptr) return 0;
   // The buffers, and a float32 kv_b's BF16 copy, before anything is enqueued: where one does not
   // fit in device memory the pass runs absorbed, and so do later passes that need as much.
   absl::StatusOr<void*> lp = Scratch(kScratchMlaLatent, latent_bytes, "expanded MLA latent rows");
@@ -560,7 +561,7 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
       mla_expanded_refused_bytes_ = std::min(mla_expanded_refused_bytes_, latent_bytes + kvx_bytes);
     }
     Log(LogLevel::kWarning, absl::StrCat("cuda backend: MLA attention runs absorbed: ", xp.status().message()));
-    return false;
+    return 0;
   }
   Run("MlaExpandedAttention", [&]() -> absl::Status {
     cudaStream_t s = Stream(stream_);
@@ -576,8 +577,8 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
     uint16_t* latent = static_cast<uint16_t*>(*lp);
     uint16_t* rope_keys = latent + R * K;  // 16-byte aligned: K is a multiple of 8
     const cuda::BatchRef b = BatchOf(batch);
-    LLMRT_RETURN_IF_ERROR(
-        Launched(cuda::LaunchMlaGatherLatent(kv, layer, b, S, K, d.rope, stride, latent, rope_keys, error_word_, s)));
+    LLMRT_RETURN_IF_ERROR(Launched(cuda::LaunchMlaGatherLatent(kv, layer, b, S, K, d.rope, stride, latent, rope_keys,
+                                                               error_word_, s, threshold, taken)));
     LLMRT_RETURN_IF_ERROR(cublaslt_->RunBf16Out(**call, w, latent, static_cast<uint16_t*>(*xp), stream_));
     cuda::MlaExpandedArgs a = FlashArgs(b, S, d.heads, q, stride, scale, out);
     a.nope = d.nope;
@@ -588,9 +589,10 @@ bool CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, cons
     a.k_head_step = a.v_head_step = d.nope + d.v;
     a.v_off = d.nope;
     a.rope_keys = rope_keys;
+    a.min_seq_tokens = threshold;
     return Launched(cuda::LaunchMlaExpandedAttention(a, s));
   });
-  return true;
+  return threshold;
 }
 
 void CudaBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView& cache, int64_t layer,

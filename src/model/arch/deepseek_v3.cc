@@ -15,6 +15,8 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/model/decoder.h"
@@ -97,6 +99,9 @@ class MlaBlock final : public AttentionBlock {
   Scratch Take(Workspace& ws, int64_t T) const;
   void RunIndexer(PassContext& ctx, int64_t layer, const Scratch& s, const Tensor& x, const Tensor& latent,
                   const Tensor& k_rope);
+  // The absorbed attention of the tokens of the sequences that bring fewer than `taken` tokens to
+  // the pass, whose other sequences the backend took in expanded form.
+  absl::Status AbsorbedRest(PassContext& ctx, int64_t layer, const Scratch& s, int64_t taken) const;
 
   std::shared_ptr<const MlaShared> s_;
   Weight q_proj;                 // [H*(nope+rope), hidden] when q_lora_rank is null
@@ -181,6 +186,31 @@ void MlaBlock::RunIndexer(PassContext& ctx, int64_t layer, const Scratch& s, con
 }
 
 // DeepseekV3Attention.forward with the cache in latent form (docs/models.md, "MLA").
+absl::Status MlaBlock::AbsorbedRest(PassContext& ctx, int64_t layer, const Scratch& s, int64_t taken) const {
+  Backend& be = ctx.be;
+  AttentionBatch rest = ctx.batch.attn;
+  const int64_t S = rest.num_seqs;
+  if (rest.host_seq_tokens == nullptr) {
+    return absl::InternalError("the backend took part of an MLA pass in expanded form without the pass's host facts");
+  }
+  // The runs of rows of the sequences left here (a sequence's rows are contiguous, in order).
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t q = 0, row = 0; q < S; row += rest.host_seq_tokens[q++]) {
+    if (rest.host_seq_tokens[q] >= taken) continue;
+    if (!runs.empty() && runs.back().second == row) {
+      runs.back().second += rest.host_seq_tokens[q];
+    } else {
+      runs.emplace_back(row, row + rest.host_seq_tokens[q]);
+    }
+  }
+  if (runs.empty()) return absl::OkStatus();
+  rest.skip_seq_tokens = taken;
+  for (const auto& [r0, r1] : runs) be.MlaAbsorbQuery(s.q.Rows(r0, r1), kv_b, s_->dims, s.q_lat.Rows(r0, r1));
+  be.MlaAttention(s.q_lat, s.q, ctx.cache, layer, rest, s_->dims, s_->softmax_scale, nullptr, s.o_lat);
+  for (const auto& [r0, r1] : runs) be.MlaProjectValue(s.o_lat.Rows(r0, r1), kv_b, s_->dims, s.o.Rows(r0, r1));
+  return absl::OkStatus();
+}
+
 absl::Status MlaBlock::Forward(PassContext& ctx, int64_t layer, const Tensor& x, const Tensor& out) {
   const ModelConfig& c = s_->cfg;
   Backend& be = ctx.be;
@@ -210,14 +240,20 @@ absl::Status MlaBlock::Forward(PassContext& ctx, int64_t layer, const Tensor& x,
     WriteKv(ctx, layer, {latent, k_rope});
   }
   // Absorbed attention: q_lat = W_UK^T q_nope; o_lat = softmax(q.k) . c; o = W_UV o_lat. A backend
-  // may take a dense pass in expanded form instead (Backend::MlaExpandedAttention: prefill).
+  // may take a dense pass in expanded form instead (Backend::MlaExpandedAttention: prefill), whole
+  // or for the sequences that bring at least `taken` tokens; the others run absorbed here.
   const DsaSelection* dsa = s_->dsa.get();
   const bool sparse = dsa != nullptr && dsa->sparse;
-  if (sparse || !be.MlaExpandedAttention(s.q, kv_b, ctx.cache, layer, ctx.batch.attn, s_->dims, s_->softmax_scale, s.o)) {
+  const AttentionBatch& batch = ctx.batch.attn;
+  const int64_t taken =
+      sparse ? 0 : be.MlaExpandedAttention(s.q, kv_b, ctx.cache, layer, batch, s_->dims, s_->softmax_scale, s.o);
+  if (taken <= 0) {
     be.MlaAbsorbQuery(s.q, kv_b, s_->dims, s.q_lat);
-    be.MlaAttention(s.q_lat, s.q, ctx.cache, layer, ctx.batch.attn, s_->dims, s_->softmax_scale,
+    be.MlaAttention(s.q_lat, s.q, ctx.cache, layer, batch, s_->dims, s_->softmax_scale,
                     sparse ? &dsa->selected : nullptr, s.o_lat);
     be.MlaProjectValue(s.o_lat, kv_b, s_->dims, s.o);
+  } else if (batch.min_seq_tokens <= 0 || batch.min_seq_tokens < taken) {
+    LLMRT_RETURN_IF_ERROR(AbsorbedRest(ctx, layer, s, taken));
   }
   be.MatMul(s.o, o_proj, out);  // [T, hidden]: this rank's heads' share
   be.AllReduceSum(out);          // the sum over every rank's heads
