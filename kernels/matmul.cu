@@ -10,6 +10,7 @@
 // BF16 activations) come with the BF16 activation dtype. Quantized weights with 16-byte aligned
 // rows go to the dequantizing GEMV kernel (quant_matmul.cu).
 #include "kernels/common.cuh"
+#include "kernels/mla_absorb_kernels.cuh"
 
 namespace llmrt::cuda {
 namespace {
@@ -91,34 +92,6 @@ __global__ void GroupedGemmKernel(ConstMat x, const int32_t* x_rows, ExpertTable
                       static_cast<int64_t>(blockIdx.x) * kBN, out);
 }
 
-// q_lat[t, h, j] = sum_r q[t, h*qw + r] * kv_b[h*blk + r, j], r in order (the CPU's axpy order).
-__global__ void MlaAbsorbKernel(ConstMat q, WeightRef kv_b, int64_t heads, int64_t nope, int64_t qw, int64_t blk,
-                                int64_t L, MutMat q_lat) {
-  const int64_t t = blockIdx.x / heads, h = blockIdx.x % heads;
-  const float* qn = q.data + t * q.ld + h * qw;
-  for (int64_t j = threadIdx.x; j < L; j += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t r = 0; r < nope; ++r) acc = fmaf(qn[r], LoadElem(kv_b.data, kv_b.type, (h * blk + r) * L + j), acc);
-    q_lat.data[t * q_lat.ld + h * L + j] = acc;
-  }
-}
-
-// out[t, h*v + j] = sum_k kv_b[h*blk + nope + j, k] * o_lat[t, h*L + k]: one warp per output.
-__global__ void MlaProjectKernel(ConstMat o_lat, WeightRef kv_b, int64_t heads, int64_t nope, int64_t v, int64_t blk,
-                                 int64_t L, MutMat out) {
-  const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  const int64_t total = o_lat.rows * heads * v;
-  if (warp >= total) return;
-  const int64_t j = warp % v, h = (warp / v) % heads, t = warp / (v * heads);
-  const float* o = o_lat.data + t * o_lat.ld + h * L;
-  const int64_t row = (h * blk + nope + j) * L;
-  float acc = 0.0f;
-  for (int64_t k = lane; k < L; k += 32) acc = fmaf(LoadElem(kv_b.data, kv_b.type, row + k), o[k], acc);
-  acc = WarpSum(acc);
-  if (lane == 0) out.data[t * out.ld + h * v + j] = acc;
-}
-
 }  // namespace
 
 cudaError_t LaunchGemm(ConstMat x, WeightRef w, MutMat out, cudaStream_t s) {
@@ -146,18 +119,39 @@ cudaError_t LaunchGroupedGemm(ConstMat x, const int32_t* x_rows, ExpertTable exp
 
 cudaError_t LaunchMlaAbsorbQuery(ConstMat q, WeightRef kv_b, int64_t heads, int64_t nope, int64_t rope, int64_t v,
                                  int64_t kv_lora, MutMat q_lat, cudaStream_t s) {
-  const int64_t blocks = q.rows * heads;
-  if (blocks == 0) return cudaSuccess;
-  MlaAbsorbKernel<<<static_cast<unsigned>(blocks), 256, 0, s>>>(q, kv_b, heads, nope, nope + rope, nope + v, kv_lora,
-                                                                q_lat);
+  if (q.rows == 0 || heads == 0 || kv_lora == 0) return cudaSuccess;
+  const int tokens = mab::TokensPerBlock(q.rows);
+  const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>((q.rows + tokens - 1) / tokens),
+                  static_cast<unsigned>((kv_lora + mab::kThreads - 1) / mab::kThreads));
+  const auto launch = [&](auto kernel) {
+    kernel<<<grid, mab::kThreads, 0, s>>>(q, kv_b, nope, nope + rope, nope + v, kv_lora, q_lat);
+  };
+  switch (tokens) {
+    case 1: launch(mab::AbsorbKernel<1>); break;
+    case 4: launch(mab::AbsorbKernel<4>); break;
+    default: launch(mab::AbsorbKernel<16>); break;
+  }
   return cudaGetLastError();
 }
 
 cudaError_t LaunchMlaProjectValue(ConstMat o_lat, WeightRef kv_b, int64_t heads, int64_t nope, int64_t v,
                                   int64_t kv_lora, MutMat out, cudaStream_t s) {
-  const int64_t warps = o_lat.rows * heads * v;
-  if (warps == 0) return cudaSuccess;
-  MlaProjectKernel<<<BlocksFor(warps * 32, 256), 256, 0, s>>>(o_lat, kv_b, heads, nope, v, nope + v, kv_lora, out);
+  if (o_lat.rows == 0 || heads == 0 || v == 0) return cudaSuccess;
+  const int tokens = mab::TokensPerBlock(o_lat.rows);
+  const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>((o_lat.rows + tokens - 1) / tokens),
+                  static_cast<unsigned>((v + mab::kProjectCols - 1) / mab::kProjectCols));
+  const int64_t bytes = mab::ProjectSharedBytes(tokens, kv_lora);
+  cudaError_t err = cudaSuccess;
+  const auto launch = [&](auto kernel) {
+    if (err = AllowDynamicShared(kernel, bytes); err != cudaSuccess) return;
+    kernel<<<grid, mab::kThreads, static_cast<size_t>(bytes), s>>>(o_lat, kv_b, nope, v, nope + v, kv_lora, out);
+  };
+  switch (tokens) {
+    case 1: launch(mab::ProjectKernel<1>); break;
+    case 4: launch(mab::ProjectKernel<4>); break;
+    default: launch(mab::ProjectKernel<16>); break;
+  }
+  if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }
 
