@@ -45,7 +45,7 @@ cudaError_t Launch(const AttentionArgs& a, const TcPlan& pl, int32_t* err, cudaS
   auto kernel = pl.qreg ? tc::TcAttentionKernel<kDv, kTerms, true, kTiles> : tc::TcAttentionKernel<kDv, kTerms, false, kTiles>;
   // (The blocks the plan counted on, TcPlan::blocks_per_sm, fit on a multiprocessor.)
   if (const cudaError_t e = AllowLargeShared(kernel, pl.bytes, a.max_shared_bytes); e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits));
+  const dim3 grid(static_cast<unsigned>(GridTokens(a) * pl.head_blocks), static_cast<unsigned>(a.splits));
   kernel<<<grid, tc::kThreads * kTiles, static_cast<size_t>(pl.bytes), s>>>(a, pl, err);
   return cudaGetLastError();
 }

@@ -166,7 +166,8 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
   float* vscale = kscale + kChunk * pl.nks;                               // [kChunk][kNv] (tiled)
 
   // (32-bit: token and head counts are far below 2^31, and the registers are scarce)
-  const int t = static_cast<int>(blockIdx.x) / pl.head_blocks, tile = static_cast<int>(blockIdx.x) % pl.head_blocks * kTiles + gt;
+  const int i_token = static_cast<int>(blockIdx.x) / pl.head_blocks, t = ListedToken(a, i_token);
+  const int tile = static_cast<int>(blockIdx.x) % pl.head_blocks * kTiles + gt;
   const int in_group = (tile % pl.tiles_per_group) * kRows;
   const int h0 = (tile / pl.tiles_per_group) * pl.group + in_group;
   const int nh = static_cast<int>(pl.group - in_group < kRows ? pl.group - in_group : kRows);
@@ -573,13 +574,17 @@ __global__ void __launch_bounds__(kThreads * kTiles, MinBlocks(kDv, kTiles)) TcA
   }
   if (bad) RaiseError(err, sel != nullptr ? kErrSelected : kErrPage);
 
+  // (The token found again: kept live through the chunks, it cost the 512-column instances
+  // registers they spill.)
+  const int i_out = static_cast<int>(blockIdx.x) / pl.head_blocks, t_out = ListedToken(a, i_out);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = g + 8 * half;
     if (r >= nh) continue;
     const int64_t h = h0 + r;
     float mul;  // (1 with splits: the same bits)
-    float* dst = AttentionOutputRow(a, t, h, split, half == 0 ? m0 : m1, half == 0 ? l0 : l1, warp == 0 && c == 0, &mul);
+    float* dst = AttentionOutputRow(a, t_out, i_out, h, split, half == 0 ? m0 : m1, half == 0 ? l0 : l1,
+                                    warp == 0 && c == 0, &mul);
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {
       const int col = warp * (kDv / kWarps) + nt * 8 + 2 * c;

@@ -55,7 +55,7 @@ template <int kKb, bool kCodes>
 cudaError_t Launch(const AttentionArgs& a, const WgPlan& pl, int32_t* err, cudaStream_t s) {
   auto kernel = wg::WgAttentionKernel<kKb, kCodes>;
   if (const cudaError_t e = AllowLargeShared(kernel, pl.bytes, a.max_shared_bytes); e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits));
+  const dim3 grid(static_cast<unsigned>(GridTokens(a) * pl.head_blocks), static_cast<unsigned>(a.splits));
   kernel<<<grid, wg::kThreads, static_cast<size_t>(pl.bytes), s>>>(a, pl, err);
   return cudaGetLastError();
 }

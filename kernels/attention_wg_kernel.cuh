@@ -72,7 +72,8 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
   float* red_max = reinterpret_cast<float*>(smem + pl.off_f);                  // [2][kHeads]
   float* red_sum = red_max + 2 * kHeads;                                       // [2][kHeads]
 
-  const int t = static_cast<int>(blockIdx.x) / pl.head_blocks, h0 = static_cast<int>(blockIdx.x) % pl.head_blocks * kHeads;
+  const int i_token = static_cast<int>(blockIdx.x) / pl.head_blocks, t = ListedToken(a, i_token);
+  const int h0 = static_cast<int>(blockIdx.x) % pl.head_blocks * kHeads;
   const int nh = static_cast<int>(a.heads - h0 < kHeads ? a.heads - h0 : kHeads);
   const int split = static_cast<int>(blockIdx.y);
   if (SkipsToken(a, t)) return;  // another kernel's token (the whole block: one token)
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
   if (begin >= end) {  // no position: (-inf, 0) for the combine of splits, or zeros, as the CPU
     if (a.splits > 1) {
       if (tid < nh) {
-        float* part = a.partial + ((t * a.heads + h0 + tid) * a.splits + split) * (a.dv + 2);
+        float* part = a.partial + ((i_token * a.heads + h0 + tid) * a.splits + split) * (a.dv + 2);
         part[0] = -INFINITY;
         part[1] = 0.0f;
       }
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
     if (r >= nh) continue;
     const int64_t h = h0 + r;
     float mul;  // (the row's quad in the first warpgroup writes its max and sum)
-    float* dst = AttentionOutputRow(a, t, h, split, half == 0 ? m0 : m1, red_sum[r] + red_sum[kHeads + r],
+    float* dst = AttentionOutputRow(a, t, i_token, h, split, half == 0 ? m0 : m1, red_sum[r] + red_sum[kHeads + r],
                                     wgi == 0 && c == 0, &mul);
 #pragma unroll
     for (int k = 0; k < 128; k += 4) {  // columns 8(k / 4) + 2c and the next

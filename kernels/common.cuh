@@ -3,6 +3,7 @@
 #ifndef LLMRT_KERNELS_COMMON_CUH_
 #define LLMRT_KERNELS_COMMON_CUH_
 
+#include <atomic>
 #include <cstdint>
 
 #include <cuda_fp16.h>
@@ -177,6 +178,19 @@ template <typename Kernel>
 inline cudaError_t AllowLargeShared(Kernel kernel, int64_t bytes, int64_t optin) {
   if (const cudaError_t e = AllowDynamicShared(kernel, bytes, optin); e != cudaSuccess) return e;
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+}
+
+// AllowLargeShared once per device for a kernel launched often (decode passes that are not
+// recorded run it every layer): `done` holds a bit per device (below 64) already set.
+template <typename Kernel>
+inline cudaError_t AllowLargeSharedOnce(Kernel kernel, int64_t bytes, std::atomic<uint64_t>* done) {
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done->load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t e = AllowLargeShared(kernel, bytes, 0);
+  if (e == cudaSuccess) done->fetch_or(bit, std::memory_order_acq_rel);
+  return e;
 }
 
 // The block's dynamic shared memory (the launch's third parameter), 16-byte aligned. (The host

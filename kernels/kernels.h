@@ -473,7 +473,46 @@ struct AttentionArgs {
   // return at once, and their outputs are not written. Needs batch.seq_first_token and num_seqs.
   int64_t skip_seq_tokens = 0;
   int64_t num_seqs = 0;
+  // The tokens the grid covers (with skip_seq_tokens, the others' only, so that no block is
+  // launched for a skipped token and splits are sized for the tokens attended): 0 runs, every
+  // token of the batch in order; else the i-th listed token (i < listed_at[listed_runs]) is
+  // listed_first[r] + i - listed_at[r] for the run r with listed_at[r] <= i < listed_at[r + 1].
+  // Partial results of splits are indexed by the listed position.
+  static constexpr int kMaxListedRuns = 16;
+  int32_t listed_runs = 0;
+  int32_t listed_first[kMaxListedRuns] = {};
+  int32_t listed_at[kMaxListedRuns + 1] = {};
 };
+// The tokens an attention grid covers (AttentionArgs::listed_runs).
+inline int64_t GridTokens(const AttentionArgs& a) {
+  return a.listed_runs > 0 ? a.listed_at[a.listed_runs] : a.batch.num_tokens;
+}
+// Lists the tokens of the sequences that bring fewer than `skip` tokens (seq_tokens [num_seqs]:
+// each sequence's tokens; their rows are contiguous, in order) as runs of rows in `a`; leaves
+// a->listed_runs 0 (every token's block, the skipped ones returning at once) where they take
+// more than kMaxListedRuns runs or none.
+inline void ListAttentionTokens(const int32_t* seq_tokens, int64_t num_seqs, int64_t skip, AttentionArgs* a) {
+  AttentionArgs l = *a;
+  l.listed_runs = 0;
+  int64_t listed = 0;
+  for (int64_t s = 0, row = 0; s < num_seqs; row += seq_tokens[s++]) {
+    const int64_t n = seq_tokens[s];
+    if (n >= skip || n <= 0) continue;
+    const int r = l.listed_runs - 1;
+    if (r >= 0 && l.listed_first[r] + (listed - l.listed_at[r]) == row) {
+      listed += n;  // extends the last run
+      continue;
+    }
+    if (l.listed_runs == AttentionArgs::kMaxListedRuns) return;
+    l.listed_first[l.listed_runs] = static_cast<int32_t>(row);
+    l.listed_at[l.listed_runs] = static_cast<int32_t>(listed);
+    ++l.listed_runs;
+    listed += n;
+  }
+  if (l.listed_runs == 0) return;
+  l.listed_at[l.listed_runs] = static_cast<int32_t>(listed);
+  *a = l;
+}
 // Blocks per token per split of the kernel that runs `a`: heads (scalar kernel) or head tiles
 // (tensor cores), and how many of its blocks a multiprocessor holds (0: not known); size the
 // split over the KV length.

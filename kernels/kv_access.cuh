@@ -107,13 +107,29 @@ __device__ __forceinline__ bool Locate(const KvRef& kv, int64_t layer, const Con
   return true;
 }
 
-// Where an attention block writes head h's output for token t: with splits, its split's partial
-// row (max m and sum l first, written by the `lead` thread; the values unnormalized: *mul = 1),
-// else the output row (*mul = 1 / l, or 0 where no position was attended: zeros, as the CPU).
-__device__ __forceinline__ float* AttentionOutputRow(const AttentionArgs& a, int64_t t, int64_t h, int split, float m,
-                                                     float l, bool lead, float* mul) {
+// The grid's i-th token (AttentionArgs::listed_runs). The runs are read at constant indices (a
+// kernel parameter indexed at run time would be copied to local memory).
+__device__ __forceinline__ int ListedToken(const AttentionArgs& a, int i) {
+  if (a.listed_runs <= 0) return i;
+  int first = a.listed_first[0], at = a.listed_at[0];
+#pragma unroll
+  for (int r = 1; r < AttentionArgs::kMaxListedRuns; ++r) {
+    if (r < a.listed_runs && a.listed_at[r] <= i) {
+      first = a.listed_first[r];
+      at = a.listed_at[r];
+    }
+  }
+  return first + i - at;
+}
+
+// Where an attention block writes head h's output for token t, the grid's i-th (ListedToken):
+// with splits, its split's partial row (max m and sum l first, written by the `lead` thread; the
+// values unnormalized: *mul = 1), else the output row (*mul = 1 / l, or 0 where no position was
+// attended: zeros, as the CPU).
+__device__ __forceinline__ float* AttentionOutputRow(const AttentionArgs& a, int64_t t, int64_t i, int64_t h,
+                                                     int split, float m, float l, bool lead, float* mul) {
   if (a.splits > 1) {
-    float* part = a.partial + ((t * a.heads + h) * a.splits + split) * (a.dv + 2);
+    float* part = a.partial + ((i * a.heads + h) * a.splits + split) * (a.dv + 2);
     if (lead) {
       part[0] = m;
       part[1] = l;

@@ -137,7 +137,7 @@ static_assert(kAttnThreads >= kChunk, "a thread per position of a chunk sets its
 // (token, head), blockIdx.y the split of its positions.
 __global__ void ScalarAttentionKernel(AttentionArgs a, int32_t* err) {
   float* smem = DynamicShared<float>();
-  const int64_t t = blockIdx.x / a.heads, h = blockIdx.x % a.heads, g = h / a.kv_group;
+  const int64_t t = ListedToken(a, static_cast<int>(blockIdx.x / a.heads)), h = blockIdx.x % a.heads, g = h / a.kv_group;
   const int64_t split = blockIdx.y;
   if (SkipsToken(a, t)) return;  // another kernel's token
   const int64_t qlen = a.q1_len + a.q2_len;
@@ -236,7 +236,7 @@ __global__ void ScalarAttentionKernel(AttentionArgs a, int32_t* err) {
 // The splits of one (token, head): rescaled to their common maximum and normalized by the
 // rescaled sum. Splits without positions (l == 0) contribute nothing.
 __global__ void AttentionCombineKernel(AttentionArgs a) {
-  const int64_t t = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
+  const int64_t t = ListedToken(a, static_cast<int>(blockIdx.x / a.heads)), h = blockIdx.x % a.heads;
   if (SkipsToken(a, t)) return;  // another kernel's token: no partial results
   const float* parts = a.partial + static_cast<int64_t>(blockIdx.x) * a.splits * (a.dv + 2);
   float mx = -INFINITY;

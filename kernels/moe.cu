@@ -4,6 +4,7 @@
 // order (as the CPU sums them; slots naming one expert twice by weight), so a token's result does
 // not depend on the order of its slots. And the routed experts' grouped GEMM on the tensor cores
 // for BF16-rounded inputs (kernels/moe_mma_kernels.cuh).
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/async_copy.cuh"
@@ -42,9 +43,12 @@ cudaError_t LaunchGroupedGemmMma(const uint16_t* x, int64_t ldx, const int32_t* 
   if (ldx < K || ldx % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), static_cast<unsigned>(tiles.max_tiles));
   cudaError_t err = cudaSuccess;
+  // (Each instance's shared memory allowance, set once per device: it is the same every launch.)
+  static std::atomic<uint64_t> allowed[5];
   const auto launch = [&](auto kernel, bool fp8) {
     const int64_t bytes = gmm::SharedBytes(fp8, tiles.tile_rows);
-    if (err = AllowLargeShared(kernel, bytes, 0); err != cudaSuccess) return;
+    const int slot = (fp8 ? 3 : 0) + (tiles.tile_rows == 32 ? 0 : tiles.tile_rows == 64 ? 1 : 2);
+    if (err = AllowLargeSharedOnce(kernel, bytes, &allowed[slot]); err != cudaSuccess) return;
     kernel<<<grid, gmm::kThreads, static_cast<size_t>(bytes), s>>>(x, ldx, x_rows, experts, N, K, tiles, out, act);
   };
   if (experts.gemv_bits == 16 && act.data == nullptr && K % 8 == 0) {

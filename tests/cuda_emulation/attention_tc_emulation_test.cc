@@ -72,7 +72,7 @@ template <int kDv, int kTerms, int kTiles = 1>
 void RunKernel(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
   ASSERT_EQ(pl.tiles, kTiles);
   ASSERT_EQ(pl.head_blocks * kTiles, pl.head_tiles);
-  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits), 1},
+  emulation::RunGrid({static_cast<unsigned>(GridTokens(a) * pl.head_blocks), static_cast<unsigned>(a.splits), 1},
                      tc::kThreads * kTiles, static_cast<size_t>(pl.bytes), [&] {
                        if (pl.qreg) {
                          tc::TcAttentionKernel<kDv, kTerms, true, kTiles>(a, pl, err);
@@ -100,7 +100,7 @@ void Run(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
 // The warpgroup-MMA kernel (AttentionKernel::kWgmma).
 void RunWgmma(const AttentionArgs& a, const WgPlan& pl, int32_t* err) {
   emulation::g_protocol_failures = 0;
-  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * pl.head_blocks), static_cast<unsigned>(a.splits), 1},
+  emulation::RunGrid({static_cast<unsigned>(GridTokens(a) * pl.head_blocks), static_cast<unsigned>(a.splits), 1},
                      wg::kThreads, static_cast<size_t>(pl.bytes), [&] {
                        emulation::g_protocol[threadIdx.x] = {};
                        wg::g_copies[threadIdx.x] = 0;
@@ -118,14 +118,14 @@ void RunWgmma(const AttentionArgs& a, const WgPlan& pl, int32_t* err) {
 
 // The combine of splits (kvk::AttentionCombineKernel), one block per (token, head).
 void Combine(const AttentionArgs& a) {
-  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * a.heads), 1, 1}, kvk::kAttnThreads, 0,
+  emulation::RunGrid({static_cast<unsigned>(GridTokens(a) * a.heads), 1, 1}, kvk::kAttnThreads, 0,
                      [&] { kvk::AttentionCombineKernel(a); });
 }
 
 // The scalar float32 kernel (kvk::ScalarAttentionKernel): one block per (token, head).
 void RunScalar(const AttentionArgs& a, int32_t* err) {
   const size_t smem = static_cast<size_t>(a.q1_len + a.q2_len + a.dv + kvk::kChunk) * sizeof(float);
-  emulation::RunGrid({static_cast<unsigned>(a.batch.num_tokens * a.heads), static_cast<unsigned>(a.splits), 1},
+  emulation::RunGrid({static_cast<unsigned>(GridTokens(a) * a.heads), static_cast<unsigned>(a.splits), 1},
                      kvk::kAttnThreads, smem, [&] { kvk::ScalarAttentionKernel(a, err); });
 }
 
@@ -145,6 +145,7 @@ struct Case {
   int32_t tiles = 0;  // AttentionArgs::tiles_per_block (0: the plan's choice)
   bool empty_first = false;  // sparse: token 0 selects no position (its output is zeros)
   int64_t skip = 0;  // AttentionArgs::skip_seq_tokens: sequences of at least this many tokens left alone
+  bool listed = false;  // with skip: the grid over the other sequences' tokens alone (ListAttentionTokens)
   std::string Describe() const {
     std::string s = mla ? "MLA kv_lora " + std::to_string(kv_lora) + " rope " + std::to_string(rope)
                         : "GQA kv_heads " + std::to_string(kv_heads) + " head_dim " + std::to_string(head_dim);
@@ -157,7 +158,7 @@ struct Case {
     if (stages != 0) s += " stages " + std::to_string(stages);
     if (!query_in_registers) s += " query in shared memory";
     if (tiles != 0) s += " tiles a block " + std::to_string(tiles);
-    if (skip != 0) s += " skipping sequences of " + std::to_string(skip) + " tokens";
+    if (skip != 0) s += " skipping sequences of " + std::to_string(skip) + " tokens" + (listed ? ", listed" : "");
     s += tc::g_landing == tc::Landing::kAtWait ? " (copies land at the wait)" : " (copies land at once)";
     return s;
   }
@@ -249,6 +250,12 @@ void Check(const Case& cs, std::mt19937& rng) {
   a.kernel = cs.kernel;
   a.skip_seq_tokens = cs.skip;
   a.num_seqs = static_cast<int64_t>(cs.seqs.size());
+  if (cs.listed) {
+    std::vector<int32_t> seq_tokens;
+    for (const auto& sq : cs.seqs) seq_tokens.push_back(static_cast<int32_t>(sq.second));
+    ListAttentionTokens(seq_tokens.data(), a.num_seqs, cs.skip, &a);
+    EXPECT_GT(a.listed_runs, 0);
+  }
   int32_t err = 0;
   if (cs.kernel == AttentionKernel::kScalar) {
     RunScalar(a, &err);
@@ -428,25 +435,70 @@ TEST(TensorCoreAttentionEmulated, ScalarKernel) {
 // Tokens left to another kernel (AttentionArgs::skip_seq_tokens, GQA prefill on FlashAttention
 // tiles beside decoding sequences): the tokens of sequences bringing at least `skip` tokens are
 // not written, by any kernel or the combine of splits, and the others are as without it.
+// Listed (AttentionArgs::listed_runs): the grid covers the other tokens alone, in runs, with the
+// partial results of splits at their listed positions; the same outputs.
 TEST(TensorCoreAttentionEmulated, SkipsTheTokensOfLongSequences) {
   std::mt19937 rng(77);
-  const Seqs seqs = {{0, 5}, {9, 1}, {3, 6}, {40, 1}};
-  for (int64_t splits : {1, 2}) {
-    Case gqa{false, 4, 2, 16, 0, 0, kKvCodecFp8, true, false, 4, seqs, splits, kTwo};
-    gqa.skip = 5;
-    Check(gqa, rng);
-    gqa.kernel = kOne;
-    Check(gqa, rng);
-    gqa.kernel = AttentionKernel::kScalar;
-    Check(gqa, rng);
-    gqa.skip = 2;  // (only the decoding tokens written)
-    Check(gqa, rng);
+  const Seqs seqs = {{0, 5}, {9, 1}, {3, 6}, {40, 1}, {7, 1}};
+  for (const bool listed : {false, true}) {
+    for (int64_t splits : {1, 2}) {
+      Case gqa{false, 4, 2, 16, 0, 0, kKvCodecFp8, true, false, 4, seqs, splits, kTwo};
+      gqa.skip = 5;
+      gqa.listed = listed;
+      Check(gqa, rng);
+      gqa.kernel = kOne;
+      Check(gqa, rng);
+      gqa.kernel = AttentionKernel::kScalar;
+      Check(gqa, rng);
+      gqa.skip = 2;  // (only the decoding tokens written)
+      Check(gqa, rng);
+    }
+    for (int64_t splits : {1, 2}) {
+      // (The last decoding token's second split has no position: its partial row is written too.)
+      Case wg{true, 64, 0, 0, 512, 64, kKvCodecBf16, false, false, 16, {{30, 3}, {90, 1}, {10, 1}}, splits, kWg};
+      wg.skip = 3;
+      wg.listed = listed;
+      Check(wg, rng);
+    }
   }
-  for (int64_t splits : {1, 2}) {
-    Case wg{true, 64, 0, 0, 512, 64, kKvCodecBf16, false, false, 16, {{30, 3}, {90, 1}}, splits, kWg};
-    wg.skip = 3;
-    Check(wg, rng);
+}
+
+// The runs ListAttentionTokens makes: the short sequences' rows, adjacent ones merged, the listed
+// positions counted in order; none listed (every token's block) past kMaxListedRuns runs or where
+// no sequence is short.
+TEST(TensorCoreAttentionEmulated, ListedTokensAreRunsOfTheShortSequences) {
+  AttentionArgs a{};
+  a.batch.num_tokens = 15;
+  const int32_t tokens[] = {1, 5, 1, 1, 6, 0, 1};  // rows 0 | 1-5 | 6 | 7 | 8-13 | (none) | 14
+  ListAttentionTokens(tokens, 7, 5, &a);
+  ASSERT_EQ(a.listed_runs, 3);
+  EXPECT_EQ(a.listed_first[0], 0);
+  EXPECT_EQ(a.listed_at[0], 0);
+  EXPECT_EQ(a.listed_first[1], 6);  // rows 6 and 7 merged
+  EXPECT_EQ(a.listed_at[1], 1);
+  EXPECT_EQ(a.listed_first[2], 14);
+  EXPECT_EQ(a.listed_at[2], 3);
+  EXPECT_EQ(a.listed_at[3], 4);
+  EXPECT_EQ(GridTokens(a), 4);
+  AttentionArgs none{};
+  none.batch.num_tokens = 11;
+  const int32_t all_long[] = {5, 6};
+  ListAttentionTokens(all_long, 2, 5, &none);
+  EXPECT_EQ(none.listed_runs, 0);
+  EXPECT_EQ(GridTokens(none), 11);
+  std::vector<int32_t> many;
+  for (int i = 0; i <= AttentionArgs::kMaxListedRuns; ++i) {
+    many.push_back(1);
+    many.push_back(8);
   }
+  AttentionArgs over{};
+  ListAttentionTokens(many.data(), static_cast<int64_t>(many.size()), 8, &over);
+  EXPECT_EQ(over.listed_runs, 0);
+  many.pop_back();
+  many.pop_back();
+  ListAttentionTokens(many.data(), static_cast<int64_t>(many.size()), 8, &over);
+  EXPECT_EQ(over.listed_runs, AttentionArgs::kMaxListedRuns);
+  EXPECT_EQ(GridTokens(over), AttentionArgs::kMaxListedRuns);
 }
 
 // Kimi K2's rows (latent 512 in FP8 tiles of 128, BF16 rope 64) and GLM-4.5's heads (128 values,

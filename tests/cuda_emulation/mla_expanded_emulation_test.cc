@@ -450,7 +450,6 @@ TEST(MlaExpandedEmulated, GqaPrefill) {
   CheckGqa(6, 2, 32, kKvCodecBf16, false, {{90, 1}, {40, 20}, {120, 1}, {0, 70}, {7, 19}}, rng, 20);  // on the minimum
 }
 
-// The plan: which heads take which instance, and which none.
 // Which sequences CudaBackend::MlaExpandedAttention takes (ChooseMlaExpanded), for Kimi K2's
 // heads (kv_lora 512, nope 128, rope 64, v 128): by a number of tokens, and by count.
 TEST(MlaExpandedEmulated, TheChoiceOfSequences) {
@@ -489,8 +488,16 @@ TEST(MlaExpandedEmulated, TheChoiceOfSequences) {
   EXPECT_TRUE(same(choose({400, 450, 1}, {400, 450, 9000}, -1), 400, 2, 512));
   // (AttentionOps.CudaExpandedMlaByCountTakesThePromptAlone's batch.)
   EXPECT_TRUE(same(choose({1, 300, 1}, {901, 300, 41}, -1), 300, 1, 512));
+  // A threshold takes every sequence with as many tokens: two of 200, one after 40,000
+  // positions, are taken together or not at all (here not: the second's stride), never one.
+  EXPECT_TRUE(same(choose({200, 200}, {200, 40000}, -1), 0, 0, 0));
+  // Past 256 tokens a fresh prompt's rows round up to 512: from 257 to about 280 it stays absorbed.
+  EXPECT_TRUE(same(choose({256}, {256}, -1), 256, 1, 256));
+  EXPECT_TRUE(same(choose({260}, {260}, -1), 0, 0, 0));
+  EXPECT_TRUE(same(choose({300}, {300}, -1), 300, 1, 512));
 }
 
+// The plan: which heads take which instance, and which none.
 TEST(MlaExpandedEmulated, ThePlanPicksTheInstance) {
   MlaExpandedPlan p;
   ASSERT_TRUE(xp::PlanOf(128, 64, 128, &p));  // Kimi K2

@@ -162,8 +162,9 @@ INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpu,
 // selection is a discrete change (on the H200: 3 of 27 steps moved by 0.88 to 2.2 with the
 // tokens unchanged), so there only the token rule applies. `wgmma` takes latents of 512 only, so
 // on these models it checks the option's way to the one-part kernel it falls back to. The
-// expanded MLA prefill (LLMRT_CUDA_MLA_PREFILL=2: every pass of at least two tokens a sequence,
-// so each prompt's prefill, while decode passes stay absorbed) rounds the query, the expanded
+// expanded MLA prefill (LLMRT_CUDA_MLA_PREFILL=2: in every prefill pass the sequences that bring
+// at least two tokens, so each prompt's chunks, while decoding sequences and decode passes stay
+// absorbed) rounds the query, the expanded
 // keys and values and the probabilities to bfloat16, a perturbation of tc-bf16's size, under the
 // same rules; so does GQA's prefill on FlashAttention tiles (LLMRT_CUDA_GQA_PREFILL=2: the query,
 // keys, values and probabilities as bfloat16; MLA models: no GQA, no change).

@@ -392,6 +392,7 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
     tokens.reserve(static_cast<size_t>(T));
     const int32_t* tseq = batch.token_seq.data_as<int32_t>();
     const int32_t* first = batch.seq_first_token.data_as<int32_t>();
+    LLMRT_CHECK(batch.skip_seq_tokens <= 0 || (first != nullptr && batch.seq_first_token.numel() >= batch.num_seqs));
     for (int64_t t = 0; t < T; ++t) {
       if (batch.skip_seq_tokens > 0) {
         const int64_t s = tseq[t], end = s + 1 < batch.num_seqs ? first[s + 1] : T;

@@ -215,6 +215,10 @@ class CudaBackend final : public Backend {
   absl::Status GqaTokens(const Tensor& q, const KvCacheView& cache, int64_t layer, const AttentionBatch& batch,
                          int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, const Tensor& out,
                          int64_t skip_seq_tokens);
+  // Sets the attention's skip of the sequences that bring at least skip_seq_tokens tokens and, where
+  // the pass's host facts say where the others' rows lie in at most kMaxListedRuns runs, lists
+  // them (AttentionArgs::listed_runs), so that the grid covers their tokens alone.
+  static void ListTokens(const AttentionBatch& batch, int64_t skip_seq_tokens, cuda::AttentionArgs* a);
   // The FlashAttention kernel's shared arguments (MlaExpandedAttention, GqaFlashAttention).
   cuda::MlaExpandedArgs FlashArgs(const cuda::BatchRef& b, int64_t S, int64_t heads, const Tensor& q, int64_t stride,
                                   float scale, const Tensor& out) const;

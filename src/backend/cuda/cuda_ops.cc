@@ -121,6 +121,15 @@ bool FlatWeight(const Weight& w) { return DenseWeight(w); }
 
 }  // namespace
 
+void CudaBackend::ListTokens(const AttentionBatch& batch, int64_t skip_seq_tokens, cuda::AttentionArgs* a) {
+  a->skip_seq_tokens = skip_seq_tokens;
+  a->num_seqs = batch.num_seqs;
+  a->listed_runs = 0;
+  if (skip_seq_tokens > 0 && batch.host_seq_tokens != nullptr) {
+    cuda::ListAttentionTokens(batch.host_seq_tokens, batch.num_seqs, skip_seq_tokens, a);
+  }
+}
+
 absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length) {
   switch (attention_) {
     case BackendOptions::DeviceAttention::kTensorCore: a->kernel = cuda::AttentionKernel::kTensorCore; break;
@@ -141,13 +150,13 @@ absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length)
   // splits or one a multiprocessor. Batch-1 decode of a short context would otherwise run on a
   // handful of multiprocessors (Kimi K2's 64 heads: 4 blocks; 1 on the warpgroup kernel).
   const cuda::AttentionBlocks ab = cuda::AttentionBlocksOf(*a);
-  const int64_t blocks = a->batch.num_tokens * ab.per_token,
+  const int64_t blocks = cuda::GridTokens(*a) * ab.per_token,
                 target = (ab.per_sm > 0 ? ab.per_sm : 2) * static_cast<int64_t>(sm_count_);
   a->splits = 1;
   if (blocks == 0 || blocks >= target || length < 128) return absl::OkStatus();
   a->splits = std::min<int64_t>({(target + blocks - 1) / blocks, (length + 63) / 64, std::max(64, sm_count_)});
   // The partial results are per (token, head) whichever kernel runs.
-  const int64_t pairs = a->batch.num_tokens * a->heads;
+  const int64_t pairs = cuda::GridTokens(*a) * a->heads;
   const size_t bytes = static_cast<size_t>(pairs * a->splits * (a->dv + 2)) * sizeof(float);
   LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchAttention, bytes, "attention splits"));
   a->partial = static_cast<float*>(p);
@@ -399,8 +408,7 @@ absl::Status CudaBackend::GqaTokens(const Tensor& q, const KvCacheView& cache, i
   a.scale = scale;
   a.out = out.data_as<float>();
   a.out_ld = out.row_stride();
-  a.skip_seq_tokens = skip_seq_tokens;
-  a.num_seqs = batch.num_seqs;
+  ListTokens(batch, skip_seq_tokens, &a);
   LLMRT_RETURN_IF_ERROR(SplitAttention(&a, batch.max_ctx));
   return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
 }
@@ -462,8 +470,7 @@ void CudaBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCac
     }
     a.out = out_lat.data_as<float>();
     a.out_ld = out_lat.row_stride();
-    a.skip_seq_tokens = batch.skip_seq_tokens;  // (the sequences MlaExpandedAttention took)
-    a.num_seqs = batch.num_seqs;
+    ListTokens(batch, batch.skip_seq_tokens, &a);  // (the sequences MlaExpandedAttention took)
     LLMRT_RETURN_IF_ERROR(SplitAttention(&a, selected != nullptr ? std::min(batch.max_ctx, a.top_k) : batch.max_ctx));
     return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
   });
@@ -516,6 +523,15 @@ int64_t CudaBackend::MlaExpandedAttention(const Tensor& q, const Weight& kv_b, c
                               static_cast<int64_t>(most_bytes / row_bytes));
   if (choice.threshold <= 0) return 0;
   const int64_t threshold = choice.threshold, taken = choice.taken, stride = choice.stride, R = taken * stride;
+  // The kernels take every sequence of at least `threshold` tokens: the gathered rows must hold
+  // them all.
+  int64_t qualify = 0, longest = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    if (batch.host_seq_tokens[s] < threshold) continue;
+    ++qualify;
+    longest = std::max<int64_t>(longest, batch.host_seq_ctx[s]);
+  }
+  if (qualify != taken || longest > stride) return 0;
   const size_t latent_bytes = static_cast<size_t>(R * (K + d.rope)) * sizeof(uint16_t);
   const size_t kvx_bytes = static_cast<size_t>(R * N) * sizeof(uint16_t);
   if (latent_bytes + kvx_bytes > kMlaExpandedMaxBytes || latent_bytes + kvx_bytes >= mla_expanded_refused_bytes_) {

@@ -99,9 +99,9 @@ class MlaBlock final : public AttentionBlock {
   Scratch Take(Workspace& ws, int64_t T) const;
   void RunIndexer(PassContext& ctx, int64_t layer, const Scratch& s, const Tensor& x, const Tensor& latent,
                   const Tensor& k_rope);
-  // The absorbed attention of the tokens of the sequences that bring fewer than `taken` tokens to
-  // the pass, whose other sequences the backend took in expanded form.
-  absl::Status AbsorbedRest(PassContext& ctx, int64_t layer, const Scratch& s, int64_t taken) const;
+  // The absorbed attention of the tokens of the sequences that bring fewer than `threshold` tokens
+  // to the pass, whose other sequences the backend took in expanded form.
+  absl::Status AbsorbedRest(PassContext& ctx, int64_t layer, const Scratch& s, int64_t threshold) const;
 
   std::shared_ptr<const MlaShared> s_;
   Weight q_proj;                 // [H*(nope+rope), hidden] when q_lora_rank is null
@@ -185,8 +185,7 @@ void MlaBlock::RunIndexer(PassContext& ctx, int64_t layer, const Scratch& s, con
                1.0f / std::sqrt(static_cast<float>(Di)), c.index_topk, dsa.selected);
 }
 
-// DeepseekV3Attention.forward with the cache in latent form (docs/models.md, "MLA").
-absl::Status MlaBlock::AbsorbedRest(PassContext& ctx, int64_t layer, const Scratch& s, int64_t taken) const {
+absl::Status MlaBlock::AbsorbedRest(PassContext& ctx, int64_t layer, const Scratch& s, int64_t threshold) const {
   Backend& be = ctx.be;
   AttentionBatch rest = ctx.batch.attn;
   const int64_t S = rest.num_seqs;
@@ -196,7 +195,7 @@ absl::Status MlaBlock::AbsorbedRest(PassContext& ctx, int64_t layer, const Scrat
   // The runs of rows of the sequences left here (a sequence's rows are contiguous, in order).
   std::vector<std::pair<int64_t, int64_t>> runs;
   for (int64_t q = 0, row = 0; q < S; row += rest.host_seq_tokens[q++]) {
-    if (rest.host_seq_tokens[q] >= taken) continue;
+    if (rest.host_seq_tokens[q] >= threshold) continue;
     if (!runs.empty() && runs.back().second == row) {
       runs.back().second += rest.host_seq_tokens[q];
     } else {
@@ -204,13 +203,14 @@ absl::Status MlaBlock::AbsorbedRest(PassContext& ctx, int64_t layer, const Scrat
     }
   }
   if (runs.empty()) return absl::OkStatus();
-  rest.skip_seq_tokens = taken;
+  rest.skip_seq_tokens = threshold;
   for (const auto& [r0, r1] : runs) be.MlaAbsorbQuery(s.q.Rows(r0, r1), kv_b, s_->dims, s.q_lat.Rows(r0, r1));
   be.MlaAttention(s.q_lat, s.q, ctx.cache, layer, rest, s_->dims, s_->softmax_scale, nullptr, s.o_lat);
   for (const auto& [r0, r1] : runs) be.MlaProjectValue(s.o_lat.Rows(r0, r1), kv_b, s_->dims, s.o.Rows(r0, r1));
   return absl::OkStatus();
 }
 
+// DeepseekV3Attention.forward with the cache in latent form (docs/models.md, "MLA").
 absl::Status MlaBlock::Forward(PassContext& ctx, int64_t layer, const Tensor& x, const Tensor& out) {
   const ModelConfig& c = s_->cfg;
   Backend& be = ctx.be;
