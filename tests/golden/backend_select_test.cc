@@ -194,6 +194,19 @@ TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
     const float worst = ExpectCloseToCpu(cpu, gpu, exact ? kBf16KvDeviceTolerance : dsa ? -1.0f : 0.3f, exact, what);
     std::printf("[%s] %s: max |logit diff| vs CPU %.3g\n", GetParam().dir, what.c_str(), worst);
   }
+  // Prompts' chunks beside decoding sequences (8 tokens a step): the expanded MLA and the GQA
+  // FlashAttention prefill take the chunks' sequences, and the decoding tokens beside them run
+  // absorbed or token by token in the same pass, over a grid that lists them alone.
+  RunConfig chunked = cuda_cfg;
+  chunked.max_tokens_per_step = 8;
+  setenv("LLMRT_CUDA_MLA_PREFILL", "2", 1);
+  setenv("LLMRT_CUDA_GQA_PREFILL", "2", 1);
+  const std::vector<RunOutput> gpu = RunBatch(dir, prompts, chunked);
+  unsetenv("LLMRT_CUDA_MLA_PREFILL");
+  unsetenv("LLMRT_CUDA_GQA_PREFILL");
+  const float worst = ExpectCloseToCpu(cpu, gpu, dsa ? -1.0f : 0.3f, false, "chunks beside decoding sequences");
+  std::printf("[%s] chunks of 8 beside decoding sequences, both prefill forms: max |logit diff| vs CPU %.3g\n",
+              GetParam().dir, worst);
 }
 
 // The tensor-core attention's row loads in one stage or two (LLMRT_CUDA_ATTENTION_STAGES): the
