@@ -470,6 +470,46 @@ int Main() {
     }
   }
 
+  // MLA's absorbed projections (Kimi K2's 64 heads: kv_b BF16 [64 * 256, 512]) around the
+  // absorbed attention: q_lat = W_UK^T q_nope, out = W_UV o_lat, float32 activations. kv_b GB/s
+  // counts the half of kv_b an op reads (8 MiB) once a call (the least it reads), against the copy
+  // bandwidth.
+  {
+    const int64_t AH = 64;
+    MlaDims ad;
+    ad.heads = AH;
+    ad.nope = 128;
+    ad.rope = 64;
+    ad.v = 128;
+    ad.kv_lora = 512;
+    Weight kv_b;
+    kv_b.format = kWeightBf16;
+    kv_b.rows = AH * (ad.nope + ad.v);
+    kv_b.cols = ad.kv_lora;
+    kv_b.data = Random(*be, DType::kBF16, {kv_b.rows, kv_b.cols}, rng);
+    std::printf("\nMLA absorbed projections, %lld heads, kv_b BF16 [%lld, %lld]\n%6s %-8s %10s %10s %14s\n",
+                static_cast<long long>(AH), static_cast<long long>(kv_b.rows), static_cast<long long>(kv_b.cols), "T",
+                "op", "ms", "GFLOP/s", "kv_b GB/s (once)");
+    for (int64_t T : {1, 16, 64, 256, 4096}) {
+      Tensor q = Random(*be, DType::kF32, {T, AH * (ad.nope + ad.rope)}, rng);
+      Tensor lat = Random(*be, DType::kF32, {T, AH * ad.kv_lora}, rng);
+      Tensor out = Must(be->Allocate(DType::kF32, {T, AH * ad.v}), "Allocate");
+      for (const bool absorb : {true, false}) {
+        const double t = Time(*be, T >= 1024 ? 3 : 20, [&] {
+          if (absorb) {
+            be->MlaAbsorbQuery(q, kv_b, ad, lat);
+          } else {
+            be->MlaProjectValue(lat, kv_b, ad, out);
+          }
+        });
+        const double half = static_cast<double>(kv_b.rows / 2 * kv_b.cols * 2);  // W_UK or W_UV
+        std::printf("%6lld %-8s %10.3f %10.1f %14.0f   (%.0f%% of the copy bandwidth)\n", static_cast<long long>(T),
+                    absorb ? "absorb" : "project", t * 1e3, 2.0 * T * AH * 128 * ad.kv_lora / t / 1e9,
+                    half / t / 1e9, 100.0 * half / t / copy_bw);
+      }
+    }
+  }
+
   // The DSA indexer (GLM-5: 32 heads of 128 over the indexer key after the latent and rope of
   // each row) for one token: scores of every position, then the top 2048.
   {
