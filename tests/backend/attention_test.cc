@@ -207,6 +207,17 @@ std::vector<int32_t> MakeSelection(const HostBatch& hb, int64_t k, std::mt19937&
   return sel;
 }
 
+// The MLA dimensions of a case (nope and v matter only to the expanded form).
+MlaDims DimsOf(const MlaCase& c) {
+  MlaDims d;
+  d.heads = c.heads;
+  d.nope = 5;
+  d.rope = c.rope;
+  d.v = 3;
+  d.kv_lora = c.kv_lora;
+  return d;
+}
+
 // score(t, p) = (q_lat[t, h] . c_p + q_rope[t, h] . kr_p) * scale over the causal context (or
 // the selected positions), out_lat[t, h] = sum_p prob * c_p.
 void AttentionOps::CheckMla(const KvCodec* codec, const MlaCase& c, bool fresh, bool sparse, std::mt19937& rng,
@@ -219,12 +230,7 @@ void AttentionOps::CheckMla(const KvCodec* codec, const MlaCase& c, bool fresh, 
   spec.seqs = seqs.empty() ? MixedSeqs(c.page_size) : seqs;
   spec.fresh = fresh;
   const Scenario sc = builder.Build(spec, rng);
-  MlaDims d;
-  d.heads = c.heads;
-  d.nope = 5;
-  d.rope = c.rope;
-  d.v = 3;
-  d.kv_lora = c.kv_lora;
+  const MlaDims d = DimsOf(c);
   const int64_t T = sc.hb.num_tokens(), H = d.heads, L = d.kv_lora, qw = d.nope + d.rope, W = L + d.rope;
   const std::vector<float> q_lat = RandomNormal(static_cast<size_t>(T * H * L), rng);
   const std::vector<float> q = RandomNormal(static_cast<size_t>(T * H * qw), rng);
@@ -299,12 +305,7 @@ TEST_P(AttentionOps, MlaAttentionLeavesTheSkippedSequences) {
       spec.seqs = MixedSeqs(c.page_size);  // 4, 1, page_size + 2 and 1 tokens
       if (long_contexts) spec.seqs = {{300, 1}, {0, 6}, {700, 1}, {5, 4}};
       const Scenario sc = builder.Build(spec, rng);
-      MlaDims d;
-      d.heads = c.heads;
-      d.nope = 5;
-      d.rope = c.rope;
-      d.v = 3;
-      d.kv_lora = c.kv_lora;
+      const MlaDims d = DimsOf(c);
       const int64_t T = sc.hb.num_tokens(), H = d.heads, L = d.kv_lora, qw = d.nope + d.rope;
       const Tensor q_lat = F32(RandomNormal(static_cast<size_t>(T * H * L), rng), {T, H * L});
       const Tensor q = F32(RandomNormal(static_cast<size_t>(T * H * qw), rng), {T, H * qw});
