@@ -96,9 +96,9 @@ AttentionBlocks AttentionBlocksOf(const AttentionArgs& a) {
 }
 
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s) {
+  if (!ListedRunsValid(a)) return cudaErrorInvalidValue;
   const int64_t blocks = GridTokens(a) * a.heads;
   if (blocks == 0) return cudaSuccess;
-  if (a.listed_runs < 0 || a.listed_runs > AttentionArgs::kMaxListedRuns) return cudaErrorInvalidValue;
   if (a.skip_seq_tokens > 0 && (a.batch.seq_first_token == nullptr || a.num_seqs <= 0)) return cudaErrorInvalidValue;
   if (WgPlan plan; PlanWgmma(a, &plan)) {
     const cudaError_t e = LaunchWgmmaAttention(a, plan, err, s);

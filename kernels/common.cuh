@@ -181,7 +181,9 @@ inline cudaError_t AllowLargeShared(Kernel kernel, int64_t bytes, int64_t optin)
 }
 
 // AllowLargeShared once per device for a kernel launched often (decode passes that are not
-// recorded run it every layer): `done` holds a bit per device (below 64) already set.
+// recorded run it every layer): `done` holds a bit per device (below 64) already set; devices
+// from 64 set it every call. (A device reset would clear the attributes; the backend never
+// resets one.)
 template <typename Kernel>
 inline cudaError_t AllowLargeSharedOnce(Kernel kernel, int64_t bytes, std::atomic<uint64_t>* done) {
   int device = 0;

@@ -444,8 +444,9 @@ struct AttentionArgs {
   int64_t out_ld;
   // Split over the KV length (FlashDecoding / FlashMLA): `splits` blocks per (token, head) each
   // take a contiguous share of the positions and write (max, sum, unnormalized output) to
-  // `partial` [T * heads * splits, dv + 2]; a second kernel combines them. splits == 1 writes
-  // `out` directly.
+  // `partial` [GridTokens * heads * splits, dv + 2] (indexed by the grid's (token, head): the
+  // listed position with listed runs); a second kernel combines them. splits == 1 writes `out`
+  // directly.
   int64_t splits = 1;
   float* partial = nullptr;
   AttentionKernel kernel = AttentionKernel::kTensorCore;
@@ -483,17 +484,30 @@ struct AttentionArgs {
   int32_t listed_first[kMaxListedRuns] = {};
   int32_t listed_at[kMaxListedRuns + 1] = {};
 };
-// The tokens an attention grid covers (AttentionArgs::listed_runs).
+// The tokens an attention grid covers (AttentionArgs::listed_runs; valid runs, ListedRunsValid).
 inline int64_t GridTokens(const AttentionArgs& a) {
   return a.listed_runs > 0 ? a.listed_at[a.listed_runs] : a.batch.num_tokens;
+}
+// Whether the listed runs are well formed: at most kMaxListedRuns, listed positions from 0 up,
+// each run non-empty and within the batch's tokens, in order.
+inline bool ListedRunsValid(const AttentionArgs& a) {
+  if (a.listed_runs == 0) return true;
+  if (a.listed_runs < 0 || a.listed_runs > AttentionArgs::kMaxListedRuns || a.listed_at[0] != 0) return false;
+  int64_t end = 0;  // the previous run's end
+  for (int r = 0; r < a.listed_runs; ++r) {
+    const int64_t n = static_cast<int64_t>(a.listed_at[r + 1]) - a.listed_at[r];
+    if (n <= 0 || a.listed_first[r] < end || a.listed_first[r] + n > a.batch.num_tokens) return false;
+    end = a.listed_first[r] + n;
+  }
+  return true;
 }
 // Lists the tokens of the sequences that bring fewer than `skip` tokens (seq_tokens [num_seqs]:
 // each sequence's tokens; their rows are contiguous, in order) as runs of rows in `a`; leaves
 // a->listed_runs 0 (every token's block, the skipped ones returning at once) where they take
 // more than kMaxListedRuns runs or none.
 inline void ListAttentionTokens(const int32_t* seq_tokens, int64_t num_seqs, int64_t skip, AttentionArgs* a) {
+  a->listed_runs = 0;
   AttentionArgs l = *a;
-  l.listed_runs = 0;
   int64_t listed = 0;
   for (int64_t s = 0, row = 0; s < num_seqs; row += seq_tokens[s++]) {
     const int64_t n = seq_tokens[s];

@@ -162,8 +162,9 @@ __device__ __forceinline__ int64_t SelectedCount(const int32_t* sel, int64_t top
 
 // Whether attention leaves token t to another kernel (AttentionArgs::skip_seq_tokens): its
 // sequence brings at least that many tokens to the pass (a sequence's rows are contiguous).
+// A listed grid (AttentionArgs::listed_runs) holds none of them.
 __device__ __forceinline__ bool SkipsToken(const AttentionArgs& a, int64_t t) {
-  if (a.skip_seq_tokens <= 0) return false;
+  if (a.skip_seq_tokens <= 0 || a.listed_runs > 0) return false;
   const BatchRef& b = a.batch;
   const int64_t s = b.token_seq[t];
   const int64_t end = s + 1 < a.num_seqs ? b.seq_first_token[s + 1] : b.num_tokens;

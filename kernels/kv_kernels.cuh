@@ -134,7 +134,7 @@ constexpr int kAttnThreads = 128, kChunk = 32;
 static_assert(kAttnThreads >= kChunk, "a thread per position of a chunk sets its probability");
 
 // Dynamic shared memory: q [q1_len + q2_len], acc [dv], scores [kChunk]. blockIdx.x is the
-// (token, head), blockIdx.y the split of its positions.
+// grid's (token, head) (the token ListedToken's), blockIdx.y the split of its positions.
 __global__ void ScalarAttentionKernel(AttentionArgs a, int32_t* err) {
   float* smem = DynamicShared<float>();
   const int64_t t = ListedToken(a, static_cast<int>(blockIdx.x / a.heads)), h = blockIdx.x % a.heads, g = h / a.kv_group;

@@ -121,8 +121,9 @@ cudaError_t LaunchMlaAbsorbQuery(ConstMat q, WeightRef kv_b, int64_t heads, int6
                                  int64_t kv_lora, MutMat q_lat, cudaStream_t s) {
   if (q.rows == 0 || heads == 0 || kv_lora == 0) return cudaSuccess;
   const int tokens = mab::TokensPerBlock(q.rows);
-  const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>((q.rows + tokens - 1) / tokens),
-                  static_cast<unsigned>((kv_lora + mab::kThreads - 1) / mab::kThreads));
+  if ((q.rows + tokens - 1) / tokens > 65535) return cudaErrorInvalidValue;  // (grid.y)
+  const mab::Grid g = mab::AbsorbGrid(q.rows, heads, kv_lora);
+  const dim3 grid(g.x, g.y, g.z);
   const auto launch = [&](auto kernel) {
     kernel<<<grid, mab::kThreads, 0, s>>>(q, kv_b, nope, nope + rope, nope + v, kv_lora, q_lat);
   };
@@ -138,8 +139,9 @@ cudaError_t LaunchMlaProjectValue(ConstMat o_lat, WeightRef kv_b, int64_t heads,
                                   int64_t kv_lora, MutMat out, cudaStream_t s) {
   if (o_lat.rows == 0 || heads == 0 || v == 0) return cudaSuccess;
   const int tokens = mab::TokensPerBlock(o_lat.rows);
-  const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>((o_lat.rows + tokens - 1) / tokens),
-                  static_cast<unsigned>((v + mab::kProjectCols - 1) / mab::kProjectCols));
+  if ((o_lat.rows + tokens - 1) / tokens > 65535) return cudaErrorInvalidValue;  // (grid.y)
+  const mab::Grid g = mab::ProjectGrid(o_lat.rows, heads, v);
+  const dim3 grid(g.x, g.y, g.z);
   const int64_t bytes = mab::ProjectSharedBytes(tokens, kv_lora);
   cudaError_t err = cudaSuccess;
   const auto launch = [&](auto kernel) {

@@ -8,7 +8,7 @@
 // A block takes one head and a tile of up to kTokens tokens (1, 4 or 16: the launcher picks by
 // T), so that each weight element is read once per tile rather than once per token, and the
 // latent rows it multiplies come from shared memory: at Kimi K2's decode of 64 sessions the
-// projection's blocks read kv_b 16 times less, and o_lat 128 times less, than a warp per output
+// projection's blocks read kv_b 16 times less, and o_lat 32 times less, than a warp per output
 // did. Every output keeps the arithmetic of one token alone, whatever the tile and the batch:
 //   absorb:  acc = fmaf(q[r], w[r][j], acc) for r = 0 .. nope-1 in order (the CPU's axpy order);
 //   project: lane l of a warp sums fmaf(w[j][k], o[k], acc) over k = l, l + 32, ... in order,
@@ -90,14 +90,31 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int tok = 0; tok < kTokens; ++tok) {
+      if (tok >= n) break;  // (n is the block's: the warp stays whole)
       const float s = WarpSum(acc[tok]);
-      if (lane == 0 && tok < n) out.data[(t0 + tok) * out.ld + h * v + j] = s;
+      if (lane == 0) out.data[(t0 + tok) * out.ld + h * v + j] = s;
     }
   }
 }
 
 // The tile for T tokens: 1 for a single token, 4 up to 4, else 16.
 inline int TokensPerBlock(int64_t T) { return T <= 1 ? 1 : T <= 4 ? 4 : 16; }
+
+// The launches' grids for T tokens (x: heads, y: tiles of TokensPerBlock(T) tokens, z: column
+// blocks), shared by the launchers and the emulation.
+struct Grid {
+  unsigned x, y, z;
+};
+inline Grid AbsorbGrid(int64_t T, int64_t heads, int64_t L) {
+  const int64_t tokens = TokensPerBlock(T);
+  return {static_cast<unsigned>(heads), static_cast<unsigned>((T + tokens - 1) / tokens),
+          static_cast<unsigned>((L + kThreads - 1) / kThreads)};
+}
+inline Grid ProjectGrid(int64_t T, int64_t heads, int64_t v) {
+  const int64_t tokens = TokensPerBlock(T);
+  return {static_cast<unsigned>(heads), static_cast<unsigned>((T + tokens - 1) / tokens),
+          static_cast<unsigned>((v + kProjectCols - 1) / kProjectCols)};
+}
 
 }  // namespace llmrt::cuda::mab
 

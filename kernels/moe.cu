@@ -44,7 +44,7 @@ cudaError_t LaunchGroupedGemmMma(const uint16_t* x, int64_t ldx, const int32_t* 
   const dim3 grid(static_cast<unsigned>((N + gmm::kCols - 1) / gmm::kCols), static_cast<unsigned>(tiles.max_tiles));
   cudaError_t err = cudaSuccess;
   // (Each instance's shared memory allowance, set once per device: it is the same every launch.)
-  static std::atomic<uint64_t> allowed[5];
+  static std::atomic<uint64_t> allowed[6];
   const auto launch = [&](auto kernel, bool fp8) {
     const int64_t bytes = gmm::SharedBytes(fp8, tiles.tile_rows);
     const int slot = (fp8 ? 3 : 0) + (tiles.tile_rows == 32 ? 0 : tiles.tile_rows == 64 ? 1 : 2);

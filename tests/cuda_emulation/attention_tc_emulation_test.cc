@@ -255,6 +255,10 @@ void Check(const Case& cs, std::mt19937& rng) {
     for (const auto& sq : cs.seqs) seq_tokens.push_back(static_cast<int32_t>(sq.second));
     ListAttentionTokens(seq_tokens.data(), a.num_seqs, cs.skip, &a);
     EXPECT_GT(a.listed_runs, 0);
+    EXPECT_TRUE(ListedRunsValid(a));
+    // As the backend sizes it: partial rows for the listed tokens alone.
+    partial.assign(static_cast<size_t>(GridTokens(a) * H * cs.splits * (dv + 2)), 9.0f);
+    a.partial = partial.data();
   }
   int32_t err = 0;
   if (cs.kernel == AttentionKernel::kScalar) {
@@ -480,6 +484,20 @@ TEST(TensorCoreAttentionEmulated, ListedTokensAreRunsOfTheShortSequences) {
   EXPECT_EQ(a.listed_at[2], 3);
   EXPECT_EQ(a.listed_at[3], 4);
   EXPECT_EQ(GridTokens(a), 4);
+  EXPECT_TRUE(ListedRunsValid(a));
+  // Malformed runs, which LaunchAttention refuses: past the batch, overlapping, empty, too many.
+  AttentionArgs bad = a;
+  bad.listed_first[2] = 15;
+  EXPECT_FALSE(ListedRunsValid(bad));
+  bad = a;
+  bad.listed_first[1] = 0;
+  EXPECT_FALSE(ListedRunsValid(bad));
+  bad = a;
+  bad.listed_at[2] = bad.listed_at[1];
+  EXPECT_FALSE(ListedRunsValid(bad));
+  bad = a;
+  bad.listed_runs = AttentionArgs::kMaxListedRuns + 1;
+  EXPECT_FALSE(ListedRunsValid(bad));
   AttentionArgs none{};
   none.batch.num_tokens = 11;
   const int32_t all_long[] = {5, 6};

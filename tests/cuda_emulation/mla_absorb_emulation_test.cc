@@ -1,5 +1,6 @@
-// MLA's absorbed projections on the device (kernels/mla_absorb_kernels.cuh) run on the host: every
-// tile size (1, 4 and 16 tokens a block) must give each output the bits of its own arithmetic,
+// MLA's absorbed projections on the device (kernels/mla_absorb_kernels.cuh) run on the host, over
+// the launchers' own grids: every tile size (1, 4 and 16 tokens a block, as T picks them) must give
+// each output the bits of its own arithmetic,
 // written out here in the same float operations: the query's absorption as the CPU's axpy order
 // (a sequential fmaf over r), the value's projection as a warp's lane-strided fmaf chains and
 // butterfly sum. So a row's result depends neither on its batch nor on the tile it shares.
@@ -44,23 +45,23 @@ KvB MakeKvB(const Shape& s, bool bf16, std::mt19937& rng) {
 
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
+// The launchers' grids (mab::AbsorbGrid / ProjectGrid), for the tile they choose by T
+// (kTokens: TokensPerBlock(rows)).
 template <int kTokens>
 void RunAbsorb(const Shape& s, const ConstMat& q, const KvB& w, const MutMat& q_lat) {
-  const emulation::Index3 grid{static_cast<unsigned>(s.heads), static_cast<unsigned>((q.rows + kTokens - 1) / kTokens),
-                               static_cast<unsigned>((s.L + mab::kThreads - 1) / mab::kThreads)};
-  emulation::RunGrid(grid, mab::kThreads, 0, [&] {
+  ASSERT_EQ(mab::TokensPerBlock(q.rows), kTokens);
+  const mab::Grid g = mab::AbsorbGrid(q.rows, s.heads, s.L);
+  emulation::RunGrid({g.x, g.y, g.z}, mab::kThreads, 0, [&] {
     mab::AbsorbKernel<kTokens>(q, w.ref, s.nope, s.nope + s.rope, s.nope + s.v, s.L, q_lat);
   });
 }
 
 template <int kTokens>
 void RunProject(const Shape& s, const ConstMat& o_lat, const KvB& w, const MutMat& out) {
-  const emulation::Index3 grid{static_cast<unsigned>(s.heads),
-                               static_cast<unsigned>((o_lat.rows + kTokens - 1) / kTokens),
-                               static_cast<unsigned>((s.v + mab::kProjectCols - 1) / mab::kProjectCols)};
-  emulation::RunGrid(grid, mab::kThreads, static_cast<size_t>(mab::ProjectSharedBytes(kTokens, s.L)), [&] {
-    mab::ProjectKernel<kTokens>(o_lat, w.ref, s.nope, s.v, s.nope + s.v, s.L, out);
-  });
+  ASSERT_EQ(mab::TokensPerBlock(o_lat.rows), kTokens);
+  const mab::Grid g = mab::ProjectGrid(o_lat.rows, s.heads, s.v);
+  emulation::RunGrid({g.x, g.y, g.z}, mab::kThreads, static_cast<size_t>(mab::ProjectSharedBytes(kTokens, s.L)),
+                     [&] { mab::ProjectKernel<kTokens>(o_lat, w.ref, s.nope, s.v, s.nope + s.v, s.L, out); });
 }
 
 // Heads of Kimi K2's shape in small (nope 16 + rope 8, v 24 over a latent of 72: a partial block
@@ -82,7 +83,9 @@ TEST(MlaAbsorbEmulated, EveryTileGivesEachTokenItsOwnBits) {
         for (float& x : q) x = normal(rng);
         for (float& x : o_lat) x = normal(rng);
         // The references, in the kernels' own operations.
-        std::vector<float> want_lat(static_cast<size_t>(T * lat_ld), -1.0f), want_out(static_cast<size_t>(T * out_ld), -1.0f);
+        // (Two rows past T, which must stay as they are.)
+        std::vector<float> want_lat(static_cast<size_t>((T + 2) * lat_ld), -1.0f),
+            want_out(static_cast<size_t>((T + 2) * out_ld), -1.0f);
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t h = 0; h < s.heads; ++h) {
             for (int64_t j = 0; j < s.L; ++j) {
@@ -104,22 +107,20 @@ TEST(MlaAbsorbEmulated, EveryTileGivesEachTokenItsOwnBits) {
             }
           }
         }
-        for (const int tokens : {1, 4, 16}) {
-          SCOPED_TRACE(::testing::Message() << tokens << " tokens a block");
-          std::vector<float> lat(want_lat.size(), -1.0f), out(want_out.size(), -1.0f);
-          const ConstMat qm{q.data(), T, s.heads * qw, q_ld}, om{o_lat.data(), T, s.heads * s.L, lat_ld};
-          const MutMat lm{lat.data(), T, s.heads * s.L, lat_ld}, outm{out.data(), T, s.heads * s.v, out_ld};
-          switch (tokens) {
-            case 1: RunAbsorb<1>(s, qm, w, lm); RunProject<1>(s, om, w, outm); break;
-            case 4: RunAbsorb<4>(s, qm, w, lm); RunProject<4>(s, om, w, outm); break;
-            default: RunAbsorb<16>(s, qm, w, lm); RunProject<16>(s, om, w, outm); break;
-          }
-          int64_t bad_lat = 0, bad_out = 0;
-          for (size_t i = 0; i < lat.size(); ++i) bad_lat += !SameBits(lat[i], want_lat[i]);
-          for (size_t i = 0; i < out.size(); ++i) bad_out += !SameBits(out[i], want_out[i]);
-          EXPECT_EQ(bad_lat, 0) << "absorbed queries";
-          EXPECT_EQ(bad_out, 0) << "projected values (and the row gaps left alone)";
+        // The tile the launchers choose for T: 1 token, 4 (3 of them), 16 (a whole tile and one).
+        std::vector<float> lat(want_lat.size(), -1.0f), out(want_out.size(), -1.0f);
+        const ConstMat qm{q.data(), T, s.heads * qw, q_ld}, om{o_lat.data(), T, s.heads * s.L, lat_ld};
+        const MutMat lm{lat.data(), T, s.heads * s.L, lat_ld}, outm{out.data(), T, s.heads * s.v, out_ld};
+        switch (mab::TokensPerBlock(T)) {
+          case 1: RunAbsorb<1>(s, qm, w, lm); RunProject<1>(s, om, w, outm); break;
+          case 4: RunAbsorb<4>(s, qm, w, lm); RunProject<4>(s, om, w, outm); break;
+          default: RunAbsorb<16>(s, qm, w, lm); RunProject<16>(s, om, w, outm); break;
         }
+        int64_t bad_lat = 0, bad_out = 0;
+        for (size_t i = 0; i < lat.size(); ++i) bad_lat += !SameBits(lat[i], want_lat[i]);
+        for (size_t i = 0; i < out.size(); ++i) bad_out += !SameBits(out[i], want_out[i]);
+        EXPECT_EQ(bad_lat, 0) << "absorbed queries (and the rows' gaps and the rows past T left alone)";
+        EXPECT_EQ(bad_out, 0) << "projected values (and the rows' gaps and the rows past T left alone)";
       }
     }
   }

@@ -218,7 +218,8 @@ class CudaBackend final : public Backend {
   // Sets the attention's skip of the sequences that bring at least skip_seq_tokens tokens and, where
   // the pass's host facts say where the others' rows lie in at most kMaxListedRuns runs, lists
   // them (AttentionArgs::listed_runs), so that the grid covers their tokens alone.
-  static void ListTokens(const AttentionBatch& batch, int64_t skip_seq_tokens, cuda::AttentionArgs* a);
+  // Returns the longest context among the tokens the grid covers (the length to split).
+  static int64_t ListTokens(const AttentionBatch& batch, int64_t skip_seq_tokens, cuda::AttentionArgs* a);
   // The FlashAttention kernel's shared arguments (MlaExpandedAttention, GqaFlashAttention).
   cuda::MlaExpandedArgs FlashArgs(const cuda::BatchRef& b, int64_t S, int64_t heads, const Tensor& q, int64_t stride,
                                   float scale, const Tensor& out) const;

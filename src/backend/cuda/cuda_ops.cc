@@ -121,13 +121,22 @@ bool FlatWeight(const Weight& w) { return DenseWeight(w); }
 
 }  // namespace
 
-void CudaBackend::ListTokens(const AttentionBatch& batch, int64_t skip_seq_tokens, cuda::AttentionArgs* a) {
+int64_t CudaBackend::ListTokens(const AttentionBatch& batch, int64_t skip_seq_tokens, cuda::AttentionArgs* a) {
   a->skip_seq_tokens = skip_seq_tokens;
   a->num_seqs = batch.num_seqs;
   a->listed_runs = 0;
-  if (skip_seq_tokens > 0 && batch.host_seq_tokens != nullptr) {
-    cuda::ListAttentionTokens(batch.host_seq_tokens, batch.num_seqs, skip_seq_tokens, a);
+  if (skip_seq_tokens <= 0 || batch.host_seq_tokens == nullptr) return batch.max_ctx;
+  cuda::ListAttentionTokens(batch.host_seq_tokens, batch.num_seqs, skip_seq_tokens, a);
+  if (a->listed_runs == 0 || batch.host_seq_ctx == nullptr) return batch.max_ctx;
+  // The longest context the listed tokens attend (the splits are sized for theirs, not for the
+  // skipped sequences').
+  int64_t longest = 0;
+  for (int64_t s = 0; s < batch.num_seqs; ++s) {
+    if (batch.host_seq_tokens[s] > 0 && batch.host_seq_tokens[s] < skip_seq_tokens) {
+      longest = std::max<int64_t>(longest, batch.host_seq_ctx[s]);
+    }
   }
+  return longest;
 }
 
 absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length) {
@@ -155,7 +164,8 @@ absl::Status CudaBackend::SplitAttention(cuda::AttentionArgs* a, int64_t length)
   a->splits = 1;
   if (blocks == 0 || blocks >= target || length < 128) return absl::OkStatus();
   a->splits = std::min<int64_t>({(target + blocks - 1) / blocks, (length + 63) / 64, std::max(64, sm_count_)});
-  // The partial results are per (token, head) whichever kernel runs.
+  // The partial results are per (token, head) of the grid (the listed tokens' positions with
+  // listed runs), whichever kernel runs.
   const int64_t pairs = cuda::GridTokens(*a) * a->heads;
   const size_t bytes = static_cast<size_t>(pairs * a->splits * (a->dv + 2)) * sizeof(float);
   LLMRT_ASSIGN_OR_RETURN(void* p, Scratch(kScratchAttention, bytes, "attention splits"));
@@ -408,8 +418,8 @@ absl::Status CudaBackend::GqaTokens(const Tensor& q, const KvCacheView& cache, i
   a.scale = scale;
   a.out = out.data_as<float>();
   a.out_ld = out.row_stride();
-  ListTokens(batch, skip_seq_tokens, &a);
-  LLMRT_RETURN_IF_ERROR(SplitAttention(&a, batch.max_ctx));
+  const int64_t length = ListTokens(batch, skip_seq_tokens, &a);
+  LLMRT_RETURN_IF_ERROR(SplitAttention(&a, length));
   return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
 }
 
@@ -470,8 +480,8 @@ void CudaBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCac
     }
     a.out = out_lat.data_as<float>();
     a.out_ld = out_lat.row_stride();
-    ListTokens(batch, batch.skip_seq_tokens, &a);  // (the sequences MlaExpandedAttention took)
-    LLMRT_RETURN_IF_ERROR(SplitAttention(&a, selected != nullptr ? std::min(batch.max_ctx, a.top_k) : batch.max_ctx));
+    const int64_t length = ListTokens(batch, batch.skip_seq_tokens, &a);  // (the sequences MlaExpandedAttention took)
+    LLMRT_RETURN_IF_ERROR(SplitAttention(&a, selected != nullptr ? std::min(length, a.top_k) : length));
     return Launched(cuda::LaunchAttention(a, error_word_, Stream(stream_)));
   });
 }
