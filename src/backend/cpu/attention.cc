@@ -386,21 +386,19 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
     const int64_t top_k = sparse ? selected->row_size() : 0;
     const int32_t* tctx = batch.token_ctx.data_as<int32_t>();
     const int64_t qw = d.nope + d.rope;
-    // The tokens attended here: all, or those of the sequences that bring fewer than
+    // The tokens attended here: all, or (listed) those of the sequences that bring fewer than
     // skip_seq_tokens tokens (a sequence's rows are contiguous).
     std::vector<int32_t> tokens;
-    tokens.reserve(static_cast<size_t>(T));
-    const int32_t* tseq = batch.token_seq.data_as<int32_t>();
-    const int32_t* first = batch.seq_first_token.data_as<int32_t>();
-    LLMRT_CHECK(batch.skip_seq_tokens <= 0 || (first != nullptr && batch.seq_first_token.numel() >= batch.num_seqs));
-    for (int64_t t = 0; t < T; ++t) {
-      if (batch.skip_seq_tokens > 0) {
+    if (batch.skip_seq_tokens > 0) {
+      const int32_t* tseq = batch.token_seq.data_as<int32_t>();
+      const int32_t* first = batch.seq_first_token.data_as<int32_t>();
+      LLMRT_CHECK(first != nullptr && batch.seq_first_token.numel() >= batch.num_seqs);
+      for (int64_t t = 0; t < T; ++t) {
         const int64_t s = tseq[t], end = s + 1 < batch.num_seqs ? first[s + 1] : T;
-        if (end - first[s] >= batch.skip_seq_tokens) continue;
+        if (end - first[s] < batch.skip_seq_tokens) tokens.push_back(static_cast<int32_t>(t));
       }
-      tokens.push_back(static_cast<int32_t>(t));
     }
-    const int64_t n_tokens = static_cast<int64_t>(tokens.size());
+    const int64_t n_tokens = batch.skip_seq_tokens > 0 ? static_cast<int64_t>(tokens.size()) : T;
     if (n_tokens == 0) return;
     const int64_t per =
         HeadsPerItem(H, n_tokens, sparse ? std::min(top_k, batch.max_ctx) : batch.max_ctx, pool_.num_threads());
@@ -409,7 +407,8 @@ void CpuBackend::MlaAttention(const Tensor& q_lat, const Tensor& q, const KvCach
     pool_.ParallelFor(static_cast<size_t>(n_tokens * parts), 1, [&](size_t b, size_t e) {
       thread_local cpu::CacheLineVector<float> qc;
       for (size_t i = b; i < e; ++i) {
-        const int64_t t = tokens[static_cast<int64_t>(i) / parts], h0 = static_cast<int64_t>(i) % parts * per;
+        const int64_t it = static_cast<int64_t>(i) / parts, t = tokens.empty() ? it : tokens[it];
+        const int64_t h0 = static_cast<int64_t>(i) % parts * per;
         const int64_t nh = std::min(per, H - h0);
         const RowSource src(cache, layer, batch, t);
         // The queries against a cache row: [q_lat (kv_lora) | q_rope (rope)] per head.
