@@ -128,19 +128,43 @@ cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s
 
 cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef batch, int64_t heads,
                             int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
-                            int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s) {
+                            int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s, DsaScores form) {
   if (batch.num_tokens == 0) return cudaSuccess;
   if (batch.max_ctx > top_k) {
+    const auto launch_tiled = [&](auto kernel, int tile) {
+      const int64_t bytes = kvk::DsaTiledBytes(tile);
+      if (AllowDynamicShared(kernel, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();  // the device allows less: not an error
+        return false;
+      }
+      const dim3 grid(BlocksFor(batch.max_ctx, kvk::DsaTilePositions(tile)), static_cast<unsigned>(batch.num_tokens));
+      kernel<<<grid, kvk::kDsaTileThreads, static_cast<size_t>(bytes), s>>>(q, w, kv, layer, batch, heads, head_dim,
+                                                                            key_offset, key_scale, top_k, scores, err);
+      return true;
+    };
+    bool launched = false;
+    if (form == DsaScores::kTiled) {
+      switch (kvk::DsaTileHeads(heads)) {
+        case 16: launched = launch_tiled(kvk::DsaScoreTiledKernel<16>, 16); break;
+        case 32: launched = launch_tiled(kvk::DsaScoreTiledKernel<32>, 32); break;
+        case 64: launched = launch_tiled(kvk::DsaScoreTiledKernel<64>, 64); break;
+        default: break;
+      }
+    }
     // The staged kernel where its shared memory fits the device (GLM-5's 32 heads of 128: 84 KiB);
     // else one thread per position reading its row from global memory.
-    const int64_t staged = kvk::DsaStagedBytes(heads, head_dim);
-    const bool use_staged = AllowDynamicShared(kvk::DsaScoreStagedKernel, staged) == cudaSuccess;
-    if (!use_staged) (void)cudaGetLastError();  // the device allows less: not an error
-    if (use_staged) {
-      const dim3 grid(BlocksFor(batch.max_ctx, kvk::kDsaPositions), static_cast<unsigned>(batch.num_tokens));
-      kvk::DsaScoreStagedKernel<<<grid, kvk::kDsaPositions, static_cast<size_t>(staged), s>>>(
-          q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k, scores, err);
-    } else {
+    if (!launched && form != DsaScores::kThread) {
+      const int64_t staged = kvk::DsaStagedBytes(heads, head_dim);
+      if (AllowDynamicShared(kvk::DsaScoreStagedKernel, staged) == cudaSuccess) {
+        const dim3 grid(BlocksFor(batch.max_ctx, kvk::kDsaPositions), static_cast<unsigned>(batch.num_tokens));
+        kvk::DsaScoreStagedKernel<<<grid, kvk::kDsaPositions, static_cast<size_t>(staged), s>>>(
+            q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k, scores, err);
+        launched = true;
+      } else {
+        (void)cudaGetLastError();  // the device allows less: not an error
+      }
+    }
+    if (!launched) {
       const dim3 grid(BlocksFor(batch.max_ctx, 128), static_cast<unsigned>(batch.num_tokens));
       kvk::DsaScoreKernel<<<grid, 128, 0, s>>>(q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k,
                                           scores, err);

@@ -538,9 +538,16 @@ AttentionBlocks AttentionBlocksOf(const AttentionArgs& a);
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s);
 
 // DSA: scores [T, max_ctx] (workspace) then the top_k per token into selected [T, top_k].
+// The scores' kernel (every one gives the same bits): kTiled, accumulators for up to 64 heads
+// tiled in registers (kernels/kv_kernels.cuh: DsaScoreTiledKernel), where the heads fit; kStaged,
+// a block's key rows staged in shared memory, one position a thread; kThread, one position a
+// thread from global memory. Each falls back to the next where it does not apply (more than 64
+// heads; shared memory the device does not allow).
+enum class DsaScores { kTiled, kStaged, kThread };
 cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef batch, int64_t heads,
                             int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
-                            int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s);
+                            int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s,
+                            DsaScores form = DsaScores::kTiled);
 
 // ---- mixture of experts (moe.cu) ----
 // noaux_tc routing from router logits [T, E] (scratch [T, E] floats for sigmoid scores).

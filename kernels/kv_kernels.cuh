@@ -373,6 +373,131 @@ __global__ void __launch_bounds__(kDsaPositions) DsaScoreStagedKernel(ConstMat q
   scores[t * b.max_ctx + p0 + x] = s == 0.0f ? 0.0f : s;  // -0 and +0 are one score (ties by position)
 }
 
+// The same scores again, tiled in registers. DsaScoreStagedKernel loads a query float4 and a key
+// float4 from shared memory for every four multiply-adds: shared memory's bandwidth, not the
+// float32 units, bounds it (by count about a fifth of the FMA rate). Here a thread keeps
+// kDsaTileAcc accumulators, kHeads heads x DsaTilePerThread(kHeads) positions: per four columns it
+// loads its positions' key float4s once and each head's query float4 once (the same address in
+// every lane: a broadcast), for 4 x kDsaTileAcc multiply-adds. The head dimension goes through
+// shared memory kDsaTileChunk columns at a time (the queries of every head, the block's key rows),
+// so each head's chain still runs over the columns in order: the same fmaf chains, the same sum
+// over heads in order, the same bits as DsaScoreKernel. Columns past head_dim are staged as 0 in
+// both the query and the key (fmaf(0, 0, d) is d: a chain from +0 never holds -0), heads past
+// `heads` as a query of 0 whose sums are dropped.
+// Shared memory: DsaTiledBytes(kHeads).
+inline constexpr int kDsaTileThreads = 128;
+inline constexpr int kDsaTileAcc = 64;                      // accumulators a thread
+inline constexpr int kDsaTileChunk = 32;                    // columns staged at a time
+inline constexpr int kDsaTileStride = kDsaTileChunk + 4;    // floats a staged key row: 4 banks apart
+__host__ __device__ constexpr int DsaTilePerThread(int heads_tile) { return kDsaTileAcc / heads_tile; }
+__host__ __device__ constexpr int DsaTilePositions(int heads_tile) {
+  return kDsaTileThreads * DsaTilePerThread(heads_tile);
+}
+__host__ __device__ constexpr int64_t DsaTiledBytes(int heads_tile) {
+  return (int64_t{heads_tile} * kDsaTileChunk + int64_t{DsaTilePositions(heads_tile)} * kDsaTileStride) * 4 +
+         int64_t{DsaTilePositions(heads_tile)} * static_cast<int64_t>(sizeof(void*) + sizeof(int));
+}
+// The tile of heads that takes `heads` (16, 32 or 64), or 0 past 64 (the staged kernel runs).
+__host__ __device__ constexpr int DsaTileHeads(int64_t heads) {
+  return heads < 1 ? 0 : heads <= 16 ? 16 : heads <= 32 ? 32 : heads <= 64 ? 64 : 0;
+}
+
+template <int kHeads>
+__global__ void __launch_bounds__(kDsaTileThreads) DsaScoreTiledKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer,
+                                                                        BatchRef b, int64_t heads, int64_t head_dim,
+                                                                        int64_t key_offset, float key_scale,
+                                                                        int64_t top_k, float* scores, int32_t* err) {
+  constexpr int kPer = DsaTilePerThread(kHeads), kBlock = DsaTilePositions(kHeads), kWarps = kDsaTileThreads / 32;
+  constexpr int kBatch = 16;  // rows a warp loads before storing them (loads in flight)
+  static_assert(kPer * kHeads == kDsaTileAcc && (kBlock / kWarps) % kBatch == 0, "tile shape");
+  const int64_t t = blockIdx.y, p0 = blockIdx.x * static_cast<int64_t>(kBlock);
+  const int64_t ctx = b.token_ctx[t];
+  if (ctx <= top_k || p0 >= ctx || p0 >= b.max_ctx) return;  // uniform over the block
+  const int64_t n = ctx - p0 < kBlock ? ctx - p0 : kBlock;   // this block's positions
+  float* qs = DynamicShared<float>();                         // [kHeads][kDsaTileChunk]
+  float* kt = qs + kHeads * kDsaTileChunk;                    // [kBlock][kDsaTileStride], 16-byte aligned
+  const uint8_t** rows = reinterpret_cast<const uint8_t**>(kt + kBlock * kDsaTileStride);  // [kBlock]
+  int* fresh = reinterpret_cast<int*>(rows + kBlock);                                      // [kBlock]
+  const int x = threadIdx.x, lane = x & 31, warp = x >> 5;
+  const Context cx = ContextOf(kv, b, t);
+  for (int r = x; r < kBlock; r += kDsaTileThreads) {
+    RowPtr row{nullptr, false};
+    if (r < n && !Locate(kv, layer, cx, p0 + r, &row)) {
+      RaiseError(err, kErrPage);
+      row = RowPtr{nullptr, false};
+    }
+    rows[r] = row.data;
+    fresh[r] = row.fresh ? 1 : 0;
+  }
+  const float layer_scale = LayerScale(kv, layer);
+  const float* qt = q.data + t * q.ld;
+  float d[kPer][kHeads];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) d[j][h] = 0.0f;
+  }
+  for (int64_t c0 = 0; c0 < head_dim; c0 += kDsaTileChunk) {
+    __syncthreads();  // the rows are found (first chunk) or the last chunk is read
+    for (int i = x; i < kHeads * kDsaTileChunk; i += kDsaTileThreads) {
+      const int h = i / kDsaTileChunk;
+      const int64_t c = c0 + i % kDsaTileChunk;
+      qs[i] = h < heads && c < head_dim ? qt[h * head_dim + c] : 0.0f;
+    }
+    const int64_t c = c0 + lane;  // a row over the warp's lanes
+    for (int r0 = warp; r0 < kBlock; r0 += kWarps * kBatch) {
+      float v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int r = r0 + u * kWarps;
+        const RowPtr row{rows[r], fresh[r] != 0};
+        v[u] = row.data != nullptr && c < head_dim ? RowValue(kv, row, key_offset + c, layer_scale) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) kt[(r0 + u * kWarps) * kDsaTileStride + lane] = v[u];
+    }
+    __syncthreads();
+#pragma unroll 2
+    for (int i = 0; i < kDsaTileChunk; i += 4) {
+      float4 k4[kPer];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        k4[j] = *reinterpret_cast<const float4*>(kt + (x + j * kDsaTileThreads) * kDsaTileStride + i);
+      }
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        const float4 q4 = *reinterpret_cast<const float4*>(qs + h * kDsaTileChunk + i);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          d[j][h] = fmaf(q4.x, k4[j].x, d[j][h]);
+          d[j][h] = fmaf(q4.y, k4[j].y, d[j][h]);
+          d[j][h] = fmaf(q4.z, k4[j].z, d[j][h]);
+          d[j][h] = fmaf(q4.w, k4[j].w, d[j][h]);
+        }
+      }
+    }
+  }
+  const float* wt = w.data + t * w.ld;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int r = x + j * kDsaTileThreads;
+    if (r >= n) continue;
+    float* out = scores + t * b.max_ctx + p0 + r;
+    if (rows[r] == nullptr) {  // its page is out of range (raised above)
+      *out = 0.0f;
+      continue;
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+      if (h >= heads) break;
+      const float dot = d[j][h] * key_scale;
+      if (dot > 0.0f) s += wt[h] * dot;
+    }
+    *out = s == 0.0f ? 0.0f : s;  // -0 and +0 are one score (ties by position)
+  }
+}
+
 // ---- the DSA top-k ----
 
 // One block of sel::kSelectThreads per token: the positions of the top_k scores (ties to the

@@ -91,6 +91,10 @@ struct BackendOptions {
   // environment: "mma", the default, or "gemv", the CUDA-core GEMV with float32 activations; for
   // comparisons).
   bool device_quant_mma = true;
+  // CUDA: the DSA indexer's scoring kernel (cuda::DsaScores: 0 tiled in registers, the default;
+  // 1 staged in shared memory; 2 one thread a position from global memory). Every kernel gives the
+  // same bits. For comparisons in the microbenchmark and tests; no environment variable.
+  int device_dsa_scores = 0;
 };
 
 struct BackendEntry {

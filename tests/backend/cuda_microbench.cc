@@ -16,7 +16,9 @@
 //    LLMRT_CUDA_ATTENTION_STAGES): the cache bytes, read once, per second as a fraction of the
 //    copy bandwidth, and the MMA work per second;
 //  - the DSA indexer of one token (GLM-5: 32 heads of 128, top 2048) at 32K and 128K positions,
-//    BF16 and FP8 KV: scores and selection, the index keys' bytes per second;
+//    BF16 and FP8 KV: scores and selection, the index keys' bytes per second; and over prompts of
+//    4,096 and 8,192 tokens in one pass, each scoring kernel (tiled, staged, one thread a
+//    position) against the staged one;
 //  - sampling from Kimi K2's vocabulary at 1, 16 and 64 rows: greedy, drawing rows that the fast
 //    path samples, and drawing rows that take the full sort.
 #include <cuda_runtime_api.h>
@@ -533,6 +535,43 @@ int Main() {
         const double key_bw = static_cast<double>(ctx * ID * (codec == kKvCodecFp8 ? 1 : 2)) / t;
         std::printf("%6s %8lld %10.3f %22.0f   (%.0f%% of the copy bandwidth)\n", codec == kKvCodecFp8 ? "FP8" : "BF16",
                     static_cast<long long>(ctx), t * 1e3, key_bw / 1e9, 100.0 * key_bw / copy_bw);
+      }
+    }
+  }
+
+  // The DSA indexer over a prompt of T tokens in one pass (GLM-5's shapes; the tokens past the
+  // first top_k score every position of their causal context): each scoring kernel of
+  // BackendOptions::device_dsa_scores, scores and selection together. GFLOP/s counts 2 x heads x
+  // head_dim a scored (token, position), against the staged kernel.
+  {
+    const int64_t IH = 32, ID = 128, top_k = 2048;
+    std::printf("\nDSA indexer over a prompt of T tokens, %lld heads x %lld, top %lld\n%-10s %6s %6s %10s %10s %10s\n",
+                static_cast<long long>(IH), static_cast<long long>(ID), static_cast<long long>(top_k), "scores", "KV",
+                "T", "ms", "GFLOP/s", "vs staged");
+    const char* names[] = {"tiled", "staged", "thread"};
+    for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
+      for (const int64_t T : {4096, 8192}) {
+        double times[3] = {0, 0, 0};
+        for (const int form : {1, 0, 2}) {
+          BackendOptions bo;
+          bo.device_dsa_scores = form;
+          std::unique_ptr<Backend> db = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");
+          std::unique_ptr<KvStore> store = OneLayerStore(*db, codec, {{L, 128, false}, {R, 128, true}, {ID, 128, false}},
+                                                         (T + page - 1) / page * page, page);
+          PrefillMeta m;
+          const AttentionBatch batch = PrefillBatch(*db, T, page, &m);
+          Tensor q = Random(*db, DType::kF32, {T, IH * ID}, rng);
+          Tensor w = Random(*db, DType::kF32, {T, IH}, rng);
+          Tensor selected = Must(db->Allocate(DType::kI32, {T, top_k}), "Allocate");
+          times[form] = Time(*db, form == 2 ? 1 : 3, [&] {
+            db->DsaSelect(q, w, store->view(), 0, batch, IH, ID, L + R, 0.088f, top_k, selected);
+          });
+          // Tokens at contexts top_k + 1 .. T score every position of their context.
+          const double scored = static_cast<double>(T - top_k) * static_cast<double>(T + top_k + 1) / 2;
+          std::printf("%-10s %6s %6lld %10.3f %10.0f %9.2fx\n", names[form], codec == kKvCodecFp8 ? "FP8" : "BF16",
+                      static_cast<long long>(T), times[form] * 1e3, 2.0 * IH * ID * scored / times[form] / 1e9,
+                      times[1] / times[form]);
+        }
       }
     }
   }

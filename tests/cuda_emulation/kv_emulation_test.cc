@@ -20,11 +20,11 @@ namespace llmrt::cuda {
 namespace {
 
 // MLA-like rows: a latent in tiles of 32 (the tiled codec's scales), a BF16 rope key, an
-// indexer key in tiles of 5 (a partial last tile).
-KvShape Shape() {
+// indexer key of `index_width` (12: in tiles of 5, a partial last tile; wider: tiles of 64).
+KvShape Shape(int64_t index_width = 12) {
   KvShape s;
   s.num_layers = 2;
-  s.parts = {{64, 32, false}, {16, 128, true}, {12, 5, false}};
+  s.parts = {{64, 32, false}, {16, 128, true}, {index_width, index_width > 12 ? 64 : 5, false}};
   return s;
 }
 
@@ -49,8 +49,9 @@ struct Cache {
   std::vector<float> layer_scales = {1.0f, 0.0f};
   std::vector<uint16_t> fresh;
   KvRef ref{};
-  Cache(uint32_t id, int64_t num_pages, int64_t page_size, int64_t fresh_rows) : codec(FindKvCodec(id)) {
-    layout = codec->Layout(Shape());
+  Cache(uint32_t id, int64_t num_pages, int64_t page_size, int64_t fresh_rows, int64_t index_width = 12)
+      : codec(FindKvCodec(id)) {
+    layout = codec->Layout(Shape(index_width));
     pages.assign(static_cast<size_t>(num_pages * 2 * page_size * layout.row_bytes), 0xee);
     fresh.assign(static_cast<size_t>(std::max<int64_t>(fresh_rows, 1) * layout.width), 0);
     ref.pages = pages.data();
@@ -170,9 +171,10 @@ TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
 // shared memory, four columns a load where head_dim allows), over one block of positions and
 // several, head_dim 12 and 7 (a tail of single columns), and a page out of range (its positions
 // score 0 and raise the page error; the others are unchanged).
-void CheckDsaScores(bool staged, int64_t heads, int64_t hd, int64_t len0, int64_t len1, bool bad_page,
+void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int64_t len1, bool bad_page,
                     std::mt19937& rng) {
-  SCOPED_TRACE(std::string(staged ? "staged" : "per-thread") + " heads " + std::to_string(heads) + " head_dim " +
+  const char* name = form == DsaScores::kTiled ? "tiled" : form == DsaScores::kStaged ? "staged" : "per-thread";
+  SCOPED_TRACE(std::string(name) + " heads " + std::to_string(heads) + " head_dim " +
                std::to_string(hd) + " contexts " + std::to_string(len0) + ", " + std::to_string(len1) +
                (bad_page ? " bad page" : ""));
   std::normal_distribution<float> normal;
@@ -188,7 +190,7 @@ void CheckDsaScores(bool staged, int64_t heads, int64_t hd, int64_t len0, int64_
   page_ids.resize(static_cast<size_t>(pages0 + pages1));
   const int64_t T = 3, max_ctx = std::max(len0, len1), bad_index = pages0 + pages1 / 2;
   for (uint32_t id : {kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled}) {
-    Cache cache(id, num_pages, page_size, 0);
+    Cache cache(id, num_pages, page_size, 0, std::max<int64_t>(hd, 12));  // the index key from column 80
     SCOPED_TRACE(cache.codec->name());
     cache.layer_scales[layer] = 0.05f;
     const int64_t W = cache.layout.width;
@@ -212,7 +214,20 @@ void CheckDsaScores(bool staged, int64_t heads, int64_t hd, int64_t len0, int64_
     BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), ids.data(), nullptr, T, max_ctx};
     int32_t err = 0;
     const ConstMat qm{q.data(), T, heads * hd, heads * hd}, wm{w.data(), T, heads, heads};
-    if (staged) {
+    if (form == DsaScores::kTiled) {
+      const int tile = kvk::DsaTileHeads(heads);
+      ASSERT_NE(tile, 0);
+      const auto run = [&](auto kernel) {
+        emulation::RunGrid({BlocksFor(max_ctx, kvk::DsaTilePositions(tile)), static_cast<unsigned>(T), 1},
+                           kvk::kDsaTileThreads, static_cast<size_t>(kvk::DsaTiledBytes(tile)), [&] {
+                             kernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f, top_k,
+                                    scores.data(), &err);
+                           });
+      };
+      if (tile == 16) run(kvk::DsaScoreTiledKernel<16>);
+      if (tile == 32) run(kvk::DsaScoreTiledKernel<32>);
+      if (tile == 64) run(kvk::DsaScoreTiledKernel<64>);
+    } else if (form == DsaScores::kStaged) {
       emulation::RunGrid({BlocksFor(max_ctx, kvk::kDsaPositions), static_cast<unsigned>(T), 1}, kvk::kDsaPositions,
                          static_cast<size_t>(kvk::DsaStagedBytes(heads, hd)), [&] {
                            kvk::DsaScoreStagedKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f,
@@ -317,12 +332,20 @@ TEST(KvKernelsEmulated, DsaTopKIsTheTopScoresTiesToTheEarlierPosition) {
 
 TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
   std::mt19937 rng(102);
-  for (bool staged : {false, true}) {
-    CheckDsaScores(staged, 3, 12, 9, 13, false, rng);
-    CheckDsaScores(staged, 5, 7, 9, 13, false, rng);
-    CheckDsaScores(staged, 3, 12, 150, 270, false, rng);  // several blocks of positions
-    CheckDsaScores(staged, 2, 7, 40, 140, true, rng);
+  for (const DsaScores form : {DsaScores::kThread, DsaScores::kStaged, DsaScores::kTiled}) {
+    CheckDsaScores(form, 3, 12, 9, 13, false, rng);
+    CheckDsaScores(form, 5, 7, 9, 13, false, rng);
+    CheckDsaScores(form, 3, 12, 150, 270, false, rng);  // several blocks of positions
+    CheckDsaScores(form, 2, 7, 40, 140, true, rng);
   }
+  // The tiled kernel's shapes: GLM-5's 32 heads of 128 (two positions a thread, four chunks of
+  // columns, several blocks of 256 positions), 64 heads (one position a thread), heads that leave
+  // part of a tile unused (17 of 32), a head dimension with a partial chunk (40), 16 heads over
+  // several blocks of 512 positions, and a page out of range within a tile.
+  CheckDsaScores(DsaScores::kTiled, 32, 128, 300, 517, false, rng);
+  CheckDsaScores(DsaScores::kTiled, 64, 40, 100, 270, false, rng);
+  CheckDsaScores(DsaScores::kTiled, 17, 40, 9, 300, true, rng);
+  CheckDsaScores(DsaScores::kTiled, 16, 33, 513, 1100, true, rng);
 }
 
 }  // namespace

@@ -83,6 +83,10 @@ absl::Status CudaBackend::Init() {
     return absl::InvalidArgumentError(absl::StrCat("BackendOptions::device_moe_tile_rows ", moe_tile_rows_,
                                                    ": expected 0 (by the rows an expert gets), 32, 64 or 128"));
   }
+  if (dsa_scores_ < 0 || dsa_scores_ > static_cast<int>(cuda::DsaScores::kThread)) {
+    return absl::InvalidArgumentError(absl::StrCat("BackendOptions::device_dsa_scores ", dsa_scores_,
+                                                   ": expected 0 (tiled), 1 (staged) or 2 (one thread a position)"));
+  }
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
   cudaStream_t s = nullptr;
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));

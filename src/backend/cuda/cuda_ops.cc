@@ -638,7 +638,8 @@ void CudaBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView&
     }
     return Launched(cuda::LaunchDsaSelect(Const(q), Const(w), KvOf(cache), layer, BatchOf(batch), heads, head_dim,
                                           key_offset, key_scale, top_k, scores, selected.data_as<int32_t>(),
-                                          selected.row_stride(), error_word_, Stream(stream_)));
+                                          selected.row_stride(), error_word_, Stream(stream_),
+                                          static_cast<cuda::DsaScores>(dsa_scores_)));
   });
 }
 
