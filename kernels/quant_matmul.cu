@@ -66,10 +66,13 @@ cudaError_t LaunchQuantMma(ConstMat x, WeightRef w, void* prepared, MutMat out, 
   const dim3 grid(static_cast<unsigned>((w.rows + qmma::kRows - 1) / qmma::kRows),
                   static_cast<unsigned>((x.rows + qmma::kTokens - 1) / qmma::kTokens));
   const uint4* xp = static_cast<const uint4*>(prepared);
+  const bool one = x.rows <= 8;  // one fragment's registers (decode batches of up to 8)
   if (fp8) {
-    qmma::QuantMmaKernel<true><<<grid, qmma::kThreads, 0, s>>>(xp, w, out);
+    (one ? qmma::QuantMmaKernel<true, true> : qmma::QuantMmaKernel<true, false>)<<<grid, qmma::kThreads, 0, s>>>(
+        xp, w, out);
   } else {
-    qmma::QuantMmaKernel<false><<<grid, qmma::kThreads, 0, s>>>(xp, w, out);
+    (one ? qmma::QuantMmaKernel<false, true> : qmma::QuantMmaKernel<false, false>)<<<grid, qmma::kThreads, 0, s>>>(
+        xp, w, out);
   }
   return cudaGetLastError();
 }

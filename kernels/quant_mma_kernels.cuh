@@ -47,6 +47,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common.cuh"
 
@@ -55,6 +56,7 @@ namespace llmrt::cuda::qmma {
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kTokens = 16;  // tokens a block takes: two n8 fragments
 constexpr int kRows = 16;    // weight rows (output columns) of a block
+constexpr int kAhead = 8;    // 32-column steps of codes a lane loads ahead
 
 
 // The nibble pair at bits 4j and 16 + 4j of `word >> 4j` (the caller shifts) as bfloat16 values
@@ -133,15 +135,49 @@ __device__ __forceinline__ void QuantMmaTile(const uint4* xp, const int32_t* x_r
   const uint8_t* cb = codes + rb * row_bytes + (kFp8 ? 8 : 4) * c;
   // The rows' scales: INT4 bfloat16 [N][groups]; FP8 float32 [ceil(N / block_rows)][groups].
   const int64_t sa = (kFp8 ? ra / w.block_rows : ra) * groups, sb = (kFp8 ? rb / w.block_rows : rb) * groups;
+  // The warp's steps [s_begin, s_end), in a ring of kAhead steps loaded ahead in registers: a
+  // step's codes, its group's two scales and whether it ends its group. Decode's weight rows are
+  // read once, so the loads in flight set the bandwidth: kAhead steps a lane (INT4: 64 bytes,
+  // FP8: 128) where one step left each lane a single 8- or 16-byte load per MMA step.
+  const int64_t s_begin = gb * per_group, s_end = ge * per_group < steps ? ge * per_group : steps;
+  using Codes = typename std::conditional<kFp8, uint2, uint32_t>::type;
+  Codes ring_a[kAhead], ring_b[kAhead];
+  float ring_sa[kAhead], ring_sb[kAhead];
+  bool ring_last[kAhead];
+  // The load cursor: its step, its group and where that group ends.
+  int64_t ls = s_begin, lg = gb, lg_end = (gb + 1) * per_group < steps ? (gb + 1) * per_group : steps;
+  const auto load = [&](int u) {
+    if constexpr (kFp8) {
+      ring_a[u] = *reinterpret_cast<const uint2*>(ca + 32 * ls);
+      ring_b[u] = *reinterpret_cast<const uint2*>(cb + 32 * ls);
+      ring_sa[u] = static_cast<const float*>(w.scales)[sa + lg];
+      ring_sb[u] = static_cast<const float*>(w.scales)[sb + lg];
+    } else {
+      ring_a[u] = *reinterpret_cast<const uint32_t*>(ca + 16 * ls);
+      ring_b[u] = *reinterpret_cast<const uint32_t*>(cb + 16 * ls);
+      ring_sa[u] = Bf16Bits(static_cast<const uint16_t*>(w.scales)[sa + lg]);
+      ring_sb[u] = Bf16Bits(static_cast<const uint16_t*>(w.scales)[sb + lg]);
+    }
+    ring_last[u] = ls + 1 == lg_end;
+    if (++ls == lg_end) {
+      ++lg;
+      lg_end = lg_end + per_group < steps ? lg_end + per_group : steps;
+    }
+  };
+#pragma unroll
+  for (int u = 0; u < kAhead; ++u) {
+    if (ls < s_end) load(u);
+  }
   float acc[kFrags][4] = {};
-  for (int64_t gi = gb; gi < ge; ++gi) {
-    float part[kFrags][4] = {};
-    const int64_t s_end = (gi + 1) * per_group < steps ? (gi + 1) * per_group : steps;
-    for (int64_t s = gi * per_group; s < s_end; ++s) {
+  float part[kFrags][4] = {};
+  for (int64_t s0 = s_begin; s0 < s_end; s0 += kAhead) {
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t s = s0 + u;
+      if (s >= s_end) break;  // uniform over the warp
       uint32_t a0[4], a1[4];
       if constexpr (kFp8) {
-        const uint2 wa = *reinterpret_cast<const uint2*>(ca + 32 * s);
-        const uint2 wb = *reinterpret_cast<const uint2*>(cb + 32 * s);
+        const uint2 wa = ring_a[u], wb = ring_b[u];
         a0[0] = Fp8PairToBf16(wa.x);
         a0[1] = Fp8PairToBf16(wb.x);
         a0[2] = Fp8PairToBf16(wa.x >> 16);
@@ -151,8 +187,7 @@ __device__ __forceinline__ void QuantMmaTile(const uint4* xp, const int32_t* x_r
         a1[2] = Fp8PairToBf16(wa.y >> 16);
         a1[3] = Fp8PairToBf16(wb.y >> 16);
       } else {
-        const uint32_t wa = *reinterpret_cast<const uint32_t*>(ca + 16 * s);
-        const uint32_t wb = *reinterpret_cast<const uint32_t*>(cb + 16 * s);
+        const uint32_t wa = ring_a[u], wb = ring_b[u];
         a0[0] = NibblePair(wa);
         a0[1] = NibblePair(wb);
         a0[2] = NibblePair(wa >> 4);
@@ -162,6 +197,9 @@ __device__ __forceinline__ void QuantMmaTile(const uint4* xp, const int32_t* x_r
         a1[2] = NibblePair(wa >> 12);
         a1[3] = NibblePair(wb >> 12);
       }
+      const float s_a = ring_sa[u], s_b = ring_sb[u];
+      const bool last = ring_last[u];
+      if (ls < s_end) load(u);  // the step kAhead on into the slot just read
       uint4 hi[kFrags], lo[kFrags];
 #pragma unroll
       for (int j = 0; j < kFrags; ++j) {
@@ -175,21 +213,17 @@ __device__ __forceinline__ void QuantMmaTile(const uint4* xp, const int32_t* x_r
         Mma16816(part[j], a1, hi[j].z, hi[j].w);
         Mma16816(part[j], a1, lo[j].z, lo[j].w);
       }
-    }
-    float s_a, s_b;
-    if constexpr (kFp8) {
-      s_a = static_cast<const float*>(w.scales)[sa + gi];
-      s_b = static_cast<const float*>(w.scales)[sb + gi];
-    } else {
-      s_a = Bf16Bits(static_cast<const uint16_t*>(w.scales)[sa + gi]);
-      s_b = Bf16Bits(static_cast<const uint16_t*>(w.scales)[sb + gi]);
-    }
+      if (last) {  // the group's sums folded in with its rows' scales
 #pragma unroll
-    for (int j = 0; j < kFrags; ++j) {
-      acc[j][0] = fmaf(part[j][0], s_a, acc[j][0]);
-      acc[j][1] = fmaf(part[j][1], s_a, acc[j][1]);
-      acc[j][2] = fmaf(part[j][2], s_b, acc[j][2]);
-      acc[j][3] = fmaf(part[j][3], s_b, acc[j][3]);
+        for (int j = 0; j < kFrags; ++j) {
+          acc[j][0] = fmaf(part[j][0], s_a, acc[j][0]);
+          acc[j][1] = fmaf(part[j][1], s_a, acc[j][1]);
+          acc[j][2] = fmaf(part[j][2], s_b, acc[j][2]);
+          acc[j][3] = fmaf(part[j][3], s_b, acc[j][3]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[j][e] = 0.0f;
+        }
+      }
     }
   }
   // The warps' sums in warp order: fragment register e is row g + 8 (e / 2), token 2c + (e % 2).
@@ -226,12 +260,19 @@ __device__ __forceinline__ void QuantMmaRun(const uint4* xp, const int32_t* x_ro
   }
 }
 
-// Grid (ceil(N / 16), ceil(T / 16)): the block's weight rows and tokens.
-template <bool kFp8>
+// Grid (ceil(N / 16), ceil(T / 16)): the block's weight rows and tokens. kOneFragment: T <= 8
+// (decode), an instance with one fragment's registers only, so that more warps, and their loads
+// ahead, fit on a multiprocessor (a token's operations are the same in either instance).
+template <bool kFp8, bool kOneFragment>
 __global__ void __launch_bounds__(kThreads) QuantMmaKernel(const uint4* xp, WeightRef w, MutMat out) {
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTokens;
   const int64_t m1 = m0 + kTokens < out.rows ? m0 + kTokens : out.rows;
-  QuantMmaRun<kFp8>(xp, nullptr, m0, m1, w, w.rows, w.cols, static_cast<int64_t>(blockIdx.x) * kRows, out);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  if constexpr (kOneFragment) {
+    QuantMmaTile<kFp8, 1>(xp, nullptr, m0, m1, w, w.rows, w.cols, n0, out);
+  } else {
+    QuantMmaRun<kFp8>(xp, nullptr, m0, m1, w, w.rows, w.cols, n0, out);
+  }
 }
 
 // Grid (ceil(N / 16), tiles): a tile's rows (one expert's) in runs of kTokens.

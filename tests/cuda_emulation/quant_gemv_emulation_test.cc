@@ -528,10 +528,11 @@ std::vector<float> RunQuantMma(const std::vector<float>& x, int64_t T, const Hos
                                static_cast<unsigned>((T + qmma::kTokens - 1) / qmma::kTokens), 1};
   emulation::RunGrid(grid, qmma::kThreads, 0, [&] {
     const MutMat om{out.data(), T, N, N};
+    // The launcher's instance: one fragment's registers up to 8 tokens.
     if (fp8) {
-      qmma::QuantMmaKernel<true>(prepared.data(), w.ref, om);
+      (T <= 8 ? qmma::QuantMmaKernel<true, true> : qmma::QuantMmaKernel<true, false>)(prepared.data(), w.ref, om);
     } else {
-      qmma::QuantMmaKernel<false>(prepared.data(), w.ref, om);
+      (T <= 8 ? qmma::QuantMmaKernel<false, true> : qmma::QuantMmaKernel<false, false>)(prepared.data(), w.ref, om);
     }
   });
   return out;
@@ -546,7 +547,9 @@ TEST(QuantMmaEmulated, RowsTimesTokensOnTheTensorCores) {
   weights.push_back(Int4Weight(N, 1280, 128, rng));
   weights.push_back(Int4Weight(N, 576, 96, rng));
   weights.push_back(Int4Weight(N, 64, 32, rng));
+  weights.push_back(Int4Weight(N, 2080, 32, rng));  // 16 or 17 steps a warp: the ring of steps ahead, twice
   weights.push_back(Fp8Weight(N, 384, 128, 128, rng));
+  weights.push_back(Fp8Weight(N, 2144, 16, 96, rng));  // 22 or 23 steps a warp, groups across the ring
   weights.push_back(Fp8Weight(N, 416, 5, 32, rng));
   weights.push_back(Fp8Weight(N, 544, 16, 96, rng));  // a partial last column block
   weights.push_back(Fp8Weight(N, 64, 128, 128, rng));
