@@ -200,8 +200,11 @@ inline size_t QuantPreparedBytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>(rows) * static_cast<size_t>(cols) * 4;
 }
 cudaError_t LaunchQuantMma(ConstMat x, WeightRef w, void* prepared, MutMat out, cudaStream_t s);
+// max_expert_rows: the most rows any expert can get (the pass's tokens; 0: not known); up to 8,
+// an instance with one fragment's registers runs.
 cudaError_t LaunchGroupedQuantMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s, bool prepare = true);
+                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s, bool prepare = true,
+                                  int64_t max_expert_rows = 0);
 
 // ---- the FP8 activation policy's quantization (fp8_act.cu) ----
 // Each row of x, per block of block_cols columns, to e4m3 codes under one float32 scale, exactly

@@ -78,7 +78,8 @@ cudaError_t LaunchQuantMma(ConstMat x, WeightRef w, void* prepared, MutMat out, 
 }
 
 cudaError_t LaunchGroupedQuantMma(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s, bool prepare) {
+                                  TileTable tiles, void* prepared, MutMat out, cudaStream_t s, bool prepare,
+                                  int64_t max_expert_rows) {
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
   if (tiles.tile_rows != kGemmTileRows) return cudaErrorInvalidValue;
   if ((experts.gemv_bits != 4 && experts.gemv_bits != 8) || x.cols != K || K % 32 != 0) return cudaErrorInvalidValue;
@@ -88,10 +89,15 @@ cudaError_t LaunchGroupedQuantMma(ConstMat x, const int32_t* x_rows, ExpertTable
   }
   const dim3 grid(static_cast<unsigned>((N + qmma::kRows - 1) / qmma::kRows), static_cast<unsigned>(tiles.max_tiles));
   const uint4* xp = static_cast<const uint4*>(prepared);
+  const bool one = max_expert_rows >= 1 && max_expert_rows <= 8;  // one fragment's registers
   if (fp8) {
-    qmma::GroupedQuantMmaKernel<true><<<grid, qmma::kThreads, 0, s>>>(xp, x_rows, experts, N, K, tiles, out);
+    (one ? qmma::GroupedQuantMmaKernel<true, true> : qmma::GroupedQuantMmaKernel<true, false>)<<<grid, qmma::kThreads,
+                                                                                                 0, s>>>(
+        xp, x_rows, experts, N, K, tiles, out);
   } else {
-    qmma::GroupedQuantMmaKernel<false><<<grid, qmma::kThreads, 0, s>>>(xp, x_rows, experts, N, K, tiles, out);
+    (one ? qmma::GroupedQuantMmaKernel<false, true> : qmma::GroupedQuantMmaKernel<false, false>)<<<grid, qmma::kThreads,
+                                                                                                   0, s>>>(
+        xp, x_rows, experts, N, K, tiles, out);
   }
   return cudaGetLastError();
 }

@@ -275,18 +275,26 @@ __global__ void __launch_bounds__(kThreads) QuantMmaKernel(const uint4* xp, Weig
   }
 }
 
-// Grid (ceil(N / 16), tiles): a tile's rows (one expert's) in runs of kTokens.
-template <bool kFp8>
+// Grid (ceil(N / 16), tiles): a tile's rows (one expert's) in runs of kTokens, or with
+// kOneFragment (the launcher's choice where no expert can get more than 8 rows: decode batches
+// of up to 8 tokens) in runs of 8 on one fragment's registers. Either instance is right for any
+// tile, and a row's operations are the same in both.
+template <bool kFp8, bool kOneFragment>
 __global__ void __launch_bounds__(kThreads)
     GroupedQuantMmaKernel(const uint4* xp, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                           TileTable tiles, MutMat out) {
   const int64_t tile = blockIdx.y;
   if (tile >= tiles.count[0]) return;
   const WeightRef& w = experts.weights[tiles.expert[tile]];
-  const int64_t r1 = tiles.row1[tile];
-  for (int64_t m0 = tiles.row0[tile]; m0 < r1; m0 += kTokens) {
-    QuantMmaRun<kFp8>(xp, x_rows, m0, m0 + kTokens < r1 ? m0 + kTokens : r1, w, N, K,
-                      static_cast<int64_t>(blockIdx.x) * kRows, out);
+  const int64_t r1 = tiles.row1[tile], n0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  constexpr int64_t kRun = kOneFragment ? 8 : kTokens;
+  for (int64_t m0 = tiles.row0[tile]; m0 < r1; m0 += kRun) {
+    const int64_t m1 = m0 + kRun < r1 ? m0 + kRun : r1;
+    if constexpr (kOneFragment) {
+      QuantMmaTile<kFp8, 1>(xp, x_rows, m0, m1, w, N, K, n0, out);
+    } else {
+      QuantMmaRun<kFp8>(xp, x_rows, m0, m1, w, N, K, n0, out);
+    }
   }
 }
 

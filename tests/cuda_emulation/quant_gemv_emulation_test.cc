@@ -608,19 +608,32 @@ TEST(QuantMmaEmulated, GroupedByExpert) {
     std::vector<float> x(static_cast<size_t>(M * K));
     for (float& v : x) v = normal(rng);
     const std::vector<uint4> prepared = PrepareQuant(ConstMat{x.data(), M, K, K}, fp8);
-    std::vector<float> out(static_cast<size_t>(M * N), NAN);
     const ExpertTable table{refs.data(), fp8 ? 8 : 4};
     const TileTable tiles = routing.Tiles();
     const emulation::Index3 grid{static_cast<unsigned>((N + qmma::kRows - 1) / qmma::kRows),
                                  static_cast<unsigned>(routing.tile_expert.size()), 1};
-    emulation::RunGrid(grid, qmma::kThreads, 0, [&] {
-      const MutMat om{out.data(), M, N, N};
-      if (fp8) {
-        qmma::GroupedQuantMmaKernel<true>(prepared.data(), routing.x_rows.data(), table, N, K, tiles, om);
-      } else {
-        qmma::GroupedQuantMmaKernel<false>(prepared.data(), routing.x_rows.data(), table, N, K, tiles, om);
-      }
-    });
+    // Both instances (runs of 16 on two fragments; runs of 8 on one, which the launcher takes for
+    // decode batches of up to 8 but which is right for any tile): the same bits.
+    const auto run = [&](bool one) {
+      std::vector<float> out(static_cast<size_t>(M * N), NAN);
+      emulation::RunGrid(grid, qmma::kThreads, 0, [&] {
+        const MutMat om{out.data(), M, N, N};
+        const uint4* xp = prepared.data();
+        const int32_t* xr = routing.x_rows.data();
+        if (fp8) {
+          (one ? qmma::GroupedQuantMmaKernel<true, true> : qmma::GroupedQuantMmaKernel<true, false>)(xp, xr, table, N, K,
+                                                                                                   tiles, om);
+        } else {
+          (one ? qmma::GroupedQuantMmaKernel<false, true> : qmma::GroupedQuantMmaKernel<false, false>)(xp, xr, table, N,
+                                                                                                     K, tiles, om);
+        }
+      });
+      return out;
+    };
+    const std::vector<float> out = run(false), one = run(true);
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_TRUE(std::isnan(out[i]) ? std::isnan(one[i]) : FloatBits(out[i]) == FloatBits(one[i])) << "element " << i;
+    }
     Expect(
         out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(routing.x_rows[r]); },
         [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },

@@ -825,7 +825,8 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
         const bool again = now.x == prepared.x && now.rows == prepared.rows && now.ld == prepared.ld &&
                            now.bits == prepared.bits && now.at == prepared.at;
         prepared = now;
-        return Launched(cuda::LaunchGroupedQuantMma(in.x, x_rows, bank.Table(j), n, k, tiles, p, o, s, !again));
+        // An expert gets at most one row per token.
+        return Launched(cuda::LaunchGroupedQuantMma(in.x, x_rows, bank.Table(j), n, k, tiles, p, o, s, !again, T));
       }
       return Launched(cuda::LaunchGroupedGemm(in.x, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
     };
