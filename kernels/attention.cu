@@ -130,6 +130,7 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
                             int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
                             int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s, DsaScores form) {
   if (batch.num_tokens == 0) return cudaSuccess;
+  if (batch.num_tokens > INT32_MAX || (batch.max_ctx + 127) / 128 > 65535) return cudaErrorInvalidValue;
   if (batch.max_ctx > top_k) {
     const auto launch_tiled = [&](auto kernel, int tile) {
       const int64_t bytes = kvk::DsaTiledBytes(tile);
@@ -137,7 +138,7 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
         (void)cudaGetLastError();  // the device allows less: not an error
         return false;
       }
-      const dim3 grid(BlocksFor(batch.max_ctx, kvk::DsaTilePositions(tile)), static_cast<unsigned>(batch.num_tokens));
+      const dim3 grid(static_cast<unsigned>(batch.num_tokens), BlocksFor(batch.max_ctx, kvk::DsaTilePositions(tile)));
       kernel<<<grid, kvk::kDsaTileThreads, static_cast<size_t>(bytes), s>>>(q, w, kv, layer, batch, heads, head_dim,
                                                                             key_offset, key_scale, top_k, scores, err);
       return true;
@@ -156,7 +157,7 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
     if (!launched && form != DsaScores::kThread) {
       const int64_t staged = kvk::DsaStagedBytes(heads, head_dim);
       if (AllowDynamicShared(kvk::DsaScoreStagedKernel, staged) == cudaSuccess) {
-        const dim3 grid(BlocksFor(batch.max_ctx, kvk::kDsaPositions), static_cast<unsigned>(batch.num_tokens));
+        const dim3 grid(static_cast<unsigned>(batch.num_tokens), BlocksFor(batch.max_ctx, kvk::kDsaPositions));
         kvk::DsaScoreStagedKernel<<<grid, kvk::kDsaPositions, static_cast<size_t>(staged), s>>>(
             q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k, scores, err);
         launched = true;
@@ -165,7 +166,7 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
       }
     }
     if (!launched) {
-      const dim3 grid(BlocksFor(batch.max_ctx, 128), static_cast<unsigned>(batch.num_tokens));
+      const dim3 grid(static_cast<unsigned>(batch.num_tokens), BlocksFor(batch.max_ctx, 128));
       kvk::DsaScoreKernel<<<grid, 128, 0, s>>>(q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k,
                                           scores, err);
     }

@@ -262,12 +262,14 @@ __global__ void AttentionCombineKernel(AttentionArgs a) {
 }
 
 // I(t, p) = sum_h w[t,h] * relu(q[t,h] . k_p * key_scale), one thread per (token, position), for
-// tokens whose context exceeds top_k. The same float operations as the CPU (RowDot * key_scale,
+// tokens whose context exceeds top_k. The score kernels' grids are (tokens, blocks of positions):
+// a pass may hold more than 65,535 tokens (grid.y's limit), and a token's context at most 65,535
+// blocks of positions (8.4M positions at the smallest block, 128), which the launcher checks. The same float operations as the CPU (RowDot * key_scale,
 // then `if (dot > 0) s += w * dot`), summed over heads in order.
 __global__ void DsaScoreKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef b, int64_t heads,
                                int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
                                int32_t* err) {
-  const int64_t t = blockIdx.y, p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t t = blockIdx.x, p = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t ctx = b.token_ctx[t];
   if (ctx <= top_k || p >= ctx || p >= b.max_ctx) return;
   const Context cx = ContextOf(kv, b, t);
@@ -313,7 +315,7 @@ __global__ void __launch_bounds__(kDsaPositions) DsaScoreStagedKernel(ConstMat q
                                                                        BatchRef b, int64_t heads, int64_t head_dim,
                                                                        int64_t key_offset, float key_scale,
                                                                        int64_t top_k, float* scores, int32_t* err) {
-  const int64_t t = blockIdx.y, p0 = blockIdx.x * static_cast<int64_t>(kDsaPositions);
+  const int64_t t = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kDsaPositions);
   const int64_t ctx = b.token_ctx[t];
   if (ctx <= top_k || p0 >= ctx || p0 >= b.max_ctx) return;  // uniform over the block
   const int64_t n = ctx - p0 < kDsaPositions ? ctx - p0 : kDsaPositions;  // this block's positions
@@ -410,7 +412,7 @@ __global__ void __launch_bounds__(kDsaTileThreads) DsaScoreTiledKernel(ConstMat 
   constexpr int kPer = DsaTilePerThread(kHeads), kBlock = DsaTilePositions(kHeads), kWarps = kDsaTileThreads / 32;
   constexpr int kBatch = 16;  // rows a warp loads before storing them (loads in flight)
   static_assert(kPer * kHeads == kDsaTileAcc && (kBlock / kWarps) % kBatch == 0, "tile shape");
-  const int64_t t = blockIdx.y, p0 = blockIdx.x * static_cast<int64_t>(kBlock);
+  const int64_t t = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kBlock);
   const int64_t ctx = b.token_ctx[t];
   if (ctx <= top_k || p0 >= ctx || p0 >= b.max_ctx) return;  // uniform over the block
   const int64_t n = ctx - p0 < kBlock ? ctx - p0 : kBlock;   // this block's positions

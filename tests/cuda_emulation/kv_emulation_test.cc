@@ -218,7 +218,7 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
       const int tile = kvk::DsaTileHeads(heads);
       ASSERT_NE(tile, 0);
       const auto run = [&](auto kernel) {
-        emulation::RunGrid({BlocksFor(max_ctx, kvk::DsaTilePositions(tile)), static_cast<unsigned>(T), 1},
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, kvk::DsaTilePositions(tile)), 1},
                            kvk::kDsaTileThreads, static_cast<size_t>(kvk::DsaTiledBytes(tile)), [&] {
                              kernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f, top_k,
                                     scores.data(), &err);
@@ -228,13 +228,13 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
       if (tile == 32) run(kvk::DsaScoreTiledKernel<32>);
       if (tile == 64) run(kvk::DsaScoreTiledKernel<64>);
     } else if (form == DsaScores::kStaged) {
-      emulation::RunGrid({BlocksFor(max_ctx, kvk::kDsaPositions), static_cast<unsigned>(T), 1}, kvk::kDsaPositions,
+      emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, kvk::kDsaPositions), 1}, kvk::kDsaPositions,
                          static_cast<size_t>(kvk::DsaStagedBytes(heads, hd)), [&] {
                            kvk::DsaScoreStagedKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f,
                                                      top_k, scores.data(), &err);
                          });
     } else {
-      emulation::RunGrid({BlocksFor(max_ctx, 128), static_cast<unsigned>(T), 1}, 128, 0, [&] {
+      emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, 128), 1}, 128, 0, [&] {
         kvk::DsaScoreKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f, top_k, scores.data(), &err);
       });
     }
