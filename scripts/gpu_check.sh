@@ -13,6 +13,13 @@
 #                                        machine, where /usr does hold the packages)
 #   LLMRT_GPU_CHECK_BUILD_ONLY=full ...  the same for every target the device run needs (what
 #                                        gpu_prepare.sh --prebuild packs)
+#   LLMRT_GPU_CHECK_STEPS="bench tables" ...  only the steps named (spaces or commas) after the
+#                                        setup (unpack, configure, build, origins, device), in the
+#                                        script's order: gpu_tests golden bench synthetic_bench
+#                                        sanitizer accuracy profile tables breakdown; the others
+#                                        are listed as not selected (for a short device session
+#                                        that must choose, or a second call for what the first
+#                                        had no time for)
 #
 # The device run carries what gpu_prepare.sh made: carry [".gpu-carry"] (packed) or [".gpu-deps"].
 #
@@ -54,11 +61,35 @@ log_of() {
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
+# Whether step NAME runs: every setup step, and the others where LLMRT_GPU_CHECK_STEPS is unset
+# or names them.
+selected() {
+  case "$1" in
+    unpack | configure | build | origins | device) return 0 ;;
+  esac
+  [ -z "${LLMRT_GPU_CHECK_STEPS:-}" ] && return 0
+  case " ${LLMRT_GPU_CHECK_STEPS//,/ } " in
+    *" $1 "*) return 0 ;;
+  esac
+  return 1
+}
+# An unknown name in LLMRT_GPU_CHECK_STEPS is a mistake, not a quiet no-op.
+for s in ${LLMRT_GPU_CHECK_STEPS//,/ }; do
+  case "$s" in
+    gpu_tests | golden | bench | synthetic_bench | sanitizer | accuracy | profile | tables | breakdown) ;;
+    *) echo "LLMRT_GPU_CHECK_STEPS: unknown step $s" >&2; exit 2 ;;
+  esac
+done
+
 # step NAME TIMEOUT_S COMMAND...: runs the command with a time limit, logging to its log file.
 step() {
   local name=$1 limit=$2
   shift 2
   local start=$SECONDS
+  if ! selected "$name"; then
+    echo "$name not selected" | tee -a "$summary"
+    return 0
+  fi
   if [ $((deadline - SECONDS)) -lt "$limit" ]; then limit=$((deadline - SECONDS)); fi
   if [ "$limit" -lt 5 ]; then
     echo "$name skipped: no time left" | tee -a "$summary"
