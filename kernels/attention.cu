@@ -146,7 +146,9 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
     bool launched = false;
     if (form == DsaScores::kTiled) {
       switch (kvk::DsaTileHeads(heads)) {
-        case 16: launched = launch_tiled(kvk::DsaScoreTiledKernel<16>, 16); break;
+        case 16:  // 80 KiB of shared memory; else the 32-head tile's 43 KiB
+          launched = launch_tiled(kvk::DsaScoreTiledKernel<16>, 16) || launch_tiled(kvk::DsaScoreTiledKernel<32>, 32);
+          break;
         case 32: launched = launch_tiled(kvk::DsaScoreTiledKernel<32>, 32); break;
         case 64: launched = launch_tiled(kvk::DsaScoreTiledKernel<64>, 64); break;
         default: break;

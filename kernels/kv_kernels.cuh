@@ -262,10 +262,12 @@ __global__ void AttentionCombineKernel(AttentionArgs a) {
 }
 
 // I(t, p) = sum_h w[t,h] * relu(q[t,h] . k_p * key_scale), one thread per (token, position), for
-// tokens whose context exceeds top_k. The score kernels' grids are (tokens, blocks of positions):
-// a pass may hold more than 65,535 tokens (grid.y's limit), and a token's context at most 65,535
-// blocks of positions (8.4M positions at the smallest block, 128), which the launcher checks. The same float operations as the CPU (RowDot * key_scale,
-// then `if (dot > 0) s += w * dot`), summed over heads in order.
+// tokens whose context exceeds top_k. The same float operations as the CPU (RowDot * key_scale,
+// then `if (dot > 0) s += w * dot`, the product and the sum each rounded: nvcc would fuse them,
+// the CPU's build does not), summed over heads in order. The score kernels' grids are (tokens,
+// blocks of positions): a pass may hold more than 65,535 tokens (grid.y's limit), and a token's
+// context at most 65,535 blocks of positions (8.4M positions at the smallest block, 128), which
+// the launcher checks.
 __global__ void DsaScoreKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef b, int64_t heads,
                                int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
                                int32_t* err) {
@@ -289,7 +291,7 @@ __global__ void DsaScoreKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer, 
       d = fmaf(qt[h * head_dim + i], RowValue(kv, row, key_offset + i, layer_scale), d);
     }
     const float dot = d * key_scale;
-    if (dot > 0.0f) s += wt[h] * dot;
+    if (dot > 0.0f) s = __fadd_rn(s, __fmul_rn(wt[h], dot));  // unfused, as the CPU rounds them
   }
   scores[t * b.max_ctx + p] = s == 0.0f ? 0.0f : s;  // -0 and +0 are one score (ties by position)
 }
@@ -370,7 +372,7 @@ __global__ void __launch_bounds__(kDsaPositions) DsaScoreStagedKernel(ConstMat q
     }
     for (; i < head_dim; ++i) d = fmaf(qh[i], k[i], d);
     const float dot = d * key_scale;
-    if (dot > 0.0f) s += ws[h] * dot;
+    if (dot > 0.0f) s = __fadd_rn(s, __fmul_rn(ws[h], dot));  // unfused, as the CPU rounds them
   }
   scores[t * b.max_ctx + p0 + x] = s == 0.0f ? 0.0f : s;  // -0 and +0 are one score (ties by position)
 }
@@ -384,8 +386,9 @@ __global__ void __launch_bounds__(kDsaPositions) DsaScoreStagedKernel(ConstMat q
 // shared memory kDsaTileChunk columns at a time (the queries of every head, the block's key rows),
 // so each head's chain still runs over the columns in order: the same fmaf chains, the same sum
 // over heads in order, the same bits as DsaScoreKernel. Columns past head_dim are staged as 0 in
-// both the query and the key (fmaf(0, 0, d) is d: a chain from +0 never holds -0), heads past
-// `heads` as a query of 0 whose sums are dropped.
+// both the query and the key: fmaf(0, 0, d) is d, except that a -0 (a product that underflows)
+// becomes +0, and a dot of either zero adds nothing (relu); heads past `heads` take a query of 0
+// and their sums are dropped.
 // Shared memory: DsaTiledBytes(kHeads).
 inline constexpr int kDsaTileThreads = 128;
 inline constexpr int kDsaTileAcc = 64;                      // accumulators a thread
@@ -494,7 +497,7 @@ __global__ void __launch_bounds__(kDsaTileThreads) DsaScoreTiledKernel(ConstMat 
     for (int h = 0; h < kHeads; ++h) {
       if (h >= heads) break;
       const float dot = d[j][h] * key_scale;
-      if (dot > 0.0f) s += wt[h] * dot;
+      if (dot > 0.0f) s = __fadd_rn(s, __fmul_rn(wt[h], dot));  // unfused, as the CPU rounds them
     }
     *out = s == 0.0f ? 0.0f : s;  // -0 and +0 are one score (ties by position)
   }

@@ -264,7 +264,7 @@ __device__ __forceinline__ void QuantMmaRun(const uint4* xp, const int32_t* x_ro
 // (decode), an instance with one fragment's registers only, so that more warps, and their loads
 // ahead, fit on a multiprocessor (a token's operations are the same in either instance).
 template <bool kFp8, bool kOneFragment>
-__global__ void __launch_bounds__(kThreads) QuantMmaKernel(const uint4* xp, WeightRef w, MutMat out) {
+__global__ void __launch_bounds__(kThreads, kOneFragment ? 4 : 1) QuantMmaKernel(const uint4* xp, WeightRef w, MutMat out) {
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTokens;
   const int64_t m1 = m0 + kTokens < out.rows ? m0 + kTokens : out.rows;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRows;
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kThreads) QuantMmaKernel(const uint4* xp, Weig
 // of up to 8 tokens) in runs of 8 on one fragment's registers. Either instance is right for any
 // tile, and a row's operations are the same in both.
 template <bool kFp8, bool kOneFragment>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kOneFragment ? 4 : 1)
     GroupedQuantMmaKernel(const uint4* xp, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
                           TileTable tiles, MutMat out) {
   const int64_t tile = blockIdx.y;

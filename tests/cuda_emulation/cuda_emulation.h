@@ -126,6 +126,15 @@ inline float __int_as_float(int32_t i) {
   std::memcpy(&f, &i, 4);
   return f;
 }
+// Each rounded on its own (the volatile keeps the host compiler from fusing them).
+inline float __fmul_rn(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+inline float __fadd_rn(float a, float b) {
+  volatile float r = a + b;
+  return r;
+}
 inline double __longlong_as_double(long long i) {
   double d;
   std::memcpy(&d, &i, 8);

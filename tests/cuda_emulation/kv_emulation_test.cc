@@ -170,13 +170,16 @@ TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
 // kernels: one thread per position reading global memory, and the staged one (rows decoded into
 // shared memory, four columns a load where head_dim allows), over one block of positions and
 // several, head_dim 12 and 7 (a tail of single columns), and a page out of range (its positions
-// score 0 and raise the page error; the others are unchanged).
+// score 0 and raise the page error; the others are unchanged). With `fresh`, each sequence's
+// last position is the pass's own row, read as bfloat16 from the fresh rows (the phase policy).
+// key_scale is GLM-5's 1 / sqrt(128) rounded, not a power of two.
 void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int64_t len1, bool bad_page,
-                    std::mt19937& rng) {
+                    std::mt19937& rng, bool fresh = false) {
   const char* name = form == DsaScores::kTiled ? "tiled" : form == DsaScores::kStaged ? "staged" : "per-thread";
   SCOPED_TRACE(std::string(name) + " heads " + std::to_string(heads) + " head_dim " +
                std::to_string(hd) + " contexts " + std::to_string(len0) + ", " + std::to_string(len1) +
-               (bad_page ? " bad page" : ""));
+               (bad_page ? " bad page" : "") + (fresh ? " fresh rows" : ""));
+  const float key_scale = 0.0883883f;
   std::normal_distribution<float> normal;
   const int64_t page_size = 4, layer = 1, key_offset = 80, top_k = 5;
   const int64_t pages0 = (len0 + page_size - 1) / page_size, pages1 = (len1 + page_size - 1) / page_size;
@@ -190,7 +193,8 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
   page_ids.resize(static_cast<size_t>(pages0 + pages1));
   const int64_t T = 3, max_ctx = std::max(len0, len1), bad_index = pages0 + pages1 / 2;
   for (uint32_t id : {kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled}) {
-    Cache cache(id, num_pages, page_size, 0, std::max<int64_t>(hd, 12));  // the index key from column 80
+    // The index key from column 80.
+    Cache cache(id, num_pages, page_size, fresh ? T : 0, std::max<int64_t>(hd, 12));
     SCOPED_TRACE(cache.codec->name());
     cache.layer_scales[layer] = 0.05f;
     const int64_t W = cache.layout.width;
@@ -206,12 +210,23 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
         read[sq].push_back(v);
       }
     }
+    // Fresh rows: the pass's token t writes row t; a sequence's positions from its first token's
+    // context - 1 read them.
+    const std::vector<int32_t> seq_first = {0, 2};
+    const auto fresh_row = [&](int64_t sq, int64_t p) -> int64_t {
+      const int64_t from = token_ctx[seq_first[sq]] - 1;
+      return fresh && p >= from ? seq_first[sq] + (p - from) : -1;
+    };
+    if (fresh) {
+      for (uint16_t& e : cache.fresh) e = F32ToBf16(normal(rng));
+    }
     std::vector<int32_t> ids = page_ids;
     if (bad_page) ids[bad_index] = static_cast<int32_t>(num_pages);
     std::vector<float> q(T * heads * hd), w(T * heads), scores(T * max_ctx, -3.0f);
     for (float& e : q) e = normal(rng);
     for (float& e : w) e = std::fabs(normal(rng));
-    BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), ids.data(), nullptr, T, max_ctx};
+    BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), ids.data(), nullptr, T, max_ctx,
+                   fresh ? seq_first.data() : nullptr};
     int32_t err = 0;
     const ConstMat qm{q.data(), T, heads * hd, heads * hd}, wm{w.data(), T, heads, heads};
     if (form == DsaScores::kTiled) {
@@ -220,7 +235,7 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
       const auto run = [&](auto kernel) {
         emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, kvk::DsaTilePositions(tile)), 1},
                            kvk::kDsaTileThreads, static_cast<size_t>(kvk::DsaTiledBytes(tile)), [&] {
-                             kernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f, top_k,
+                             kernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, key_scale, top_k,
                                     scores.data(), &err);
                            });
       };
@@ -230,12 +245,13 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
     } else if (form == DsaScores::kStaged) {
       emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, kvk::kDsaPositions), 1}, kvk::kDsaPositions,
                          static_cast<size_t>(kvk::DsaStagedBytes(heads, hd)), [&] {
-                           kvk::DsaScoreStagedKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f,
+                           kvk::DsaScoreStagedKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, key_scale,
                                                      top_k, scores.data(), &err);
                          });
     } else {
       emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, 128), 1}, 128, 0, [&] {
-        kvk::DsaScoreKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.5f, top_k, scores.data(), &err);
+        kvk::DsaScoreKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, key_scale, top_k, scores.data(),
+                            &err);
       });
     }
     EXPECT_EQ(err, bad_page ? static_cast<int32_t>(kErrPage) : 0);
@@ -250,12 +266,15 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
           EXPECT_EQ(scores[t * max_ctx + p], 0.0f) << "token " << t << " position " << p << " (page out of range)";
           continue;
         }
-        const float* k = read[sq][p].data() + key_offset;
+        std::vector<float> k(read[sq][p].begin() + key_offset, read[sq][p].begin() + key_offset + hd);
+        if (const int64_t fr = fresh_row(sq, p); fr >= 0) {
+          for (int64_t i = 0; i < hd; ++i) k[i] = Bf16ToF32(cache.fresh[fr * W + key_offset + i]);
+        }
         float want = 0.0f;
         for (int64_t h = 0; h < heads; ++h) {
           float d = 0.0f;
           for (int64_t i = 0; i < hd; ++i) d = std::fma(q[(t * heads + h) * hd + i], k[i], d);
-          const float dot = d * 0.5f;
+          const float dot = d * key_scale;
           if (dot > 0.0f) want += w[t * heads + h] * dot;
         }
         EXPECT_EQ(scores[t * max_ctx + p], want == 0.0f ? 0.0f : want) << "token " << t << " position " << p;
@@ -346,6 +365,9 @@ TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
   CheckDsaScores(DsaScores::kTiled, 64, 40, 100, 270, false, rng);
   CheckDsaScores(DsaScores::kTiled, 17, 40, 9, 300, true, rng);
   CheckDsaScores(DsaScores::kTiled, 16, 33, 513, 1100, true, rng);
+  for (const DsaScores form : {DsaScores::kThread, DsaScores::kStaged, DsaScores::kTiled}) {
+    CheckDsaScores(form, 32, 40, 300, 517, false, rng, /*fresh=*/true);
+  }
 }
 
 }  // namespace

@@ -549,7 +549,7 @@ TEST(QuantMmaEmulated, RowsTimesTokensOnTheTensorCores) {
   weights.push_back(Int4Weight(N, 64, 32, rng));
   weights.push_back(Int4Weight(N, 2080, 32, rng));  // 16 or 17 steps a warp: the ring of steps ahead, twice
   weights.push_back(Fp8Weight(N, 384, 128, 128, rng));
-  weights.push_back(Fp8Weight(N, 2144, 16, 96, rng));  // 22 or 23 steps a warp, groups across the ring
+  weights.push_back(Fp8Weight(N, 2144, 16, 96, rng));  // 15 to 18 steps a warp, groups across the ring
   weights.push_back(Fp8Weight(N, 416, 5, 32, rng));
   weights.push_back(Fp8Weight(N, 544, 16, 96, rng));  // a partial last column block
   weights.push_back(Fp8Weight(N, 64, 128, 128, rng));
