@@ -262,9 +262,11 @@ __global__ void AttentionCombineKernel(AttentionArgs a) {
 }
 
 // I(t, p) = sum_h w[t,h] * relu(q[t,h] . k_p * key_scale), one thread per (token, position), for
-// tokens whose context exceeds top_k. The same float operations as the CPU (RowDot * key_scale,
-// then `if (dot > 0) s += w * dot`, the product and the sum each rounded: nvcc would fuse them,
-// the CPU's build does not), summed over heads in order. The score kernels' grids are (tokens,
+// tokens whose context exceeds top_k: per head one sequential fmaf chain over the columns, times
+// key_scale, then `if (dot > 0) s += w * dot` with the product and the sum each rounded (nvcc
+// would fuse them), heads in order; every score kernel gives these bits. (The CPU backend's dot
+// products sum on SIMD lanes, in an order that depends on the vector width, so its scores agree
+// within float32's bound, not bit for bit.) The score kernels' grids are (tokens,
 // blocks of positions): a pass may hold more than 65,535 tokens (grid.y's limit), and a token's
 // context at most 65,535 blocks of positions (8.4M positions at the smallest block, 128), which
 // the launcher checks.

@@ -1,5 +1,6 @@
 // Mixture of experts on the device: noaux_tc routing (one warp per token, the CPU's operations
-// and tie rules: src/backend/cpu/moe.cc), the permutation of (token, slot) pairs by expert that
+// and tie rules: src/backend/cpu/moe.cc; CUDA's expf may differ from the host's in the last
+// bit), the permutation of (token, slot) pairs by expert that
 // the grouped GEMMs run over, and the weighted combination of the experts' outputs in expert
 // order (as the CPU sums them; slots naming one expert twice by weight), so a token's result does
 // not depend on the order of its slots. And the routed experts' grouped GEMM on the tensor cores

@@ -213,7 +213,7 @@ __global__ void CombineKernel(const int32_t* idx, int64_t idx_ld, ConstMat weigh
       if (k < 0) break;
       const int32_t r = perm_pos[t * K + k];
       if (r < 0) continue;  // an invalid expert id (reported by the permutation)
-      acc += tw[k] * y.data[r * y.ld + j];
+      acc = __fadd_rn(acc, __fmul_rn(tw[k], y.data[r * y.ld + j]));  // unfused, as the CPU rounds them
     }
     out.data[t * out.ld + j] = acc;
   }
