@@ -126,9 +126,18 @@ cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s
   return cudaGetLastError();
 }
 
+size_t DsaTopKCandidateBytes(int64_t tokens, int64_t max_ctx, int64_t top_k) {
+  // Two stages where the first gives each token at least 4 blocks and the tokens' blocks alone
+  // would not fill a device (at most 32 tokens).
+  if (tokens < 1 || tokens > 32 || top_k < 1 || kDsaTopKChunk < 2 * top_k || max_ctx < 4 * kDsaTopKChunk) return 0;
+  return static_cast<size_t>(tokens) * static_cast<size_t>(kvk::DsaCandidates(max_ctx, top_k, kDsaTopKChunk)) *
+         (sizeof(uint32_t) + sizeof(int32_t));
+}
+
 cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef batch, int64_t heads,
                             int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
-                            int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s, DsaScores form) {
+                            int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s, DsaScores form,
+                            void* candidates) {
   if (batch.num_tokens == 0) return cudaSuccess;
   if (batch.num_tokens > INT32_MAX || (batch.max_ctx + 127) / 128 > 65535) return cudaErrorInvalidValue;
   if (batch.max_ctx > top_k) {
@@ -174,6 +183,17 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
     }
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
+  }
+  if (candidates != nullptr && DsaTopKCandidateBytes(batch.num_tokens, batch.max_ctx, top_k) > 0) {
+    const int64_t ld = kvk::DsaCandidates(batch.max_ctx, top_k, kDsaTopKChunk);
+    uint32_t* keys = static_cast<uint32_t*>(candidates);
+    int32_t* pos = reinterpret_cast<int32_t*>(keys + batch.num_tokens * ld);
+    const dim3 grid(static_cast<unsigned>(batch.num_tokens), BlocksFor(batch.max_ctx, static_cast<int>(kDsaTopKChunk)));
+    kvk::DsaTopKChunkKernel<<<grid, sel::kSelectThreads, 0, s>>>(batch, top_k, kDsaTopKChunk, scores, keys, pos, ld);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    kvk::DsaTopKMergeKernel<<<static_cast<unsigned>(batch.num_tokens), sel::kSelectThreads, 0, s>>>(
+        batch, top_k, kDsaTopKChunk, keys, pos, ld, selected, selected_ld, err);
+    return cudaGetLastError();
   }
   kvk::DsaTopKKernel<<<static_cast<unsigned>(batch.num_tokens), sel::kSelectThreads, 0, s>>>(
       batch, top_k, scores, selected, selected_ld, err);

@@ -547,10 +547,16 @@ cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s
 // thread from global memory. Each falls back to the next where it does not apply (more than 64
 // heads; shared memory the device does not allow).
 enum class DsaScores { kTiled, kStaged, kThread };
+// The top-k runs one block per token, or, for a few tokens over long contexts, in two stages
+// (kernels/kv_kernels.cuh, DsaTopKChunkKernel: each chunk of kDsaTopKChunk positions' own top_k
+// by a block of its own, then the token's top_k among those), which select the same positions.
+// The second form needs `candidates`, DsaTopKCandidateBytes of device scratch (0: the first).
+inline constexpr int64_t kDsaTopKChunk = 8192;
+size_t DsaTopKCandidateBytes(int64_t tokens, int64_t max_ctx, int64_t top_k);
 cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef batch, int64_t heads,
                             int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
                             int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s,
-                            DsaScores form = DsaScores::kTiled);
+                            DsaScores form = DsaScores::kTiled, void* candidates = nullptr);
 
 // ---- mixture of experts (moe.cu) ----
 // noaux_tc routing from router logits [T, E] (scratch [T, E] floats for sigmoid scores).

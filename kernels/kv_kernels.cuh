@@ -507,6 +507,24 @@ __global__ void __launch_bounds__(kDsaTileThreads) DsaScoreTiledKernel(ConstMat 
 
 // ---- the DSA top-k ----
 
+// The top-k's trivial tokens: a context within top_k takes every position (padded with -1); one
+// past the scores' bound (max_ctx) raises the page error and selects nothing. True where the
+// token is done.
+__device__ __forceinline__ bool DsaTopKTrivial(const BatchRef& b, int64_t t, int64_t top_k, int32_t* out,
+                                               int32_t* err) {
+  const int64_t ctx = b.token_ctx[t];
+  if (ctx <= top_k) {  // every position: dense
+    for (int64_t i = threadIdx.x; i < top_k; i += blockDim.x) out[i] = i < ctx ? static_cast<int32_t>(i) : -1;
+    return true;
+  }
+  if (ctx > b.max_ctx) {  // scores hold max_ctx positions per token
+    if (threadIdx.x == 0) RaiseError(err, kErrPage);
+    for (int64_t i = threadIdx.x; i < top_k; i += blockDim.x) out[i] = -1;
+    return true;
+  }
+  return false;
+}
+
 // One block of sel::kSelectThreads per token: the positions of the top_k scores (ties to the
 // earlier position) in ascending order, by sel::RadixSelect and sel::TakeSelected.
 __global__ void __launch_bounds__(sel::kSelectThreads) DsaTopKKernel(BatchRef b, int64_t top_k, const float* scores,
@@ -514,19 +532,61 @@ __global__ void __launch_bounds__(sel::kSelectThreads) DsaTopKKernel(BatchRef b,
   __shared__ sel::SelectShared sh;
   const int64_t t = blockIdx.x, ctx = b.token_ctx[t];
   int32_t* out = selected + t * ld;
-  if (ctx <= top_k) {  // every position: dense
-    for (int64_t i = threadIdx.x; i < top_k; i += blockDim.x) out[i] = i < ctx ? static_cast<int32_t>(i) : -1;
-    return;
-  }
-  if (ctx > b.max_ctx) {  // scores hold max_ctx positions per token
-    if (threadIdx.x == 0) RaiseError(err, kErrPage);
-    for (int64_t i = threadIdx.x; i < top_k; i += blockDim.x) out[i] = -1;
-    return;
-  }
+  if (DsaTopKTrivial(b, t, top_k, out, err)) return;
   const float* sc = scores + t * b.max_ctx;
   const auto key_at = [&](int64_t p) { return sel::OrderKey(sc[p]); };
   const sel::Threshold th = sel::RadixSelect(ctx, top_k, key_at, sh);
   sel::TakeSelected(ctx, th, key_at, sh, [&](int64_t p, int slot, uint32_t) { out[slot] = static_cast<int32_t>(p); });
+}
+
+// The same selection in two stages, for a few tokens over long contexts, where one block per
+// token leaves most of the device idle and walks every score on one multiprocessor (GLM-5's
+// decode: 128K positions, four passes and two scans over them, in every layer).
+//   1. A block per (token, chunk of `chunk` positions) selects its chunk's top_k (a chunk of at
+//      most top_k positions: all of it) by the same rule, and writes their order keys and
+//      positions, in ascending position order, at the token's candidate slot c * top_k.
+//   2. A block per token selects top_k among its candidates (DsaCandidates of them).
+// The same positions as DsaTopKKernel: a position among the token's top_k has fewer than top_k
+// positions of the token ranked above it, so fewer of its chunk, and is among its chunk's
+// candidates; and the candidates ascend by position (chunks in order, each chunk's in order), so
+// ranking equal keys by candidate ranks them by position. Chunks other than the last hold
+// `chunk` > top_k positions, so the candidates are contiguous.
+__host__ __device__ inline int64_t DsaCandidates(int64_t ctx, int64_t top_k, int64_t chunk) {
+  if (ctx <= 0) return 0;
+  const int64_t chunks = (ctx + chunk - 1) / chunk, last = ctx - (chunks - 1) * chunk;
+  return (chunks - 1) * top_k + (last < top_k ? last : top_k);
+}
+__global__ void __launch_bounds__(sel::kSelectThreads) DsaTopKChunkKernel(BatchRef b, int64_t top_k, int64_t chunk,
+                                                                          const float* scores, uint32_t* cand_key,
+                                                                          int32_t* cand_pos, int64_t cand_ld) {
+  __shared__ sel::SelectShared sh;
+  const int64_t t = blockIdx.x, c = blockIdx.y, ctx = b.token_ctx[t], p0 = c * chunk;
+  if (ctx <= top_k || ctx > b.max_ctx || p0 >= ctx) return;  // uniform over the block
+  const int64_t n = ctx - p0 < chunk ? ctx - p0 : chunk;
+  const float* sc = scores + t * b.max_ctx + p0;
+  uint32_t* keys = cand_key + t * cand_ld + c * top_k;
+  int32_t* pos = cand_pos + t * cand_ld + c * top_k;
+  const auto key_at = [&](int64_t i) { return sel::OrderKey(sc[i]); };
+  const sel::Threshold th = sel::RadixSelect(n, top_k, key_at, sh);
+  sel::TakeSelected(n, th, key_at, sh, [&](int64_t i, int slot, uint32_t key) {
+    keys[slot] = key;
+    pos[slot] = static_cast<int32_t>(p0 + i);
+  });
+}
+__global__ void __launch_bounds__(sel::kSelectThreads) DsaTopKMergeKernel(BatchRef b, int64_t top_k, int64_t chunk,
+                                                                          const uint32_t* cand_key,
+                                                                          const int32_t* cand_pos, int64_t cand_ld,
+                                                                          int32_t* selected, int64_t ld, int32_t* err) {
+  __shared__ sel::SelectShared sh;
+  const int64_t t = blockIdx.x;
+  int32_t* out = selected + t * ld;
+  if (DsaTopKTrivial(b, t, top_k, out, err)) return;
+  const int64_t n = DsaCandidates(b.token_ctx[t], top_k, chunk);
+  const uint32_t* keys = cand_key + t * cand_ld;
+  const int32_t* pos = cand_pos + t * cand_ld;
+  const auto key_at = [&](int64_t i) { return keys[i]; };
+  const sel::Threshold th = sel::RadixSelect(n, top_k, key_at, sh);
+  sel::TakeSelected(n, th, key_at, sh, [&](int64_t i, int slot, uint32_t) { out[slot] = pos[i]; });
 }
 
 }  // namespace llmrt::cuda::kvk

@@ -41,6 +41,8 @@ struct DsaCase {
   int64_t kv_lora, rope, index_dim, tile, index_tile, heads, page_size, top_k;
   bool ties;  // positive queries; every third key all negative (score exactly 0), the other cached keys equal
   bool long_context = false;  // contexts of several hundred positions (scored in chunks)
+  // Contexts past 32K positions for three tokens: CUDA's top-k in two stages (DsaTopKCandidateBytes).
+  bool very_long = false;
   KvShape Shape() const { return MlaKvShape(2, kv_lora, rope, index_dim, tile, index_tile); }
 };
 
@@ -721,6 +723,7 @@ void AttentionOps::CheckDsa(const KvCodec* codec, const DsaCase& c, bool fresh, 
   // Contexts shorter than, equal to and longer than top_k, several pages.
   spec.seqs = {{0, 3}, {k - 1, 1}, {3 * c.page_size + 1, 2}, {2, 5}};
   if (c.long_context) spec.seqs = {{600, 1}, {0, 2}, {254, 4}};  // 601 and 255..258 positions
+  if (c.very_long) spec.seqs = {{33000, 1}, {40000, 2}};          // 33,001 and 40,001..40,002
   spec.fresh = fresh;
   std::vector<float> shared = RandomNormal(static_cast<size_t>(Di), rng);
   for (float& x : shared) x = std::fabs(x) + 0.01f;  // positive: with positive queries, a decisive score
@@ -740,7 +743,10 @@ void AttentionOps::CheckDsa(const KvCodec* codec, const DsaCase& c, bool fresh, 
   if (c.ties) {
     for (float& x : q) x = std::fabs(x) + 0.01f;
   }
-  const std::vector<float> w = RandomNormal(static_cast<size_t>(T * Hi), rng);
+  std::vector<float> w = RandomNormal(static_cast<size_t>(T * Hi), rng);
+  if (c.very_long) {  // positive weights: the top scores positive, not a tie of zeros
+    for (float& x : w) x = std::fabs(x) + 0.01f;
+  }
   const float key_scale = 1.0f / std::sqrt(static_cast<float>(Di));
   Tensor selected = NewTensor(DType::kI32, {T, k});
   be().DsaSelect(F32(q, {T, Hi * Di}), F32(w, {T, Hi}), sc.view(), spec.layer, sc.batch, Hi, Di, ko, key_scale, k,
@@ -799,7 +805,8 @@ std::vector<DsaCase> DsaCases() {
           // GLM-5's 32 indexer heads over several of CUDA's tiled blocks of 256 positions, an
           // index key of two chunks of its columns (a head dimension of 128 makes the scores of
           // random data too close for the reference's error bounds to decide).
-          {64, 16, 40, 32, 40, 32, 16, 8, false, true}};
+          {64, 16, 40, 32, 40, 32, 16, 8, false, true},
+          {32, 7, 10, 5, 4, 2, 16, 8, false, false, true}};
 }
 
 TEST_P(AttentionOps, DsaSelect) {

@@ -326,6 +326,27 @@ TEST(KvKernelsEmulated, DsaTopKIsTheTopScoresTiesToTheEarlierPosition) {
         kvk::DsaTopKKernel(batch, top_k, scores.data(), selected.data(), top_k, &err);
       });
       EXPECT_EQ(err, static_cast<int32_t>(kErrPage));  // the context of 4000
+      // The two stages (each chunk's top_k, then the token's among them) select the same
+      // positions, over the ties and the special values (blocks of 1,024 fibers are slow to
+      // emulate: two of the kinds, chunks of exactly top_k positions for the largest top_k and
+      // of 1,000 otherwise).
+      if ((kind == kFewValues || kind == kSpecials) && top_k != 64) {
+        const int64_t chunk = top_k == 700 ? 700 : 1000;
+        SCOPED_TRACE(::testing::Message() << "two stages, chunks of " << chunk);
+        const int64_t ld = kvk::DsaCandidates(max_ctx, top_k, chunk);
+        std::vector<uint32_t> keys(static_cast<size_t>(T * ld), 0xdeadbeefu);
+        std::vector<int32_t> pos(static_cast<size_t>(T * ld), -7), two(static_cast<size_t>(T * top_k), -5);
+        int32_t err2 = 0;
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, static_cast<int>(chunk)), 1},
+                           sel::kSelectThreads, 0, [&] {
+                             kvk::DsaTopKChunkKernel(batch, top_k, chunk, scores.data(), keys.data(), pos.data(), ld);
+                           });
+        emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, sel::kSelectThreads, 0, [&] {
+          kvk::DsaTopKMergeKernel(batch, top_k, chunk, keys.data(), pos.data(), ld, two.data(), top_k, &err2);
+        });
+        EXPECT_EQ(err2, static_cast<int32_t>(kErrPage));
+        EXPECT_EQ(two, selected);
+      }
       for (int64_t t = 0; t < T; ++t) {
         const int64_t ctx = token_ctx[t];
         std::vector<int32_t> want;

@@ -636,10 +636,14 @@ void CudaBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView&
                                               static_cast<size_t>(T * batch.max_ctx) * sizeof(float), "DSA scores"));
       scores = static_cast<float*>(p);
     }
+    void* candidates = nullptr;
+    if (const size_t bytes = cuda::DsaTopKCandidateBytes(T, batch.max_ctx, top_k); bytes > 0) {
+      LLMRT_ASSIGN_OR_RETURN(candidates, Scratch(kScratchDsaCandidates, bytes, "DSA top-k candidates"));
+    }
     return Launched(cuda::LaunchDsaSelect(Const(q), Const(w), KvOf(cache), layer, BatchOf(batch), heads, head_dim,
                                           key_offset, key_scale, top_k, scores, selected.data_as<int32_t>(),
                                           selected.row_stride(), error_word_, Stream(stream_),
-                                          static_cast<cuda::DsaScores>(dsa_scores_)));
+                                          static_cast<cuda::DsaScores>(dsa_scores_), candidates));
   });
 }
 

@@ -40,7 +40,8 @@ enum ScratchSlot : int {
   kScratchMlaExpanded = 17,   // expanded MLA: every head's keys and values (bf16)
   kScratchMoeCodesIn = 18,    // the MoE input as the tensor-core grouped GEMM reads it (bf16 codes)
   kScratchMoeCodesMid = 19,   // the experts' intermediate rows as it reads them (bf16 codes)
-  kScratchSlots = 20,
+  kScratchDsaCandidates = 20,  // the DSA top-k's first stage: each chunk's candidates
+  kScratchSlots = 21,
 };
 
 inline absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
