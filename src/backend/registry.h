@@ -95,6 +95,10 @@ struct BackendOptions {
   // 1 staged in shared memory; 2 one thread a position from global memory). Every kernel gives the
   // same bits. For comparisons in the microbenchmark and tests; no environment variable.
   int device_dsa_scores = 0;
+  // CUDA: whether the DSA top-k may run in two stages for a few tokens over long contexts
+  // (cuda::DsaTopKCandidateBytes; the same positions either way). For comparisons in the
+  // microbenchmark; no environment variable.
+  bool device_dsa_two_stage_topk = true;
 };
 
 struct BackendEntry {

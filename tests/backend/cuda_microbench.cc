@@ -513,28 +513,35 @@ int Main() {
   }
 
   // The DSA indexer (GLM-5: 32 heads of 128 over the indexer key after the latent and rope of
-  // each row) for one token: scores of every position, then the top 2048.
+  // each row) for one token: scores of every position, then the top 2048 (in two stages, the
+  // default at these contexts, and in one block per token).
   {
     const int64_t IH = 32, ID = 128, top_k = 2048;
-    std::printf("\nDSA indexer, %lld heads x %lld, top %lld, one token (scores and selection)\n%6s %8s %10s %22s\n",
-                static_cast<long long>(IH), static_cast<long long>(ID), static_cast<long long>(top_k), "KV",
-                "context", "ms", "index keys GB/s (once)");
-    std::unique_ptr<Backend> db = Must(CreateBackend(BackendKind::kCuda, BackendOptions{}), "the CUDA backend");
-    for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
-      for (int64_t ctx : {32768, 131072}) {
-        std::unique_ptr<KvStore> store =
-            OneLayerStore(*db, codec, {{L, 128, false}, {R, 128, true}, {ID, 128, false}}, ctx, page);
-        Tensor m;
-        const AttentionBatch batch = OneTokenBatch(*db, ctx, page, &m);
-        Tensor q = Random(*db, DType::kF32, {1, IH * ID}, rng);
-        Tensor w = Random(*db, DType::kF32, {1, IH}, rng);
-        Tensor selected = Must(db->Allocate(DType::kI32, {1, top_k}), "Allocate");
-        const double t = Time(*db, 5, [&] {
-          db->DsaSelect(q, w, store->view(), 0, batch, IH, ID, L + R, 0.088f, top_k, selected);
-        });
-        const double key_bw = static_cast<double>(ctx * ID * (codec == kKvCodecFp8 ? 1 : 2)) / t;
-        std::printf("%6s %8lld %10.3f %22.0f   (%.0f%% of the copy bandwidth)\n", codec == kKvCodecFp8 ? "FP8" : "BF16",
-                    static_cast<long long>(ctx), t * 1e3, key_bw / 1e9, 100.0 * key_bw / copy_bw);
+    std::printf("\nDSA indexer, %lld heads x %lld, top %lld, one token (scores and selection)\n%-7s %6s %8s %10s "
+                "%22s\n",
+                static_cast<long long>(IH), static_cast<long long>(ID), static_cast<long long>(top_k), "top-k",
+                "KV", "context", "ms", "index keys GB/s (once)");
+    for (const bool two_stage : {true, false}) {
+      BackendOptions dbo;
+      dbo.device_dsa_two_stage_topk = two_stage;
+      std::unique_ptr<Backend> db = Must(CreateBackend(BackendKind::kCuda, dbo), "the CUDA backend");
+      for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
+        for (int64_t ctx : {32768, 131072}) {
+          std::unique_ptr<KvStore> store =
+              OneLayerStore(*db, codec, {{L, 128, false}, {R, 128, true}, {ID, 128, false}}, ctx, page);
+          Tensor m;
+          const AttentionBatch batch = OneTokenBatch(*db, ctx, page, &m);
+          Tensor q = Random(*db, DType::kF32, {1, IH * ID}, rng);
+          Tensor w = Random(*db, DType::kF32, {1, IH}, rng);
+          Tensor selected = Must(db->Allocate(DType::kI32, {1, top_k}), "Allocate");
+          const double t = Time(*db, 5, [&] {
+            db->DsaSelect(q, w, store->view(), 0, batch, IH, ID, L + R, 0.088f, top_k, selected);
+          });
+          const double key_bw = static_cast<double>(ctx * ID * (codec == kKvCodecFp8 ? 1 : 2)) / t;
+          std::printf("%-7s %6s %8lld %10.3f %22.0f   (%.0f%% of the copy bandwidth)\n",
+                      two_stage ? "2-stage" : "1-block", codec == kKvCodecFp8 ? "FP8" : "BF16",
+                      static_cast<long long>(ctx), t * 1e3, key_bw / 1e9, 100.0 * key_bw / copy_bw);
+        }
       }
     }
   }

@@ -178,7 +178,8 @@ class CudaBackend final : public Backend {
         moe_mma_(o.device_moe_mma),
         moe_tile_rows_(o.device_moe_tile_rows),
         quant_mma_(o.device_quant_mma),
-        dsa_scores_(o.device_dsa_scores) {}
+        dsa_scores_(o.device_dsa_scores),
+        dsa_two_stage_topk_(o.device_dsa_two_stage_topk) {}
   absl::Status Init();
   // out = x w^T for a BF16 weight under the BF16 activation policy (MatMul, the router).
   absl::Status Bf16MatMul(const cuda::ConstMat& x, const Weight& w, const cuda::MutMat& out);
@@ -255,6 +256,7 @@ class CudaBackend final : public Backend {
   int64_t last_moe_tile_rows_ = 0;
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma
   int dsa_scores_ = 0;     // BackendOptions::device_dsa_scores (cuda::DsaScores)
+  bool dsa_two_stage_topk_ = true;  // BackendOptions::device_dsa_two_stage_topk
   // The BF16 policy's cuBLASLt handle and plans, and its workspace (device,
   // CublasLtGemm::kWorkspaceBytes, allocated at Init).
   std::unique_ptr<CublasLtGemm> cublaslt_;

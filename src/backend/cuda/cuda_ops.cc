@@ -637,7 +637,8 @@ void CudaBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView&
       scores = static_cast<float*>(p);
     }
     void* candidates = nullptr;
-    if (const size_t bytes = cuda::DsaTopKCandidateBytes(T, batch.max_ctx, top_k); bytes > 0) {
+    if (const size_t bytes = dsa_two_stage_topk_ ? cuda::DsaTopKCandidateBytes(T, batch.max_ctx, top_k) : 0;
+        bytes > 0) {
       LLMRT_ASSIGN_OR_RETURN(candidates, Scratch(kScratchDsaCandidates, bytes, "DSA top-k candidates"));
     }
     return Launched(cuda::LaunchDsaSelect(Const(q), Const(w), KvOf(cache), layer, BatchOf(batch), heads, head_dim,
