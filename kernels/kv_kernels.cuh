@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(sel::kSelectThreads) DsaTopKKernel(BatchRef b,
 // positions of the token ranked above it, so fewer of its chunk, and is among its chunk's
 // candidates; and the candidates ascend by position (chunks in order, each chunk's in order), so
 // ranking equal keys by candidate ranks them by position. Chunks other than the last hold
-// `chunk` > top_k positions, so the candidates are contiguous.
+// `chunk` >= top_k positions, each giving top_k candidates, so the candidates are contiguous.
 __host__ __device__ inline int64_t DsaCandidates(int64_t ctx, int64_t top_k, int64_t chunk) {
   if (ctx <= 0) return 0;
   const int64_t chunks = (ctx + chunk - 1) / chunk, last = ctx - (chunks - 1) * chunk;
