@@ -538,6 +538,57 @@ std::vector<float> RunQuantMma(const std::vector<float>& x, int64_t T, const Hos
   return out;
 }
 
+// The tensor-core kernel's arithmetic written out on the host (quant_mma_kernels.cuh), for one
+// token and output row: the activations in two bfloat16 parts (hi = x rounded, lo = x - hi
+// rounded; lo = 0 where hi is not finite); per 32-column step four MMAs in the kernel's order
+// (weights' first MMA with hi, then with lo, the second MMA with hi, then lo), each adding its
+// 16 products to the group's sum by fma in slot order, slot k of MMA m being column
+// 8c + 4e + 2m + h (INT4: c = (k % 8) / 2, e = k % 2, h = k / 8: the nibbles as they come out of
+// a word two at a time) or 8c + 4m + 2h + e (FP8: adjacent pairs); each group's sum folded by
+// fma with the row's scale; the K groups split into four contiguous ranges (warps) whose sums
+// are added in order. The kernel must give these bits, whatever its loads look like.
+float QuantMmaReference(const float* x, const HostWeight& w, int64_t n) {
+  const WeightRef& r = w.ref;
+  const bool fp8 = r.type == kElemFp8E4M3;
+  const int64_t K = r.cols, span = fp8 ? r.block_cols : r.group, steps = K / 32, per_group = span / 32;
+  const int64_t groups = (K + span - 1) / span;
+  const auto hi_of = [](float v) { return Bf16ToF32(F32ToBf16(v)); };
+  const auto lo_of = [&](float v) {
+    const float hi = hi_of(v);
+    return std::isfinite(hi) ? Bf16ToF32(F32ToBf16(v - hi)) : 0.0f;
+  };
+  const auto weight = [&](int64_t col) -> float {
+    if (fp8) return EmulatedE4M3(w.codes[n * K + col]);
+    const uint8_t b = w.codes[n * (K / 2) + col / 2];
+    return static_cast<float>(((col & 1) != 0 ? b >> 4 : b & 0xf) - 8);
+  };
+  const auto scale = [&](int64_t g) -> float {
+    if (fp8) return w.f32_scales[(n / r.block_rows) * groups + g];
+    return Bf16ToF32(w.bf16_scales[n * groups + g]);
+  };
+  float sum = 0.0f;
+  for (int warp = 0; warp < 4; ++warp) {
+    float acc = 0.0f;
+    for (int64_t g = warp * groups / 4; g < (warp + 1) * groups / 4; ++g) {
+      float part = 0.0f;
+      for (int64_t st = g * per_group; st < std::min((g + 1) * per_group, steps); ++st) {
+        for (int m = 0; m < 2; ++m) {
+          for (int lo = 0; lo < 2; ++lo) {
+            for (int k = 0; k < 16; ++k) {
+              const int c = (k % 8) / 2, e = k % 2, h = k / 8;
+              const int64_t col = 32 * st + (fp8 ? 8 * c + 4 * m + 2 * h + e : 8 * c + 4 * e + 2 * m + h);
+              part = std::fma(weight(col), lo != 0 ? lo_of(x[col]) : hi_of(x[col]), part);
+            }
+          }
+        }
+      }
+      acc = std::fma(part, scale(g), acc);
+    }
+    sum = warp == 0 ? acc : sum + acc;
+  }
+  return sum;
+}
+
 TEST(QuantMmaEmulated, RowsTimesTokensOnTheTensorCores) {
   std::mt19937 rng(97);
   std::normal_distribution<float> normal;
@@ -561,6 +612,12 @@ TEST(QuantMmaEmulated, RowsTimesTokensOnTheTensorCores) {
       std::vector<float> x(static_cast<size_t>(T * K));
       for (float& v : x) v = normal(rng);
       const std::vector<float> out = RunQuantMma(x, T, w);
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t n = 0; n < N; ++n) {
+          ASSERT_EQ(FloatBits(out[t * N + n]), FloatBits(QuantMmaReference(x.data() + t * K, w, n)))
+              << "token " << t << " column " << n << ": not the kernel's arithmetic";
+        }
+      }
       Expect(
           out, T, N, K, x.data(), K, [](int64_t r) { return r; }, [&](int64_t) -> const HostWeight& { return w; },
           [](int64_t, int64_t) { return 1.0; }, 1, 0x1p-16);
