@@ -425,6 +425,18 @@ TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
                 out, M, N, K, x.data(), ld, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; },
                 [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
                 [](int64_t, int64_t) { return 1.0; }, 1);
+            // The kernel's arithmetic: each output one fma chain over k in order (the MMAs' 16
+            // slots are 16 consecutive columns, the steps go in order; the zeros past K add
+            // nothing).
+            for (int64_t r = 0; r < M; ++r) {
+              const float* xr = x.data() + (gather ? static_cast<int64_t>(x_rows[r]) : r) * ld;
+              const HostWeight& w = experts[routing.expert[r]];
+              for (int64_t n = 0; n < N; ++n) {
+                float want = 0.0f;
+                for (int64_t k = 0; k < K; ++k) want = std::fma(xr[k], static_cast<float>(w.values[n * K + k]), want);
+                ASSERT_EQ(FloatBits(out[r * N + n]), FloatBits(want)) << "row " << r << " column " << n;
+              }
+            }
             if (first.empty()) {
               first = out;
             } else {
