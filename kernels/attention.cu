@@ -141,25 +141,34 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
   if (batch.num_tokens == 0) return cudaSuccess;
   if (batch.num_tokens > INT32_MAX || (batch.max_ctx + 127) / 128 > 65535) return cudaErrorInvalidValue;
   if (batch.max_ctx > top_k) {
-    const auto launch_tiled = [&](auto kernel, int tile) {
-      const int64_t bytes = kvk::DsaTiledBytes(tile);
+    const auto launch_tiled = [&](auto kernel, int tile, int per) {
+      const int64_t bytes = kvk::DsaTiledBytes(tile, per);
       if (AllowDynamicShared(kernel, bytes) != cudaSuccess) {
         (void)cudaGetLastError();  // the device allows less: not an error
         return false;
       }
-      const dim3 grid(static_cast<unsigned>(batch.num_tokens), BlocksFor(batch.max_ctx, kvk::DsaTilePositions(tile)));
+      const dim3 grid(static_cast<unsigned>(batch.num_tokens), BlocksFor(batch.max_ctx, kvk::DsaTilePositions(tile, per)));
       kernel<<<grid, kvk::kDsaTileThreads, static_cast<size_t>(bytes), s>>>(q, w, kv, layer, batch, heads, head_dim,
                                                                             key_offset, key_scale, top_k, scores, err);
       return true;
     };
     bool launched = false;
     if (form == DsaScores::kTiled) {
-      switch (kvk::DsaTileHeads(heads)) {
+      const int tile = kvk::DsaTileHeads(heads);
+      // A pass of few blocks (decode over a context of a few tiles) takes one position a thread.
+      const bool few = tile > 0 && batch.num_tokens * static_cast<int64_t>(BlocksFor(
+                                                          batch.max_ctx, kvk::DsaTilePositions(tile))) < kvk::kDsaFewBlocks;
+      switch (tile) {
         case 16:  // 80 KiB of shared memory; else the 32-head tile's 43 KiB
-          launched = launch_tiled(kvk::DsaScoreTiledKernel<16>, 16) || launch_tiled(kvk::DsaScoreTiledKernel<32>, 32);
+          launched = few ? launch_tiled(kvk::DsaScoreTiledKernel<16, 1>, 16, 1)
+                         : launch_tiled(kvk::DsaScoreTiledKernel<16>, 16, 4) ||
+                               launch_tiled(kvk::DsaScoreTiledKernel<32>, 32, 2);
           break;
-        case 32: launched = launch_tiled(kvk::DsaScoreTiledKernel<32>, 32); break;
-        case 64: launched = launch_tiled(kvk::DsaScoreTiledKernel<64>, 64); break;
+        case 32:
+          launched = few ? launch_tiled(kvk::DsaScoreTiledKernel<32, 1>, 32, 1)
+                         : launch_tiled(kvk::DsaScoreTiledKernel<32>, 32, 2);
+          break;
+        case 64: launched = launch_tiled(kvk::DsaScoreTiledKernel<64>, 64, 1); break;
         default: break;
       }
     }

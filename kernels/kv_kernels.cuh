@@ -391,32 +391,36 @@ __global__ void __launch_bounds__(kDsaPositions) DsaScoreStagedKernel(ConstMat q
 // both the query and the key: fmaf(0, 0, d) is d, except that a -0 (a product that underflows)
 // becomes +0, and a dot of either zero adds nothing (relu); heads past `heads` take a query of 0
 // and their sums are dropped.
-// Shared memory: DsaTiledBytes(kHeads).
+// kPer (positions a thread) is kDsaTileAcc / kHeads, or 1 for a pass of few blocks (decode over
+// a context of a few tiles: one position a thread gives the device 2 or 4 times the blocks).
+// Shared memory: DsaTiledBytes(kHeads, kPer).
 inline constexpr int kDsaTileThreads = 128;
-inline constexpr int kDsaTileAcc = 64;                      // accumulators a thread
+inline constexpr int kDsaTileAcc = 64;                      // accumulators a thread, at most
 inline constexpr int kDsaTileChunk = 32;                    // columns staged at a time
 inline constexpr int kDsaTileStride = kDsaTileChunk + 4;    // floats a staged key row: 4 banks apart
 __host__ __device__ constexpr int DsaTilePerThread(int heads_tile) { return kDsaTileAcc / heads_tile; }
-__host__ __device__ constexpr int DsaTilePositions(int heads_tile) {
-  return kDsaTileThreads * DsaTilePerThread(heads_tile);
+__host__ __device__ constexpr int DsaTilePositions(int heads_tile, int per = 0) {
+  return kDsaTileThreads * (per > 0 ? per : DsaTilePerThread(heads_tile));
 }
-__host__ __device__ constexpr int64_t DsaTiledBytes(int heads_tile) {
-  return (int64_t{heads_tile} * kDsaTileChunk + int64_t{DsaTilePositions(heads_tile)} * kDsaTileStride) * 4 +
-         int64_t{DsaTilePositions(heads_tile)} * static_cast<int64_t>(sizeof(void*) + sizeof(int));
+__host__ __device__ constexpr int64_t DsaTiledBytes(int heads_tile, int per = 0) {
+  return (int64_t{heads_tile} * kDsaTileChunk + int64_t{DsaTilePositions(heads_tile, per)} * kDsaTileStride) * 4 +
+         int64_t{DsaTilePositions(heads_tile, per)} * static_cast<int64_t>(sizeof(void*) + sizeof(int));
 }
+// A pass with fewer blocks of the usual tiles than this takes one position a thread.
+inline constexpr int64_t kDsaFewBlocks = 512;
 // The tile of heads that takes `heads` (16, 32 or 64), or 0 past 64 (the staged kernel runs).
 __host__ __device__ constexpr int DsaTileHeads(int64_t heads) {
   return heads < 1 ? 0 : heads <= 16 ? 16 : heads <= 32 ? 32 : heads <= 64 ? 64 : 0;
 }
 
-template <int kHeads>
+template <int kHeads, int kPer = DsaTilePerThread(kHeads)>
 __global__ void __launch_bounds__(kDsaTileThreads) DsaScoreTiledKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer,
                                                                         BatchRef b, int64_t heads, int64_t head_dim,
                                                                         int64_t key_offset, float key_scale,
                                                                         int64_t top_k, float* scores, int32_t* err) {
-  constexpr int kPer = DsaTilePerThread(kHeads), kBlock = DsaTilePositions(kHeads), kWarps = kDsaTileThreads / 32;
+  constexpr int kBlock = DsaTilePositions(kHeads, kPer), kWarps = kDsaTileThreads / 32;
   constexpr int kBatch = 16;  // rows a warp loads before storing them (loads in flight)
-  static_assert(kPer * kHeads == kDsaTileAcc && (kBlock / kWarps) % kBatch == 0, "tile shape");
+  static_assert(kPer >= 1 && kPer * kHeads <= kDsaTileAcc && (kBlock / kWarps) % kBatch == 0, "tile shape");
   const int64_t t = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kBlock);
   const int64_t ctx = b.token_ctx[t];
   if (ctx <= top_k || p0 >= ctx || p0 >= b.max_ctx) return;  // uniform over the block

@@ -174,11 +174,12 @@ TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
 // last position is the pass's own row, read as bfloat16 from the fresh rows (the phase policy).
 // key_scale is GLM-5's 1 / sqrt(128) rounded, not a power of two.
 void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int64_t len1, bool bad_page,
-                    std::mt19937& rng, bool fresh = false) {
+                    std::mt19937& rng, bool fresh = false, bool few_blocks = false) {
   const char* name = form == DsaScores::kTiled ? "tiled" : form == DsaScores::kStaged ? "staged" : "per-thread";
   SCOPED_TRACE(std::string(name) + " heads " + std::to_string(heads) + " head_dim " +
                std::to_string(hd) + " contexts " + std::to_string(len0) + ", " + std::to_string(len1) +
-               (bad_page ? " bad page" : "") + (fresh ? " fresh rows" : ""));
+               (bad_page ? " bad page" : "") + (fresh ? " fresh rows" : "") +
+               (few_blocks ? " one position a thread" : ""));
   const float key_scale = 0.0883883f;
   std::normal_distribution<float> normal;
   const int64_t page_size = 4, layer = 1, key_offset = 80, top_k = 5;
@@ -232,16 +233,17 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
     if (form == DsaScores::kTiled) {
       const int tile = kvk::DsaTileHeads(heads);
       ASSERT_NE(tile, 0);
-      const auto run = [&](auto kernel) {
-        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, kvk::DsaTilePositions(tile)), 1},
-                           kvk::kDsaTileThreads, static_cast<size_t>(kvk::DsaTiledBytes(tile)), [&] {
+      const auto run = [&](auto kernel, int per) {
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, kvk::DsaTilePositions(tile, per)), 1},
+                           kvk::kDsaTileThreads, static_cast<size_t>(kvk::DsaTiledBytes(tile, per)), [&] {
                              kernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, key_scale, top_k,
                                     scores.data(), &err);
                            });
       };
-      if (tile == 16) run(kvk::DsaScoreTiledKernel<16>);
-      if (tile == 32) run(kvk::DsaScoreTiledKernel<32>);
-      if (tile == 64) run(kvk::DsaScoreTiledKernel<64>);
+      // The instance of the usual tiles, or (few_blocks) one position a thread.
+      if (tile == 16) few_blocks ? run(kvk::DsaScoreTiledKernel<16, 1>, 1) : run(kvk::DsaScoreTiledKernel<16>, 4);
+      if (tile == 32) few_blocks ? run(kvk::DsaScoreTiledKernel<32, 1>, 1) : run(kvk::DsaScoreTiledKernel<32>, 2);
+      if (tile == 64) run(kvk::DsaScoreTiledKernel<64>, 1);
     } else if (form == DsaScores::kStaged) {
       emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, kvk::kDsaPositions), 1}, kvk::kDsaPositions,
                          static_cast<size_t>(kvk::DsaStagedBytes(heads, hd)), [&] {
@@ -398,6 +400,11 @@ TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
   for (const DsaScores form : {DsaScores::kThread, DsaScores::kStaged, DsaScores::kTiled}) {
     CheckDsaScores(form, 32, 40, 300, 517, false, rng, /*fresh=*/true);
   }
+  // One position a thread (a pass of few blocks): 32 and 16 heads, several blocks of 128
+  // positions, a partial chunk, fresh rows and a page out of range.
+  CheckDsaScores(DsaScores::kTiled, 32, 40, 300, 517, false, rng, /*fresh=*/true, /*few_blocks=*/true);
+  CheckDsaScores(DsaScores::kTiled, 32, 128, 100, 270, true, rng, /*fresh=*/false, /*few_blocks=*/true);
+  CheckDsaScores(DsaScores::kTiled, 12, 33, 9, 300, true, rng, /*fresh=*/false, /*few_blocks=*/true);
 }
 
 }  // namespace
