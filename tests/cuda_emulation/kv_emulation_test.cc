@@ -165,10 +165,12 @@ TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
 }
 
 // The DSA indexer's scores over each codec's rows: I(t, p) = sum over heads of w * relu(q . k_p *
-// key_scale) in the CPU's float operations (an fmaf chain per head, heads in order), so equal
-// to the reference bit for bit; tokens whose context fits top_k are left alone (dense). Both
-// kernels: one thread per position reading global memory, and the staged one (rows decoded into
-// shared memory, four columns a load where head_dim allows), over one block of positions and
+// key_scale) as one fmaf chain per head over the columns in order, heads in order, the product
+// w * dot and the sum each rounded: equal to that reference bit for bit (the CPU backend's SIMD
+// dot products sum in another order); tokens whose context fits top_k are left alone (dense).
+// Every kernel: one thread per position reading global memory, the staged one (rows decoded into
+// shared memory, four columns a load where head_dim allows) and the tiled one (accumulators in
+// registers: DsaScoreTiledKernel's instances), over one block of positions and
 // several, head_dim 12 and 7 (a tail of single columns), and a page out of range (its positions
 // score 0 and raise the page error; the others are unchanged). With `fresh`, each sequence's
 // last position is the pass's own row, read as bfloat16 from the fresh rows (the phase policy).
@@ -381,7 +383,7 @@ TEST(KvKernelsEmulated, DsaTopKIsTheTopScoresTiesToTheEarlierPosition) {
   }
 }
 
-TEST(KvKernelsEmulated, DsaScoresAreTheCpusOperations) {
+TEST(KvKernelsEmulated, DsaScoresAreOneFmaChainPerHead) {
   std::mt19937 rng(102);
   for (const DsaScores form : {DsaScores::kThread, DsaScores::kStaged, DsaScores::kTiled}) {
     CheckDsaScores(form, 3, 12, 9, 13, false, rng);
