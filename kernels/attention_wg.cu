@@ -25,21 +25,6 @@
 
 namespace llmrt::cuda::wg {
 
-#ifdef LLMRT_WGMMA
-inline constexpr bool kHaveWgmma = true;
-#else
-inline constexpr bool kHaveWgmma = false;
-#endif
-
-__device__ __forceinline__ uint8_t* WgShared() {
-  extern __shared__ __align__(1024) uint8_t llmrt_wg_shared[];
-  return llmrt_wg_shared;
-}
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 using cuda::CpAsync16;
 using cuda::CpAsyncWaitAll;
 

@@ -4,7 +4,8 @@
 // the grouped GEMMs run over, and the weighted combination of the experts' outputs in expert
 // order (as the CPU sums them; slots naming one expert twice by weight), so a token's result does
 // not depend on the order of its slots. And the routed experts' grouped GEMM on the tensor cores
-// for BF16-rounded inputs (kernels/moe_mma_kernels.cuh).
+// for BF16-rounded inputs (kernels/moe_mma_kernels.cuh), in its mma.sync and its warpgroup-MMA
+// (kernels/moe_wg_kernels.cuh, sm_90a) forms.
 #include <atomic>
 #include <cstdint>
 
@@ -12,6 +13,15 @@
 #include "kernels/mma.cuh"
 #include "kernels/moe_kernels.cuh"
 #include "kernels/moe_mma_kernels.cuh"
+#include "kernels/wgmma.cuh"
+
+namespace llmrt::cuda::wg {
+using cuda::CpAsync16;
+using cuda::CpAsyncCommit;
+using cuda::CpAsyncWaitGroup;
+}  // namespace llmrt::cuda::wg
+
+#include "kernels/moe_wg_kernels.cuh"
 
 namespace llmrt::cuda {
 
@@ -70,6 +80,33 @@ cudaError_t LaunchGroupedGemmMma(const uint16_t* x, int64_t ldx, const int32_t* 
   }
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
+}
+
+bool GroupedGemmWgmmaBuilt() {
+#ifdef LLMRT_CUDA_SM90A
+  return true;
+#else
+  return false;
+#endif
+}
+
+cudaError_t LaunchGroupedGemmWgmma(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts,
+                                   int64_t N, int64_t K, TileTable tiles, MutMat out, cudaStream_t s) {
+  if (!GroupedGemmWgmmaBuilt()) return cudaErrorNotSupported;
+  if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
+  if (ldx < K || ldx % 8 != 0 || K % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || experts.gemv_bits != 16) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t bytes = wg::moe::WgSharedBytes(tiles.tile_rows), cols = wg::moe::WgBlockCols(tiles.tile_rows);
+  if (bytes == 0) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((N + cols - 1) / cols), static_cast<unsigned>(tiles.max_tiles));
+  static std::atomic<uint64_t> allowed[2];
+  const auto launch = [&](auto kernel, int slot) -> cudaError_t {
+    if (const cudaError_t e = AllowLargeSharedOnce(kernel, bytes, &allowed[slot]); e != cudaSuccess) return e;
+    kernel<<<grid, wg::moe::kThreads, static_cast<size_t>(bytes), s>>>(x, ldx, x_rows, experts, N, K, tiles, out);
+    return cudaGetLastError();
+  };
+  return tiles.tile_rows == 128 ? launch(wg::moe::GroupedWgKernel<128>, 1) : launch(wg::moe::GroupedWgKernel<64>, 0);
 }
 
 }  // namespace llmrt::cuda

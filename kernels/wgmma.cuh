@@ -1,4 +1,5 @@
-// The Hopper warpgroup instructions (sm_90a) the wgmma attention kernel uses, for the device;
+// The Hopper warpgroup instructions (sm_90a) the wgmma kernels use (MLA decode attention, the
+// routed experts' grouped GEMM), for the device;
 // tests/cuda_emulation/ computes them from the PTX ISA's descriptor and fragment rules instead.
 // Everything here is compiled only where the arch-specific features exist
 // (__CUDA_ARCH_FEAT_SM90_ALL: the sm_90a machine code); elsewhere (the compute_90 PTX that later
@@ -65,6 +66,31 @@ __device__ __forceinline__ void MmaM64N32(float (&d)[16], uint64_t desc_a, uint6
 #endif
 }
 
+// d (+)= A B for the warpgroup, wgmma.mma_async.m64n128k16.f32.bf16.bf16: A [64 x 16] and B
+// [16 x 128] both K-major in shared memory (B as 128 rows of 16: a weight's rows), accumulate 0:
+// d = A B.
+__device__ __forceinline__ void MmaM64N128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+#ifdef LLMRT_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : LLMRT_WG_F8(d, 0),
+        LLMRT_WG_F8(d, 8),
+        LLMRT_WG_F8(d, 16),
+        LLMRT_WG_F8(d, 24),
+        LLMRT_WG_F8(d, 32),
+        LLMRT_WG_F8(d, 40),
+        LLMRT_WG_F8(d, 48),
+        LLMRT_WG_F8(d, 56)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#endif
+}
+
 // d (+)= A B for the warpgroup, wgmma.mma_async.m64n256k16.f32.bf16.bf16: A [64 x 16] K-major and
 // B [16 x 256] N-major (transposed: the 256 columns contiguous) in shared memory.
 __device__ __forceinline__ void MmaM64N256(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
@@ -102,6 +128,24 @@ __device__ __forceinline__ void MmaM64N256(float (&d)[128], uint64_t desc_a, uin
 }
 
 #undef LLMRT_WG_F8
+
+// Whether the instructions above exist in this compilation (the sm_90a machine code); a kernel
+// body that finds them missing reports it rather than computing nothing.
+#ifdef LLMRT_WGMMA
+inline constexpr bool kHaveWgmma = true;
+#else
+inline constexpr bool kHaveWgmma = false;
+#endif
+
+// The block's dynamic shared memory, declared 1024-byte aligned (the swizzle's pattern), and a
+// pointer's address in the block's shared window (what descriptors hold).
+__device__ __forceinline__ uint8_t* WgShared() {
+  extern __shared__ __align__(1024) uint8_t llmrt_wg_shared[];
+  return llmrt_wg_shared;
+}
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 
 }  // namespace llmrt::cuda::wg
 

@@ -340,6 +340,9 @@ gpu_tables() {
   # The routed experts' tiles held to 32 rows (each expert's weights read once per 32 rows of a
   # 4096-token prefill: 128 times with 8 experts, 32 times with tiles of 128), against the rows above.
   LLMRT_CUDA_MOE_TILE=32 run "${k2[@]}" --weights bf16 --activations bf16 --prefill-lens 4096 --repeats 2
+  # The routed experts' BF16 grouped GEMM on Hopper's warpgroup MMAs, against the mma.sync rows above.
+  LLMRT_CUDA_MOE=wgmma run "${k2[@]}" --weights bf16 --activations bf16 --prefill-lens 512,4096 --repeats 2
+  LLMRT_CUDA_MOE=wgmma run "${k2[@]}" --weights bf16 --activations bf16 --sessions 1,64 --steps 8 --no-baselines
   # The routed experts on the CUDA-core GEMV instead of the tensor cores, for the comparison.
   LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights bf16 --activations bf16 --prefill-lens 4096 --repeats 2
   LLMRT_CUDA_MOE=gemv run "${k2[@]}" --weights fp8 --activations fp8 --sessions 64 --steps 8 --no-baselines

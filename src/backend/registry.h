@@ -77,9 +77,16 @@ struct BackendOptions {
   static constexpr int64_t kGqaFlashTokens = 16;
   int64_t device_gqa_flash_min_tokens = 0;
   // CUDA: whether the routed experts' grouped GEMM may run on the tensor cores under the BF16 and
-  // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, or "gemv",
-  // the CUDA-core kernel every policy ran before; for comparisons).
+  // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, "wgmma", or
+  // "gemv", the CUDA-core kernel every policy ran before; for comparisons).
   bool device_moe_mma = true;
+  // CUDA: with device_moe_mma, BF16 experts under the BF16-rounding policies run on Hopper's
+  // warpgroup MMAs (cuda::LaunchGroupedGemmWgmma; LLMRT_CUDA_MOE=wgmma in the environment) on a
+  // device of compute capability 9.0 in a build with sm_90a code; FP8 experts, and other devices,
+  // keep the mma.sync kernel. Its tiles take at least 64 rows by default. Every tile size gives
+  // every row the same bits, which may differ from the mma.sync kernel's in the last places (the
+  // order of a tensor-core sum is the hardware's).
+  bool device_moe_wgmma = false;
   // CUDA: the most rows of one expert a tile of that tensor-core grouped GEMM takes
   // (LLMRT_CUDA_MOE_TILE in the environment: "auto", the default, or 32, 64 or 128). 0 (auto):
   // chosen per pass from the rows an expert gets on average (32 up to 32 rows, 64 up to 64, else

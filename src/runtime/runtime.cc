@@ -204,10 +204,12 @@ absl::Status Runtime::CreateBackends(int threads) {
     }
     if (const char* moe = std::getenv("LLMRT_CUDA_MOE"); moe != nullptr && *moe != '\0') {
       const std::string v = moe;
-      if (v != "mma" && v != "gemv") {
-        return absl::InvalidArgumentError(absl::StrCat("LLMRT_CUDA_MOE=", v, " in the environment: expected mma or gemv"));
+      if (v != "mma" && v != "wgmma" && v != "gemv") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("LLMRT_CUDA_MOE=", v, " in the environment: expected mma, wgmma or gemv"));
       }
-      bo.device_moe_mma = v == "mma";
+      bo.device_moe_mma = v != "gemv";
+      bo.device_moe_wgmma = v == "wgmma";
     }
     if (const char* tile = std::getenv("LLMRT_CUDA_MOE_TILE"); tile != nullptr && *tile != '\0') {
       const std::string v = tile;

@@ -68,6 +68,9 @@ class Bf16MatMul : public ::testing::TestWithParam<BackendKind> {
     be_ = *std::move(be);
   }
 
+  // MoeExpertsGiveEveryTileSizeTheSameBits, with the mma.sync or the warpgroup-MMA kernel.
+  void MoeTileSizes(bool wgmma);
+
   Tensor Upload(const std::vector<float>& v, int64_t rows, int64_t cols) {
     Tensor t = Must(be_->Allocate(DType::kF32, {rows, cols}), "Allocate");
     MustOk(be_->Upload(v.data(), v.size() * sizeof(float), t), "Upload");
@@ -183,7 +186,12 @@ TEST_P(Bf16MatMul, RowsDoNotDependOnTheBatch) {
 //    bfloat16 before the down projection, within 2^-7 sum |w h d| (where the device's float32 g
 //    and u put silu(g) * u on the other side of a rounding boundary, h moves by one bfloat16
 //    step, at most 2^-7 |h|) plus the float32 bound of the three sums.
-TEST_P(Bf16MatMul, MoeExpertsGiveEveryTileSizeTheSameBits) {
+//  Under BackendOptions::device_moe_wgmma (the warpgroup-MMA kernel, on a Hopper device) the same
+//  holds with its own bits; its tiles take at least 64 rows unless forced.
+TEST_P(Bf16MatMul, MoeExpertsGiveEveryTileSizeTheSameBits) { MoeTileSizes(false); }
+TEST_P(Bf16MatMul, MoeExpertsOnWarpgroupMmasGiveEveryTileSizeTheSameBits) { MoeTileSizes(true); }
+
+void Bf16MatMul::MoeTileSizes(bool wgmma) {
   std::mt19937 rng(73);
   const int64_t H = 256, I = 128, E = 4, K = 2, kAll = 300;
   std::vector<HostMatrix> gate, up, down;
@@ -231,9 +239,21 @@ TEST_P(Bf16MatMul, MoeExpertsGiveEveryTileSizeTheSameBits) {
     const auto* cuda = dynamic_cast<const CudaBackend*>(&be);
     return cuda != nullptr ? cuda->last_moe_tile_rows() : int64_t{-1};
   };
-  const std::unique_ptr<ExpertBank> bank = bank_of(*be_);
-  const std::vector<float> all = run(*be_, *bank, 0, kAll);
-  EXPECT_EQ(tile_rows(*be_), 128) << "150 rows an expert";
+  const auto options = [&](int64_t forced) {
+    BackendOptions o;
+    o.activations = QuantizedActivations::kBf16;
+    o.device_moe_tile_rows = forced;
+    o.device_moe_wgmma = wgmma;
+    return o;
+  };
+  const std::unique_ptr<Backend> main = Must(CreateBackend(GetParam(), options(0)), "CreateBackend");
+  const std::unique_ptr<ExpertBank> bank = bank_of(*main);
+  const std::vector<float> all = run(*main, *bank, 0, kAll);
+  EXPECT_EQ(tile_rows(*main), 128) << "150 rows an expert";
+  if (const auto* cuda = dynamic_cast<const CudaBackend*>(main.get()); cuda != nullptr && cuda->last_moe_wgmma() != wgmma) {
+    ASSERT_TRUE(wgmma) << "the warpgroup-MMA kernel ran without being asked for";
+    GTEST_SKIP() << "the warpgroup-MMA grouped GEMM needs a device of compute capability 9.0 and the sm_90a build";
+  }
 
   // The reference and its bound, token by token.
   std::vector<double> want(all.size(), 0.0), tol(all.size(), 1e-30);
@@ -276,17 +296,14 @@ TEST_P(Bf16MatMul, MoeExpertsGiveEveryTileSizeTheSameBits) {
   EXPECT_TRUE(AllNear(all, want, tol)) << "300 tokens";
 
   for (const int64_t forced : {32, 64, 128}) {
-    BackendOptions o;
-    o.activations = QuantizedActivations::kBf16;
-    o.device_moe_tile_rows = forced;
-    const std::unique_ptr<Backend> be = Must(CreateBackend(GetParam(), o), "CreateBackend");
+    const std::unique_ptr<Backend> be = Must(CreateBackend(GetParam(), options(forced)), "CreateBackend");
     const std::unique_ptr<ExpertBank> b = bank_of(*be);
     EXPECT_TRUE(AllBitEqual(run(*be, *b, 0, kAll), all)) << "tiles of " << forced << " rows against the chosen size";
     EXPECT_EQ(tile_rows(*be), forced);
   }
   for (const auto& [o, T] : {std::pair<int64_t, int64_t>{0, 1}, {150, 1}, {kAll - 1, 1}, {37, 100}}) {
-    const std::vector<float> got = run(*be_, *bank, o, T);
-    EXPECT_EQ(tile_rows(*be_), T == 100 ? 64 : 32) << T << " tokens";
+    const std::vector<float> got = run(*main, *bank, o, T);
+    EXPECT_EQ(tile_rows(*main), T == 100 || wgmma ? 64 : 32) << T << " tokens";
     EXPECT_TRUE(AllBitEqual(got, std::vector<float>(all.begin() + o * H, all.begin() + (o + T) * H)))
         << "tokens [" << o << ", " << o + T << ") alone vs in a batch of " << kAll;
   }

@@ -28,10 +28,13 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
+#include "src/backend/cuda/cuda_backend.h"
 #include "src/backend/registry.h"
 #include "src/backend/sampling.h"
 #include "src/kv/kv_store.h"
@@ -637,8 +640,8 @@ int Main() {
   // The routed experts under the BF16 policy (MoeExperts: the permutation, the gate, up and down
   // projections on the tensor-core grouped GEMM, the combination), Kimi K2's expert shapes (hidden
   // 7168, intermediate 2048, top 8): tiles of 32 rows (LLMRT_CUDA_MOE_TILE=32, the only size
-  // before) against the size chosen per pass (auto), and the CUDA-core GEMV (LLMRT_CUDA_MOE=gemv)
-  // for reference. 96 experts over 1,024 tokens give each about 85 rows, as Kimi K2's 384 do over
+  // before) against the size chosen per pass (auto), the warpgroup-MMA kernel (LLMRT_CUDA_MOE=wgmma,
+  // "wg <tile rows>"; on Hopper) and the CUDA-core GEMV (LLMRT_CUDA_MOE=gemv) for reference. 96 experts over 1,024 tokens give each about 85 rows, as Kimi K2's 384 do over
   // a 4,096-token prefill; 8 experts (llm-bench's synthetic models) over 64 and 4,096 tokens; 96
   // over 64 tokens, a decode batch (tiles of 32 either way). The experts' weights are copies of
   // one random matrix at distinct addresses (8.5 GB for 96 experts), so each is read from memory.
@@ -654,9 +657,10 @@ int Main() {
     struct Setting {
       const char* name;
       int64_t tile_rows;
-      bool mma;
+      bool mma, wgmma;
     };
-    const Setting settings[] = {{"32", 32, true}, {"auto", 0, true}, {"gemv", 0, false}};
+    const Setting settings[] = {
+        {"32", 32, true, false}, {"auto", 0, true, false}, {"wgmma", 0, true, true}, {"gemv", 0, false, false}};
     for (const auto& [E, T] : {std::pair<int64_t, int64_t>{96, 1024}, {96, 64}, {8, 64}, {8, 4096}}) {
       double t32 = 0;
       for (const Setting& st : settings) {
@@ -664,6 +668,7 @@ int Main() {
         bo.activations = QuantizedActivations::kBf16;
         bo.device_moe_tile_rows = st.tile_rows;
         bo.device_moe_mma = st.mma;
+        bo.device_moe_wgmma = st.wgmma;
         std::unique_ptr<Backend> mb = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend (MoE)");
         Tensor src = Must(mb->Allocate(DType::kBF16, {I, H}), "Allocate");
         MustOk(mb->Upload(host.data(), host.size() * 2, src), "Upload");
@@ -699,7 +704,19 @@ int Main() {
         MustOk(mb->Upload(wts.data(), wts.size() * 4, tw), "Upload");
         const double t = Time(*mb, st.mma ? 5 : 2, [&] { mb->MoeExperts(x, ti, tw, *bank, out); });
         const int64_t rows = T * K / E;
-        const char* chosen = st.tile_rows > 0 ? st.name : !st.mma ? "gemv" : rows > 64 ? "auto 128" : rows > 32 ? "auto 64" : "auto 32";
+        const auto* cuda = dynamic_cast<const CudaBackend*>(mb.get());
+        const int64_t took = cuda != nullptr ? cuda->last_moe_tile_rows() : 0;
+        const bool on_wgmma = cuda != nullptr && cuda->last_moe_wgmma();
+        if (st.wgmma && !on_wgmma) {
+          std::printf("%8lld %6lld %8lld %-8s (no sm_90a device: the mma.sync kernel ran)\n", static_cast<long long>(E),
+                      static_cast<long long>(T), static_cast<long long>(T * K / E), st.name);
+          continue;
+        }
+        const std::string label = !st.mma ? std::string("gemv")
+                                  : on_wgmma ? absl::StrCat("wg ", took)
+                                  : st.tile_rows > 0 ? std::string(st.name)
+                                                     : absl::StrCat("auto ", took);
+        const char* chosen = label.c_str();
         if (st.tile_rows == 32) t32 = t;
         std::printf("%8lld %6lld %8lld %-8s %10.3f %10.1f %12.0f %13.2fx\n", static_cast<long long>(E),
                     static_cast<long long>(T), static_cast<long long>(rows), chosen, t * 1e3,

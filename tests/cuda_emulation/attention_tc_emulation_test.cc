@@ -49,20 +49,6 @@ using emulation::LdMatrixTrans2;
 #include "kernels/kv_kernels.cuh"
 #include "tests/cuda_emulation/wgmma_emulation.h"
 
-namespace llmrt::cuda::wg {
-// tc's copies, and the thread's copies awaited since its last fence.proxy.async.
-inline std::vector<int> g_copies(1024, 0);
-inline void CpAsync16(void* shared_dst, const void* global_src) {
-  tc::CpAsync16(shared_dst, global_src);
-  ++g_copies[threadIdx.x];
-}
-inline void CpAsyncWaitAll() {
-  tc::CpAsyncWaitAll();
-  if (g_copies[threadIdx.x] > 0) emulation::g_protocol[threadIdx.x].copies_unfenced = true;
-  g_copies[threadIdx.x] = 0;
-}
-}  // namespace llmrt::cuda::wg
-
 #include "kernels/attention_wg_kernel.cuh"
 
 namespace llmrt::cuda {

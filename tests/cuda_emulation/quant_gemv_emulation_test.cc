@@ -33,6 +33,8 @@ inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { em
 }  // namespace llmrt::cuda::qmma
 
 #include "kernels/quant_mma_kernels.cuh"
+#include "tests/cuda_emulation/wgmma_emulation.h"
+#include "kernels/moe_wg_kernels.cuh"
 
 namespace llmrt::cuda {
 namespace {
@@ -338,13 +340,18 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 // The instance LaunchGroupedGemmMma picks for the table's tile_rows.
 // x: float32 values exact in bfloat16, passed as their codes (what LaunchRoundToBf16 makes); the
 // columns past x.cols are NaN codes, which a load past K would bring into the sums.
-template <bool kFp8>
-void RunGroupedMma(const MmaRouting& routing, const ConstMat& x, const int32_t* x_rows, const ExpertTable& table,
-                   int64_t N, int64_t K, const MutMat& out, ActScales act) {
+std::vector<uint16_t> CodesOf(const ConstMat& x) {
   std::vector<uint16_t> codes;
   for (int64_t r = 0; r < x.rows; ++r) {
     for (int64_t c = 0; c < x.ld; ++c) codes.push_back(c < x.cols ? F32ToBf16(x.data[r * x.ld + c]) : uint16_t{0x7fc0});
   }
+  return codes;
+}
+
+template <bool kFp8>
+void RunGroupedMma(const MmaRouting& routing, const ConstMat& x, const int32_t* x_rows, const ExpertTable& table,
+                   int64_t N, int64_t K, const MutMat& out, ActScales act) {
+  const std::vector<uint16_t> codes = CodesOf(x);
   const uint16_t* xc = codes.data();
   const int64_t ld = x.ld;
   const TileTable tiles = routing.Tiles();
@@ -357,6 +364,40 @@ void RunGroupedMma(const MmaRouting& routing, const ConstMat& x, const int32_t* 
       default:
         if constexpr (!kFp8) gmm::GroupedMmaKernel<kFp8, 128>(xc, ld, x_rows, table, N, K, tiles, out, act);
         break;
+    }
+    emulation::ExpectCopiesAwaited();
+  });
+}
+
+// The grouped kernels' arithmetic in the emulation: each output one fma chain over k in order
+// (an MMA's 16 slots are 16 consecutive columns, the steps go in order; the zeros past K add
+// nothing). x: rows of ld values, gathered through routing.x_rows or in place.
+void ExpectFmaChains(const std::vector<float>& out, const MmaRouting& routing, const std::vector<float>& x, int64_t ld,
+                     bool gather, const std::vector<HostWeight>& experts, int64_t N, int64_t K) {
+  for (int64_t r = 0; r < routing.M; ++r) {
+    const float* xr = x.data() + (gather ? static_cast<int64_t>(routing.x_rows[r]) : r) * ld;
+    const HostWeight& w = experts[routing.expert[r]];
+    for (int64_t n = 0; n < N; ++n) {
+      float want = 0.0f;
+      for (int64_t k = 0; k < K; ++k) want = std::fma(xr[k], static_cast<float>(w.values[n * K + k]), want);
+      ASSERT_EQ(FloatBits(out[r * N + n]), FloatBits(want)) << "row " << r << " column " << n;
+    }
+  }
+}
+
+// The instance LaunchGroupedGemmWgmma picks for the table's tile_rows (x as RunGroupedMma's).
+void RunGroupedWg(const MmaRouting& routing, const ConstMat& x, const int32_t* x_rows, const ExpertTable& table,
+                  int64_t N, int64_t K, const MutMat& out) {
+  const std::vector<uint16_t> codes = CodesOf(x);
+  const TileTable tiles = routing.Tiles();
+  const int64_t bytes = wg::moe::WgSharedBytes(routing.tile_rows), cols = wg::moe::WgBlockCols(routing.tile_rows);
+  ASSERT_GT(bytes, 0);
+  const emulation::Index3 grid{static_cast<unsigned>((N + cols - 1) / cols), static_cast<unsigned>(tiles.max_tiles), 1};
+  emulation::RunGrid(grid, wg::moe::kThreads, static_cast<size_t>(bytes), [&] {
+    if (routing.tile_rows == 128) {
+      wg::moe::GroupedWgKernel<128>(codes.data(), x.ld, x_rows, table, N, K, tiles, out);
+    } else {
+      wg::moe::GroupedWgKernel<64>(codes.data(), x.ld, x_rows, table, N, K, tiles, out);
     }
     emulation::ExpectCopiesAwaited();
   });
@@ -425,18 +466,7 @@ TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
                 out, M, N, K, x.data(), ld, [&](int64_t r) { return gather ? static_cast<int64_t>(x_rows[r]) : r; },
                 [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
                 [](int64_t, int64_t) { return 1.0; }, 1);
-            // The kernel's arithmetic: each output one fma chain over k in order (the MMAs' 16
-            // slots are 16 consecutive columns, the steps go in order; the zeros past K add
-            // nothing).
-            for (int64_t r = 0; r < M; ++r) {
-              const float* xr = x.data() + (gather ? static_cast<int64_t>(x_rows[r]) : r) * ld;
-              const HostWeight& w = experts[routing.expert[r]];
-              for (int64_t n = 0; n < N; ++n) {
-                float want = 0.0f;
-                for (int64_t k = 0; k < K; ++k) want = std::fma(xr[k], static_cast<float>(w.values[n * K + k]), want);
-                ASSERT_EQ(FloatBits(out[r * N + n]), FloatBits(want)) << "row " << r << " column " << n;
-              }
-            }
+            ExpectFmaChains(out, routing, x, ld, gather, experts, N, K);
             if (first.empty()) {
               first = out;
             } else {
@@ -447,6 +477,63 @@ TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
       }
     }
   }
+}
+
+// The warpgroup-MMA form over the same routings: tiles of up to 32 and 64 rows (the 64-row
+// instance, 256 columns a block) and of 128 (128 columns), N = 136 (a partial column block),
+// K of 2 steps of 64 (the second partial, fewer than the stages) and of 5 (the stages reused),
+// rows gathered and in place, in every order of copies and warpgroups. Every output is held to
+// the fma chain the emulation's MMAs compute (and so to the mma.sync kernel's emulated bits),
+// which checks the descriptors, the swizzle, the accumulator fragments and the pipeline; the
+// emulation also checks the MMAs' protocol (fences, commits, operands left alone in flight). On
+// the device the sums' order within an MMA is the hardware's: the gpu tests hold that.
+TEST(GroupedWgmmaEmulated, TilesTimesTheirExpertsOnWarpgroupMmas) {
+  std::mt19937 rng(96);
+  std::normal_distribution<float> normal;
+  const int64_t N = 136, M = MmaRouting(32).M;
+  for (const int64_t K : {int64_t{88}, int64_t{296}}) {
+    std::vector<HostWeight> experts;
+    for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
+    const std::vector<WeightRef> refs = RefsOf(experts);
+    const ExpertTable table{refs.data(), 16};
+    const bool orders = K > 88;
+    const int64_t ld = K + 16;
+    std::vector<float> x(static_cast<size_t>(M * ld));
+    for (float& v : x) v = Bf16ToF32(F32ToBf16(normal(rng)));
+    for (const bool gather : {true, false}) {
+      for (const int64_t tile_rows : {32, 64, 128}) {
+        SCOPED_TRACE(::testing::Message() << (gather ? "rows gathered through x_rows" : "rows in place") << ", K " << K
+                                          << ", tiles of " << tile_rows);
+        const MmaRouting routing(tile_rows);
+        InEachCopyOrder(orders && gather, [&] {
+          std::vector<float> out(static_cast<size_t>(M * N), NAN);
+          RunGroupedWg(routing, ConstMat{x.data(), M, K, ld}, gather ? routing.x_rows.data() : nullptr, table, N, K,
+                       MutMat{out.data(), M, N, N});
+          ExpectFmaChains(out, routing, x, ld, gather, experts, N, K);
+        });
+        EXPECT_EQ(emulation::g_protocol_failures, 0);
+        emulation::g_protocol_failures = 0;
+      }
+    }
+  }
+}
+
+// A block whose shared memory does not start a swizzle pattern (1024-byte aligned) would read
+// its operands from the wrong places: it writes NaN to its outputs instead.
+TEST(GroupedWgmmaEmulated, MisalignedSharedMemoryGivesNaNs) {
+  std::mt19937 rng(97);
+  const int64_t N = 64, K = 64;
+  std::vector<HostWeight> experts;
+  for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
+  const std::vector<WeightRef> refs = RefsOf(experts);
+  const MmaRouting routing(64);
+  std::vector<float> x(static_cast<size_t>(routing.M * K), 0.5f);
+  std::vector<float> out(static_cast<size_t>(routing.M * N), 0.0f);
+  wg::g_shared_skew = 512;
+  RunGroupedWg(routing, ConstMat{x.data(), routing.M, K, K}, nullptr, ExpertTable{refs.data(), 16}, N, K,
+               MutMat{out.data(), routing.M, N, N});
+  wg::g_shared_skew = 0;
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
 }
 
 // The tile size the backend asks for: by the rows an expert gets on average (Kimi K2's decode of

@@ -33,6 +33,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/cuda_emulation/cuda_emulation.h"
+#include "tests/cuda_emulation/fragment_emulation.h"
 
 namespace llmrt::emulation {
 
@@ -203,6 +204,7 @@ namespace llmrt::cuda::wg {
 
 inline constexpr bool kHaveWgmma = true;
 
+// (The kernels' device form includes kernels/wgmma.cuh; these are its emulated counterparts.)
 inline uint8_t* WgShared() { return emulation::g_block->shared; }
 // The shared window's address of p: its offset in the block's shared memory, plus g_shared_skew
 // (a test's stand-in for a base that is not 1024-byte aligned).
@@ -223,8 +225,34 @@ inline void FenceOperands(float (&)[kN]) {}
 inline void MmaM64N32(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   emulation::IssueWgmma(d, 32, desc_a, desc_b, accumulate, false);
 }
+inline void MmaM64N128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  emulation::IssueWgmma(d, 128, desc_a, desc_b, accumulate, false);
+}
 inline void MmaM64N256(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   emulation::IssueWgmma(d, 256, desc_a, desc_b, accumulate, true);
+}
+
+// cp.async for the warpgroup kernels: fragment_emulation.h's copies, and a thread's copies
+// issued since its last wait are its landed copies to fence (fence.proxy.async) before an MMA
+// reads them (a wait_group that lands fewer of them only makes the check stricter).
+inline std::vector<int> g_copies(1024, 0);
+inline void CpAsync16(void* shared_dst, const void* global_src) {
+  emulation::CpAsync16(shared_dst, global_src);
+  ++g_copies[threadIdx.x];
+}
+inline void MarkLandedCopies() {
+  if (g_copies[threadIdx.x] > 0) emulation::g_protocol[threadIdx.x].copies_unfenced = true;
+  g_copies[threadIdx.x] = 0;
+}
+inline void CpAsyncWaitAll() {
+  emulation::CpAsyncWaitAll();
+  MarkLandedCopies();
+}
+inline void CpAsyncCommit() { emulation::CpAsyncCommit(); }
+template <int kPending>
+void CpAsyncWaitGroup() {
+  emulation::CpAsyncWaitGroup<kPending>();
+  MarkLandedCopies();
 }
 
 }  // namespace llmrt::cuda::wg

@@ -263,9 +263,9 @@ TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   }
 }
 
-// Every kernel LLMRT_CUDA_ATTENTION names, and every LLMRT_CUDA_MLA_PREFILL and LLMRT_CUDA_GQA_PREFILL
-// form, is accepted at creation whichever backend runs (on the CPU it changes nothing: the same
-// tokens as without it).
+// Every kernel LLMRT_CUDA_ATTENTION and LLMRT_CUDA_MOE name, and every LLMRT_CUDA_MLA_PREFILL and
+// LLMRT_CUDA_GQA_PREFILL form, is accepted at creation whichever backend runs (on the CPU it
+// changes nothing: the same tokens as without it).
 TEST(BackendSelect, KnownAttentionKernelsAreAccepted) {
   const std::string dir = TestData("tiny_glm4_moe");
   RunConfig cfg;
@@ -273,26 +273,19 @@ TEST(BackendSelect, KnownAttentionKernelsAreAccepted) {
   cfg.max_new_tokens = 3;
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}};
   const std::vector<RunOutput> plain = RunBatch(dir, prompts, cfg);
-  for (const char* kernel : {"tc", "tc-bf16", "wgmma", "scalar"}) {
-    setenv("LLMRT_CUDA_ATTENTION", kernel, 1);
-    const std::vector<RunOutput> out = RunBatch(dir, prompts, cfg);
-    unsetenv("LLMRT_CUDA_ATTENTION");
-    ASSERT_EQ(out.size(), plain.size()) << kernel;
-    EXPECT_EQ(out[0].tokens, plain[0].tokens) << kernel;
-  }
-  for (const char* mla : {"absorbed", "expanded", "1", "4096"}) {  // LLMRT_CUDA_MLA_PREFILL
-    setenv("LLMRT_CUDA_MLA_PREFILL", mla, 1);
-    const std::vector<RunOutput> out = RunBatch(dir, prompts, cfg);
-    unsetenv("LLMRT_CUDA_MLA_PREFILL");
-    ASSERT_EQ(out.size(), plain.size()) << mla;
-    EXPECT_EQ(out[0].tokens, plain[0].tokens) << mla;
-  }
-  for (const char* gqa : {"tokens", "flash", "1", "4096"}) {  // LLMRT_CUDA_GQA_PREFILL
-    setenv("LLMRT_CUDA_GQA_PREFILL", gqa, 1);
-    const std::vector<RunOutput> out = RunBatch(dir, prompts, cfg);
-    unsetenv("LLMRT_CUDA_GQA_PREFILL");
-    ASSERT_EQ(out.size(), plain.size()) << gqa;
-    EXPECT_EQ(out[0].tokens, plain[0].tokens) << gqa;
+  const std::pair<const char*, std::vector<const char*>> settings[] = {
+      {"LLMRT_CUDA_ATTENTION", {"tc", "tc-bf16", "wgmma", "scalar"}},
+      {"LLMRT_CUDA_MLA_PREFILL", {"absorbed", "expanded", "1", "4096"}},
+      {"LLMRT_CUDA_GQA_PREFILL", {"tokens", "flash", "1", "4096"}},
+      {"LLMRT_CUDA_MOE", {"mma", "wgmma", "gemv"}}};
+  for (const auto& [name, values] : settings) {
+    for (const char* value : values) {
+      setenv(name, value, 1);
+      const std::vector<RunOutput> out = RunBatch(dir, prompts, cfg);
+      unsetenv(name);
+      ASSERT_EQ(out.size(), plain.size()) << name << "=" << value;
+      EXPECT_EQ(out[0].tokens, plain[0].tokens) << name << "=" << value;
+    }
   }
 }
 
@@ -558,14 +551,19 @@ void ExpectDeviceFollowsCpu(const std::vector<RunOutput>& cpu, const std::vector
 }
 
 // The routed experts on the tensor cores (the default under the BF16 and FP8 policies) against
-// the CUDA-core grouped GEMV (LLMRT_CUDA_MOE=gemv): the same exact products summed in another
-// order, so held to the comparison's own bound.
+// the CUDA-core grouped GEMV (LLMRT_CUDA_MOE=gemv) and the warpgroup-MMA kernel
+// (LLMRT_CUDA_MOE=wgmma; on a device other than Hopper the mma.sync kernel again): the same
+// exact products summed in other orders, so held to the comparison's own bound.
 void ExpectMoeKernelsAgree(const std::string& dir, const std::vector<std::vector<int32_t>>& prompts,
                            const RunConfig& cfg, const std::vector<RunOutput>& mma, float tol, bool strict) {
-  setenv("LLMRT_CUDA_MOE", "gemv", 1);
-  const std::vector<RunOutput> gemv = RunBatch(dir, prompts, cfg);
-  unsetenv("LLMRT_CUDA_MOE");
-  ExpectDeviceFollowsCpu(gemv, mma, tol, strict, "routed experts: tensor cores vs the GEMV");
+  for (const char* kernel : {"gemv", "wgmma"}) {
+    setenv("LLMRT_CUDA_MOE", kernel, 1);
+    const std::vector<RunOutput> other = RunBatch(dir, prompts, cfg);
+    unsetenv("LLMRT_CUDA_MOE");
+    std::string what = "routed experts: tensor cores vs LLMRT_CUDA_MOE=";
+    what += kernel;
+    ExpectDeviceFollowsCpu(other, mma, tol, strict, what.c_str());
+  }
 }
 
 // One session alone on the device, prefill in chunks of 3 tokens: the tokens of the batched run.

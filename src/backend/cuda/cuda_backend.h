@@ -148,6 +148,9 @@ class CudaBackend final : public Backend {
   // The rows a tile of the routed experts' grouped GEMMs took in the last MoeExperts (0: none
   // yet), for tests and measurements.
   int64_t last_moe_tile_rows() const { return last_moe_tile_rows_; }
+  // Whether a projection of the last MoeExperts ran on the warpgroup-MMA grouped GEMM
+  // (BackendOptions::device_moe_wgmma where it applies).
+  bool last_moe_wgmma() const { return last_moe_wgmma_; }
   // GqaAttention's FlashAttention form, where BackendOptions::device_gqa_flash_min_tokens admits
   // the pass (a prefill pass, BF16 or FP8 rows, a head size with an instance, the gathered
   // contexts within kMlaExpandedMaxBytes and device memory); false, nothing enqueued, otherwise.
@@ -176,6 +179,7 @@ class CudaBackend final : public Backend {
         mla_expanded_min_tokens_(o.device_mla_expanded_min_tokens),
         gqa_flash_min_tokens_(o.device_gqa_flash_min_tokens),
         moe_mma_(o.device_moe_mma),
+        moe_wgmma_(o.device_moe_wgmma),
         moe_tile_rows_(o.device_moe_tile_rows),
         quant_mma_(o.device_quant_mma),
         dsa_scores_(o.device_dsa_scores),
@@ -252,6 +256,8 @@ class CudaBackend final : public Backend {
   // absorbed without trying again (each try synchronizes and drops the recorded graphs).
   size_t mla_expanded_refused_bytes_ = SIZE_MAX;
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
+  bool moe_wgmma_ = false;  // BackendOptions::device_moe_wgmma
+  bool last_moe_wgmma_ = false;
   int64_t moe_tile_rows_ = 0;  // BackendOptions::device_moe_tile_rows
   int64_t last_moe_tile_rows_ = 0;
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma

@@ -1,0 +1,204 @@
+// The routed experts' grouped GEMM on Hopper's warpgroup MMAs (wgmma, sm_90a), for BF16 experts
+// under the activation policies that round the experts' inputs to bfloat16
+// (BackendOptions::device_moe_wgmma; kernels/moe_mma_kernels.cuh is the mma.sync form). Its body,
+// in a header of its own so that it compiles twice: for the device (kernels/moe.cu, with
+// kernels/wgmma.cuh and kernels/async_copy.cuh) and on the host in tests/cuda_emulation/ (where
+// the warpgroup MMAs are computed from the PTX ISA's descriptor, swizzle and fragment rules, and
+// cp.async lands as late or as early as the PTX allows). The includer provides, in namespace
+// llmrt::cuda::wg: kHaveWgmma, WgShared(), SharedAddress(p), WgFence(), WgCommit(), WgWaitAll(),
+// FenceProxyAsync(), FenceOperands(r), MmaM64N128(d, a, b, accumulate) (m64n128k16, A and B
+// K-major), CpAsync16(dst, src), CpAsyncCommit(), CpAsyncWaitGroup<N>().
+//
+// Why: the mma.sync kernel feeds each m16n8k16 from registers that ldmatrix loads from shared
+// memory, so by count its 128-row tiles spend 1.5 shared-memory wavefronts per MMA and a
+// prefill's experts run at shared memory's pace, not the tensor cores'. A warpgroup MMA reads
+// both operands from shared memory itself, in the 128-byte swizzle, 64 rows by 128 columns by
+// 16 of k an instruction.
+//
+// One block of two warpgroups per (column block, tile of at most kTileRows rows of one expert):
+//   kTileRows 128: warpgroup w multiplies the tile's rows 64 w .. 64 w + 63 by the block's 128
+//                  columns (the prefill's tiles; 32 KiB a stage, two blocks a multiprocessor);
+//   kTileRows 64:  both take the tile's 64 rows, warpgroup w columns 128 w .. 128 w + 127 of the
+//                  block's 256 (tiles of up to 64 rows, decode's included: a tile's weights are
+//                  read once per 256 columns, with 3 stages of 32 KiB of weights in flight).
+// Along k the block runs a pipeline of kStages stages of 64 columns (one 128-byte swizzled row
+// per tile row and weight row), copied global -> shared by cp.async kStages - 1 steps ahead;
+// pieces past the tile's rows, N or K are stored as zeros. Per step each warpgroup whose rows
+// hold any of the tile's issues 4 m64n128k16 MMAs into 64 float32 accumulators a thread and waits
+// for them before the next step's barrier (the stage they read is then free for the copies).
+//
+// Numerics: every output is a float32 sum of exact products (bfloat16 times bfloat16), the same
+// MMAs over the same steps of k whatever the tile's size, the row's place in it or the block's
+// columns, so under this kernel a row's result does not depend on the rows it shares a pass with.
+// The order of the float32 additions within an MMA is the hardware's (the PTX leaves it
+// unspecified), so its bits may differ from the mma.sync kernel's; both are within the float32
+// bound of the sum.
+#ifndef LLMRT_KERNELS_MOE_WG_KERNELS_CUH_
+#define LLMRT_KERNELS_MOE_WG_KERNELS_CUH_
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kernels/wgmma_layout.cuh"
+
+namespace llmrt::cuda::wg::moe {
+
+constexpr int kThreads = 256;  // two warpgroups
+constexpr int kStep = 64;      // k per pipeline step: a 128-byte row of bfloat16
+constexpr int kWgCols = 128;   // a warpgroup's columns (the MMA's N)
+
+// An instance's shape and dynamic shared memory: kStages stages of [kTileRows][64] activation
+// rows then [kCols][64] weight rows, each with the 128-byte swizzle (every part a multiple of
+// 1024 bytes, so each starts a swizzle pattern).
+template <int kTileRows>
+struct WgShape {
+  static_assert(kTileRows == 64 || kTileRows == 128, "tiles of 64 or 128 rows");
+  static constexpr int kWgM = kTileRows / 64;         // warpgroups along the rows
+  static constexpr int kWgN = 2 / kWgM;               // along the columns
+  static constexpr int kCols = kWgCols * kWgN;        // a block's columns
+  static constexpr int kStages = kTileRows == 64 ? 4 : 3;
+  static constexpr int kXBytes = kTileRows * 128;
+  static constexpr int kStageBytes = kXBytes + kCols * 128;
+  static constexpr int kBytes = kStages * kStageBytes;
+  static constexpr int kXLoads = kTileRows * 8 / kThreads;  // 16-byte pieces a thread copies a step
+  static constexpr int kWLoads = kCols * 8 / kThreads;
+  static constexpr int kMinBlocks = kTileRows == 128 ? 2 : 1;  // blocks a multiprocessor holds
+  static_assert(kStageBytes % 1024 == 0 && kXBytes % 1024 == 0, "parts start swizzle patterns");
+};
+
+// The launch's dynamic shared memory bytes for a table of tiles of tile_rows (at most 64: the
+// 64-row instance), 0 where no instance takes it.
+constexpr int64_t WgSharedBytes(int64_t tile_rows) {
+  return tile_rows == 32 || tile_rows == 64 ? WgShape<64>::kBytes
+         : tile_rows == 128                 ? WgShape<128>::kBytes
+                                            : 0;
+}
+// Its block's columns.
+constexpr int64_t WgBlockCols(int64_t tile_rows) {
+  return tile_rows == 128 ? WgShape<128>::kCols : WgShape<64>::kCols;
+}
+
+// Rows [r0, r1) of tile `tile` (at most kTileRows; x row of output row r: x_rows ? x_rows[r] : r)
+// times the BF16 weight of its expert ([N, K], rows 16-byte aligned, K a multiple of 8), columns
+// [n0, n0 + kCols); x: bfloat16 codes, rows of ldx (a multiple of 8, 16-byte aligned). Launched
+// with WgShape<kTileRows>::kBytes of dynamic shared memory. Where the sm_90a instructions are
+// missing (or the shared memory is not 1024-byte aligned) every output of the block is NaN.
+template <int kTileRows>
+__global__ void __launch_bounds__(kThreads, WgShape<kTileRows>::kMinBlocks)
+    GroupedWgKernel(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
+                    TileTable tiles, MutMat out) {
+  using S = WgShape<kTileRows>;
+  uint8_t* const smem = WgShared();
+  const uint32_t base = SharedAddress(smem);
+  const int64_t tile = blockIdx.y;
+  if (tile >= tiles.count[0]) return;
+  const int32_t e = tiles.expert[tile];
+  const WeightRef& wr = experts.weights[e];
+  const uint16_t* const w = static_cast<const uint16_t*>(wr.data);
+  const int64_t r0 = tiles.row0[tile];
+  const int rows = static_cast<int>(tiles.row1[tile] - r0);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * S::kCols;
+  const int tid = static_cast<int>(threadIdx.x), wgi = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, c = lane & 3;
+  // This warpgroup's rows [wr0, wr0 + 64) and columns [wc0, wc0 + 128) of the block's.
+  const int wr0 = (wgi % S::kWgM) * 64, wc0 = (wgi / S::kWgM) * kWgCols;
+
+  if (!kHaveWgmma || (base & 1023u) != 0) {
+    for (int i = tid; i < rows * S::kCols; i += kThreads) {
+      const int64_t n = n0 + i % S::kCols;
+      if (n < N) out.data[(r0 + i / S::kCols) * out.ld + n] = NAN;
+    }
+    return;
+  }
+
+  // This thread's copies a step: 16-byte piece kp (columns 8 kp ..) of tile rows (tid >> 3) +
+  // 32 i and of weight rows (tid >> 3) + 32 i. Rows 32 apart share their place in the swizzle's
+  // group of 8, so every piece lands at the same offset within its row.
+  const int kp = tid & 7, row_of = tid >> 3;
+  const uint32_t piece_at = PieceOffset(row_of, kp) - static_cast<uint32_t>(row_of * 128);
+  int32_t xr[S::kXLoads];  // x's row of each piece, -1 past the tile's rows
+#pragma unroll
+  for (int i = 0; i < S::kXLoads; ++i) {
+    const int r = row_of + 32 * i;
+    xr[i] = -1;
+    if (r < rows) {
+      const int64_t m = r0 + r;
+      xr[i] = static_cast<int32_t>(x_rows != nullptr ? x_rows[m] : m);
+    }
+  }
+  // Step `step` into stage `stage` (free: every warpgroup has waited for its MMAs on it).
+  const auto issue = [&](int64_t step, int stage) {
+    const int64_t k = step * kStep + 8 * kp;
+    uint8_t* xs = smem + stage * S::kStageBytes;
+    uint8_t* ws = xs + S::kXBytes;
+#pragma unroll
+    for (int i = 0; i < S::kXLoads; ++i) {
+      uint8_t* dst = xs + (row_of + 32 * i) * 128 + piece_at;
+      if (xr[i] >= 0 && k < K) {
+        CpAsync16(dst, x + static_cast<int64_t>(xr[i]) * ldx + k);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < S::kWLoads; ++i) {
+      const int n = row_of + 32 * i;
+      uint8_t* dst = ws + n * 128 + piece_at;
+      if (n0 + n < N && k < K) {
+        CpAsync16(dst, w + (n0 + n) * K + k);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  };
+
+  float acc[64];  // rows wr0 + 16 warp + g (+ 8), columns wc0 + 8 (i / 4) + 2 c + (i % 2)
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  const bool live = rows > wr0;  // the same for the warpgroup's threads
+  const int64_t steps = (K + kStep - 1) / kStep;
+#pragma unroll
+  for (int st = 0; st < S::kStages - 1; ++st) {
+    if (st < steps) issue(st, st);
+    CpAsyncCommit();
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    const int stage = static_cast<int>(step % S::kStages);
+    CpAsyncWaitGroup<S::kStages - 2>();  // this thread's copies of `step` have landed
+    FenceProxyAsync();                   // they and its zero pieces, for the MMAs' reads
+    __syncthreads();                     // everyone's; every warpgroup is done with step - 1's stage
+    if (step + S::kStages - 1 < steps) issue(step + S::kStages - 1, static_cast<int>((step + S::kStages - 1) % S::kStages));
+    CpAsyncCommit();  // (an empty group past the last step keeps the count of groups in flight)
+    if (live) {
+      const uint32_t xs = base + static_cast<uint32_t>(stage * S::kStageBytes);
+      // (A k16 step's descriptors are the first's plus 32 bytes in 16-byte units: shared
+      // addresses stay below 2^18, so the start field does not carry.)
+      const uint64_t da = Descriptor(xs + static_cast<uint32_t>(wr0 * 128), 16, 1024);
+      const uint64_t db = Descriptor(xs + static_cast<uint32_t>(S::kXBytes + wc0 * 128), 16, 1024);
+      FenceOperands(acc);
+      WgFence();
+#pragma unroll
+      for (int j = 0; j < kStep / 16; ++j) MmaM64N128(acc, da + 2 * j, db + 2 * j, step > 0 || j > 0);
+      WgCommit();
+      WgWaitAll();
+      FenceOperands(acc);
+    }
+  }
+  CpAsyncWaitGroup<0>();  // (only empty groups remain)
+
+  if (!live) return;
+#pragma unroll
+  for (int i = 0; i < 64; i += 2) {
+    const int r = wr0 + 16 * warp + g + 8 * ((i >> 1) & 1);
+    if (r >= rows) continue;
+    const int64_t n = n0 + wc0 + 8 * (i >> 2) + 2 * c;
+    float* dst = out.data + (r0 + r) * out.ld;
+    if (n < N) dst[n] = acc[i];
+    if (n + 1 < N) dst[n + 1] = acc[i + 1];
+  }
+}
+
+}  // namespace llmrt::cuda::wg::moe
+
+#endif  // LLMRT_KERNELS_MOE_WG_KERNELS_CUH_
