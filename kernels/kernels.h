@@ -161,16 +161,18 @@ cudaError_t LaunchGroupedGemm(ConstMat x, const int32_t* x_rows, ExpertTable exp
 // (tiles.tile_rows; FP8 at most 64) give every row the same bits.
 cudaError_t LaunchGroupedGemmMma(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts, int64_t N,
                                  int64_t K, TileTable tiles, MutMat out, cudaStream_t s, ActScales act = {});
-// The same for the BF16 form (all-BF16 experts, bfloat16 codes, no activation scales) on Hopper's
-// warpgroup MMAs (moe.cu, body in moe_wg_kernels.cuh): tiles of up to 64 rows (tile_rows 32 or
-// 64) by 256 columns, or of 128 rows by 128 columns. Float32 sums of exact products in the
-// hardware's order within each m64n128k16 (not necessarily the mma.sync kernel's bits); every
-// tile size gives every row the same bits. Runs only on a device of compute capability 9.0 and
-// where GroupedGemmWgmmaBuilt() (the build has the sm_90a machine code; else
-// cudaErrorNotSupported).
+// The same on Hopper's warpgroup MMAs (moe.cu, body in moe_wg_kernels.cuh), for the same two
+// forms (BF16 experts and codes; FP8 experts with every expert's block_cols a multiple of 64,
+// e4m3 codes with their scales): tiles of up to 64 rows (tile_rows 32 or 64) by 256 columns, or
+// of 128 rows by 128 columns (FP8 included). Float32 sums of exact products (per column block
+// for FP8, folded with the scales) in the hardware's order within each m64n128k16, not
+// necessarily the mma.sync kernel's bits; every tile size gives every row the same bits. Runs
+// only on a device of compute capability 9.0 and where GroupedGemmWgmmaBuilt() (the build has
+// the sm_90a machine code; else cudaErrorNotSupported).
 bool GroupedGemmWgmmaBuilt();
 cudaError_t LaunchGroupedGemmWgmma(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts,
-                                   int64_t N, int64_t K, TileTable tiles, MutMat out, cudaStream_t s);
+                                   int64_t N, int64_t K, TileTable tiles, MutMat out, cudaStream_t s,
+                                   ActScales act = {});
 // The dequantizing GEMV path of quantized weights (quant_matmul.cu; LaunchGemm and
 // LaunchGroupedGemm dispatch to it): whether it takes `w` (its rows are 16-byte aligned and a
 // 16-byte load of codes shares one scale), and its launches.

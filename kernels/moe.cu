@@ -91,22 +91,29 @@ bool GroupedGemmWgmmaBuilt() {
 }
 
 cudaError_t LaunchGroupedGemmWgmma(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts,
-                                   int64_t N, int64_t K, TileTable tiles, MutMat out, cudaStream_t s) {
+                                   int64_t N, int64_t K, TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
   if (!GroupedGemmWgmmaBuilt()) return cudaErrorNotSupported;
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
-  if (ldx < K || ldx % 8 != 0 || K % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || experts.gemv_bits != 16) {
+  const bool bf16 = experts.gemv_bits == 16 && act.data == nullptr && K % 8 == 0;
+  const bool fp8 = experts.gemv_bits == 8 && act.data != nullptr && K % 16 == 0;
+  if (ldx < K || ldx % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || !(bf16 || fp8)) {
     return cudaErrorInvalidValue;
   }
-  const int64_t bytes = wg::moe::WgSharedBytes(tiles.tile_rows), cols = wg::moe::WgBlockCols(tiles.tile_rows);
+  const int64_t bytes = wg::moe::WgSharedBytes(tiles.tile_rows, fp8), cols = wg::moe::WgBlockCols(tiles.tile_rows);
   if (bytes == 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((N + cols - 1) / cols), static_cast<unsigned>(tiles.max_tiles));
-  static std::atomic<uint64_t> allowed[2];
+  static std::atomic<uint64_t> allowed[4];
   const auto launch = [&](auto kernel, int slot) -> cudaError_t {
     if (const cudaError_t e = AllowLargeSharedOnce(kernel, bytes, &allowed[slot]); e != cudaSuccess) return e;
-    kernel<<<grid, wg::moe::kThreads, static_cast<size_t>(bytes), s>>>(x, ldx, x_rows, experts, N, K, tiles, out);
+    kernel<<<grid, wg::moe::kThreads, static_cast<size_t>(bytes), s>>>(x, ldx, x_rows, experts, N, K, tiles, out, act);
     return cudaGetLastError();
   };
-  return tiles.tile_rows == 128 ? launch(wg::moe::GroupedWgKernel<128>, 1) : launch(wg::moe::GroupedWgKernel<64>, 0);
+  if (fp8) {
+    return tiles.tile_rows == 128 ? launch(wg::moe::GroupedWgKernel<128, true>, 3)
+                                  : launch(wg::moe::GroupedWgKernel<64, true>, 2);
+  }
+  return tiles.tile_rows == 128 ? launch(wg::moe::GroupedWgKernel<128, false>, 1)
+                                : launch(wg::moe::GroupedWgKernel<64, false>, 0);
 }
 
 }  // namespace llmrt::cuda

@@ -80,12 +80,13 @@ struct BackendOptions {
   // FP8 activation policies (LLMRT_CUDA_MOE in the environment: "mma", the default, "wgmma", or
   // "gemv", the CUDA-core kernel every policy ran before; for comparisons).
   bool device_moe_mma = true;
-  // CUDA: with device_moe_mma, BF16 experts under the BF16-rounding policies run on Hopper's
-  // warpgroup MMAs (cuda::LaunchGroupedGemmWgmma; LLMRT_CUDA_MOE=wgmma in the environment) on a
-  // device of compute capability 9.0 in a build with sm_90a code; FP8 experts, and other devices,
-  // keep the mma.sync kernel. Its tiles take at least 64 rows by default. Every tile size gives
-  // every row the same bits, which may differ from the mma.sync kernel's in the last places (the
-  // order of a tensor-core sum is the hardware's).
+  // CUDA: with device_moe_mma, the tensor-core grouped GEMM's projections (BF16 experts under the
+  // BF16-rounding policies, FP8 experts with column blocks of whole 64-column steps under the FP8
+  // policy) run on Hopper's warpgroup MMAs (cuda::LaunchGroupedGemmWgmma; LLMRT_CUDA_MOE=wgmma in
+  // the environment) on a device of compute capability 9.0 in a build with sm_90a code; other
+  // devices keep the mma.sync kernel. Its tiles take at least 64 rows by default (FP8 up to 128).
+  // Every tile size gives every row the same bits, which may differ from the mma.sync kernel's in
+  // the last places (the order of a tensor-core sum is the hardware's).
   bool device_moe_wgmma = false;
   // CUDA: the most rows of one expert a tile of that tensor-core grouped GEMM takes
   // (LLMRT_CUDA_MOE_TILE in the environment: "auto", the default, or 32, 64 or 128). 0 (auto):

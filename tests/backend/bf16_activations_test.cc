@@ -68,8 +68,12 @@ class Bf16MatMul : public ::testing::TestWithParam<BackendKind> {
     be_ = *std::move(be);
   }
 
-  // MoeExpertsGiveEveryTileSizeTheSameBits, with the mma.sync or the warpgroup-MMA kernel.
-  void MoeTileSizes(bool wgmma);
+  // MoeExpertsGiveEveryTileSizeTheSameBits, with the mma.sync or the warpgroup-MMA kernel, BF16
+  // experts under the BF16 policy or FP8 experts under the FP8 policy.
+  void MoeTileSizes(bool wgmma, bool fp8);
+  void ExpectBf16MoeReference(const std::vector<float>& all, const std::vector<float>& x, const std::vector<int32_t>& idx,
+                              const std::vector<float>& w, const std::vector<HostMatrix>& gate,
+                              const std::vector<HostMatrix>& up, const std::vector<HostMatrix>& down, int64_t K);
 
   Tensor Upload(const std::vector<float>& v, int64_t rows, int64_t cols) {
     Tensor t = Must(be_->Allocate(DType::kF32, {rows, cols}), "Allocate");
@@ -188,17 +192,25 @@ TEST_P(Bf16MatMul, RowsDoNotDependOnTheBatch) {
 //    step, at most 2^-7 |h|) plus the float32 bound of the three sums.
 //  Under BackendOptions::device_moe_wgmma (the warpgroup-MMA kernel, on a Hopper device) the same
 //  holds with its own bits; its tiles take at least 64 rows unless forced.
-TEST_P(Bf16MatMul, MoeExpertsGiveEveryTileSizeTheSameBits) { MoeTileSizes(false); }
-TEST_P(Bf16MatMul, MoeExpertsOnWarpgroupMmasGiveEveryTileSizeTheSameBits) { MoeTileSizes(true); }
+//  FP8 experts (128 x 128 blocks) under the FP8 policy: every tile size the kernel takes (the
+//  mma.sync kernel at most 64 rows, the warpgroup kernel 128 too) gives the same bits, alone and
+//  in a batch. (Their accuracy against the CPU: the FP8 goldens, CudaFp8MatchesCpu, which also
+//  hold LLMRT_CUDA_MOE=wgmma to the default kernel.)
+TEST_P(Bf16MatMul, MoeExpertsGiveEveryTileSizeTheSameBits) { MoeTileSizes(false, false); }
+TEST_P(Bf16MatMul, MoeExpertsOnWarpgroupMmasGiveEveryTileSizeTheSameBits) { MoeTileSizes(true, false); }
+TEST_P(Bf16MatMul, Fp8MoeExpertsGiveEveryTileSizeTheSameBits) { MoeTileSizes(false, true); }
+TEST_P(Bf16MatMul, Fp8MoeExpertsOnWarpgroupMmasGiveEveryTileSizeTheSameBits) { MoeTileSizes(true, true); }
 
-void Bf16MatMul::MoeTileSizes(bool wgmma) {
+void Bf16MatMul::MoeTileSizes(bool wgmma, bool fp8) {
   std::mt19937 rng(73);
   const int64_t H = 256, I = 128, E = 4, K = 2, kAll = 300;
+  const WeightFormatId format = fp8 ? kWeightFp8Block : kWeightBf16;
+  const WeightParams params = fp8 ? WeightParams{128, 128, 0} : WeightParams{};
   std::vector<HostMatrix> gate, up, down;
   for (int64_t e = 0; e < E; ++e) {
-    gate.push_back(MakeHostMatrix(kWeightBf16, I, H, {}, rng));
-    up.push_back(MakeHostMatrix(kWeightBf16, I, H, {}, rng));
-    down.push_back(MakeHostMatrix(kWeightBf16, H, I, {}, rng));
+    gate.push_back(MakeHostMatrix(format, I, H, params, rng));
+    up.push_back(MakeHostMatrix(format, I, H, params, rng));
+    down.push_back(MakeHostMatrix(format, H, I, params, rng));
   }
   const std::vector<float> x = RandomNormal(static_cast<size_t>(kAll * H), rng, 0.1f);
   std::vector<int32_t> idx(static_cast<size_t>(kAll * K));
@@ -241,20 +253,45 @@ void Bf16MatMul::MoeTileSizes(bool wgmma) {
   };
   const auto options = [&](int64_t forced) {
     BackendOptions o;
-    o.activations = QuantizedActivations::kBf16;
+    o.activations = fp8 ? QuantizedActivations::kFp8 : QuantizedActivations::kBf16;
     o.device_moe_tile_rows = forced;
     o.device_moe_wgmma = wgmma;
     return o;
   };
+  const int64_t widest = fp8 && !wgmma ? 64 : 128;  // the largest tile the kernel takes
   const std::unique_ptr<Backend> main = Must(CreateBackend(GetParam(), options(0)), "CreateBackend");
   const std::unique_ptr<ExpertBank> bank = bank_of(*main);
   const std::vector<float> all = run(*main, *bank, 0, kAll);
-  EXPECT_EQ(tile_rows(*main), 128) << "150 rows an expert";
+  EXPECT_EQ(tile_rows(*main), widest) << "150 rows an expert";
   if (const auto* cuda = dynamic_cast<const CudaBackend*>(main.get()); cuda != nullptr && cuda->last_moe_wgmma() != wgmma) {
     ASSERT_TRUE(wgmma) << "the warpgroup-MMA kernel ran without being asked for";
     GTEST_SKIP() << "the warpgroup-MMA grouped GEMM needs a device of compute capability 9.0 and the sm_90a build";
   }
 
+  if (!fp8) ExpectBf16MoeReference(all, x, idx, w, gate, up, down, K);
+  for (const int64_t forced : {int64_t{32}, int64_t{64}, widest}) {
+    if (forced == 64 && widest == 64) continue;
+    const std::unique_ptr<Backend> be = Must(CreateBackend(GetParam(), options(forced)), "CreateBackend");
+    const std::unique_ptr<ExpertBank> b = bank_of(*be);
+    EXPECT_TRUE(AllBitEqual(run(*be, *b, 0, kAll), all)) << "tiles of " << forced << " rows against the chosen size";
+    EXPECT_EQ(tile_rows(*be), forced);
+  }
+  for (const auto& [o, T] : {std::pair<int64_t, int64_t>{0, 1}, {150, 1}, {kAll - 1, 1}, {37, 100}}) {
+    const std::vector<float> got = run(*main, *bank, o, T);
+    EXPECT_EQ(tile_rows(*main), T == 100 || wgmma ? 64 : 32) << T << " tokens";
+    EXPECT_TRUE(AllBitEqual(got, std::vector<float>(all.begin() + o * H, all.begin() + (o + T) * H)))
+        << "tokens [" << o << ", " << o + T << ") alone vs in a batch of " << kAll;
+  }
+}
+
+// The BF16 policy's routed experts `all` (x's tokens through the two experts each names in idx,
+// weighted by w) against the float64 expert MLP of the bf16-rounded input, with silu(g) * u
+// rounded to bfloat16 before the down projection (MoeExpertsGiveEveryTileSizeTheSameBits).
+void Bf16MatMul::ExpectBf16MoeReference(const std::vector<float>& all, const std::vector<float>& x,
+                                        const std::vector<int32_t>& idx, const std::vector<float>& w,
+                                        const std::vector<HostMatrix>& gate, const std::vector<HostMatrix>& up,
+                                        const std::vector<HostMatrix>& down, int64_t K) {
+  const int64_t I = gate[0].stored.rows, H = gate[0].stored.cols, kAll = static_cast<int64_t>(idx.size()) / K;
   // The reference and its bound, token by token.
   std::vector<double> want(all.size(), 0.0), tol(all.size(), 1e-30);
   const std::vector<float> xr = RoundToBf16(x);
@@ -293,20 +330,7 @@ void Bf16MatMul::MoeTileSizes(bool wgmma) {
     }
     for (int64_t n = 0; n < H; ++n) tol[t * H + n] += (K + 2) * kU * std::fabs(want[t * H + n]);
   }
-  EXPECT_TRUE(AllNear(all, want, tol)) << "300 tokens";
-
-  for (const int64_t forced : {32, 64, 128}) {
-    const std::unique_ptr<Backend> be = Must(CreateBackend(GetParam(), options(forced)), "CreateBackend");
-    const std::unique_ptr<ExpertBank> b = bank_of(*be);
-    EXPECT_TRUE(AllBitEqual(run(*be, *b, 0, kAll), all)) << "tiles of " << forced << " rows against the chosen size";
-    EXPECT_EQ(tile_rows(*be), forced);
-  }
-  for (const auto& [o, T] : {std::pair<int64_t, int64_t>{0, 1}, {150, 1}, {kAll - 1, 1}, {37, 100}}) {
-    const std::vector<float> got = run(*main, *bank, o, T);
-    EXPECT_EQ(tile_rows(*main), T == 100 || wgmma ? 64 : 32) << T << " tokens";
-    EXPECT_TRUE(AllBitEqual(got, std::vector<float>(all.begin() + o * H, all.begin() + (o + T) * H)))
-        << "tokens [" << o << ", " << o + T << ") alone vs in a batch of " << kAll;
-  }
+  EXPECT_TRUE(AllNear(all, want, tol)) << kAll << " tokens";
 }
 
 // A tile size the grouped GEMM has no instance for is refused at creation, naming the option.

@@ -385,19 +385,21 @@ void ExpectFmaChains(const std::vector<float>& out, const MmaRouting& routing, c
   }
 }
 
-// The instance LaunchGroupedGemmWgmma picks for the table's tile_rows (x as RunGroupedMma's).
+// The instance LaunchGroupedGemmWgmma picks for the table's tile_rows and the experts' format (x
+// as RunGroupedMma's).
+template <bool kFp8>
 void RunGroupedWg(const MmaRouting& routing, const ConstMat& x, const int32_t* x_rows, const ExpertTable& table,
-                  int64_t N, int64_t K, const MutMat& out) {
+                  int64_t N, int64_t K, const MutMat& out, ActScales act = {}) {
   const std::vector<uint16_t> codes = CodesOf(x);
   const TileTable tiles = routing.Tiles();
-  const int64_t bytes = wg::moe::WgSharedBytes(routing.tile_rows), cols = wg::moe::WgBlockCols(routing.tile_rows);
+  const int64_t bytes = wg::moe::WgSharedBytes(routing.tile_rows, kFp8), cols = wg::moe::WgBlockCols(routing.tile_rows);
   ASSERT_GT(bytes, 0);
   const emulation::Index3 grid{static_cast<unsigned>((N + cols - 1) / cols), static_cast<unsigned>(tiles.max_tiles), 1};
   emulation::RunGrid(grid, wg::moe::kThreads, static_cast<size_t>(bytes), [&] {
     if (routing.tile_rows == 128) {
-      wg::moe::GroupedWgKernel<128>(codes.data(), x.ld, x_rows, table, N, K, tiles, out);
+      wg::moe::GroupedWgKernel<128, kFp8>(codes.data(), x.ld, x_rows, table, N, K, tiles, out, act);
     } else {
-      wg::moe::GroupedWgKernel<64>(codes.data(), x.ld, x_rows, table, N, K, tiles, out);
+      wg::moe::GroupedWgKernel<64, kFp8>(codes.data(), x.ld, x_rows, table, N, K, tiles, out, act);
     }
     emulation::ExpectCopiesAwaited();
   });
@@ -507,8 +509,8 @@ TEST(GroupedWgmmaEmulated, TilesTimesTheirExpertsOnWarpgroupMmas) {
         const MmaRouting routing(tile_rows);
         InEachCopyOrder(orders && gather, [&] {
           std::vector<float> out(static_cast<size_t>(M * N), NAN);
-          RunGroupedWg(routing, ConstMat{x.data(), M, K, ld}, gather ? routing.x_rows.data() : nullptr, table, N, K,
-                       MutMat{out.data(), M, N, N});
+          RunGroupedWg<false>(routing, ConstMat{x.data(), M, K, ld}, gather ? routing.x_rows.data() : nullptr, table,
+                              N, K, MutMat{out.data(), M, N, N});
           ExpectFmaChains(out, routing, x, ld, gather, experts, N, K);
         });
         EXPECT_EQ(emulation::g_protocol_failures, 0);
@@ -530,8 +532,8 @@ TEST(GroupedWgmmaEmulated, MisalignedSharedMemoryGivesNaNs) {
   std::vector<float> x(static_cast<size_t>(routing.M * K), 0.5f);
   std::vector<float> out(static_cast<size_t>(routing.M * N), 0.0f);
   wg::g_shared_skew = 512;
-  RunGroupedWg(routing, ConstMat{x.data(), routing.M, K, K}, nullptr, ExpertTable{refs.data(), 16}, N, K,
-               MutMat{out.data(), routing.M, N, N});
+  RunGroupedWg<false>(routing, ConstMat{x.data(), routing.M, K, K}, nullptr, ExpertTable{refs.data(), 16}, N, K,
+                      MutMat{out.data(), routing.M, N, N});
   wg::g_shared_skew = 0;
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
 }
@@ -593,6 +595,52 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
           EXPECT_TRUE(SameBits(out, first)) << "the tile's size or the copies' order changed a row's bits";
         }
       });
+    }
+  }
+}
+
+// FP8 experts under the FP8 policy on the warpgroup MMAs: blocks of 128 x 128 (K = 304: a last
+// partial block and step) and of 5 x 64 (a fold every step), tiles of 32, 64 and 128 rows, in
+// every order of copies and warpgroups. Each output within the float32 bound of the scaled
+// products, and the same bits as the emulated mma.sync kernel (tiles of 32): both sum each block
+// in one fma chain over k and fold it with fma(sum, s_w * s_a, acc), so a wrong block boundary,
+// scale index, widening or wide-tile parity shows bit for bit.
+TEST(GroupedWgmmaEmulated, Fp8ExpertsWithActivationScales) {
+  std::mt19937 rng(98);
+  const int64_t N = 136, M = MmaRouting(32).M;
+  for (const int64_t bc : {int64_t{128}, int64_t{64}}) {
+    const int64_t K = bc == 128 ? 304 : 208, br = bc == 128 ? 128 : 5;
+    std::vector<HostWeight> experts;
+    for (int e = 0; e < 3; ++e) experts.push_back(Fp8Weight(N, K, br, bc, rng));
+    const std::vector<WeightRef> refs = RefsOf(experts);
+    std::vector<float> x(static_cast<size_t>(M * K));
+    for (float& v : x) v = EmulatedE4M3(rng() & 0xfe);  // either sign, no NaN
+    const int64_t lda = M + 3, nb = (K + bc - 1) / bc;
+    std::vector<float> sa(static_cast<size_t>(nb * lda));
+    std::uniform_real_distribution<float> s(0.5f, 2.0f);
+    for (float& v : sa) v = s(rng);
+    const ExpertTable table{refs.data(), 8};
+    const MmaRouting mma_routing(32);
+    std::vector<float> want(static_cast<size_t>(M * N), NAN);
+    RunGroupedMma<true>(mma_routing, ConstMat{x.data(), M, K, K}, mma_routing.x_rows.data(), table, N, K,
+                        MutMat{want.data(), M, N, N}, ActScales{sa.data(), lda});
+    for (const int64_t tile_rows : {32, 64, 128}) {
+      SCOPED_TRACE(::testing::Message() << "blocks of " << br << " x " << bc << ", K " << K << ", tiles of "
+                                        << tile_rows);
+      const MmaRouting routing(tile_rows);
+      const std::vector<int32_t>& x_rows = routing.x_rows;
+      InEachCopyOrder(bc == 128, [&] {
+        std::vector<float> out(static_cast<size_t>(M * N), NAN);
+        RunGroupedWg<true>(routing, ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K,
+                           MutMat{out.data(), M, N, N}, ActScales{sa.data(), lda});
+        Expect(
+            out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
+            [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
+            [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
+        EXPECT_TRUE(SameBits(out, want)) << "the warpgroup kernel's bits against the emulated mma.sync kernel's";
+      });
+      EXPECT_EQ(emulation::g_protocol_failures, 0);
+      emulation::g_protocol_failures = 0;
     }
   }
 }

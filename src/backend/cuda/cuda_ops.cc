@@ -720,21 +720,25 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
       const bool fp8 = quantizes(j) && bank.gemv_bits_[j] == 8 && bank.fp8_block_cols_[j] % 32 == 0 && k % 16 == 0;
       return moe_mma_ && (bf16 || fp8);
     };
-    // BF16 experts of such a projection on Hopper's warpgroup MMAs (device_moe_wgmma, on a device
-    // of compute capability 9.0 with the sm_90a code built); FP8 experts keep the mma.sync kernel.
+    // Such a projection on Hopper's warpgroup MMAs (device_moe_wgmma, on a device of compute
+    // capability 9.0 with the sm_90a code built); FP8 experts there need column blocks of whole
+    // 64-column steps (else the mma.sync kernel).
     const bool wgmma = moe_wgmma_ && compute_capability_ == 90 && cuda::GroupedGemmWgmmaBuilt();
-    auto takes_wgmma = [&](int j, int64_t k) { return wgmma && takes_mma(j, k) && !quantizes(j); };
+    auto takes_wgmma = [&](int j, int64_t k) {
+      return wgmma && takes_mma(j, k) && (!quantizes(j) || bank.fp8_block_cols_[j] % 64 == 0);
+    };
     // Rows a tile takes: 32 for every grouped kernel; where all three projections run on the
     // tensor-core kernel, up to 128 (64 for FP8 experts), by the rows an expert gets on average
     // (ceil(P / min(E, P))), so that a prefill chunk reads each expert's weights once a tile of up
     // to 128 rows. The rows' bits do not depend on it (the same MMAs over the same steps of k).
     int64_t tile_rows = cuda::kGemmTileRows;
     if (takes_mma(0, H) && takes_mma(1, H) && takes_mma(2, I)) {
-      tile_rows = cuda::GroupedMmaTileRows(P, E, moe_tile_rows_, quantizes(0) || quantizes(1) || quantizes(2));
-      // (The warpgroup kernel's MMAs take 64 rows: by default its tiles take at least that many.)
-      if (takes_wgmma(0, H) && takes_wgmma(1, H) && takes_wgmma(2, I) && moe_tile_rows_ == 0) {
-        tile_rows = std::max<int64_t>(tile_rows, 64);
-      }
+      // (The warpgroup kernel's MMAs take 64 rows: by default its tiles take at least that many;
+      // it takes FP8 experts in tiles of 128 too.)
+      const bool all_wgmma = takes_wgmma(0, H) && takes_wgmma(1, H) && takes_wgmma(2, I);
+      const bool fp8 = quantizes(0) || quantizes(1) || quantizes(2);
+      tile_rows = cuda::GroupedMmaTileRows(P, E, moe_tile_rows_, fp8 && !all_wgmma);
+      if (all_wgmma && moe_tile_rows_ == 0) tile_rows = std::max<int64_t>(tile_rows, 64);
     }
     last_moe_wgmma_ = takes_wgmma(0, H) || takes_wgmma(1, H) || takes_wgmma(2, I);
     // The most tiles a routing can make: an expert with n rows takes ceil(n / tile) <= n / tile + 1
@@ -828,7 +832,8 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
           codes = {in.x.data, slot, static_cast<const uint16_t*>(cp)};
         }
         if (takes_wgmma(j, k)) {
-          return Launched(cuda::LaunchGroupedGemmWgmma(codes.at, in.x.cols, x_rows, bank.Table(j), n, k, tiles, o, s));
+          return Launched(
+              cuda::LaunchGroupedGemmWgmma(codes.at, in.x.cols, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
         }
         return Launched(
             cuda::LaunchGroupedGemmMma(codes.at, in.x.cols, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
