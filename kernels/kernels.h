@@ -113,7 +113,7 @@ struct ExpertTable {
 // holds at most max_rows rows (the tokens of the call: a token meets an expert once), which picks
 // the GEMV's one-row instance at batch 1, and at most tile_rows (PermuteArgs::tile_rows): 32
 // (kGemmTileRows) for every grouped kernel, 64 or 128 (kGemmWideTileRows) for
-// LaunchGroupedGemmMma alone (the others refuse such tables).
+// LaunchGroupedGemmMma and LaunchGroupedGemmWgmma alone (the others refuse such tables).
 inline constexpr int64_t kGemmTileRows = 32;
 inline constexpr int64_t kGemmWideTileRows = 128;
 // The rows a tile of LaunchGroupedGemmMma takes for P routed pairs over E experts: by the rows
@@ -168,10 +168,13 @@ cudaError_t LaunchGroupedGemmMma(const uint16_t* x, int64_t ldx, const int32_t* 
 // for FP8, folded with the scales) in the hardware's order within each m64n128k16, not
 // necessarily the mma.sync kernel's bits; every tile size gives every row the same bits. Runs
 // only on a device of compute capability 9.0 and where GroupedGemmWgmmaBuilt() (the build has
-// the sm_90a machine code; else cudaErrorNotSupported).
+// the sm_90a machine code; else cudaErrorNotSupported); a block that finds the instructions
+// missing anyway, or its shared memory not 1024-byte aligned, raises kErrKernel in *err (and
+// writes NaN). The launcher cannot see the experts' block_cols (a device table): the caller
+// checks them.
 bool GroupedGemmWgmmaBuilt();
 cudaError_t LaunchGroupedGemmWgmma(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts,
-                                   int64_t N, int64_t K, TileTable tiles, MutMat out, cudaStream_t s,
+                                   int64_t N, int64_t K, TileTable tiles, MutMat out, int32_t* err, cudaStream_t s,
                                    ActScales act = {});
 // The dequantizing GEMV path of quantized weights (quant_matmul.cu; LaunchGemm and
 // LaunchGroupedGemm dispatch to it): whether it takes `w` (its rows are 16-byte aligned and a

@@ -91,7 +91,8 @@ bool GroupedGemmWgmmaBuilt() {
 }
 
 cudaError_t LaunchGroupedGemmWgmma(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts,
-                                   int64_t N, int64_t K, TileTable tiles, MutMat out, cudaStream_t s, ActScales act) {
+                                   int64_t N, int64_t K, TileTable tiles, MutMat out, int32_t* err, cudaStream_t s,
+                                   ActScales act) {
   if (!GroupedGemmWgmmaBuilt()) return cudaErrorNotSupported;
   if (tiles.max_tiles == 0 || N == 0) return cudaSuccess;
   const bool bf16 = experts.gemv_bits == 16 && act.data == nullptr && K % 8 == 0;
@@ -105,7 +106,7 @@ cudaError_t LaunchGroupedGemmWgmma(const uint16_t* x, int64_t ldx, const int32_t
   static std::atomic<uint64_t> allowed[4];
   const auto launch = [&](auto kernel, int slot) -> cudaError_t {
     if (const cudaError_t e = AllowLargeSharedOnce(kernel, bytes, &allowed[slot]); e != cudaSuccess) return e;
-    kernel<<<grid, wg::moe::kThreads, static_cast<size_t>(bytes), s>>>(x, ldx, x_rows, experts, N, K, tiles, out, act);
+    kernel<<<grid, wg::moe::kThreads, static_cast<size_t>(bytes), s>>>(x, ldx, x_rows, experts, N, K, tiles, out, act, err);
     return cudaGetLastError();
   };
   if (fp8) {

@@ -104,11 +104,12 @@ constexpr int64_t WgBlockCols(int64_t tile_rows) {
 // their own (the codes of both are exact in bfloat16) and folded in as the mma.sync kernel and
 // the GEMV do: acc = fma(block sum, s(n, b) * sa(row, b), acc). Launched with
 // WgShape<kTileRows, kFp8>::kBytes of dynamic shared memory. Where the sm_90a instructions are
-// missing (or the shared memory is not 1024-byte aligned) every output of the block is NaN.
+// missing (or the shared memory is not 1024-byte aligned) the block raises kErrKernel in *err
+// and writes NaN to its outputs instead of computing.
 template <int kTileRows, bool kFp8>
 __global__ void __launch_bounds__(kThreads, (WgShape<kTileRows, kFp8>::kMinBlocks))
     GroupedWgKernel(const uint16_t* x, int64_t ldx, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
-                    TileTable tiles, MutMat out, ActScales act) {
+                    TileTable tiles, MutMat out, ActScales act, int32_t* err) {
   using S = WgShape<kTileRows, kFp8>;
   uint8_t* const smem = WgShared();
   const uint32_t base = SharedAddress(smem);
@@ -127,6 +128,7 @@ __global__ void __launch_bounds__(kThreads, (WgShape<kTileRows, kFp8>::kMinBlock
   const int wr0 = (wgi % S::kWgM) * 64, wc0 = (wgi / S::kWgM) * kWgCols;
 
   if (!kHaveWgmma || (base & 1023u) != 0) {
+    if (tid == 0) RaiseError(err, kErrKernel);
     for (int i = tid; i < rows * S::kCols; i += kThreads) {
       const int64_t n = n0 + i % S::kCols;
       if (n < N) out.data[(r0 + i / S::kCols) * out.ld + n] = NAN;

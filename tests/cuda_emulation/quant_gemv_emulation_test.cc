@@ -389,20 +389,24 @@ void ExpectFmaChains(const std::vector<float>& out, const MmaRouting& routing, c
 // as RunGroupedMma's).
 template <bool kFp8>
 void RunGroupedWg(const MmaRouting& routing, const ConstMat& x, const int32_t* x_rows, const ExpertTable& table,
-                  int64_t N, int64_t K, const MutMat& out, ActScales act = {}) {
+                  int64_t N, int64_t K, const MutMat& out, ActScales act = {}, int32_t* err = nullptr) {
   const std::vector<uint16_t> codes = CodesOf(x);
+  int32_t none = 0;  // (no error word given: none may be raised)
+  const bool expect_none = err == nullptr;
+  if (expect_none) err = &none;
   const TileTable tiles = routing.Tiles();
   const int64_t bytes = wg::moe::WgSharedBytes(routing.tile_rows, kFp8), cols = wg::moe::WgBlockCols(routing.tile_rows);
   ASSERT_GT(bytes, 0);
   const emulation::Index3 grid{static_cast<unsigned>((N + cols - 1) / cols), static_cast<unsigned>(tiles.max_tiles), 1};
   emulation::RunGrid(grid, wg::moe::kThreads, static_cast<size_t>(bytes), [&] {
     if (routing.tile_rows == 128) {
-      wg::moe::GroupedWgKernel<128, kFp8>(codes.data(), x.ld, x_rows, table, N, K, tiles, out, act);
+      wg::moe::GroupedWgKernel<128, kFp8>(codes.data(), x.ld, x_rows, table, N, K, tiles, out, act, err);
     } else {
-      wg::moe::GroupedWgKernel<64, kFp8>(codes.data(), x.ld, x_rows, table, N, K, tiles, out, act);
+      wg::moe::GroupedWgKernel<64, kFp8>(codes.data(), x.ld, x_rows, table, N, K, tiles, out, act, err);
     }
     emulation::ExpectCopiesAwaited();
   });
+  if (expect_none) EXPECT_EQ(none, 0) << "a block raised an error";
 }
 
 // The orders the pipeline's copies may land in and its warps may run in: copies landing as late
@@ -521,8 +525,8 @@ TEST(GroupedWgmmaEmulated, TilesTimesTheirExpertsOnWarpgroupMmas) {
 }
 
 // A block whose shared memory does not start a swizzle pattern (1024-byte aligned) would read
-// its operands from the wrong places: it writes NaN to its outputs instead.
-TEST(GroupedWgmmaEmulated, MisalignedSharedMemoryGivesNaNs) {
+// its operands from the wrong places: it raises kErrKernel and writes NaN to its outputs instead.
+TEST(GroupedWgmmaEmulated, MisalignedSharedMemoryRaisesAKernelError) {
   std::mt19937 rng(97);
   const int64_t N = 64, K = 64;
   std::vector<HostWeight> experts;
@@ -531,10 +535,12 @@ TEST(GroupedWgmmaEmulated, MisalignedSharedMemoryGivesNaNs) {
   const MmaRouting routing(64);
   std::vector<float> x(static_cast<size_t>(routing.M * K), 0.5f);
   std::vector<float> out(static_cast<size_t>(routing.M * N), 0.0f);
+  int32_t err = 0;
   wg::g_shared_skew = 512;
   RunGroupedWg<false>(routing, ConstMat{x.data(), routing.M, K, K}, nullptr, ExpertTable{refs.data(), 16}, N, K,
-                      MutMat{out.data(), routing.M, N, N});
+                      MutMat{out.data(), routing.M, N, N}, ActScales{}, &err);
   wg::g_shared_skew = 0;
+  EXPECT_EQ(err, kErrKernel);
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
 }
 

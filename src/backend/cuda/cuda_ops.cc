@@ -728,7 +728,8 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
       return wgmma && takes_mma(j, k) && (!quantizes(j) || bank.fp8_block_cols_[j] % 64 == 0);
     };
     // Rows a tile takes: 32 for every grouped kernel; where all three projections run on the
-    // tensor-core kernel, up to 128 (64 for FP8 experts), by the rows an expert gets on average
+    // tensor-core kernel, up to 128 (64 for FP8 experts on the mma.sync kernel), by the rows an
+    // expert gets on average
     // (ceil(P / min(E, P))), so that a prefill chunk reads each expert's weights once a tile of up
     // to 128 rows. The rows' bits do not depend on it (the same MMAs over the same steps of k).
     int64_t tile_rows = cuda::kGemmTileRows;
@@ -833,7 +834,8 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
         }
         if (takes_wgmma(j, k)) {
           return Launched(
-              cuda::LaunchGroupedGemmWgmma(codes.at, in.x.cols, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
+              cuda::LaunchGroupedGemmWgmma(codes.at, in.x.cols, x_rows, bank.Table(j), n, k, tiles, o, error_word_, s,
+                                           in.act));
         }
         return Launched(
             cuda::LaunchGroupedGemmMma(codes.at, in.x.cols, x_rows, bank.Table(j), n, k, tiles, o, s, in.act));
