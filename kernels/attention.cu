@@ -23,6 +23,14 @@
 #include "kernels/common.cuh"
 #include "kernels/kv_access.cuh"
 #include "kernels/kv_kernels.cuh"
+#include "kernels/mma.cuh"
+
+namespace llmrt::cuda::dsa {
+using cuda::LdMatrix4;
+using cuda::Mma16816;
+}  // namespace llmrt::cuda::dsa
+
+#include "kernels/dsa_mma_kernels.cuh"
 
 namespace llmrt::cuda {
 
@@ -153,7 +161,29 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
       return true;
     };
     bool launched = false;
-    if (form == DsaScores::kTiled) {
+    // The tensor cores where the heads, the head dimension and the key's groups of scales allow;
+    // else the tiled kernel.
+    dsa::KeyGroups groups;
+    if (form == DsaScores::kTensorCores && dsa::DsaMmaTiles(heads) > 0 &&
+        dsa::MakeKeyGroups(kv.row, key_offset, head_dim, &groups)) {
+      const auto launch_mma = [&](auto kernel, int tiles) {
+        const int64_t bytes = dsa::DsaMmaBytes(tiles, head_dim);
+        if (AllowDynamicShared(kernel, bytes) != cudaSuccess) {
+          (void)cudaGetLastError();  // the device allows less: not an error
+          return false;
+        }
+        const dim3 grid(static_cast<unsigned>(batch.num_tokens), BlocksFor(batch.max_ctx, dsa::kMmaPositions));
+        kernel<<<grid, dsa::kMmaThreads, static_cast<size_t>(bytes), s>>>(
+            q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k, groups, scores, err);
+        return true;
+      };
+      switch (dsa::DsaMmaTiles(heads)) {
+        case 1: launched = launch_mma(dsa::DsaScoreMmaKernel<1>, 1); break;
+        case 2: launched = launch_mma(dsa::DsaScoreMmaKernel<2>, 2); break;
+        default: launched = launch_mma(dsa::DsaScoreMmaKernel<4>, 4); break;
+      }
+    }
+    if (!launched && (form == DsaScores::kTiled || form == DsaScores::kTensorCores)) {
       const int tile = kvk::DsaTileHeads(heads);
       // A pass of few blocks (decode over a context of a few tiles) takes one position a thread.
       const bool few = tile > 0 && batch.num_tokens * static_cast<int64_t>(BlocksFor(

@@ -556,12 +556,15 @@ AttentionBlocks AttentionBlocksOf(const AttentionArgs& a);
 cudaError_t LaunchAttention(const AttentionArgs& a, int32_t* err, cudaStream_t s);
 
 // DSA: scores [T, max_ctx] (workspace) then the top_k per token into selected [T, top_k].
-// The scores' kernel (every one gives the same bits): kTiled, accumulators for up to 64 heads
-// tiled in registers (kernels/kv_kernels.cuh: DsaScoreTiledKernel), where the heads fit; kStaged,
-// a block's key rows staged in shared memory, one position a thread; kThread, one position a
-// thread from global memory. Each falls back to the next where it does not apply (more than 64
-// heads; shared memory the device does not allow).
-enum class DsaScores { kTiled, kStaged, kThread };
+// The scores' kernel (the first three give the same bits): kTiled, accumulators for up to 64
+// heads tiled in registers (kernels/kv_kernels.cuh: DsaScoreTiledKernel), where the heads fit;
+// kStaged, a block's key rows staged in shared memory, one position a thread; kThread, one
+// position a thread from global memory. Each falls back to the next where it does not apply
+// (more than 64 heads; shared memory the device does not allow). kTensorCores: bf16 MMAs with
+// the query in three bfloat16 parts (kernels/dsa_mma_kernels.cuh; within float32's bound of
+// the others, not their bits) for up to 64 heads of up to 256 columns over BF16 or FP8 keys
+// whose scale groups are whole 16-column steps; else kTiled.
+enum class DsaScores { kTiled, kStaged, kThread, kTensorCores };
 // The top-k runs one block per token, or, for a few tokens over long contexts, in two stages
 // (kernels/kv_kernels.cuh, DsaTopKChunkKernel: each chunk of kDsaTopKChunk positions' own top_k
 // by a block of its own, then the token's top_k among those), which select the same positions.

@@ -100,8 +100,11 @@ struct BackendOptions {
   // comparisons).
   bool device_quant_mma = true;
   // CUDA: the DSA indexer's scoring kernel (cuda::DsaScores: 0 tiled in registers, the default;
-  // 1 staged in shared memory; 2 one thread a position from global memory). Every kernel gives the
-  // same bits. For comparisons in the microbenchmark and tests; no environment variable.
+  // 1 staged in shared memory; 2 one thread a position from global memory; 3 the tensor cores,
+  // the query in three bfloat16 parts, where the shapes and the key's scale groups allow, else 0).
+  // The first three give the same bits; the tensor cores' scores are within float32's bound of
+  // them (LLMRT_CUDA_DSA_SCORES in the environment: "tiled", the default, "staged", "thread" or
+  // "mma").
   int device_dsa_scores = 0;
   // CUDA: whether the DSA top-k may run in two stages for a few tokens over long contexts
   // (cuda::DsaTopKCandidateBytes; the same positions either way). For comparisons in the

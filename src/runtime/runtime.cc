@@ -247,6 +247,14 @@ absl::Status Runtime::CreateBackends(int threads) {
             "LLMRT_CUDA_GQA_PREFILL=", v, " in the environment: expected tokens, flash or a number of tokens >= 1"));
       }
     }
+    if (const char* dsa = std::getenv("LLMRT_CUDA_DSA_SCORES"); dsa != nullptr && *dsa != '\0') {
+      const std::string v = dsa;
+      if (v != "tiled" && v != "staged" && v != "thread" && v != "mma") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("LLMRT_CUDA_DSA_SCORES=", v, " in the environment: expected tiled, staged, thread or mma"));
+      }
+      bo.device_dsa_scores = v == "tiled" ? 0 : v == "staged" ? 1 : v == "thread" ? 2 : 3;
+    }
     if (const char* quant = std::getenv("LLMRT_CUDA_QUANT"); quant != nullptr && *quant != '\0') {
       const std::string v = quant;
       if (v != "mma" && v != "gemv") {

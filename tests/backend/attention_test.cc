@@ -822,12 +822,14 @@ TEST_P(AttentionOps, DsaSelect) {
 }
 
 // CUDA's DSA scoring kernels (BackendOptions::device_dsa_scores; the default, tiled in
-// registers, runs the test above): staged in shared memory and one thread a position select
-// alike over the same cases and data (the seed of DsaSelect, whose data the CPU's run of that
-// test shows decisive).
+// registers, runs the test above): staged in shared memory, one thread a position, and the
+// tensor cores (the query in three bfloat16 parts: exact products, float32 sums, within the
+// float32 bound that decides the data; cases its shapes or scale groups do not fit fall back to
+// the tiled kernel) select alike over the same cases and data (the seed of DsaSelect, whose data
+// the CPU's run of that test shows decisive).
 TEST_P(AttentionOps, EveryCudaDsaScoringKernelSelectsTheTopScores) {
   if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's DSA scoring kernels";
-  for (const int form : {1, 2}) {
+  for (const int form : {1, 2, 3}) {
     SCOPED_TRACE(::testing::Message() << "device_dsa_scores " << form);
     std::mt19937 rng(52);
     MustOk(be().Synchronize(), "Synchronize");

@@ -517,16 +517,18 @@ int Main() {
 
   // The DSA indexer (GLM-5: 32 heads of 128 over the indexer key after the latent and rope of
   // each row) for one token: scores of every position, then the top 2048 (in two stages, the
-  // default at these contexts, and in one block per token).
+  // default at these contexts, and in one block per token; "mma 2-st": the tensor-core scores,
+  // two stages).
   {
     const int64_t IH = 32, ID = 128, top_k = 2048;
-    std::printf("\nDSA indexer, %lld heads x %lld, top %lld, one token (scores and selection)\n%-7s %6s %8s %10s "
+    std::printf("\nDSA indexer, %lld heads x %lld, top %lld, one token (scores and selection)\n%-8s %6s %8s %10s "
                 "%22s\n",
                 static_cast<long long>(IH), static_cast<long long>(ID), static_cast<long long>(top_k), "top-k",
                 "KV", "context", "ms", "index keys GB/s (once)");
-    for (const bool two_stage : {true, false}) {
+    for (const auto& [two_stage, form] : {std::pair<bool, int>{true, 0}, {false, 0}, {true, 3}}) {
       BackendOptions dbo;
       dbo.device_dsa_two_stage_topk = two_stage;
+      dbo.device_dsa_scores = form;
       std::unique_ptr<Backend> db = Must(CreateBackend(BackendKind::kCuda, dbo), "the CUDA backend");
       for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
         for (int64_t ctx : {32768, 131072}) {
@@ -541,8 +543,8 @@ int Main() {
             db->DsaSelect(q, w, store->view(), 0, batch, IH, ID, L + R, 0.088f, top_k, selected);
           });
           const double key_bw = static_cast<double>(ctx * ID * (codec == kKvCodecFp8 ? 1 : 2)) / t;
-          std::printf("%-7s %6s %8lld %10.3f %22.0f   (%.0f%% of the copy bandwidth)\n",
-                      two_stage ? "2-stage" : "1-block", codec == kKvCodecFp8 ? "FP8" : "BF16",
+          std::printf("%-8s %6s %8lld %10.3f %22.0f   (%.0f%% of the copy bandwidth)\n",
+                      form == 3 ? "mma 2-st" : two_stage ? "2-stage" : "1-block", codec == kKvCodecFp8 ? "FP8" : "BF16",
                       static_cast<long long>(ctx), t * 1e3, key_bw / 1e9, 100.0 * key_bw / copy_bw);
         }
       }
@@ -551,18 +553,19 @@ int Main() {
 
   // The DSA indexer over a prompt of T tokens in one pass (GLM-5's shapes; the tokens past the
   // first top_k score every position of their causal context): each scoring kernel of
-  // BackendOptions::device_dsa_scores, scores and selection together. GFLOP/s counts 2 x heads x
-  // head_dim a scored (token, position), against the staged kernel.
+  // BackendOptions::device_dsa_scores (mma: the tensor cores, the query in three bfloat16 parts),
+  // scores and selection together. GFLOP/s counts 2 x heads x head_dim a scored (token, position)
+  // (the tensor cores' three parts not counted), against the staged kernel.
   {
     const int64_t IH = 32, ID = 128, top_k = 2048;
     std::printf("\nDSA indexer over a prompt of T tokens, %lld heads x %lld, top %lld\n%-10s %6s %6s %10s %10s %10s\n",
                 static_cast<long long>(IH), static_cast<long long>(ID), static_cast<long long>(top_k), "scores", "KV",
                 "T", "ms", "GFLOP/s", "vs staged");
-    const char* names[] = {"tiled", "staged", "thread"};
+    const char* names[] = {"tiled", "staged", "thread", "mma"};
     for (const uint32_t codec : {kKvCodecBf16, kKvCodecFp8}) {
       for (const int64_t T : {4096, 8192}) {
-        double times[3] = {0, 0, 0};
-        for (const int form : {1, 0, 2}) {
+        double times[4] = {0, 0, 0, 0};
+        for (const int form : {1, 0, 3, 2}) {
           BackendOptions bo;
           bo.device_dsa_scores = form;
           std::unique_ptr<Backend> db = Must(CreateBackend(BackendKind::kCuda, bo), "the CUDA backend");

@@ -14,7 +14,15 @@
 #include "gtest/gtest.h"
 #include "src/quant/kv_codec.h"
 #include "tests/cuda_emulation/cuda_emulation.h"
+#include "tests/cuda_emulation/fragment_emulation.h"
 #include "kernels/kv_kernels.cuh"
+
+namespace llmrt::cuda::dsa {
+inline void Mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emulation::Mma16816Bf16(d, a, b0, b1); }
+using emulation::LdMatrix4;
+}  // namespace llmrt::cuda::dsa
+
+#include "kernels/dsa_mma_kernels.cuh"
 
 namespace llmrt::cuda {
 namespace {
@@ -164,6 +172,70 @@ TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
   }
 }
 
+// The tensor-core kernel's score of one position (DsaScoreMmaKernel's arithmetic written out):
+// the query's three bfloat16 parts; the key's bfloat16 values (the row's BF16 values or FP8
+// codes; fresh: the fresh row's values) with each group's scale (fresh rows: 1); per head, per
+// group, one fma chain over 16-column steps, each step part 0, 1, 2 over its columns in order (the
+// MMAs' order in the emulation), folded as acc = fma(sum, scale, acc); then per lane g (heads
+// 16 mi + g + 8 hi in order) the rounded w * dot sums, and the butterfly over the 8 lanes.
+float MmaScore(const Cache& cache, const dsa::KeyGroups& groups, const uint8_t* row, const float* fresh_key,
+               float layer_scale, const float* q, const float* w, int64_t heads, int64_t hd, float key_scale) {
+  const int tiles = dsa::DsaMmaTiles(heads), M = 16 * tiles;
+  const int64_t kp = dsa::DsaMmaKp(hd);
+  std::vector<float> key(static_cast<size_t>(kp), 0.0f), scale(static_cast<size_t>(groups.count), 1.0f);
+  for (int gi = 0, c = 0; gi < groups.count; ++gi) {
+    if (fresh_key == nullptr && groups.scale[gi] >= -1) {
+      scale[gi] = groups.scale[gi] == -1 ? layer_scale
+                                         : reinterpret_cast<const float*>(row + cache.layout.scale_offset)[groups.scale[gi]];
+    }
+    for (; c < groups.end[gi]; ++c) {
+      const int64_t j = c - (gi > 0 ? groups.end[gi - 1] : 0);
+      if (fresh_key != nullptr) {
+        key[c] = fresh_key[c];
+      } else if (groups.bf16[gi]) {
+        uint16_t v;
+        std::memcpy(&v, row + groups.offset[gi] + 2 * j, 2);
+        key[c] = Bf16ToF32(v);
+      } else {
+        key[c] = Fp8E4M3::ToFloat(row[groups.offset[gi] + j]);
+      }
+    }
+  }
+  std::vector<float> acc(static_cast<size_t>(M), 0.0f);
+  for (int h = 0; h < M; ++h) {
+    float parts[3][dsa::kMaxMmaHeadDim] = {};
+    for (int64_t c = 0; c < hd; ++c) {
+      const float v = h < heads ? q[h * hd + c] : 0.0f;
+      parts[0][c] = Bf16ToF32(F32ToBf16(v));
+      const float r1 = v - parts[0][c];
+      parts[1][c] = Bf16ToF32(F32ToBf16(r1));
+      parts[2][c] = Bf16ToF32(F32ToBf16(r1 - parts[1][c]));
+    }
+    for (int gi = 0, k0 = 0; gi < groups.count; ++gi) {
+      float part = 0.0f;
+      for (; k0 < dsa::DsaMmaKp(groups.end[gi]); k0 += 16) {
+        for (int pi = 0; pi < 3; ++pi) {
+          for (int k = k0; k < k0 + 16; ++k) part = std::fma(parts[pi][k], key[k], part);
+        }
+      }
+      acc[h] = std::fma(part, scale[gi], acc[h]);
+    }
+  }
+  float v[8];
+  for (int g = 0; g < 8; ++g) {
+    float s = 0.0f;
+    for (int mi = 0; mi < tiles; ++mi) {
+      for (int hi = 0; hi < 2; ++hi) {
+        const int h = 16 * mi + g + 8 * hi;
+        const float dot = acc[h] * key_scale;
+        if (dot > 0.0f) s += (h < heads ? w[h] : 0.0f) * dot;
+      }
+    }
+    v[g] = s;
+  }
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
 // The DSA indexer's scores over each codec's rows: I(t, p) = sum over heads of w * relu(q . k_p *
 // key_scale) as one fmaf chain per head over the columns in order, heads in order, the product
 // w * dot and the sum each rounded: equal to that reference bit for bit (the CPU backend's SIMD
@@ -177,7 +249,10 @@ TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
 // key_scale is GLM-5's 1 / sqrt(128) rounded, not a power of two.
 void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int64_t len1, bool bad_page,
                     std::mt19937& rng, bool fresh = false, bool few_blocks = false) {
-  const char* name = form == DsaScores::kTiled ? "tiled" : form == DsaScores::kStaged ? "staged" : "per-thread";
+  const char* name = form == DsaScores::kTiled          ? "tiled"
+                     : form == DsaScores::kStaged       ? "staged"
+                     : form == DsaScores::kTensorCores ? "tensor cores"
+                                                        : "per-thread";
   SCOPED_TRACE(std::string(name) + " heads " + std::to_string(heads) + " head_dim " +
                std::to_string(hd) + " contexts " + std::to_string(len0) + ", " + std::to_string(len1) +
                (bad_page ? " bad page" : "") + (fresh ? " fresh rows" : "") +
@@ -232,7 +307,21 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
                    fresh ? seq_first.data() : nullptr};
     int32_t err = 0;
     const ConstMat qm{q.data(), T, heads * hd, heads * hd}, wm{w.data(), T, heads, heads};
-    if (form == DsaScores::kTiled) {
+    dsa::KeyGroups groups;
+    if (form == DsaScores::kTensorCores) {
+      ASSERT_TRUE(dsa::MakeKeyGroups(cache.ref.row, key_offset, hd, &groups));
+      const int tiles = dsa::DsaMmaTiles(heads);
+      const auto run = [&](auto kernel) {
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, dsa::kMmaPositions), 1}, dsa::kMmaThreads,
+                           static_cast<size_t>(dsa::DsaMmaBytes(tiles, hd)), [&] {
+                             kernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, key_scale, top_k, groups,
+                                    scores.data(), &err);
+                           });
+      };
+      if (tiles == 1) run(dsa::DsaScoreMmaKernel<1>);
+      if (tiles == 2) run(dsa::DsaScoreMmaKernel<2>);
+      if (tiles == 4) run(dsa::DsaScoreMmaKernel<4>);
+    } else if (form == DsaScores::kTiled) {
       const int tile = kvk::DsaTileHeads(heads);
       ASSERT_NE(tile, 0);
       const auto run = [&](auto kernel, int per) {
@@ -275,11 +364,18 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
           for (int64_t i = 0; i < hd; ++i) k[i] = Bf16ToF32(cache.fresh[fr * W + key_offset + i]);
         }
         float want = 0.0f;
-        for (int64_t h = 0; h < heads; ++h) {
-          float d = 0.0f;
-          for (int64_t i = 0; i < hd; ++i) d = std::fma(q[(t * heads + h) * hd + i], k[i], d);
-          const float dot = d * key_scale;
-          if (dot > 0.0f) want += w[t * heads + h] * dot;
+        if (form == DsaScores::kTensorCores) {
+          const int32_t slot = ids[page_start[sq] + p / page_size] * page_size + p % page_size;
+          want = MmaScore(cache, groups, cache.Row(layer, slot), fresh_row(sq, p) >= 0 ? k.data() : nullptr,
+                          cache.layer_scales[layer], q.data() + t * heads * hd, w.data() + t * heads, heads, hd,
+                          key_scale);
+        } else {
+          for (int64_t h = 0; h < heads; ++h) {
+            float d = 0.0f;
+            for (int64_t i = 0; i < hd; ++i) d = std::fma(q[(t * heads + h) * hd + i], k[i], d);
+            const float dot = d * key_scale;
+            if (dot > 0.0f) want += w[t * heads + h] * dot;
+          }
         }
         EXPECT_EQ(scores[t * max_ctx + p], want == 0.0f ? 0.0f : want) << "token " << t << " position " << p;
       }
@@ -407,6 +503,61 @@ TEST(KvKernelsEmulated, DsaScoresAreOneFmaChainPerHead) {
   CheckDsaScores(DsaScores::kTiled, 32, 40, 300, 517, false, rng, /*fresh=*/true, /*few_blocks=*/true);
   CheckDsaScores(DsaScores::kTiled, 32, 128, 100, 270, true, rng, /*fresh=*/false, /*few_blocks=*/true);
   CheckDsaScores(DsaScores::kTiled, 12, 33, 9, 300, true, rng, /*fresh=*/false, /*few_blocks=*/true);
+}
+
+// The tensor-core scores (DsaScoreMmaKernel) over each codec's rows, bit for bit against their
+// arithmetic written out (MmaScore): GLM-5's 32 heads of 128 (the tiled codec's index key in two
+// tiles of 64: two scale groups), 64 heads over a partial 16-column step (40), heads that leave
+// part of an m16 tile unused (17, 12) with a page out of range, an odd head dimension (33: a
+// pair of columns half past it), and the phase policy's fresh rows.
+TEST(KvKernelsEmulated, DsaScoresOnTheTensorCores) {
+  std::mt19937 rng(104);
+  CheckDsaScores(DsaScores::kTensorCores, 32, 128, 300, 517, false, rng);
+  CheckDsaScores(DsaScores::kTensorCores, 64, 40, 100, 270, false, rng);
+  CheckDsaScores(DsaScores::kTensorCores, 17, 40, 9, 300, true, rng);
+  CheckDsaScores(DsaScores::kTensorCores, 12, 33, 150, 140, true, rng);
+  CheckDsaScores(DsaScores::kTensorCores, 32, 40, 300, 517, false, rng, /*fresh=*/true);
+}
+
+// The key's scale groups the tensor-core kernel takes: flat BF16 and FP8 rows (one group: scale
+// 1, the layer's), the tiled codec's tiles where each is a whole number of 16-column steps (the
+// last may be partial), and not F32 rows, tiles of 5, a key past the row, or more than 256
+// columns.
+TEST(KvKernelsEmulated, DsaKeyGroupsForTheTensorCores) {
+  const KvCodec* bf16 = FindKvCodec(kKvCodecBf16);
+  const KvCodec* fp8 = FindKvCodec(kKvCodecFp8);
+  const KvCodec* tiled = FindKvCodec(kKvCodecFp8Tiled);
+  const KvCodec* f32 = FindKvCodec(kKvCodecF32);
+  dsa::KeyGroups g;
+  const KvRowLayout wide = tiled->Layout(Shape(136));  // index key at 80: tiles of 64 (64, 64, 8)
+  ASSERT_TRUE(dsa::MakeKeyGroups(RowRefOf(*tiled, wide), 80, 136, &g));
+  ASSERT_EQ(g.count, 3);
+  EXPECT_EQ(g.end[0], 64);
+  EXPECT_EQ(g.end[1], 128);
+  EXPECT_EQ(g.end[2], 136);
+  EXPECT_EQ(g.bf16[0], 0);
+  EXPECT_EQ(g.scale[1], g.scale[0] + 1);
+  EXPECT_EQ(g.offset[1], g.offset[0] + 64);
+  // The rope key and the index key together: a BF16 group of 16, then the tiles.
+  ASSERT_TRUE(dsa::MakeKeyGroups(RowRefOf(*tiled, wide), 64, 80, &g));
+  ASSERT_EQ(g.count, 2);
+  EXPECT_EQ(g.end[0], 16);
+  EXPECT_EQ(g.bf16[0], 1);
+  EXPECT_EQ(g.scale[0], -2);
+  EXPECT_EQ(g.end[1], 80);
+  const KvRowLayout narrow = tiled->Layout(Shape(12));  // tiles of 5
+  EXPECT_FALSE(dsa::MakeKeyGroups(RowRefOf(*tiled, narrow), 80, 12, &g));
+  EXPECT_FALSE(dsa::MakeKeyGroups(RowRefOf(*tiled, wide), 80, 137, &g)) << "past the row";
+  const KvRowLayout flat = bf16->Layout(Shape(12));
+  ASSERT_TRUE(dsa::MakeKeyGroups(RowRefOf(*bf16, flat), 80, 12, &g));
+  EXPECT_EQ(g.count, 1);
+  EXPECT_EQ(g.offset[0], 160);
+  EXPECT_EQ(g.scale[0], -2);
+  ASSERT_TRUE(dsa::MakeKeyGroups(RowRefOf(*fp8, fp8->Layout(Shape(12))), 80, 12, &g));
+  EXPECT_EQ(g.offset[0], 80);
+  EXPECT_EQ(g.scale[0], -1);
+  EXPECT_FALSE(dsa::MakeKeyGroups(RowRefOf(*f32, f32->Layout(Shape(12))), 80, 12, &g));
+  EXPECT_FALSE(dsa::MakeKeyGroups(RowRefOf(*bf16, flat), 0, 257, &g));
 }
 
 }  // namespace

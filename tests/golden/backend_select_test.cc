@@ -167,7 +167,10 @@ INSTANTIATE_TEST_SUITE_P(, CudaMatchesCpu,
 // absorbed) rounds the query, the expanded
 // keys and values and the probabilities to bfloat16, a perturbation of tc-bf16's size, under the
 // same rules; so does GQA's prefill on FlashAttention tiles (LLMRT_CUDA_GQA_PREFILL=2: the query,
-// keys, values and probabilities as bfloat16; MLA models: no GQA, no change).
+// keys, values and probabilities as bfloat16; MLA models: no GQA, no change). The DSA indexer's
+// tensor-core scores (LLMRT_CUDA_DSA_SCORES=mma: within float32's bound of the default kernel's,
+// in another order, so a near tie may select otherwise) run under the same rules (models
+// without DSA: no indexer, no change).
 TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
   const std::string dir = TestData(GetParam().dir);
   if (!CudaRuns(dir)) GTEST_SKIP() << "no CUDA device here: the CUDA backend is LLM_ERR_UNSUPPORTED";
@@ -184,7 +187,8 @@ TEST_P(CudaMatchesCpu, EveryAttentionKernel) {
       {"LLMRT_CUDA_ATTENTION", "tc-bf16"},
       {"LLMRT_CUDA_ATTENTION", "wgmma"},  // these models' latents run tc-bf16
       {"LLMRT_CUDA_MLA_PREFILL", "2"},    // every prompt's prefill expanded (GQA: no MLA, no change)
-      {"LLMRT_CUDA_GQA_PREFILL", "2"}};   // every GQA prompt's prefill on FlashAttention tiles
+      {"LLMRT_CUDA_GQA_PREFILL", "2"},    // every GQA prompt's prefill on FlashAttention tiles
+      {"LLMRT_CUDA_DSA_SCORES", "mma"}};  // the DSA indexer's scores on the tensor cores
   for (const auto& [name, value] : settings) {
     setenv(name, value, 1);
     const std::vector<RunOutput> gpu = RunBatch(dir, prompts, cuda_cfg);
@@ -236,12 +240,13 @@ TEST_P(CudaMatchesCpu, AttentionStagesAreBitIdentical) {
 
 // A value the runtime does not know (LLMRT_CUDA_ATTENTION, LLMRT_CUDA_ATTENTION_STAGES,
 // LLMRT_CUDA_MOE, LLMRT_CUDA_MOE_TILE, LLMRT_CUDA_QUANT, LLMRT_CUDA_MLA_PREFILL,
-// LLMRT_CUDA_GQA_PREFILL) is refused at creation, naming the variable, whichever backend runs.
+// LLMRT_CUDA_GQA_PREFILL, LLMRT_CUDA_DSA_SCORES) is refused at creation, naming the variable, whichever backend runs.
 TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   const std::pair<const char*, const char*> settings[] = {{"LLMRT_CUDA_ATTENTION", "flash"},
                                                           {"LLMRT_CUDA_ATTENTION_STAGES", "3"},
                                                           {"LLMRT_CUDA_MOE", "cutlass"},
                                                           {"LLMRT_CUDA_MOE_TILE", "48"},
+                                                          {"LLMRT_CUDA_DSA_SCORES", "fast"},
                                                           {"LLMRT_CUDA_GQA_PREFILL", "fast"},
                                                           {"LLMRT_CUDA_GQA_PREFILL", "0"},
                                                           {"LLMRT_CUDA_QUANT", "marlin"},
@@ -263,8 +268,8 @@ TEST(BackendSelect, UnknownAttentionKernelIsRefused) {
   }
 }
 
-// Every kernel LLMRT_CUDA_ATTENTION and LLMRT_CUDA_MOE name, and every LLMRT_CUDA_MLA_PREFILL and
-// LLMRT_CUDA_GQA_PREFILL form, is accepted at creation whichever backend runs (on the CPU it
+// Every kernel LLMRT_CUDA_ATTENTION, LLMRT_CUDA_MOE and LLMRT_CUDA_DSA_SCORES name, and every
+// LLMRT_CUDA_MLA_PREFILL and LLMRT_CUDA_GQA_PREFILL form, is accepted at creation whichever backend runs (on the CPU it
 // changes nothing: the same tokens as without it).
 TEST(BackendSelect, KnownAttentionKernelsAreAccepted) {
   const std::string dir = TestData("tiny_glm4_moe");
@@ -277,7 +282,8 @@ TEST(BackendSelect, KnownAttentionKernelsAreAccepted) {
       {"LLMRT_CUDA_ATTENTION", {"tc", "tc-bf16", "wgmma", "scalar"}},
       {"LLMRT_CUDA_MLA_PREFILL", {"absorbed", "expanded", "1", "4096"}},
       {"LLMRT_CUDA_GQA_PREFILL", {"tokens", "flash", "1", "4096"}},
-      {"LLMRT_CUDA_MOE", {"mma", "wgmma", "gemv"}}};
+      {"LLMRT_CUDA_MOE", {"mma", "wgmma", "gemv"}},
+      {"LLMRT_CUDA_DSA_SCORES", {"tiled", "staged", "thread", "mma"}}};
   for (const auto& [name, values] : settings) {
     for (const char* value : values) {
       setenv(name, value, 1);

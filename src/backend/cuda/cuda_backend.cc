@@ -83,9 +83,9 @@ absl::Status CudaBackend::Init() {
     return absl::InvalidArgumentError(absl::StrCat("BackendOptions::device_moe_tile_rows ", moe_tile_rows_,
                                                    ": expected 0 (by the rows an expert gets), 32, 64 or 128"));
   }
-  if (dsa_scores_ < 0 || dsa_scores_ > static_cast<int>(cuda::DsaScores::kThread)) {
+  if (dsa_scores_ < 0 || dsa_scores_ > static_cast<int>(cuda::DsaScores::kTensorCores)) {
     return absl::InvalidArgumentError(absl::StrCat("BackendOptions::device_dsa_scores ", dsa_scores_,
-                                                   ": expected 0 (tiled), 1 (staged) or 2 (one thread a position)"));
+                                                   ": expected 0 (tiled), 1 (staged), 2 (one thread a position) or 3 (tensor cores)"));
   }
   LLMRT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
   cudaStream_t s = nullptr;
