@@ -99,6 +99,21 @@ __host__ __device__ inline bool MakeKeyGroups(const KvRowRef& r, int64_t key_off
   return true;
 }
 
+// v as three bfloat16 parts whose sum is v: exactly for |v| >= 2^-110 (below, within 2^-134),
+// the top part v rounded to bfloat16, each next part the rest rounded. A finite v that would
+// round past bfloat16's largest value takes that value as its top part (the rest is exact); an
+// infinity or NaN is the top part alone.
+__host__ __device__ inline void SplitBf16x3(float v, uint16_t* p0, uint16_t* p1, uint16_t* p2) {
+  constexpr uint16_t kLargest = 0x7f7f;  // bfloat16's largest finite value, 0x1.fep127
+  *p0 = F32ToBf16(v);
+  *p1 = *p2 = 0;
+  if (!(v - v == 0.0f)) return;  // an infinity or NaN: the top part alone
+  if ((*p0 & 0x7f80u) == 0x7f80u) *p0 = static_cast<uint16_t>(kLargest | (*p0 & 0x8000u));  // past the largest
+  const float r1 = v - Bf16ToF32(*p0);
+  *p1 = F32ToBf16(r1);
+  *p2 = F32ToBf16(r1 - Bf16ToF32(*p1));
+}
+
 __host__ __device__ constexpr int64_t DsaMmaKp(int64_t head_dim) { return (head_dim + 15) / 16 * 16; }
 __host__ __device__ constexpr int64_t DsaMmaStride(int64_t head_dim) { return DsaMmaKp(head_dim) + 8; }
 // Dynamic shared memory of the instance with m_tiles m16 tiles of heads.
@@ -125,7 +140,10 @@ __global__ void __launch_bounds__(kMmaThreads) DsaScoreMmaKernel(ConstMat q, Con
   const int64_t t = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kMmaPositions);
   const int64_t ctx = b.token_ctx[t];
   if (ctx <= top_k || p0 >= ctx || p0 >= b.max_ctx) return;  // uniform over the block
-  const int64_t n = ctx - p0 < kMmaPositions ? ctx - p0 : kMmaPositions;  // this block's positions
+  // This block's positions (a context past the scores' bound is scored up to the bound: the
+  // top-k reports it).
+  const int64_t end = ctx < b.max_ctx ? ctx : b.max_ctx;
+  const int64_t n = end - p0 < kMmaPositions ? end - p0 : kMmaPositions;
   const int kp = static_cast<int>(DsaMmaKp(head_dim)), stride = kp + 8;
   uint16_t* const qs = DynamicShared<uint16_t>();           // [3][kM][stride]
   uint16_t* const ks = qs + 3 * kM * stride;               // [kMmaPositions][stride]
@@ -160,42 +178,49 @@ __global__ void __launch_bounds__(kMmaThreads) DsaScoreMmaKernel(ConstMat q, Con
   for (int i = x; i < kM * kp; i += kMmaThreads) {
     const int h = i / kp, c = i % kp;
     const float v = h < heads && c < head_dim ? qt[h * head_dim + c] : 0.0f;
-    const uint16_t p0b = ToBf16Bits(v);
-    const float r1 = v - Bf16Bits(p0b);
-    const uint16_t p1b = ToBf16Bits(r1);
-    const uint16_t p2b = ToBf16Bits(r1 - Bf16Bits(p1b));
+    uint16_t p0b, p1b, p2b;
+    SplitBf16x3(v, &p0b, &p1b, &p2b);
     qs[(0 * kM + h) * stride + c] = p0b;
     qs[(1 * kM + h) * stride + c] = p1b;
     qs[(2 * kM + h) * stride + c] = p2b;
   }
   for (int h = x; h < kM; h += kMmaThreads) ws[h] = h < heads ? w.data[t * w.ld + h] : 0.0f;
   __syncthreads();  // the rows are found
-  // The key rows as bfloat16, a row over a warp's lanes (two columns a lane a load): the values
-  // of BF16 groups as stored, FP8 codes exactly; zeros for missing rows and past the head
-  // dimension.
-  for (int r = warp; r < kMmaPositions; r += kMmaWarps) {
-    const uint8_t* row = rows[r];
-    const bool fr = fresh[r] != 0;
-    for (int c = 2 * lane; c < kp; c += 64) {
-      uint32_t pair = 0;
-      if (row != nullptr && c < head_dim) {
-        if (fr) {
-          const uint16_t* v = reinterpret_cast<const uint16_t*>(row) + key_offset + c;
-          pair = v[0] | (c + 1 < head_dim ? static_cast<uint32_t>(v[1]) << 16 : 0u);
+  // The key rows as bfloat16, a row over a warp's lanes (two columns a lane a load, the column's
+  // group found once), kStageBatch rows a warp at a time so that their loads are in flight
+  // together: the values of BF16 groups and fresh rows as stored, FP8 codes exactly; zeros for
+  // missing rows and past the head dimension. (Group boundaries are even: a lane's two columns
+  // share a group.)
+  constexpr int kStageBatch = 8;
+  for (int c = 2 * lane; c < kp; c += 64) {
+    int gi = 0;
+    while (gi + 1 < groups.count && groups.end[gi] <= c) ++gi;
+    const int64_t at = groups.offset[gi] + (c - (gi > 0 ? groups.end[gi - 1] : 0)) * (groups.bf16[gi] ? 2 : 1);
+    const bool bf16 = groups.bf16[gi] != 0, in = c < head_dim, second = c + 1 < head_dim;
+    for (int r0 = warp; r0 < kMmaPositions; r0 += kMmaWarps * kStageBatch) {
+      uint32_t v[kStageBatch];
+      bool codes[kStageBatch];
+#pragma unroll
+      for (int u = 0; u < kStageBatch; ++u) {
+        const int r = r0 + u * kMmaWarps;
+        const uint8_t* row = rows[r];
+        const bool fr = fresh[r] != 0;
+        v[u] = 0;
+        codes[u] = false;
+        if (row == nullptr || !in) continue;
+        if (fr || bf16) {
+          const uint16_t* e = fr ? reinterpret_cast<const uint16_t*>(row) + key_offset + c
+                                 : reinterpret_cast<const uint16_t*>(row + at);
+          v[u] = e[0] | (second ? static_cast<uint32_t>(e[1]) << 16 : 0u);
         } else {
-          int gi = 0;
-          while (groups.end[gi] <= c) ++gi;  // (boundaries are even: both columns in one group)
-          const int64_t start = gi > 0 ? groups.end[gi - 1] : 0, j = c - start;
-          const uint8_t* at = row + groups.offset[gi];
-          if (groups.bf16[gi]) {
-            const uint16_t* v = reinterpret_cast<const uint16_t*>(at) + j;
-            pair = v[0] | (c + 1 < head_dim ? static_cast<uint32_t>(v[1]) << 16 : 0u);
-          } else {
-            pair = Fp8PairToBf16(at[j] | (c + 1 < head_dim ? static_cast<uint32_t>(at[j + 1]) << 8 : 0u));
-          }
+          v[u] = row[at] | (second ? static_cast<uint32_t>(row[at + 1]) << 8 : 0u);
+          codes[u] = true;
         }
       }
-      *reinterpret_cast<uint32_t*>(ks + r * stride + c) = pair;
+#pragma unroll
+      for (int u = 0; u < kStageBatch; ++u) {
+        *reinterpret_cast<uint32_t*>(ks + (r0 + u * kMmaWarps) * stride + c) = codes[u] ? Fp8PairToBf16(v[u]) : v[u];
+      }
     }
   }
   __syncthreads();

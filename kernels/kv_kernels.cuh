@@ -322,7 +322,10 @@ __global__ void __launch_bounds__(kDsaPositions) DsaScoreStagedKernel(ConstMat q
   const int64_t t = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kDsaPositions);
   const int64_t ctx = b.token_ctx[t];
   if (ctx <= top_k || p0 >= ctx || p0 >= b.max_ctx) return;  // uniform over the block
-  const int64_t n = ctx - p0 < kDsaPositions ? ctx - p0 : kDsaPositions;  // this block's positions
+  // This block's positions (a context past the scores' bound is scored up to the bound: the
+  // top-k reports it).
+  const int64_t end = ctx < b.max_ctx ? ctx : b.max_ctx;
+  const int64_t n = end - p0 < kDsaPositions ? end - p0 : kDsaPositions;
   const int64_t ks = DsaKeyStride(head_dim);
   float* qs = DynamicShared<float>();                        // [heads * head_dim]
   float* ws = qs + DsaRound4(heads * head_dim);               // [heads]
@@ -424,7 +427,8 @@ __global__ void __launch_bounds__(kDsaTileThreads) DsaScoreTiledKernel(ConstMat 
   const int64_t t = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kBlock);
   const int64_t ctx = b.token_ctx[t];
   if (ctx <= top_k || p0 >= ctx || p0 >= b.max_ctx) return;  // uniform over the block
-  const int64_t n = ctx - p0 < kBlock ? ctx - p0 : kBlock;   // this block's positions
+  const int64_t end = ctx < b.max_ctx ? ctx : b.max_ctx;     // (as DsaScoreStagedKernel)
+  const int64_t n = end - p0 < kBlock ? end - p0 : kBlock;   // this block's positions
   float* qs = DynamicShared<float>();                         // [kHeads][kDsaTileChunk]
   float* kt = qs + kHeads * kDsaTileChunk;                    // [kBlock][kDsaTileStride], 16-byte aligned
   const uint8_t** rows = reinterpret_cast<const uint8_t**>(kt + kBlock * kDsaTileStride);  // [kBlock]

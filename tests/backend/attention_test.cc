@@ -764,16 +764,17 @@ void AttentionOps::CheckDsa(const KvCodec* codec, const DsaCase& c, bool fresh, 
     for (int64_t p = 0; p < ctx; ++p) {
       const float* key = sc.read[s][p].data() + ko;
       double sum = 0, e = 0, relu_mag = 0;
+      const double terms = Di + 4;
       for (int64_t h = 0; h < Hi; ++h) {
         const float* qh = q.data() + (t * Hi + h) * Di;
         double mag = 0;
         const double dot = Dot(qh, key, Di, &mag) * key_scale;
         // Certainly negative in any float32 order: relu gives exactly 0.
-        zero[p] = zero[p] && dot + (Di + 4) * kU * mag * key_scale < 0.0;
+        zero[p] = zero[p] && dot + terms * kU * mag * key_scale < 0.0;
         const double wh = w[t * Hi + h];
         if (dot > 0) sum += wh * dot;
         relu_mag += std::fabs(wh) * std::max(dot, 0.0);
-        e += std::fabs(wh) * (Di + 4) * kU * mag * key_scale;
+        e += std::fabs(wh) * terms * kU * mag * key_scale;
       }
       score[p] = sum;
       err[p] = e + (Hi + 2) * kU * relu_mag;
@@ -809,13 +810,21 @@ std::vector<DsaCase> DsaCases() {
           {32, 7, 10, 5, 4, 2, 16, 8, false, false, true}};
 }
 
+// Cases run with a seed of their own (DsaSelect's data keep theirs): 40 heads (CUDA's
+// tensor-core scores: four m16 tiles) over an index key of 64 in tiles of 32 (two scale groups
+// under the tiled codec).
+std::vector<DsaCase> DsaManyHeadCases() { return {{64, 16, 64, 32, 32, 40, 16, 8, false, true}}; }
+constexpr uint32_t kDsaManyHeadSeed = 53;
+
 TEST_P(AttentionOps, DsaSelect) {
-  std::mt19937 rng(52);
-  for (const KvCodec* codec : KvCodecs()) {
-    for (const DsaCase& c : DsaCases()) {
-      for (bool fresh : {false, true}) {
-        if (fresh && !codec->lossy()) continue;
-        CheckDsa(codec, c, fresh, rng);
+  for (const auto& [cases, seed] : {std::pair{DsaCases(), 52u}, std::pair{DsaManyHeadCases(), kDsaManyHeadSeed}}) {
+    std::mt19937 rng(seed);
+    for (const KvCodec* codec : KvCodecs()) {
+      for (const DsaCase& c : cases) {
+        for (bool fresh : {false, true}) {
+          if (fresh && !codec->lossy()) continue;
+          CheckDsa(codec, c, fresh, rng);
+        }
       }
     }
   }
@@ -823,24 +832,29 @@ TEST_P(AttentionOps, DsaSelect) {
 
 // CUDA's DSA scoring kernels (BackendOptions::device_dsa_scores; the default, tiled in
 // registers, runs the test above): staged in shared memory, one thread a position, and the
-// tensor cores (the query in three bfloat16 parts: exact products, float32 sums, within the
-// float32 bound that decides the data; cases its shapes or scale groups do not fit fall back to
-// the tiled kernel) select alike over the same cases and data (the seed of DsaSelect, whose data
-// the CPU's run of that test shows decisive).
+// tensor cores select alike over the same cases and data (the seed of DsaSelect, whose data the
+// CPU's run of that test shows decisive by float32's bound, (head_dim + 4) u sum |q k| a dot).
+// The tensor cores' dot: the query in three bfloat16 parts, so every product is exact; each of
+// the 3 kp / 16 MMAs (kp: head_dim rounded up to 16) sums its 16 products and the accumulator
+// at once, within about 2u of their magnitude, so the dot is within (3 kp / 8) u sum |q k| plus a
+// rounding per scale group and for the scale, inside float32's bound for these head dimensions
+// (9 to 128). Cases its shapes or scale groups do not fit fall back to the tiled kernel.
 TEST_P(AttentionOps, EveryCudaDsaScoringKernelSelectsTheTopScores) {
   if (GetParam() != BackendKind::kCuda) GTEST_SKIP() << "the CUDA backend's DSA scoring kernels";
   for (const int form : {1, 2, 3}) {
     SCOPED_TRACE(::testing::Message() << "device_dsa_scores " << form);
-    std::mt19937 rng(52);
     MustOk(be().Synchronize(), "Synchronize");
     BackendOptions options;
     options.device_dsa_scores = form;
     be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
-    for (const KvCodec* codec : KvCodecs()) {
-      for (const DsaCase& c : DsaCases()) {
-        for (bool fresh : {false, true}) {
-          if (fresh && !codec->lossy()) continue;
-          CheckDsa(codec, c, fresh, rng);
+    for (const auto& [cases, seed] : {std::pair{DsaCases(), 52u}, std::pair{DsaManyHeadCases(), kDsaManyHeadSeed}}) {
+      std::mt19937 rng(seed);
+      for (const KvCodec* codec : KvCodecs()) {
+        for (const DsaCase& c : cases) {
+          for (bool fresh : {false, true}) {
+            if (fresh && !codec->lossy()) continue;
+            CheckDsa(codec, c, fresh, rng);
+          }
         }
       }
     }

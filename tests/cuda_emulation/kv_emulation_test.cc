@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -519,6 +520,116 @@ TEST(KvKernelsEmulated, DsaScoresOnTheTensorCores) {
   CheckDsaScores(DsaScores::kTensorCores, 32, 40, 300, 517, false, rng, /*fresh=*/true);
 }
 
+// A token whose context runs past the scores' bound (max_ctx; the top-k then reports the page
+// error) is scored up to the bound and no further: every score kernel leaves the next token's
+// row, and the memory past the last row, alone.
+TEST(KvKernelsEmulated, DsaScoresStopAtTheBound) {
+  std::mt19937 rng(106);
+  std::normal_distribution<float> normal;
+  const int64_t page_size = 16, layer = 1, heads = 32, hd = 16, key_offset = 80, top_k = 4, max_ctx = 200;
+  const int64_t num_pages = 20;
+  Cache cache(kKvCodecBf16, num_pages, page_size, 0, hd);
+  for (int64_t p = 0; p < num_pages * page_size; ++p) {
+    std::vector<float> x(static_cast<size_t>(cache.layout.width));
+    for (float& e : x) e = normal(rng);
+    cache.codec->EncodeRow(cache.layout, x.data(), 1.0f, const_cast<uint8_t*>(cache.Row(layer, static_cast<int32_t>(p))));
+  }
+  // Token 0 past the bound (260 positions), token 1 within top_k (not scored), token 2 past it
+  // again (the last row).
+  const std::vector<int32_t> token_seq = {0, 0, 0}, token_ctx = {260, 3, 300}, page_start = {0, num_pages};
+  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  const int64_t T = 3;
+  std::vector<float> q(static_cast<size_t>(T * heads * hd)), w(static_cast<size_t>(T * heads));
+  for (float& e : q) e = normal(rng);
+  for (float& e : w) e = std::fabs(normal(rng));
+  const BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), page_ids.data(), nullptr, T, max_ctx};
+  const ConstMat qm{q.data(), T, heads * hd, heads * hd}, wm{w.data(), T, heads, heads};
+  dsa::KeyGroups groups;
+  ASSERT_TRUE(dsa::MakeKeyGroups(cache.ref.row, key_offset, hd, &groups));
+  for (const DsaScores form : {DsaScores::kThread, DsaScores::kStaged, DsaScores::kTiled, DsaScores::kTensorCores}) {
+    SCOPED_TRACE(static_cast<int>(form));
+    std::vector<float> scores(static_cast<size_t>(T * max_ctx + 256), -3.0f);
+    int32_t err = 0;
+    float* out = scores.data();
+    switch (form) {
+      case DsaScores::kThread:
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, 128), 1}, 128, 0, [&] {
+          kvk::DsaScoreKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.25f, top_k, out, &err);
+        });
+        break;
+      case DsaScores::kStaged:
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, kvk::kDsaPositions), 1}, kvk::kDsaPositions,
+                           static_cast<size_t>(kvk::DsaStagedBytes(heads, hd)), [&] {
+                             kvk::DsaScoreStagedKernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.25f,
+                                                       top_k, out, &err);
+                           });
+        break;
+      case DsaScores::kTiled:
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, kvk::DsaTilePositions(32)), 1},
+                           kvk::kDsaTileThreads, static_cast<size_t>(kvk::DsaTiledBytes(32)), [&] {
+                             kvk::DsaScoreTiledKernel<32>(qm, wm, cache.ref, layer, batch, heads, hd, key_offset,
+                                                          0.25f, top_k, out, &err);
+                           });
+        break;
+      case DsaScores::kTensorCores:
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, dsa::kMmaPositions), 1}, dsa::kMmaThreads,
+                           static_cast<size_t>(dsa::DsaMmaBytes(2, hd)), [&] {
+                             dsa::DsaScoreMmaKernel<2>(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.25f,
+                                                       top_k, groups, out, &err);
+                           });
+        break;
+    }
+    EXPECT_EQ(err, 0);
+    for (int64_t p = 0; p < max_ctx; ++p) {
+      EXPECT_NE(scores[p], -3.0f) << "token 0 position " << p << " not scored";
+      EXPECT_EQ(scores[max_ctx + p], -3.0f) << "token 1 position " << p << " written";
+      EXPECT_NE(scores[2 * max_ctx + p], -3.0f) << "token 2 position " << p << " not scored";
+    }
+    for (int64_t i = T * max_ctx; i < static_cast<int64_t>(scores.size()); ++i) {
+      EXPECT_EQ(scores[i], -3.0f) << "written past the last row at " << i - T * max_ctx;
+    }
+  }
+}
+
+// The query's three bfloat16 parts sum to it exactly (normal values of every binade from 2^-100
+// to the top of float32's range, both signs; values that round past bfloat16's largest finite
+// value take it as their top part), an infinity or NaN is the top part alone, and zeros stay
+// zeros.
+TEST(KvKernelsEmulated, QueryPartsSumToTheQuery) {
+  std::mt19937 rng(105);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  const auto check = [](float v) {
+    uint16_t p[3];
+    dsa::SplitBf16x3(v, &p[0], &p[1], &p[2]);
+    const float a = Bf16ToF32(p[0]), b = Bf16ToF32(p[1]), c = Bf16ToF32(p[2]);
+    EXPECT_EQ((c + b) + a, v) << v;  // the sum in float32, smallest part first ...
+    EXPECT_EQ(static_cast<double>(a) + b + c, static_cast<double>(v)) << v;  // ... and exactly
+    EXPECT_TRUE(std::isfinite(a) && std::isfinite(b) && std::isfinite(c)) << v;
+  };
+  for (int e = -100; e <= 127; ++e) {
+    for (int i = 0; i < 40; ++i) {
+      const float v = std::ldexp(mant(rng), e);
+      check(v);
+      check(-v);
+    }
+  }
+  for (const float v : {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 3.3961e38f, 3.3895e38f,
+                        1.0f + 0x1p-23f, 0x1.fffffep-1f, 0x1p-100f}) {
+    check(v);
+  }
+  for (const float v : {INFINITY, -INFINITY, NAN}) {
+    uint16_t p[3];
+    dsa::SplitBf16x3(v, &p[0], &p[1], &p[2]);
+    EXPECT_EQ(p[0], F32ToBf16(v)) << v;
+    EXPECT_EQ(p[1], 0) << v;
+    EXPECT_EQ(p[2], 0) << v;
+  }
+  uint16_t p[3];
+  dsa::SplitBf16x3(0.0f, &p[0], &p[1], &p[2]);
+  EXPECT_EQ(p[0] | p[1] | p[2], 0);
+}
+
 // The key's scale groups the tensor-core kernel takes: flat BF16 and FP8 rows (one group: scale
 // 1, the layer's), the tiled codec's tiles where each is a whole number of 16-column steps (the
 // last may be partial), and not F32 rows, tiles of 5, a key past the row, or more than 256
@@ -532,6 +643,10 @@ TEST(KvKernelsEmulated, DsaKeyGroupsForTheTensorCores) {
   const KvRowLayout wide = tiled->Layout(Shape(136));  // index key at 80: tiles of 64 (64, 64, 8)
   ASSERT_TRUE(dsa::MakeKeyGroups(RowRefOf(*tiled, wide), 80, 136, &g));
   ASSERT_EQ(g.count, 3);
+  // The row: the latent's 64 codes, the rope's 16 BF16 values (bytes 64 .. 95), the index
+  // key's codes from byte 96; the latent's 2 tile scales, then the index key's.
+  EXPECT_EQ(g.offset[0], 96);
+  EXPECT_EQ(g.scale[0], 2);
   EXPECT_EQ(g.end[0], 64);
   EXPECT_EQ(g.end[1], 128);
   EXPECT_EQ(g.end[2], 136);
@@ -543,8 +658,21 @@ TEST(KvKernelsEmulated, DsaKeyGroupsForTheTensorCores) {
   ASSERT_EQ(g.count, 2);
   EXPECT_EQ(g.end[0], 16);
   EXPECT_EQ(g.bf16[0], 1);
+  EXPECT_EQ(g.offset[0], 64);
   EXPECT_EQ(g.scale[0], -2);
   EXPECT_EQ(g.end[1], 80);
+  EXPECT_EQ(g.offset[1], 96);
+  EXPECT_EQ(g.scale[1], 2);
+  // A key that starts inside a tile: its first group ends at the tile's end.
+  ASSERT_TRUE(dsa::MakeKeyGroups(RowRefOf(*tiled, wide), 96, 64, &g));
+  ASSERT_EQ(g.count, 2);
+  EXPECT_EQ(g.end[0], 48);
+  EXPECT_EQ(g.offset[0], 96 + 16);
+  EXPECT_EQ(g.scale[0], 2);
+  EXPECT_EQ(g.end[1], 64);
+  EXPECT_EQ(g.offset[1], 96 + 64);
+  EXPECT_EQ(g.scale[1], 3);
+  EXPECT_FALSE(dsa::MakeKeyGroups(RowRefOf(*tiled, wide), 88, 64, &g)) << "a tile boundary 56 columns in";
   const KvRowLayout narrow = tiled->Layout(Shape(12));  // tiles of 5
   EXPECT_FALSE(dsa::MakeKeyGroups(RowRefOf(*tiled, narrow), 80, 12, &g));
   EXPECT_FALSE(dsa::MakeKeyGroups(RowRefOf(*tiled, wide), 80, 137, &g)) << "past the row";
