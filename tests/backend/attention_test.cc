@@ -83,6 +83,7 @@ class AttentionOps : public BackendTest {
   void CheckMla(const KvCodec* codec, const MlaCase& c, bool fresh, bool sparse, std::mt19937& rng,
                 std::vector<std::pair<int64_t, int64_t>> seqs = {});
   void CheckDsa(const KvCodec* codec, const DsaCase& c, bool fresh, std::mt19937& rng);
+  void CheckEveryDsaCase();
 };
 
 // One query's softmax attention in double over `positions`: scores[i] with magnitudes mags[i]
@@ -816,7 +817,8 @@ std::vector<DsaCase> DsaCases() {
 std::vector<DsaCase> DsaManyHeadCases() { return {{64, 16, 64, 32, 32, 40, 16, 8, false, true}}; }
 constexpr uint32_t kDsaManyHeadSeed = 53;
 
-TEST_P(AttentionOps, DsaSelect) {
+// Every DSA case over every codec (fresh rows for the lossy ones), each set with its seed.
+void AttentionOps::CheckEveryDsaCase() {
   for (const auto& [cases, seed] : {std::pair{DsaCases(), 52u}, std::pair{DsaManyHeadCases(), kDsaManyHeadSeed}}) {
     std::mt19937 rng(seed);
     for (const KvCodec* codec : KvCodecs()) {
@@ -829,6 +831,8 @@ TEST_P(AttentionOps, DsaSelect) {
     }
   }
 }
+
+TEST_P(AttentionOps, DsaSelect) { CheckEveryDsaCase(); }
 
 // CUDA's DSA scoring kernels (BackendOptions::device_dsa_scores; the default, tiled in
 // registers, runs the test above): staged in shared memory, one thread a position, and the
@@ -847,17 +851,7 @@ TEST_P(AttentionOps, EveryCudaDsaScoringKernelSelectsTheTopScores) {
     BackendOptions options;
     options.device_dsa_scores = form;
     be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
-    for (const auto& [cases, seed] : {std::pair{DsaCases(), 52u}, std::pair{DsaManyHeadCases(), kDsaManyHeadSeed}}) {
-      std::mt19937 rng(seed);
-      for (const KvCodec* codec : KvCodecs()) {
-        for (const DsaCase& c : cases) {
-          for (bool fresh : {false, true}) {
-            if (fresh && !codec->lossy()) continue;
-            CheckDsa(codec, c, fresh, rng);
-          }
-        }
-      }
-    }
+    CheckEveryDsaCase();
   }
 }
 

@@ -562,6 +562,24 @@ TEST(GroupedMmaEmulated, TileRowsFollowTheRowsAnExpertGets) {
   }
 }
 
+// Three FP8 experts [N, K] in blocks of br x bc, M rows of e4m3 activations (either sign, no
+// NaN) and their scales per column block (sa[b * lda + row], lda = M + 3).
+struct Fp8MoeData {
+  std::vector<HostWeight> experts;
+  std::vector<WeightRef> refs;
+  std::vector<float> x, sa;
+  int64_t lda;
+  Fp8MoeData(int64_t N, int64_t M, int64_t K, int64_t br, int64_t bc, std::mt19937& rng) : lda(M + 3) {
+    for (int e = 0; e < 3; ++e) experts.push_back(Fp8Weight(N, K, br, bc, rng));
+    refs = RefsOf(experts);
+    x.resize(static_cast<size_t>(M * K));
+    for (float& v : x) v = EmulatedE4M3(rng() & 0xfe);
+    sa.resize(static_cast<size_t>((K + bc - 1) / bc * lda));
+    std::uniform_real_distribution<float> s(0.5f, 2.0f);
+    for (float& v : sa) v = s(rng);
+  }
+};
+
 // The FP8 policy's form: FP8 experts in 128 x 128 and 5 x 32 blocks, e4m3 activations with a scale
 // per row and column block (indexed by the activation row), several column blocks and a partial
 // last one along k; each block's sum folded with its scales, as the GEMV does. Tiles of 32 and
@@ -571,16 +589,12 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
   const int64_t N = 136, M = MmaRouting(32).M;
   for (const int64_t bc : {int64_t{128}, int64_t{32}}) {
     const int64_t K = bc == 128 ? 304 : 112, br = bc == 128 ? 128 : 5;
-    std::vector<HostWeight> experts;
-    for (int e = 0; e < 3; ++e) experts.push_back(Fp8Weight(N, K, br, bc, rng));
-    const std::vector<WeightRef> refs = RefsOf(experts);
-    std::vector<float> x(static_cast<size_t>(M * K));
-    for (float& v : x) v = EmulatedE4M3(rng() & 0xfe);  // either sign, no NaN
-    const int64_t lda = M + 3, nb = (K + bc - 1) / bc;
-    std::vector<float> sa(static_cast<size_t>(nb * lda));
-    std::uniform_real_distribution<float> s(0.5f, 2.0f);
-    for (float& v : sa) v = s(rng);
-    const ExpertTable table{refs.data(), 8};
+    const Fp8MoeData d(N, M, K, br, bc, rng);
+    const std::vector<HostWeight>& experts = d.experts;
+    const std::vector<float>& x = d.x;
+    const std::vector<float>& sa = d.sa;
+    const int64_t lda = d.lda;
+    const ExpertTable table{d.refs.data(), 8};
     std::vector<float> first;
     for (const int64_t tile_rows : {32, 64}) {
       SCOPED_TRACE(::testing::Message() << "blocks of " << br << " x " << bc << ", K " << K << ", tiles of "
@@ -616,16 +630,12 @@ TEST(GroupedWgmmaEmulated, Fp8ExpertsWithActivationScales) {
   const int64_t N = 136, M = MmaRouting(32).M;
   for (const int64_t bc : {int64_t{128}, int64_t{64}}) {
     const int64_t K = bc == 128 ? 304 : 208, br = bc == 128 ? 128 : 5;
-    std::vector<HostWeight> experts;
-    for (int e = 0; e < 3; ++e) experts.push_back(Fp8Weight(N, K, br, bc, rng));
-    const std::vector<WeightRef> refs = RefsOf(experts);
-    std::vector<float> x(static_cast<size_t>(M * K));
-    for (float& v : x) v = EmulatedE4M3(rng() & 0xfe);  // either sign, no NaN
-    const int64_t lda = M + 3, nb = (K + bc - 1) / bc;
-    std::vector<float> sa(static_cast<size_t>(nb * lda));
-    std::uniform_real_distribution<float> s(0.5f, 2.0f);
-    for (float& v : sa) v = s(rng);
-    const ExpertTable table{refs.data(), 8};
+    const Fp8MoeData d(N, M, K, br, bc, rng);
+    const std::vector<HostWeight>& experts = d.experts;
+    const std::vector<float>& x = d.x;
+    const std::vector<float>& sa = d.sa;
+    const int64_t lda = d.lda;
+    const ExpertTable table{d.refs.data(), 8};
     const MmaRouting mma_routing(32);
     std::vector<float> want(static_cast<size_t>(M * N), NAN);
     RunGroupedMma<true>(mma_routing, ConstMat{x.data(), M, K, K}, mma_routing.x_rows.data(), table, N, K,
