@@ -145,7 +145,8 @@ size_t DsaTopKCandidateBytes(int64_t tokens, int64_t max_ctx, int64_t top_k) {
 cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef batch, int64_t heads,
                             int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
                             int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s, DsaScores form,
-                            void* candidates) {
+                            void* candidates, bool* on_tensor_cores) {
+  if (on_tensor_cores != nullptr) *on_tensor_cores = false;
   if (batch.num_tokens == 0) return cudaSuccess;
   if (batch.num_tokens > INT32_MAX || (batch.max_ctx + 127) / 128 > 65535) return cudaErrorInvalidValue;
   if (batch.max_ctx > top_k) {
@@ -182,6 +183,7 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
         case 2: launched = launch_mma(dsa::DsaScoreMmaKernel<2>, 2); break;
         default: launched = launch_mma(dsa::DsaScoreMmaKernel<4>, 4); break;
       }
+      if (on_tensor_cores != nullptr) *on_tensor_cores = launched;
     }
     if (!launched && (form == DsaScores::kTiled || form == DsaScores::kTensorCores)) {
       const int tile = kvk::DsaTileHeads(heads);

@@ -574,7 +574,8 @@ size_t DsaTopKCandidateBytes(int64_t tokens, int64_t max_ctx, int64_t top_k);
 cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef batch, int64_t heads,
                             int64_t head_dim, int64_t key_offset, float key_scale, int64_t top_k, float* scores,
                             int32_t* selected, int64_t selected_ld, int32_t* err, cudaStream_t s,
-                            DsaScores form = DsaScores::kTiled, void* candidates = nullptr);
+                            DsaScores form = DsaScores::kTiled, void* candidates = nullptr,
+                            bool* on_tensor_cores = nullptr);
 
 // ---- mixture of experts (moe.cu) ----
 // noaux_tc routing from router logits [T, E] (scratch [T, E] floats for sigmoid scores).

@@ -91,8 +91,9 @@ struct BackendOptions {
   // CUDA: the most rows of one expert a tile of that tensor-core grouped GEMM takes
   // (LLMRT_CUDA_MOE_TILE in the environment: "auto", the default, or 32, 64 or 128). 0 (auto):
   // chosen per pass from the rows an expert gets on average (32 up to 32 rows, 64 up to 64, else
-  // 128), so that each expert's weights are read once per 128 rows of a prefill chunk, not once
-  // per 32. FP8 experts take at most 64. Every choice gives every row the same bits.
+  // 128; at least 64 on the warpgroup kernel, device_moe_wgmma), so that each expert's weights are
+  // read once per 128 rows of a prefill chunk, not once per 32. FP8 experts take at most 64 on the
+  // mma.sync kernel (128 on the warpgroup kernel). Every choice gives every row the same bits.
   int64_t device_moe_tile_rows = 0;
   // CUDA: whether INT4 group-scaled and FP8 block-scaled weights (plain and routed experts; FP8
   // under the exact and BF16 activation policies) run on the tensor cores (LLMRT_CUDA_QUANT in the

@@ -12,6 +12,9 @@
 #include "tests/backend/attention_scenario.h"
 #include "tests/backend/harness.h"
 #include "tests/backend/mla_reference.h"
+#ifdef LLMRT_WITH_CUDA
+#include "src/backend/cuda/cuda_backend.h"
+#endif
 
 namespace llmrt::conformance {
 namespace {
@@ -852,6 +855,16 @@ TEST_P(AttentionOps, EveryCudaDsaScoringKernelSelectsTheTopScores) {
     options.device_dsa_scores = form;
     be_ = Must(CreateBackend(GetParam(), options), "CreateBackend");
     CheckEveryDsaCase();
+#ifdef LLMRT_WITH_CUDA
+    const auto* cuda = dynamic_cast<const CudaBackend*>(&be());
+    ASSERT_NE(cuda, nullptr);
+    // (The tensor cores take the cases their shapes and scale groups fit: most of them.)
+    if (form == 3) {
+      EXPECT_GT(cuda->dsa_tensor_core_passes(), 0) << "the tensor-core scores never ran";
+    } else {
+      EXPECT_EQ(cuda->dsa_tensor_core_passes(), 0);
+    }
+#endif
   }
 }
 

@@ -151,6 +151,12 @@ class CudaBackend final : public Backend {
   // Whether a projection of the last MoeExperts ran on the warpgroup-MMA grouped GEMM
   // (BackendOptions::device_moe_wgmma where it applies).
   bool last_moe_wgmma() const { return last_moe_wgmma_; }
+  // Whether the warpgroup-MMA grouped GEMM can run here (a device of compute capability 9.0, a
+  // build with its sm_90a code), whatever the options.
+  bool moe_wgmma_available() const;
+  // DsaSelect calls whose scores ran on the tensor cores (DsaScores::kTensorCores where it
+  // applies), for tests.
+  int64_t dsa_tensor_core_passes() const { return dsa_tensor_core_passes_; }
   // GqaAttention's FlashAttention form, where BackendOptions::device_gqa_flash_min_tokens admits
   // the pass (a prefill pass, BF16 or FP8 rows, a head size with an instance, the gathered
   // contexts within kMlaExpandedMaxBytes and device memory); false, nothing enqueued, otherwise.
@@ -258,6 +264,7 @@ class CudaBackend final : public Backend {
   bool moe_mma_ = true;   // BackendOptions::device_moe_mma
   bool moe_wgmma_ = false;  // BackendOptions::device_moe_wgmma
   bool last_moe_wgmma_ = false;
+  int64_t dsa_tensor_core_passes_ = 0;
   int64_t moe_tile_rows_ = 0;  // BackendOptions::device_moe_tile_rows
   int64_t last_moe_tile_rows_ = 0;
   bool quant_mma_ = true;  // BackendOptions::device_quant_mma

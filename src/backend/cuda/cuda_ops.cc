@@ -641,11 +641,18 @@ void CudaBackend::DsaSelect(const Tensor& q, const Tensor& w, const KvCacheView&
         bytes > 0) {
       LLMRT_ASSIGN_OR_RETURN(candidates, Scratch(kScratchDsaCandidates, bytes, "DSA top-k candidates"));
     }
-    return Launched(cuda::LaunchDsaSelect(Const(q), Const(w), KvOf(cache), layer, BatchOf(batch), heads, head_dim,
-                                          key_offset, key_scale, top_k, scores, selected.data_as<int32_t>(),
-                                          selected.row_stride(), error_word_, Stream(stream_),
-                                          static_cast<cuda::DsaScores>(dsa_scores_), candidates));
+    bool tensor_cores = false;
+    const absl::Status st = Launched(cuda::LaunchDsaSelect(
+        Const(q), Const(w), KvOf(cache), layer, BatchOf(batch), heads, head_dim, key_offset, key_scale, top_k, scores,
+        selected.data_as<int32_t>(), selected.row_stride(), error_word_, Stream(stream_),
+        static_cast<cuda::DsaScores>(dsa_scores_), candidates, &tensor_cores));
+    dsa_tensor_core_passes_ += tensor_cores ? 1 : 0;
+    return st;
   });
+}
+
+bool CudaBackend::moe_wgmma_available() const {
+  return compute_capability_ == 90 && cuda::GroupedGemmWgmmaBuilt();
 }
 
 void CudaBackend::MoeRoute(const Tensor& x, const Weight& gate, const Weight& bias, const RouterParams& p,
@@ -723,7 +730,7 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     // Such a projection on Hopper's warpgroup MMAs (device_moe_wgmma, on a device of compute
     // capability 9.0 with the sm_90a code built); FP8 experts there need column blocks of whole
     // 64-column steps (else the mma.sync kernel).
-    const bool wgmma = moe_wgmma_ && compute_capability_ == 90 && cuda::GroupedGemmWgmmaBuilt();
+    const bool wgmma = moe_wgmma_ && moe_wgmma_available();
     auto takes_wgmma = [&](int j, int64_t k) {
       return wgmma && takes_mma(j, k) && (!quantizes(j) || bank.fp8_block_cols_[j] % 64 == 0);
     };
