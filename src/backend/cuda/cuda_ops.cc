@@ -736,9 +736,9 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& idx, const Tensor& w
     };
     // Rows a tile takes: 32 for every grouped kernel; where all three projections run on the
     // tensor-core kernel, up to 128 (64 for FP8 experts on the mma.sync kernel), by the rows an
-    // expert gets on average
-    // (ceil(P / min(E, P))), so that a prefill chunk reads each expert's weights once a tile of up
-    // to 128 rows. The rows' bits do not depend on it (the same MMAs over the same steps of k).
+    // expert gets on average (ceil(P / min(E, P))), so that a prefill chunk reads each expert's
+    // weights once a tile of up to 128 rows. The rows' bits do not depend on it (the same MMAs over
+    // the same steps of k).
     int64_t tile_rows = cuda::kGemmTileRows;
     if (takes_mma(0, H) && takes_mma(1, H) && takes_mma(2, I)) {
       // (The warpgroup kernel's MMAs take 64 rows: by default its tiles take at least that many;
