@@ -369,6 +369,16 @@ void RunGroupedMma(const MmaRouting& routing, const ConstMat& x, const int32_t* 
   });
 }
 
+// Three BF16 experts [N, K] (random values) and their weight references.
+struct Bf16Experts {
+  std::vector<HostWeight> experts;
+  std::vector<WeightRef> refs;
+  Bf16Experts(int64_t N, int64_t K, std::mt19937& rng) {
+    for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
+    refs = RefsOf(experts);
+  }
+};
+
 // The grouped kernels' arithmetic in the emulation: each output one fma chain over k in order
 // (an MMA's 16 slots are 16 consecutive columns, the steps go in order; the zeros past K add
 // nothing). x: rows of ld values, gathered through routing.x_rows or in place.
@@ -447,10 +457,9 @@ TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
   // (ld K + 16), gathered and in place. K of 10 steps (the stages reused, the last partial):
   // gathered rows of K + 16, in every order of copies and warps.
   for (const int64_t K : {int64_t{88}, int64_t{296}}) {
-    std::vector<HostWeight> experts;
-    for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
-    const std::vector<WeightRef> refs = RefsOf(experts);
-    const ExpertTable table{refs.data(), 16};
+    const Bf16Experts bank(N, K, rng);
+    const std::vector<HostWeight>& experts = bank.experts;
+    const ExpertTable table{bank.refs.data(), 16};
     const bool orders = K > 88;
     for (const int64_t ld : {K, K + 16}) {
       if (orders && ld == K) continue;
@@ -498,10 +507,9 @@ TEST(GroupedWgmmaEmulated, TilesTimesTheirExpertsOnWarpgroupMmas) {
   std::normal_distribution<float> normal;
   const int64_t N = 136, M = MmaRouting(32).M;
   for (const int64_t K : {int64_t{88}, int64_t{296}}) {
-    std::vector<HostWeight> experts;
-    for (int e = 0; e < 3; ++e) experts.push_back(DenseWeight(N, K, 16, rng));
-    const std::vector<WeightRef> refs = RefsOf(experts);
-    const ExpertTable table{refs.data(), 16};
+    const Bf16Experts bank(N, K, rng);
+    const std::vector<HostWeight>& experts = bank.experts;
+    const ExpertTable table{bank.refs.data(), 16};
     const bool orders = K > 88;
     const int64_t ld = K + 16;
     std::vector<float> x(static_cast<size_t>(M * ld));
