@@ -6,7 +6,7 @@
 // kernels/wgmma.cuh and kernels/async_copy.cuh) and on the host in tests/cuda_emulation/ (where
 // the warpgroup MMAs are computed from the PTX ISA's descriptor, swizzle and fragment rules, and
 // cp.async lands as late or as early as the PTX allows). The includer provides, in namespace
-// llmrt::cuda::wg: kHaveWgmma, WgShared(), SharedAddress(p), WgFence(), WgCommit(), WgWaitAll(),
+// llmrt::cuda::wg: kHaveWgmma, WgShared(), SharedAddress(p), WgFence(), WgCommit(), WgWait<N>(),
 // FenceProxyAsync(), FenceOperands(r), MmaM64N128(d, a, b, accumulate) (m64n128k16, A and B
 // K-major), CpAsync16(dst, src), CpAsyncCommit(), CpAsyncWaitGroup<N>().
 //
@@ -24,13 +24,19 @@
 //                  block's 256 (tiles of up to 64 rows, decode's included: a tile's weights are
 //                  read once per 256 columns, with 3 stages of 32 KiB of BF16 weights in flight).
 // Along k the block runs a pipeline of kStages stages of 64 columns (one 128-byte swizzled row
-// per tile row and weight row), copied global -> shared by cp.async kStages - 1 steps ahead;
-// pieces past the tile's rows, N or K are stored as zeros. Per step each warpgroup whose rows
-// hold any of the tile's issues 4 m64n128k16 MMAs into 64 float32 accumulators a thread and waits
-// for them before the next step's barrier (the stage they read is then free for the copies).
+// per tile row and weight row), copied global -> shared by cp.async kAhead steps ahead; pieces
+// past the tile's rows, N or K are stored as zeros. Per step each warpgroup whose rows hold any
+// of the tile's issues 4 m64n128k16 MMAs into 64 float32 accumulators a thread and commits them
+// as a group. Where two blocks share a multiprocessor (BF16, tiles of 128) it waits for them
+// before the next step's barrier and the other block's MMAs fill the gap; where one block holds
+// it, it leaves them in flight into the next step (wgmma.wait_group 1 after the commit: the step
+// before is complete), so the tensor cores run one step's MMAs while the threads wait for the
+// next step's copies, widen FP8 codes and meet at the barrier, and a stage is rewritten two steps
+// after its MMAs were issued (the barrier between proves every warpgroup completed them).
 // FP8 weights are staged as their codes and widened by the thread that copied them into one of
-// two swizzled bfloat16 tiles (alternate steps), before the step's barrier; the MMAs sum each
-// column block on its own and the block's sums are folded with the scales at its end.
+// three swizzled bfloat16 tiles in turn (two without MMAs in flight), before the step's barrier;
+// the MMAs sum each column block on its own and the block's sums (complete: wait_group 0 before
+// the next block's first MMAs) are folded with the scales.
 //
 // Numerics: every output is a float32 sum of exact products (bfloat16 times bfloat16; FP8: per
 // column block, folded as the mma.sync kernel folds them), the same
@@ -65,16 +71,24 @@ struct WgShape {
   static constexpr int kWgM = kTileRows / 64;         // warpgroups along the rows
   static constexpr int kWgN = 2 / kWgM;               // along the columns
   static constexpr int kCols = kWgCols * kWgN;        // a block's columns
-  static constexpr int kStages = kTileRows == 64 || kFp8 ? 4 : 3;
+  // Blocks a multiprocessor holds: FP8's block sums double the accumulators.
+  static constexpr int kMinBlocks = kTileRows == 128 && !kFp8 ? 2 : 1;
+  // MMA groups a warpgroup leaves in flight into the next step: 1 where one block holds the
+  // multiprocessor (its MMAs then run while the threads wait for the next step's copies, widen
+  // its codes and meet at its barrier), 0 where two blocks take turns on the tensor cores.
+  static constexpr int kInFlight = kMinBlocks == 1 ? 1 : 0;
+  static constexpr int kStages = kInFlight == 1 ? 5 : 3;
+  // Steps the copies run ahead: a stage is rewritten once every warpgroup's MMAs on it completed.
+  static constexpr int kAhead = kStages - 1 - kInFlight;
   static constexpr int kXBytes = kTileRows * 128;
   static constexpr int kWRow = kFp8 ? 64 : 128;       // a staged weight row's bytes
   static constexpr int kStageBytes = kXBytes + kCols * kWRow;
   static constexpr int kWideBytes = kFp8 ? kCols * 128 : 0;
-  static constexpr int kBytes = kStages * kStageBytes + 2 * kWideBytes;
+  static constexpr int kWideTiles = 2 + kInFlight;    // FP8: widened tiles in turn
+  static constexpr int kBytes = kStages * kStageBytes + (kFp8 ? kWideTiles * kWideBytes : 0);
   static constexpr int kXLoads = kTileRows * 8 / kThreads;         // 16-byte pieces a thread copies a step
   static constexpr int kWLoads = kCols * (kWRow / 16) / kThreads;
-  // Blocks a multiprocessor holds: FP8's block sums double the accumulators.
-  static constexpr int kMinBlocks = kTileRows == 128 && !kFp8 ? 2 : 1;
+  static_assert(kBytes <= 227 * 1024, "a block's shared memory on a device of compute capability 9.0");
   static_assert(kStageBytes % 1024 == 0 && kXBytes % 1024 == 0, "parts start swizzle patterns");
 };
 
@@ -203,61 +217,80 @@ __global__ void __launch_bounds__(kThreads, (WgShape<kTileRows, kFp8>::kMinBlock
 #pragma unroll
   for (int i = 0; i < (kFp8 ? 64 : 1); ++i) part[i] = 0.0f;
   const int64_t block_cols = kFp8 ? wr.block_cols : K;
+  // FP8: column block kb's sums (complete) folded with the weight's and the rows' scales.
+  const auto fold = [&](int64_t kb) {
+    const int64_t nbc = (K + block_cols - 1) / block_cols;
+    const float* wsc = static_cast<const float*>(wr.scales);
+    float sa[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wr0 + 16 * warp + g + 8 * h;
+      sa[h] = 0.0f;
+      if (r < rows) {
+        const int64_t m = r0 + r;
+        sa[h] = act.data[kb * act.ld + (x_rows != nullptr ? x_rows[m] : m)];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int64_t n = n0 + wc0 + 8 * (i >> 2) + 2 * c + (i & 1);
+      const float sw = n < N ? wsc[(n / wr.block_rows) * nbc + kb] : 0.0f;
+      acc[i] = fmaf(part[i], sw * sa[(i >> 1) & 1], acc[i]);
+    }
+  };
   const bool live = rows > wr0;  // the same for the warpgroup's threads
   const int64_t steps = (K + kStep - 1) / kStep;
+  // FP8: the column block of the current step and the step's columns into it (kept as counters:
+  // no division, and no branch between the fence and the MMAs, where ptxas would have to wait
+  // for the MMAs in flight).
+  int64_t kb = 0, in_block = 0;
 #pragma unroll
-  for (int st = 0; st < S::kStages - 1; ++st) {
+  for (int st = 0; st < S::kAhead; ++st) {
     if (st < steps) issue(st, st);
     CpAsyncCommit();
   }
   for (int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step % S::kStages);
-    CpAsyncWaitGroup<S::kStages - 2>();  // this thread's copies of `step` have landed
-    // FP8: its codes widened into the wide tile of this step's parity (last read by step - 2's
-    // MMAs, which every warpgroup waited for before the previous barrier).
-    if constexpr (kFp8) widen(stage, static_cast<int>(step & 1));
-    FenceProxyAsync();                   // its copies, zero pieces and widened codes, for the MMAs
-    __syncthreads();                     // everyone's; every warpgroup is done with step - 1's stage
-    if (step + S::kStages - 1 < steps) issue(step + S::kStages - 1, static_cast<int>((step + S::kStages - 1) % S::kStages));
+    const int wide = static_cast<int>(step % S::kWideTiles);
+    CpAsyncWaitGroup<S::kAhead - 1>();  // this thread's copies of `step` have landed
+    // FP8: its codes widened into wide tile `wide`, last read by the MMAs of step - kWideTiles,
+    // which every warpgroup completed before it met the previous barrier.
+    if constexpr (kFp8) widen(stage, wide);
+    FenceProxyAsync();  // its copies, zero pieces and widened codes, for the MMAs
+    // Everyone's; every warpgroup has completed its MMAs of step - 1 - kInFlight, whose stage the
+    // copies below rewrite.
+    __syncthreads();
+    if (step + S::kAhead < steps) issue(step + S::kAhead, static_cast<int>((step + S::kAhead) % S::kStages));
     CpAsyncCommit();  // (an empty group past the last step keeps the count of groups in flight)
     if (live) {
       const uint32_t xs = base + static_cast<uint32_t>(stage * S::kStageBytes);
-      const uint32_t wt = kFp8 ? base + static_cast<uint32_t>(S::kStages * S::kStageBytes + (step & 1) * S::kWideBytes)
+      const uint32_t wt = kFp8 ? base + static_cast<uint32_t>(S::kStages * S::kStageBytes + wide * S::kWideBytes)
                                : xs + static_cast<uint32_t>(S::kXBytes);
       // (A k16 step's descriptors are the first's plus 32 bytes in 16-byte units: shared
       // addresses stay below 2^18, so the start field does not carry.)
       const uint64_t da = Descriptor(xs + static_cast<uint32_t>(wr0 * 128), 16, 1024);
       const uint64_t db = Descriptor(wt + static_cast<uint32_t>(wc0 * 128), 16, 1024);
-      const int64_t k0 = step * kStep;
       if constexpr (kFp8) {
-        // A column block's first step starts its sums afresh (accumulate 0).
+        const int starts_block = in_block == 0;
+        // The previous step ended a column block: its sums complete, then folded, before this
+        // step's MMAs start the next block's afresh (accumulate 0).
+        if (S::kInFlight > 0 && starts_block && step > 0) {
+          WgWait<0>();
+          FenceOperands(part);
+          fold(kb - 1);
+        }
         FenceOperands(part);
         WgFence();
 #pragma unroll
-        for (int j = 0; j < kStep / 16; ++j) MmaM64N128(part, da + 2 * j, db + 2 * j, k0 % block_cols != 0 || j > 0);
+        for (int j = 0; j < kStep / 16; ++j) MmaM64N128(part, da + 2 * j, db + 2 * j, !starts_block || j > 0);
         WgCommit();
-        WgWaitAll();
+        WgWait<S::kInFlight>();
         FenceOperands(part);
-        if ((k0 + kStep) % block_cols == 0 || k0 + kStep >= K) {
-          // Fold the column block's sums with the weight's and the rows' scales.
-          const int64_t kb = k0 / block_cols, nbc = (K + block_cols - 1) / block_cols;
-          const float* wsc = static_cast<const float*>(wr.scales);
-          float sa[2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = wr0 + 16 * warp + g + 8 * h;
-            sa[h] = 0.0f;
-            if (r < rows) {
-              const int64_t m = r0 + r;
-              sa[h] = act.data[kb * act.ld + (x_rows != nullptr ? x_rows[m] : m)];
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < 64; ++i) {
-            const int64_t n = n0 + wc0 + 8 * (i >> 2) + 2 * c + (i & 1);
-            const float sw = n < N ? wsc[(n / wr.block_rows) * nbc + kb] : 0.0f;
-            acc[i] = fmaf(part[i], sw * sa[(i >> 1) & 1], acc[i]);
-          }
+        in_block += kStep;
+        if (S::kInFlight == 0 && (in_block == block_cols || step + 1 == steps)) fold(kb);
+        if (in_block == block_cols) {
+          in_block = 0;
+          ++kb;
         }
       } else {
         FenceOperands(acc);
@@ -265,12 +298,21 @@ __global__ void __launch_bounds__(kThreads, (WgShape<kTileRows, kFp8>::kMinBlock
 #pragma unroll
         for (int j = 0; j < kStep / 16; ++j) MmaM64N128(acc, da + 2 * j, db + 2 * j, step > 0 || j > 0);
         WgCommit();
-        WgWaitAll();
+        WgWait<S::kInFlight>();
         FenceOperands(acc);
       }
     }
   }
   CpAsyncWaitGroup<0>();  // (only empty groups remain)
+  if constexpr (S::kInFlight > 0) {
+    WgWait<0>();  // the last step's MMAs (none for a warpgroup without rows: nothing to wait for)
+    if constexpr (kFp8) {
+      FenceOperands(part);
+      if (live) fold((K - 1) / block_cols);
+    } else {
+      FenceOperands(acc);
+    }
+  }
 
   if (!live) return;
 #pragma unroll

@@ -38,11 +38,17 @@ __device__ __forceinline__ void FenceOperands(float (&r)[kN]) {
 // wgmma.fence: this thread's earlier register writes are ordered before the next warpgroup MMAs.
 __device__ __forceinline__ void WgFence() { LLMRT_WG_INSTRUCTION("wgmma.fence.sync.aligned;\n"); }
 
-// wgmma.commit_group and wgmma.wait_group 0: the MMAs issued so far form a group; wait until
-// every group of this warpgroup is complete (its results are in the registers, and its shared
-// memory operands may be rewritten).
+// wgmma.commit_group and wgmma.wait_group N: the MMAs issued since the last commit form a group;
+// wait until every group of this warpgroup but the newest kPending is complete (their results
+// are in the registers, and their shared memory operands may be rewritten).
 __device__ __forceinline__ void WgCommit() { LLMRT_WG_INSTRUCTION("wgmma.commit_group.sync.aligned;\n"); }
-__device__ __forceinline__ void WgWaitAll() { LLMRT_WG_INSTRUCTION("wgmma.wait_group.sync.aligned 0;\n"); }
+template <int kPending>
+__device__ __forceinline__ void WgWait() {
+#ifdef LLMRT_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+__device__ __forceinline__ void WgWaitAll() { WgWait<0>(); }
 
 // fence.proxy.async.shared::cta: this thread's ordinary writes to shared memory become visible
 // to the asynchronous proxy, which the warpgroup MMAs read their shared operands through (a

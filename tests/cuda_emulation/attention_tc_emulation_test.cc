@@ -97,7 +97,7 @@ void RunWgmma(const AttentionArgs& a, const WgPlan& pl, int32_t* err) {
                          pl.codes ? wg::WgAttentionKernel<8, true>(a, pl, err) : wg::WgAttentionKernel<8, false>(a, pl, err);
                        }
                        tc::ExpectCopiesAwaited();
-                       EXPECT_TRUE(emulation::g_wgmma[threadIdx.x / 128].ops.empty()) << "MMAs never waited for";
+                       emulation::ExpectWgmmaAwaited();
                      });
   EXPECT_EQ(emulation::g_protocol_failures, 0) << "warpgroup MMA protocol violations";
 }

@@ -415,6 +415,7 @@ void RunGroupedWg(const MmaRouting& routing, const ConstMat& x, const int32_t* x
       wg::moe::GroupedWgKernel<64, kFp8>(codes.data(), x.ld, x_rows, table, N, K, tiles, out, act, err);
     }
     emulation::ExpectCopiesAwaited();
+    emulation::ExpectWgmmaAwaited();
   });
   if (expect_none) EXPECT_EQ(none, 0) << "a block raised an error";
 }
@@ -496,17 +497,18 @@ TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
 
 // The warpgroup-MMA form over the same routings: tiles of up to 32 and 64 rows (the 64-row
 // instance, 256 columns a block) and of 128 (128 columns), N = 136 (a partial column block),
-// K of 2 steps of 64 (the second partial, fewer than the stages) and of 5 (the stages reused),
-// rows gathered and in place, in every order of copies and warpgroups. Every output is held to
-// the fma chain the emulation's MMAs compute (and so to the mma.sync kernel's emulated bits),
-// which checks the descriptors, the swizzle, the accumulator fragments and the pipeline; the
-// emulation also checks the MMAs' protocol (fences, commits, operands left alone in flight). On
+// K of 2 steps of 64 (the second partial, fewer than the stages) and of 9 (the stages reused,
+// the last partial), rows gathered and in place, in every order of copies and warpgroups. Every
+// output is held to the fma chain the emulation's MMAs compute (and so to the mma.sync kernel's
+// emulated bits), which checks the descriptors, the swizzle, the accumulator fragments and the
+// pipeline; the emulation also checks the MMAs' protocol (fences, commits, operands and
+// accumulators left alone while in flight, a stage rewritten only after its MMAs completed). On
 // the device the sums' order within an MMA is the hardware's: the gpu tests hold that.
 TEST(GroupedWgmmaEmulated, TilesTimesTheirExpertsOnWarpgroupMmas) {
   std::mt19937 rng(96);
   std::normal_distribution<float> normal;
   const int64_t N = 136, M = MmaRouting(32).M;
-  for (const int64_t K : {int64_t{88}, int64_t{296}}) {
+  for (const int64_t K : {int64_t{88}, int64_t{552}}) {
     const Bf16Experts bank(N, K, rng);
     const std::vector<HostWeight>& experts = bank.experts;
     const ExpertTable table{bank.refs.data(), 16};
@@ -637,7 +639,9 @@ TEST(GroupedWgmmaEmulated, Fp8ExpertsWithActivationScales) {
   std::mt19937 rng(98);
   const int64_t N = 136, M = MmaRouting(32).M;
   for (const int64_t bc : {int64_t{128}, int64_t{64}}) {
-    const int64_t K = bc == 128 ? 304 : 208, br = bc == 128 ? 128 : 5;
+    // K of 9 steps (the last partial), more than the pipeline's stages and wide tiles, so that a
+    // stage or a wide tile rewritten under MMAs still in flight shows.
+    const int64_t K = bc == 128 ? 560 : 528, br = bc == 128 ? 128 : 5;
     const Fp8MoeData d(N, M, K, br, bc, rng);
     const std::vector<HostWeight>& experts = d.experts;
     const std::vector<float>& x = d.x;

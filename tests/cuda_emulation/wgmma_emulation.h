@@ -14,11 +14,13 @@
 //               128 (k % 8) + LBO (n / 64) + SBO (k / 8).
 //   accumulators (m64nNk16, .f32): thread 32w + 4g + c of the warpgroup holds, in d[i], row
 //               16w + g + 8((i / 2) % 2), column 8(i / 4) + 2c + (i % 2).
-// An MMA is issued by each of the warpgroup's 128 threads and completes at the next wait: the
-// emulation reads its shared operands at the first thread's issue and again at the wait (they
-// must not change in between: a thread that rewrites an operand before the wait races with the
-// hardware's read), checks that no thread touched its accumulators meanwhile, and then computes
-// every waited MMA in issue order (float32 fma over k). Each product is exact; the order of the
+// An MMA is issued by each of the warpgroup's 128 threads, joins the group of its warpgroup's
+// next commit, and completes at the first wait_group N that leaves at most N newer groups
+// pending: the emulation reads its shared operands at the first thread's issue and again when it
+// completes (they must not change in between: a thread that rewrites an operand before then races
+// with the hardware's read), checks at every wait that no thread touched the accumulators of an
+// MMA in flight, and then computes the completed MMAs in issue order (float32 fma over k; MMAs
+// in flight on the same accumulators chain, as on the device). Each product is exact; the order of the
 // float32 additions is the emulation's (the hardware's is unspecified), which the tests' bounds
 // allow for.
 #ifndef LLMRT_TESTS_CUDA_EMULATION_WGMMA_EMULATION_H_
@@ -43,6 +45,7 @@ struct WgmmaOp {
   uint64_t desc_a = 0, desc_b = 0;
   int accumulate = 0;
   int issued = 0;                 // threads that issued it
+  int group = 0;                  // the warpgroup's commits before it
   std::vector<float*> d;          // [128] each thread's accumulators
   std::vector<std::vector<float>> d_at_issue;  // [128] their values at issue
   std::vector<float> a, b;        // A [64][16], B [16][n] read at the first issue
@@ -63,6 +66,7 @@ inline std::vector<WarpgroupMma> g_wgmma(8);  // per warpgroup of the block bein
 struct ThreadProtocol {
   bool fenced = false;
   int uncommitted = 0;
+  int commits = 0;  // commit_groups since the block started
   bool copies_unfenced = false;
   uint64_t proxy_fence_interval = 0;  // the block barrier's generation at the fence
 };
@@ -131,8 +135,10 @@ inline void IssueWgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, int ac
     }
   }
   const int k = g.next[wt]++;
+  const int group = g_protocol[threadIdx.x].commits;
   if (k == static_cast<int>(g.ops.size())) {
     WgmmaOp op{n, trans_b, desc_a, desc_b, accumulate};
+    op.group = group;
     op.d.assign(128, nullptr);
     op.d_at_issue.resize(128);
     ReadOperands(op, &op.a, &op.b);
@@ -140,15 +146,16 @@ inline void IssueWgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, int ac
   }
   WgmmaOp& op = g.ops[k];
   EXPECT_TRUE(op.n == n && op.trans_b == trans_b && op.desc_a == desc_a && op.desc_b == desc_b &&
-              op.accumulate == accumulate)
+              op.accumulate == accumulate && op.group == group)
       << "thread " << threadIdx.x << ": the warpgroup's threads issued different MMAs";
   op.d[wt] = d;
   op.d_at_issue[wt].assign(d, d + n / 2);
   ++op.issued;
 }
 
-// wgmma.wait_group 0 (with the commit before it): every issued MMA completes.
-inline void WaitWgmma() {
+// wgmma.wait_group `pending` (with the commit before it): every MMA of the warpgroup's groups but
+// the newest `pending` completes.
+inline void WaitWgmma(int pending) {
   const unsigned wgi = threadIdx.x / 128, wt = threadIdx.x % 128;
   WarpgroupMma& g = g_wgmma[wgi];
   if (g_protocol[threadIdx.x].uncommitted != 0) {
@@ -157,17 +164,26 @@ inline void WaitWgmma() {
   g_protocol[threadIdx.x].fenced = false;
   g_block->warpgroups[wgi].ArriveAndWait();
   if (wt == 0) {
-    for (WgmmaOp& op : g.ops) {
+    const int commits = g_protocol[threadIdx.x].commits;
+    for (unsigned t = 1; t < 128; ++t) {
+      EXPECT_EQ(g_protocol[threadIdx.x + t].commits, commits) << "the warpgroup's threads committed different groups";
+    }
+    size_t done = 0;  // the ops that complete: a prefix (groups in issue order)
+    while (done < g.ops.size() && g.ops[done].group < commits - pending) ++done;
+    for (size_t o = 0; o < g.ops.size(); ++o) {
+      WgmmaOp& op = g.ops[o];
       EXPECT_EQ(op.issued, 128) << "an MMA not issued by all of its warpgroup's threads";
-      std::vector<float> a, b;
-      ReadOperands(op, &a, &b);
-      EXPECT_TRUE(a == op.a && b == op.b) << "an MMA's shared operand rewritten before its wait";
       for (int t = 0; t < 128; ++t) {
         EXPECT_TRUE(op.d[t] != nullptr && std::equal(op.d_at_issue[t].begin(), op.d_at_issue[t].end(), op.d[t]))
             << "thread " << t << " touched its accumulators while its MMA was in flight";
       }
+      if (o >= done) continue;
+      std::vector<float> a, b;
+      ReadOperands(op, &a, &b);
+      EXPECT_TRUE(a == op.a && b == op.b) << "an MMA's shared operand rewritten before it completed";
     }
-    for (WgmmaOp& op : g.ops) {
+    for (size_t o = 0; o < done; ++o) {
+      WgmmaOp& op = g.ops[o];
       if (op.issued != 128) continue;
       std::vector<float> D(static_cast<size_t>(64 * op.n));
       for (int t = 0; t < 128; ++t) {
@@ -192,10 +208,21 @@ inline void WaitWgmma() {
         }
       }
     }
-    g.ops.clear();
+    g.ops.erase(g.ops.begin(), g.ops.begin() + static_cast<std::ptrdiff_t>(done));
+    // The MMAs still in flight: their accumulators as the completed ones left them (what the
+    // next wait holds them to).
+    for (WgmmaOp& op : g.ops) {
+      for (int t = 0; t < 128; ++t) op.d_at_issue[t].assign(op.d[t], op.d[t] + op.n / 2);
+    }
+    std::fill(g.next.begin(), g.next.end(), static_cast<int>(g.ops.size()));
   }
-  g.next[wt] = 0;
   g_block->warpgroups[wgi].ArriveAndWait();
+}
+
+// A block's end: every MMA it issued has completed (an MMA in flight at the end writes
+// registers that no longer belong to the kernel).
+inline void ExpectWgmmaAwaited() {
+  EXPECT_TRUE(g_wgmma[threadIdx.x / 128].ops.empty()) << "MMAs never waited for";
 }
 
 }  // namespace llmrt::emulation
@@ -213,8 +240,15 @@ inline uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(static_cast<const uint8_t*>(p) - emulation::g_block->shared) + g_shared_skew;
 }
 inline void WgFence() { emulation::g_protocol[threadIdx.x].fenced = true; }
-inline void WgCommit() { emulation::g_protocol[threadIdx.x].uncommitted = 0; }
-inline void WgWaitAll() { emulation::WaitWgmma(); }
+inline void WgCommit() {
+  emulation::g_protocol[threadIdx.x].uncommitted = 0;
+  ++emulation::g_protocol[threadIdx.x].commits;
+}
+template <int kPending>
+void WgWait() {
+  emulation::WaitWgmma(kPending);
+}
+inline void WgWaitAll() { emulation::WaitWgmma(0); }
 inline void FenceProxyAsync() {
   emulation::ThreadProtocol& p = emulation::g_protocol[threadIdx.x];
   p.copies_unfenced = false;
