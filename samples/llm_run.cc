@@ -3,6 +3,7 @@
 //   llm-run --model DIR --prompt TEXT [--chat] [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
 //           [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]] [--activations exact|int8|bf16|fp8]
+//           [--backend auto|cpu|cuda]
 //   llm-run --model DIR --prompt-ids 1,2,3 [...]     (token ids in, token ids out)
 //
 // With --prompt the checkpoint's tokenizer encodes the prompt (with --chat, inside the family's
@@ -23,6 +24,9 @@ void Usage() {
                "usage: llm-run --model DIR (--prompt TEXT [--chat] [--system TEXT] | --prompt-ids ID,ID,...)\n"
                "               [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
                "               [--seed S] [--threads N] [--kv-dtype bf16|f32|fp8] [--tp N [--ep]]\n"
+               "               [--backend auto|cpu|cuda]\n"
+               "  --backend: auto (default: the GPU where one is present and the CUDA backend is\n"
+               "          built), cpu, or cuda (an error without a device)\n"
                "  --tp N: split the model over N tensor-parallel ranks (threads); --ep: routed experts\n"
                "          partitioned among them rather than split by column\n"
                "  --prefill-weights W, --decode-weights W: the routed experts' storage per phase\n"
@@ -94,6 +98,14 @@ int main(int argc, char** argv) {
     else if (a == "--threads") ro.num_threads = std::atoi(need());
     else if (a == "--tp") ro.tensor_parallel = static_cast<uint32_t>(std::atoi(need()));
     else if (a == "--ep") ro.expert_parallel = 1;
+    else if (a == "--backend") {
+      const std::string b = need();
+      if (b != "auto" && b != "cpu" && b != "cuda") {
+        std::fprintf(stderr, "llm-run: --backend must be auto, cpu or cuda, not %s\n", b.c_str());
+        return 2;
+      }
+      ro.backend = b == "cpu" ? LLM_BACKEND_CPU : b == "cuda" ? LLM_BACKEND_CUDA : LLM_BACKEND_AUTO;
+    }
     else if (a == "--activations") {
       const std::string p = need();
       if (p != "exact" && p != "int8" && p != "bf16" && p != "fp8") {

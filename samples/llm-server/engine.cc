@@ -39,6 +39,7 @@ std::unique_ptr<Engine> Engine::Create(const ServerOptions& options, std::string
   std::unique_ptr<Engine> e(new Engine());
   llm_runtime_options ro;
   llm_runtime_options_init(&ro);
+  ro.backend = options.backend;
   ro.num_threads = options.num_threads;
   ro.kv_dtype = options.kv_dtype;
   ro.kv_budget_bytes = options.kv_budget_bytes;

@@ -12,9 +12,9 @@ namespace {
 void Usage(FILE* f) {
   std::fprintf(f,
                "usage: llm-server --model DIR [--port N] [--host ADDR] [--served-model-name NAME]\n"
-               "                  [--threads N] [--kv-dtype bf16|f32|fp8|fp8-tiled] [--kv-integrity off|tags]\n"
-               "                  [--kv-pressure fail|queue|preempt] [--kv-budget-mib M] [--max-sessions N]\n"
-               "                  [--max-tokens-per-step N] [--max-body-bytes N] [--http-threads N]\n"
+               "                  [--backend auto|cpu|cuda] [--threads N] [--kv-dtype bf16|f32|fp8|fp8-tiled]\n"
+               "                  [--kv-integrity off|tags] [--kv-pressure fail|queue|preempt] [--kv-budget-mib M]\n"
+               "                  [--max-sessions N] [--max-tokens-per-step N] [--max-body-bytes N] [--http-threads N]\n"
                "                  [--shutdown-timeout S] [--tp N [--ep]] [--prefill-weights W] [--decode-weights W]\n"
                "                  [--activations exact|int8|bf16|fp8] [--weight-memory auto|mapped|huge-pages]\n"
                "                  [--enable-test-hooks] [--quiet]\n"
@@ -22,6 +22,8 @@ void Usage(FILE* f) {
                "An OpenAI-compatible HTTP server over llmrt's C ABI: POST /v1/completions,\n"
                "POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.\n"
                "  --port 0 picks a free port; the address is printed on stdout once listening.\n"
+               "  --backend: auto (default: the GPU where one is present and the CUDA backend is built),\n"
+               "    cpu, or cuda (fails to start without a device).\n"
                "  --kv-pressure: what a step does when KV pages run out: fail (503 + Retry-After),\n"
                "    queue (the request waits for pages), preempt (newer requests yield pages).\n"
                "  --max-sessions: concurrent generations (more get 429); default 64.\n"
@@ -97,6 +99,14 @@ int ParseArgs(int argc, char** argv, ServerOptions* out, bool* exit_now) {
     } else if (a == "--threads") {
       if (!int_arg(0, 1024)) return 2;
       out->num_threads = static_cast<int32_t>(n);
+    } else if (a == "--backend") {
+      if (v == "auto") out->backend = LLM_BACKEND_AUTO;
+      else if (v == "cpu") out->backend = LLM_BACKEND_CPU;
+      else if (v == "cuda") out->backend = LLM_BACKEND_CUDA;
+      else {
+        std::fprintf(stderr, "llm-server: --backend wants auto, cpu or cuda, got '%s'\n", v.c_str());
+        return 2;
+      }
     } else if (a == "--kv-dtype") {
       if (v == "bf16") out->kv_dtype = LLM_KV_DTYPE_BF16;
       else if (v == "f32") out->kv_dtype = LLM_KV_DTYPE_F32;

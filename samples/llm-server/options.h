@@ -15,6 +15,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                // 0: any free port (the chosen one is printed)
   int32_t num_threads = 0;        // CPU threads of the runtime; 0 = one per core
+  int32_t backend = LLM_BACKEND_AUTO;
   int32_t kv_dtype = LLM_KV_DTYPE_AUTO;
   int32_t kv_integrity = LLM_KV_INTEGRITY_OFF;
   int32_t kv_pressure = LLM_KV_PRESSURE_FAIL;

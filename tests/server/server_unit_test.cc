@@ -1,5 +1,5 @@
 // The llm-server sample's pure parts: stop-string hold-back, request parsing and validation,
-// Prometheus rendering. The HTTP behaviour is tested end to end by the pytest suite here.
+// Prometheus rendering, command-line options. The HTTP behaviour is tested end to end by the pytest suite here.
 #include <string>
 #include <vector>
 
@@ -7,6 +7,7 @@
 
 #include "metrics.h"
 #include "openai_api.h"
+#include "options.h"
 #include "text_stream.h"
 
 namespace llm_server {
@@ -218,6 +219,31 @@ TEST(Metrics, LabelledCounterAndEscaping) {
   std::string out;
   c.Render("r", "h", &out);
   EXPECT_EQ(out, "# HELP r h\n# TYPE r counter\nr{code=\"200\"} 3\nr{code=\"a\\\"b\\\\\"} 1\n");
+}
+
+// The runtime's backend from --backend (auto by default); anything else is a usage error (exit 2).
+int Parse(std::vector<std::string> args, ServerOptions* out) {
+  args.insert(args.begin(), "llm-server");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  bool exit_now = false;
+  return ParseArgs(static_cast<int>(argv.size()), argv.data(), out, &exit_now);
+}
+
+TEST(ServerOptions, Backend) {
+  ServerOptions o;
+  ASSERT_EQ(Parse({"--model", "m"}, &o), 0);
+  EXPECT_EQ(o.backend, LLM_BACKEND_AUTO);
+  const std::pair<const char*, int32_t> forms[] = {
+      {"auto", LLM_BACKEND_AUTO}, {"cpu", LLM_BACKEND_CPU}, {"cuda", LLM_BACKEND_CUDA}};
+  for (const auto& [name, backend] : forms) {
+    ServerOptions p;
+    ASSERT_EQ(Parse({"--model", "m", "--backend", name}, &p), 0) << name;
+    EXPECT_EQ(p.backend, backend) << name;
+  }
+  ServerOptions bad;
+  EXPECT_EQ(Parse({"--model", "m", "--backend", "gpu"}, &bad), 2);
+  EXPECT_EQ(Parse({"--model", "m", "--backend"}, &bad), 2);
 }
 
 }  // namespace
