@@ -89,6 +89,26 @@ bool CudaRunsHere(const ModelGenerator& gen) {
   return ok;
 }
 
+void Usage(FILE* f) {
+  std::fprintf(f, "usage: llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] "
+               "[--hidden N]]\n"
+               "                 [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]\n"
+               "       llm-bench --synthetic [--preset k2|glm45|glm5|k2-real|glm5-real|glm45-real] [--weights W] "
+               "[--layers N] [--hidden N] [--experts N] [--seed N] [decode or --prefill-lens options]\n"
+               "       (every mode takes [--backend cpu|cuda|auto] and [--activations exact|int8|bf16|fp8];\n"
+               "        decode and prefill take [--kv bf16|f32|fp8|fp8-tiled], decode [--kv-gib G])\n"
+               "       llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] "
+               "[--threads N]\n"
+               "       llm-bench --tokens DIR --text TEXT\n"
+               "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n"
+               "       llm-bench --tokenize DIR --text FILE [--repeats N]\n"
+               "       llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]\n"
+               "       llm-bench --context 256,2048 [--sessions 1,4] [--steps N]\n"
+               "       llm-bench --formats bf16,fp8,int4-g32,int4-g128,int4-g32-all [--sessions 1,16,64] "
+               "[--steps N] [--prefill N]\n"
+               "       (modes that generate a checkpoint also take [--generator PATH] to llm-make-bench-model)\n");
+}
+
 int Main(int argc, char** argv) {
   fs::path dir = "/tmp/llmrt-bench-model";
   std::vector<int> batches = {1, 4, 16, 64};
@@ -119,8 +139,12 @@ int Main(int argc, char** argv) {
       synthetic = true;
       continue;
     }
+    if (a == "--help" || a == "-h") {
+      Usage(stdout);
+      return 0;
+    }
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "llm-bench: %s needs a value\n", a.c_str());
+      std::fprintf(stderr, "llm-bench: %s needs a value (or is no option: --help lists them)\n", a.c_str());
       return 2;
     }
     if (a == "--dir") dir = argv[i + 1], dir_given = true;
@@ -191,23 +215,7 @@ int Main(int argc, char** argv) {
     else if (a == "--prefill") prefill_len = std::atoi(argv[i + 1]);
     else if (a == "--generator") generator = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: llm-bench [--model DIR | --dir DIR [--preset k2|glm45|glm5] [--weights W] [--layers N] "
-                           "[--hidden N]]\n"
-                           "                 [--sessions 1,4,16,64] [--steps N] [--threads N] [--prompt N] [--tp N] [--no-baselines]\n"
-                           "       llm-bench --synthetic [--preset k2|glm45|glm5|k2-real|glm5-real|glm45-real] [--weights W] "
-                           "[--layers N] [--hidden N] [--experts N] [--seed N] [decode or --prefill-lens options]\n"
-                           "       (every mode takes [--backend cpu|cuda|auto] and [--activations exact|int8|bf16|fp8];\n"
-                           "        decode and prefill take [--kv bf16|f32|fp8|fp8-tiled], decode [--kv-gib G])\n"
-                           "       llm-bench --prefill-lens 128,512 [--model DIR | generated as above] [--repeats N] "
-                           "[--threads N]\n"
-                           "       llm-bench --tokens DIR --text TEXT\n"
-                           "       llm-bench --integrity [--model DIR] [--sessions 1,8,64] [--steps N] [--repeats N]\n"
-                           "       llm-bench --tokenize DIR --text FILE [--repeats N]\n"
-                           "       llm-bench --kv-table DIR[,DIR...] [--budget-gib N] [--session-tokens N]\n"
-                           "       llm-bench --context 256,2048 [--sessions 1,4] [--steps N]\n"
-                           "       llm-bench --formats bf16,fp8,int4-g32,int4-g128,int4-g32-all [--sessions 1,16,64] "
-                           "[--steps N] [--prefill N]\n"
-                           "       (modes that generate a checkpoint also take [--generator PATH] to llm-make-bench-model)\n");
+      Usage(stderr);
       return 2;
     }
     ++i;
