@@ -88,6 +88,26 @@ __device__ __forceinline__ float Fp8ToFloat(uint32_t code) {
 // (sign kept): llmrt::Fp8E4M3::FromFloat itself (src/quant/fp8.h).
 __device__ __forceinline__ uint8_t FloatToFp8(float x) { return Fp8E4M3::FromFloat(x); }
 
+// The block-scale rows of a thread's columns of FP8 block-scaled weights (blocks of `rows` weight
+// rows): columns first + 8 j + q (q 0 or 1; the MMA fragments' pairs) are walked in steps of 8
+// from one division, where a division per column (64-bit, about a hundred instructions) made
+// folding a column block's sums cost several times its MMAs. After j steps, RowOf(q) is column
+// first + 8 j + q's row.
+struct ScaleRowWalk {
+  int64_t row;
+  int32_t rem, rows;
+  __device__ __forceinline__ ScaleRowWalk(int64_t first, int64_t block_rows)
+      : row(first / block_rows), rem(static_cast<int32_t>(first % block_rows)), rows(static_cast<int32_t>(block_rows)) {}
+  __device__ __forceinline__ int64_t RowOf(int q) const { return row + (rem + q >= rows ? 1 : 0); }
+  __device__ __forceinline__ void Step8() {
+    rem += 8;
+    while (rem >= rows) {
+      rem -= rows;
+      ++row;
+    }
+  }
+};
+
 // An element of a flat array: F32, BF16 or (unscaled) FP8 codes.
 __device__ __forceinline__ float LoadElem(const void* p, int32_t type, int64_t i) {
   if (type == kElemBf16) return Bf16Bits(static_cast<const uint16_t*>(p)[i]);

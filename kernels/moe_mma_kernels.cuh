@@ -114,6 +114,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // This warp's rows [wr0, wr0 + 16 kMt) and columns [wc0, wc0 + 8 kNt) of the block's.
   const int wr0 = (warp / S::kWarpsN) * kMt * 16, wc0 = (warp % S::kWarpsN) * kNt * 8;
   const int64_t block_cols = kFp8 ? wr.block_cols : K;  // the k-span each fold covers
+  // FP8: the current column block and the columns of it done (counters: no division a step).
+  int64_t kb = 0, in_block = 0;
   float acc[kMt][kNt][4] = {};  // [m16 tile][n8 tile][fragment]
   float part[kFp8 ? kMt : 1][kFp8 ? kNt : 1][4] = {};  // the current column block's sums (kFp8)
 
@@ -244,33 +246,45 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     if constexpr (kFp8) {
-      const int64_t k0 = step * kStep;
-      if ((k0 + kStep) % block_cols == 0 || k0 + kStep >= K) {
+      in_block += kStep;
+      if (in_block == block_cols || step + 1 == steps) {
         // Fold the column block's sums with the weight's and the rows' scales.
-        const int64_t kb = k0 / block_cols, nbc = (K + block_cols - 1) / block_cols;
-        const float* wsc = static_cast<const float*>(wr.scales);
+        const int64_t nbc = (K + block_cols - 1) / block_cols;
+        const float* wsc = static_cast<const float*>(wr.scales) + kb;
+        float sa[kMt][2];
 #pragma unroll
         for (int mi = 0; mi < kMt; ++mi) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = wr0 + mi * 16 + g + 8 * h;
-            float sa = 0.0f;
+            sa[mi][h] = 0.0f;
             if (r < rows) {
               const int64_t m = r0 + r;
-              sa = act.data[kb * act.ld + (x_rows != nullptr ? x_rows[m] : m)];
+              sa[mi][h] = act.data[kb * act.ld + (x_rows != nullptr ? x_rows[m] : m)];
             }
+          }
+        }
+        // Column n0 + wc0 + 2 c + 8 ni + q of fragment element 2 h + q.
+        const int64_t first = n0 + wc0 + 2 * c;
+        ScaleRowWalk walk(first, wr.block_rows);
 #pragma unroll
-            for (int ni = 0; ni < kNt; ++ni) {
+        for (int ni = 0; ni < kNt; ++ni) {
 #pragma unroll
-              for (int q = 0; q < 2; ++q) {
-                const int64_t n = n0 + wc0 + ni * 8 + 2 * c + q;
-                const float sw = n < N ? wsc[(n / wr.block_rows) * nbc + kb] : 0.0f;
-                acc[mi][ni][2 * h + q] = fmaf(part[mi][ni][2 * h + q], sw * sa, acc[mi][ni][2 * h + q]);
+          for (int q = 0; q < 2; ++q) {
+            const float sw = first + 8 * ni + q < N ? wsc[walk.RowOf(q) * nbc] : 0.0f;
+#pragma unroll
+            for (int mi = 0; mi < kMt; ++mi) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                acc[mi][ni][2 * h + q] = fmaf(part[mi][ni][2 * h + q], sw * sa[mi][h], acc[mi][ni][2 * h + q]);
                 part[mi][ni][2 * h + q] = 0.0f;
               }
             }
           }
+          walk.Step8();
         }
+        in_block = 0;
+        ++kb;
       }
     }
   }

@@ -218,9 +218,9 @@ __global__ void __launch_bounds__(kThreads, (WgShape<kTileRows, kFp8>::kMinBlock
   for (int i = 0; i < (kFp8 ? 64 : 1); ++i) part[i] = 0.0f;
   const int64_t block_cols = kFp8 ? wr.block_cols : K;
   // FP8: column block kb's sums (complete) folded with the weight's and the rows' scales.
+  const int64_t nbc = kFp8 ? (K + block_cols - 1) / block_cols : 1;
   const auto fold = [&](int64_t kb) {
-    const int64_t nbc = (K + block_cols - 1) / block_cols;
-    const float* wsc = static_cast<const float*>(wr.scales);
+    const float* wsc = static_cast<const float*>(wr.scales) + kb;
     float sa[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -231,11 +231,21 @@ __global__ void __launch_bounds__(kThreads, (WgShape<kTileRows, kFp8>::kMinBlock
         sa[h] = act.data[kb * act.ld + (x_rows != nullptr ? x_rows[m] : m)];
       }
     }
+    // acc[4 j + 2 h + q]: column n0 + wc0 + 2 c + 8 j + q, row half h.
+    const int64_t first = n0 + wc0 + 2 * c;
+    ScaleRowWalk walk(first, wr.block_rows);
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
-      const int64_t n = n0 + wc0 + 8 * (i >> 2) + 2 * c + (i & 1);
-      const float sw = n < N ? wsc[(n / wr.block_rows) * nbc + kb] : 0.0f;
-      acc[i] = fmaf(part[i], sw * sa[(i >> 1) & 1], acc[i]);
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const float sw = first + 8 * j + q < N ? wsc[walk.RowOf(q) * nbc] : 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = 4 * j + 2 * h + q;
+          acc[i] = fmaf(part[i], sw * sa[h], acc[i]);
+        }
+      }
+      walk.Step8();
     }
   };
   const bool live = rows > wr0;  // the same for the warpgroup's threads
