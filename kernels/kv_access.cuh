@@ -45,6 +45,39 @@ __device__ __forceinline__ float KvValue(const KvRowRef& r, const uint8_t* row, 
   return 0.0f;  // past the segments (not reached: they cover the width)
 }
 
+// Where value i of a row of layout r lies, found once for a column that many rows are read at:
+// KvColumnValue then decodes it from a row with a load or two and no search of the segments (the
+// same value, bit for bit, as KvValue).
+struct KvColumn {
+  int32_t kind;        // 0: past the row (0.0f); 1: F32; 2: BF16; 3: FP8, the layer scale; 4: FP8, a tile scale
+  int64_t byte;        // the value's byte offset in the row
+  int64_t scale_byte;  // kind 4: its tile scale's byte offset in the row
+};
+__device__ __forceinline__ KvColumn KvColumnOf(const KvRowRef& r, int64_t i) {
+  if (r.nseg == 0) {
+    if (r.type == kElemFp8E4M3) return KvColumn{3, i, 0};
+    if (r.type == kElemBf16) return KvColumn{2, 2 * i, 0};
+    return KvColumn{1, 4 * i, 0};
+  }
+  for (int k = 0; k < r.nseg; ++k) {
+    const KvSegRef& g = r.seg[k];
+    if (i < g.start || i >= g.start + g.count) continue;
+    const int64_t j = i - g.start;
+    if (g.bf16) return KvColumn{2, g.byte_offset + 2 * j, 0};
+    return KvColumn{4, g.byte_offset + j, r.scale_offset + 4 * (g.first_scale + j / g.tile)};
+  }
+  return KvColumn{0, 0, 0};
+}
+__device__ __forceinline__ float KvColumnValue(const KvColumn& col, const uint8_t* row, float layer_scale) {
+  switch (col.kind) {
+    case 1: return *reinterpret_cast<const float*>(row + col.byte);
+    case 2: return Bf16Bits(*reinterpret_cast<const uint16_t*>(row + col.byte));
+    case 3: return Fp8ToFloat(row[col.byte]) * layer_scale;
+    case 4: return Fp8ToFloat(row[col.byte]) * *reinterpret_cast<const float*>(row + col.scale_byte);
+    default: return 0.0f;
+  }
+}
+
 // A row attention reads: a cache row, or under the phase policy a BF16 fresh row.
 struct RowPtr {
   const uint8_t* data;

@@ -460,13 +460,19 @@ __global__ void __launch_bounds__(kDsaTileThreads) DsaScoreTiledKernel(ConstMat 
       qs[i] = h < heads && c < head_dim ? qt[h * head_dim + c] : 0.0f;
     }
     const int64_t c = c0 + lane;  // a row over the warp's lanes
+    // The lane's column in a cache row, found once for the chunk's rows (fresh rows: BF16 at
+    // key_offset + c).
+    const KvColumn col = c < head_dim ? KvColumnOf(kv.row, key_offset + c) : KvColumn{0, 0, 0};
     for (int r0 = warp; r0 < kBlock; r0 += kWarps * kBatch) {
       float v[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int r = r0 + u * kWarps;
-        const RowPtr row{rows[r], fresh[r] != 0};
-        v[u] = row.data != nullptr && c < head_dim ? RowValue(kv, row, key_offset + c, layer_scale) : 0.0f;
+        const uint8_t* row = rows[r];
+        v[u] = row == nullptr || c >= head_dim
+                   ? 0.0f
+                   : fresh[r] != 0 ? Bf16Bits(reinterpret_cast<const uint16_t*>(row)[key_offset + c])
+                                   : KvColumnValue(col, row, layer_scale);
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) kt[(r0 + u * kWarps) * kDsaTileStride + lane] = v[u];
