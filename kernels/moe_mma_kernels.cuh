@@ -114,8 +114,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   // This warp's rows [wr0, wr0 + 16 kMt) and columns [wc0, wc0 + 8 kNt) of the block's.
   const int wr0 = (warp / S::kWarpsN) * kMt * 16, wc0 = (warp % S::kWarpsN) * kNt * 8;
   const int64_t block_cols = kFp8 ? wr.block_cols : K;  // the k-span each fold covers
-  // FP8: the current column block and the columns of it done (counters: no division a step).
+  // FP8: the current column block and the columns of it done (counters: no division a step),
+  // and the column blocks of a weight row.
   int64_t kb = 0, in_block = 0;
+  const int64_t nbc = (K + block_cols - 1) / block_cols;
   float acc[kMt][kNt][4] = {};  // [m16 tile][n8 tile][fragment]
   float part[kFp8 ? kMt : 1][kFp8 ? kNt : 1][4] = {};  // the current column block's sums (kFp8)
 
@@ -244,9 +246,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if constexpr (kFp8) {
       in_block += kStep;
-      if (in_block == block_cols || step + 1 == steps) {
+      if (in_block >= block_cols || step + 1 == steps) {  // (block_cols: whole steps, as the launcher requires)
         // Fold the column block's sums with the weight's and the rows' scales.
-        const int64_t nbc = (K + block_cols - 1) / block_cols;
         const float* wsc = static_cast<const float*>(wr.scales) + kb;
         float sa[kMt][2];
 #pragma unroll

@@ -62,9 +62,9 @@ constexpr int kWgCols = 128;   // a warpgroup's columns (the MMA's N)
 
 // An instance's shape and dynamic shared memory: kStages stages of [kTileRows][64] activation
 // rows (bfloat16, 128-byte swizzle) then the step's weight rows: BF16, [kCols][64] in the
-// swizzle; FP8, [kCols][64] codes as stored (64-byte rows), followed after the stages by two
-// [kCols][64] bfloat16 tiles in the swizzle that alternate steps, each step's codes widened into
-// one. Every part is a multiple of 1024 bytes, so each starts a swizzle pattern.
+// swizzle; FP8, [kCols][64] codes as stored (64-byte rows), followed after the stages by
+// kWideTiles [kCols][64] bfloat16 tiles in the swizzle taken in turn, each step's codes widened
+// into one. Every part is a multiple of 1024 bytes, so each starts a swizzle pattern.
 template <int kTileRows, bool kFp8>
 struct WgShape {
   static_assert(kTileRows == 64 || kTileRows == 128, "tiles of 64 or 128 rows");
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, (WgShape<kTileRows, kFp8>::kMinBlock
       const uint64_t da = Descriptor(xs + static_cast<uint32_t>(wr0 * 128), 16, 1024);
       const uint64_t db = Descriptor(wt + static_cast<uint32_t>(wc0 * 128), 16, 1024);
       if constexpr (kFp8) {
-        const int starts_block = in_block == 0;
+        const int starts_block = in_block == 0;  // (block_cols: whole steps, as the launcher requires)
         // The previous step ended a column block: its sums complete, then folded, before this
         // step's MMAs start the next block's afresh (accumulate 0).
         if (S::kInFlight > 0 && starts_block && step > 0) {
@@ -297,8 +297,8 @@ __global__ void __launch_bounds__(kThreads, (WgShape<kTileRows, kFp8>::kMinBlock
         WgWait<S::kInFlight>();
         FenceOperands(part);
         in_block += kStep;
-        if (S::kInFlight == 0 && (in_block == block_cols || step + 1 == steps)) fold(kb);
-        if (in_block == block_cols) {
+        if (S::kInFlight == 0 && (in_block >= block_cols || step + 1 == steps)) fold(kb);
+        if (in_block >= block_cols) {
           in_block = 0;
           ++kb;
         }
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, (WgShape<kTileRows, kFp8>::kMinBlock
     WgWait<0>();  // the last step's MMAs (none for a warpgroup without rows: nothing to wait for)
     if constexpr (kFp8) {
       FenceOperands(part);
-      if (live) fold((K - 1) / block_cols);
+      if (live && steps > 0) fold((K - 1) / block_cols);
     } else {
       FenceOperands(acc);
     }

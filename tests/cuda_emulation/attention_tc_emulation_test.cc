@@ -88,8 +88,7 @@ void RunWgmma(const AttentionArgs& a, const WgPlan& pl, int32_t* err) {
   emulation::g_protocol_failures = 0;
   emulation::RunGrid({static_cast<unsigned>(GridTokens(a) * pl.head_blocks), static_cast<unsigned>(a.splits), 1},
                      wg::kThreads, static_cast<size_t>(pl.bytes), [&] {
-                       emulation::g_protocol[threadIdx.x] = {};
-                       wg::g_copies[threadIdx.x] = 0;
+                       wg::StartWgBlock();
                        ASSERT_TRUE(pl.kblocks == 8 || pl.kblocks == 9);
                        if (pl.kblocks == 9) {
                          pl.codes ? wg::WgAttentionKernel<9, true>(a, pl, err) : wg::WgAttentionKernel<9, false>(a, pl, err);

@@ -409,6 +409,7 @@ void RunGroupedWg(const MmaRouting& routing, const ConstMat& x, const int32_t* x
   ASSERT_GT(bytes, 0);
   const emulation::Index3 grid{static_cast<unsigned>((N + cols - 1) / cols), static_cast<unsigned>(tiles.max_tiles), 1};
   emulation::RunGrid(grid, wg::moe::kThreads, static_cast<size_t>(bytes), [&] {
+    wg::StartWgBlock();
     if (routing.tile_rows == 128) {
       wg::moe::GroupedWgKernel<128, kFp8>(codes.data(), x.ld, x_rows, table, N, K, tiles, out, act, err);
     } else {

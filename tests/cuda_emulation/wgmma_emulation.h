@@ -66,7 +66,7 @@ inline std::vector<WarpgroupMma> g_wgmma(8);  // per warpgroup of the block bein
 struct ThreadProtocol {
   bool fenced = false;
   int uncommitted = 0;
-  int commits = 0;  // commit_groups since the block started
+  int commits = 0;  // commit_groups since the block started (StartWgBlock)
   bool copies_unfenced = false;
   uint64_t proxy_fence_interval = 0;  // the block barrier's generation at the fence
 };
@@ -287,6 +287,13 @@ template <int kPending>
 void CpAsyncWaitGroup() {
   emulation::CpAsyncWaitGroup<kPending>();
   MarkLandedCopies();
+}
+
+// A block's start, in each of its threads: a protocol state of its own (the block barrier's
+// generation restarts at 0, so a fence recorded in the block before would hide a missing one).
+inline void StartWgBlock() {
+  emulation::g_protocol[threadIdx.x] = {};
+  g_copies[threadIdx.x] = 0;
 }
 
 }  // namespace llmrt::cuda::wg
