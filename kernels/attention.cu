@@ -173,9 +173,16 @@ cudaError_t LaunchDsaSelect(ConstMat q, ConstMat w, KvRef kv, int64_t layer, Bat
           (void)cudaGetLastError();  // the device allows less: not an error
           return false;
         }
-        const dim3 grid(static_cast<unsigned>(batch.num_tokens), BlocksFor(batch.max_ctx, dsa::kMmaPositions));
+        int device = 0, sms = 1;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+          (void)cudaGetLastError();
+          sms = 1;
+        }
+        const int per = dsa::DsaMmaTilesPerBlock(batch.num_tokens, batch.max_ctx, sms);
+        const dim3 grid(static_cast<unsigned>(batch.num_tokens), BlocksFor(batch.max_ctx, dsa::kMmaPositions * per));
         kernel<<<grid, dsa::kMmaThreads, static_cast<size_t>(bytes), s>>>(
-            q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k, groups, scores, err);
+            q, w, kv, layer, batch, heads, head_dim, key_offset, key_scale, top_k, groups, per, scores, err);
         return true;
       };
       switch (dsa::DsaMmaTiles(heads)) {

@@ -123,6 +123,14 @@ __host__ __device__ constexpr int64_t DsaMmaBytes(int m_tiles, int64_t head_dim)
          kMmaPositions * kMaxKeyGroups * 4 +                                  // group scales
          kMmaPositions * static_cast<int64_t>(sizeof(void*) + sizeof(int));   // rows, fresh flags
 }
+// Tiles of kMmaPositions positions a block takes, in turn: as many as leave the pass enough blocks
+// for several waves of the device's multiprocessors, up to 8. A block splits the token's query
+// once for its tiles, which at 32 to 64 heads is as much work as a few tiles' MMAs.
+__host__ __device__ constexpr int DsaMmaTilesPerBlock(int64_t tokens, int64_t max_ctx, int64_t sm_count) {
+  const int64_t blocks = tokens * ((max_ctx + kMmaPositions - 1) / kMmaPositions);
+  const int64_t per = blocks / (8 * (sm_count > 0 ? sm_count : 1));
+  return per < 1 ? 1 : per > 8 ? 8 : static_cast<int>(per);
+}
 // The m16 tiles that take `heads` (1, 2 or 4), or 0 past 64 heads.
 __host__ __device__ constexpr int DsaMmaTiles(int64_t heads) {
   return heads < 1 ? 0 : heads <= 16 ? 1 : heads <= 32 ? 2 : heads <= 64 ? 4 : 0;
@@ -130,20 +138,21 @@ __host__ __device__ constexpr int DsaMmaTiles(int64_t heads) {
 
 // As DsaScoreKernel's contract (kv_kernels.cuh): scores[t * max_ctx + p] for the positions of
 // tokens whose context exceeds top_k; a position whose page is out of range scores 0 and raises
-// kErrPage. heads <= 16 kMTiles, head_dim <= kMaxMmaHeadDim, groups from MakeKeyGroups.
+// kErrPage. heads <= 16 kMTiles, head_dim <= kMaxMmaHeadDim, groups from MakeKeyGroups. Block
+// (t, y) scores tiles_per_block tiles of kMmaPositions positions from y * tiles_per_block tiles.
 template <int kMTiles>
 __global__ void __launch_bounds__(kMmaThreads) DsaScoreMmaKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer,
                                                                  BatchRef b, int64_t heads, int64_t head_dim,
                                                                  int64_t key_offset, float key_scale, int64_t top_k,
-                                                                 KeyGroups groups, float* scores, int32_t* err) {
+                                                                 KeyGroups groups, int tiles_per_block, float* scores,
+                                                                 int32_t* err) {
   constexpr int kM = 16 * kMTiles;
-  const int64_t t = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kMmaPositions);
+  const int64_t t = blockIdx.x, first = blockIdx.y * static_cast<int64_t>(tiles_per_block) * kMmaPositions;
   const int64_t ctx = b.token_ctx[t];
-  if (ctx <= top_k || p0 >= ctx || p0 >= b.max_ctx) return;  // uniform over the block
-  // This block's positions (a context past the scores' bound is scored up to the bound: the
-  // top-k reports it).
+  if (ctx <= top_k || first >= ctx || first >= b.max_ctx) return;  // uniform over the block
+  // The block's positions end here (a context past the scores' bound is scored up to the bound:
+  // the top-k reports it).
   const int64_t end = ctx < b.max_ctx ? ctx : b.max_ctx;
-  const int64_t n = end - p0 < kMmaPositions ? end - p0 : kMmaPositions;
   const int kp = static_cast<int>(DsaMmaKp(head_dim)), stride = kp + 8;
   uint16_t* const qs = DynamicShared<uint16_t>();           // [3][kM][stride]
   uint16_t* const ks = qs + 3 * kM * stride;               // [kMmaPositions][stride]
@@ -153,156 +162,164 @@ __global__ void __launch_bounds__(kMmaThreads) DsaScoreMmaKernel(ConstMat q, Con
   int* const fresh = reinterpret_cast<int*>(rows + kMmaPositions);
   const int x = static_cast<int>(threadIdx.x), lane = x & 31, warp = x >> 5;
 
-  // Each thread finds one position's row and its groups' scales.
-  {
-    const Context cx = ContextOf(kv, b, t);
-    RowPtr row{nullptr, false};
-    if (x < n && !Locate(kv, layer, cx, p0 + x, &row)) {
-      RaiseError(err, kErrPage);
-      row = RowPtr{nullptr, false};
-    }
-    rows[x] = row.data;
-    fresh[x] = row.fresh ? 1 : 0;
-    const float layer_scale = LayerScale(kv, layer);
-    for (int gi = 0; gi < groups.count; ++gi) {
-      float s = 1.0f;
-      if (row.data != nullptr && !row.fresh && groups.scale[gi] >= -1) {
-        s = groups.scale[gi] == -1 ? layer_scale
-                                   : reinterpret_cast<const float*>(row.data + kv.row.scale_offset)[groups.scale[gi]];
-      }
-      sc[gi * kMmaPositions + x] = s;
-    }
-  }
-  // The query's three parts and the weights (zeros past the heads and the head dimension).
+  // The query's three parts and the weights (zeros past the heads and the head dimension), once
+  // for the block's tiles: a head's columns over the threads.
   const float* qt = q.data + t * q.ld;
-  for (int i = x; i < kM * kp; i += kMmaThreads) {
-    const int h = i / kp, c = i % kp;
-    const float v = h < heads && c < head_dim ? qt[h * head_dim + c] : 0.0f;
-    uint16_t p0b, p1b, p2b;
-    SplitBf16x3(v, &p0b, &p1b, &p2b);
-    qs[(0 * kM + h) * stride + c] = p0b;
-    qs[(1 * kM + h) * stride + c] = p1b;
-    qs[(2 * kM + h) * stride + c] = p2b;
+  for (int h = 0; h < kM; ++h) {
+    for (int c = x; c < kp; c += kMmaThreads) {
+      const float v = h < heads && c < head_dim ? qt[h * head_dim + c] : 0.0f;
+      uint16_t p0b, p1b, p2b;
+      SplitBf16x3(v, &p0b, &p1b, &p2b);
+      qs[(0 * kM + h) * stride + c] = p0b;
+      qs[(1 * kM + h) * stride + c] = p1b;
+      qs[(2 * kM + h) * stride + c] = p2b;
+    }
   }
   for (int h = x; h < kM; h += kMmaThreads) ws[h] = h < heads ? w.data[t * w.ld + h] : 0.0f;
-  __syncthreads();  // the rows are found
-  // The key rows as bfloat16, a row over a warp's lanes (two columns a lane a load, the column's
-  // group found once), kStageBatch rows a warp at a time so that their loads are in flight
-  // together: the values of BF16 groups and fresh rows as stored, FP8 codes exactly; zeros for
-  // missing rows and past the head dimension. (Group boundaries are even: a lane's two columns
-  // share a group.)
-  constexpr int kStageBatch = 8;
-  for (int c = 2 * lane; c < kp; c += 64) {
-    int gi = 0;
-    while (gi + 1 < groups.count && groups.end[gi] <= c) ++gi;
-    const int64_t at = groups.offset[gi] + (c - (gi > 0 ? groups.end[gi - 1] : 0)) * (groups.bf16[gi] ? 2 : 1);
-    const bool bf16 = groups.bf16[gi] != 0, in = c < head_dim, second = c + 1 < head_dim;
-    for (int r0 = warp; r0 < kMmaPositions; r0 += kMmaWarps * kStageBatch) {
-      uint32_t v[kStageBatch];
-      bool codes[kStageBatch];
+  const Context cx = ContextOf(kv, b, t);
+  const float layer_scale = LayerScale(kv, layer);
+  for (int tile = 0; tile < tiles_per_block; ++tile) {
+    const int64_t p0 = first + static_cast<int64_t>(tile) * kMmaPositions;
+    if (p0 >= end) break;  // uniform over the block
+    const int64_t n = end - p0 < kMmaPositions ? end - p0 : kMmaPositions;  // this tile's positions
+    if (tile > 0) __syncthreads();  // the tile before is read
+    // Each thread finds one position's row and its groups' scales.
+    {
+      RowPtr row{nullptr, false};
+      if (x < n && !Locate(kv, layer, cx, p0 + x, &row)) {
+        RaiseError(err, kErrPage);
+        row = RowPtr{nullptr, false};
+      }
+      rows[x] = row.data;
+      fresh[x] = row.fresh ? 1 : 0;
+      for (int gi = 0; gi < groups.count; ++gi) {
+        float s = 1.0f;
+        if (row.data != nullptr && !row.fresh && groups.scale[gi] >= -1) {
+          s = groups.scale[gi] == -1 ? layer_scale
+                                     : reinterpret_cast<const float*>(row.data + kv.row.scale_offset)[groups.scale[gi]];
+        }
+        sc[gi * kMmaPositions + x] = s;
+      }
+    }
+    __syncthreads();  // the rows are found
+    // The key rows as bfloat16, a row over a warp's lanes (two columns a lane a load, the column's
+    // group found once), kStageBatch rows a warp at a time so that their loads are in flight
+    // together: the values of BF16 groups and fresh rows as stored, FP8 codes exactly; zeros for
+    // missing rows and past the head dimension. (Group boundaries are even: a lane's two columns
+    // share a group.)
+    constexpr int kStageBatch = 8;
+    for (int c = 2 * lane; c < kp; c += 64) {
+      int gi = 0;
+      while (gi + 1 < groups.count && groups.end[gi] <= c) ++gi;
+      const int64_t at = groups.offset[gi] + (c - (gi > 0 ? groups.end[gi - 1] : 0)) * (groups.bf16[gi] ? 2 : 1);
+      const bool bf16 = groups.bf16[gi] != 0, in = c < head_dim, second = c + 1 < head_dim;
+      for (int r0 = warp; r0 < kMmaPositions; r0 += kMmaWarps * kStageBatch) {
+        uint32_t v[kStageBatch];
+        bool codes[kStageBatch];
 #pragma unroll
-      for (int u = 0; u < kStageBatch; ++u) {
-        const int r = r0 + u * kMmaWarps;
-        const uint8_t* row = rows[r];
-        const bool fr = fresh[r] != 0;
-        v[u] = 0;
-        codes[u] = false;
-        if (row == nullptr || !in) continue;
-        if (fr || bf16) {
-          const uint16_t* e = fr ? reinterpret_cast<const uint16_t*>(row) + key_offset + c
-                                 : reinterpret_cast<const uint16_t*>(row + at);
-          v[u] = e[0] | (second ? static_cast<uint32_t>(e[1]) << 16 : 0u);
-        } else {
-          v[u] = row[at] | (second ? static_cast<uint32_t>(row[at + 1]) << 8 : 0u);
-          codes[u] = true;
+        for (int u = 0; u < kStageBatch; ++u) {
+          const int r = r0 + u * kMmaWarps;
+          const uint8_t* row = rows[r];
+          const bool fr = fresh[r] != 0;
+          v[u] = 0;
+          codes[u] = false;
+          if (row == nullptr || !in) continue;
+          if (fr || bf16) {
+            const uint16_t* e = fr ? reinterpret_cast<const uint16_t*>(row) + key_offset + c
+                                   : reinterpret_cast<const uint16_t*>(row + at);
+            v[u] = e[0] | (second ? static_cast<uint32_t>(e[1]) << 16 : 0u);
+          } else {
+            v[u] = row[at] | (second ? static_cast<uint32_t>(row[at + 1]) << 8 : 0u);
+            codes[u] = true;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kStageBatch; ++u) {
+          *reinterpret_cast<uint32_t*>(ks + (r0 + u * kMmaWarps) * stride + c) = codes[u] ? Fp8PairToBf16(v[u]) : v[u];
         }
       }
-#pragma unroll
-      for (int u = 0; u < kStageBatch; ++u) {
-        *reinterpret_cast<uint32_t*>(ks + (r0 + u * kMmaWarps) * stride + c) = codes[u] ? Fp8PairToBf16(v[u]) : v[u];
-      }
     }
-  }
-  __syncthreads();
+    __syncthreads();
 
-  // The warp's positions: columns 32 warp .. (four n8 tiles) of the block's.
-  const int g = lane >> 2, c4 = lane & 3;
-  const int a_row = lane & 15, a_col = 8 * (lane >> 4);
-  const int b_row = (lane & 7) + 8 * (lane >> 4), b_col = 8 * ((lane >> 3) & 1);
-  const int n0 = 32 * warp;
-  float acc[kMTiles][4][4], part[kMTiles][4][4];
-#pragma unroll
-  for (int mi = 0; mi < kMTiles; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
-    }
-  }
-  for (int gi = 0, k0 = 0; gi < groups.count; ++gi) {
-    const int k1 = static_cast<int>(DsaMmaKp(groups.end[gi]));  // (only the last can be partial)
+    // The warp's positions: columns 32 warp .. (four n8 tiles) of the block's.
+    const int g = lane >> 2, c4 = lane & 3;
+    const int a_row = lane & 15, a_col = 8 * (lane >> 4);
+    const int b_row = (lane & 7) + 8 * (lane >> 4), b_col = 8 * ((lane >> 3) & 1);
+    const int n0 = 32 * warp;
+    float acc[kMTiles][4][4], part[kMTiles][4][4];
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) part[mi][ni][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
       }
     }
-    for (; k0 < k1; k0 += 16) {
-      uint32_t bf[4][2];
-#pragma unroll
-      for (int ni = 0; ni < 4; ni += 2) {
-        uint32_t r[4];
-        LdMatrix4(ks + (n0 + ni * 8 + b_row) * stride + k0 + b_col, r);
-        bf[ni][0] = r[0];
-        bf[ni][1] = r[1];
-        bf[ni + 1][0] = r[2];
-        bf[ni + 1][1] = r[3];
-      }
+    for (int gi = 0, k0 = 0; gi < groups.count; ++gi) {
+      const int k1 = static_cast<int>(DsaMmaKp(groups.end[gi]));  // (only the last can be partial)
 #pragma unroll
       for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
-        for (int pi = 0; pi < 3; ++pi) {
-          uint32_t a[4];
-          LdMatrix4(qs + (pi * kM + mi * 16 + a_row) * stride + k0 + a_col, a);
+        for (int ni = 0; ni < 4; ++ni) {
 #pragma unroll
-          for (int ni = 0; ni < 4; ++ni) Mma16816(part[mi][ni], a, bf[ni][0], bf[ni][1]);
+          for (int e = 0; e < 4; ++e) part[mi][ni][e] = 0.0f;
+        }
+      }
+      for (; k0 < k1; k0 += 16) {
+        uint32_t bf[4][2];
+#pragma unroll
+        for (int ni = 0; ni < 4; ni += 2) {
+          uint32_t r[4];
+          LdMatrix4(ks + (n0 + ni * 8 + b_row) * stride + k0 + b_col, r);
+          bf[ni][0] = r[0];
+          bf[ni][1] = r[1];
+          bf[ni + 1][0] = r[2];
+          bf[ni + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+          for (int pi = 0; pi < 3; ++pi) {
+            uint32_t a[4];
+            LdMatrix4(qs + (pi * kM + mi * 16 + a_row) * stride + k0 + a_col, a);
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) Mma16816(part[mi][ni], a, bf[ni][0], bf[ni][1]);
+          }
+        }
+      }
+      // Fold the group's sums with each position's scale (column 8 ni + 2 c4 + (e % 2)).
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float s = sc[gi * kMmaPositions + n0 + 8 * ni + 2 * c4 + (e & 1)];
+#pragma unroll
+          for (int mi = 0; mi < kMTiles; ++mi) acc[mi][ni][e] = fmaf(part[mi][ni][e], s, acc[mi][ni][e]);
         }
       }
     }
-    // Fold the group's sums with each position's scale (column 8 ni + 2 c4 + (e % 2)).
+
+    // Per position: the thread's heads 16 mi + g (e < 2) and + 8 (e >= 2) in order, then the 8
+    // lanes of the same c4 by a butterfly (every lane ends with the same sum).
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float s = sc[gi * kMmaPositions + n0 + 8 * ni + 2 * c4 + (e & 1)];
+      for (int q2 = 0; q2 < 2; ++q2) {
+        float s = 0.0f;
 #pragma unroll
-        for (int mi = 0; mi < kMTiles; ++mi) acc[mi][ni][e] = fmaf(part[mi][ni][e], s, acc[mi][ni][e]);
-      }
-    }
-  }
-
-  // Per position: the thread's heads 16 mi + g (e < 2) and + 8 (e >= 2) in order, then the 8
-  // lanes of the same c4 by a butterfly (every lane ends with the same sum).
+        for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
-  for (int ni = 0; ni < 4; ++ni) {
-#pragma unroll
-    for (int q2 = 0; q2 < 2; ++q2) {
-      float s = 0.0f;
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi) {
-          const float dot = acc[mi][ni][2 * hi + q2] * key_scale;
-          if (dot > 0.0f) s = __fadd_rn(s, __fmul_rn(ws[16 * mi + g + 8 * hi], dot));
+          for (int hi = 0; hi < 2; ++hi) {
+            const float dot = acc[mi][ni][2 * hi + q2] * key_scale;
+            if (dot > 0.0f) s = __fadd_rn(s, __fmul_rn(ws[16 * mi + g + 8 * hi], dot));
+          }
         }
+        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 4));
+        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 8));
+        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 16));
+        const int pos = n0 + 8 * ni + 2 * c4 + q2;
+        if (g == 0 && pos < n) scores[t * b.max_ctx + p0 + pos] = s == 0.0f ? 0.0f : s;  // -0 is +0
       }
-      s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 4));
-      s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 8));
-      s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 16));
-      const int pos = n0 + 8 * ni + 2 * c4 + q2;
-      if (g == 0 && pos < n) scores[t * b.max_ctx + p0 + pos] = s == 0.0f ? 0.0f : s;  // -0 is +0
     }
   }
 }

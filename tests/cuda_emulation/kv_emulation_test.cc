@@ -249,7 +249,7 @@ float MmaScore(const Cache& cache, const dsa::KeyGroups& groups, const uint8_t* 
 // last position is the pass's own row, read as bfloat16 from the fresh rows (the phase policy).
 // key_scale is GLM-5's 1 / sqrt(128) rounded, not a power of two.
 void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int64_t len1, bool bad_page,
-                    std::mt19937& rng, bool fresh = false, bool few_blocks = false) {
+                    std::mt19937& rng, bool fresh = false, bool few_blocks = false, int mma_tiles_per_block = 1) {
   const char* name = form == DsaScores::kTiled          ? "tiled"
                      : form == DsaScores::kStaged       ? "staged"
                      : form == DsaScores::kTensorCores ? "tensor cores"
@@ -257,7 +257,8 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
   SCOPED_TRACE(std::string(name) + " heads " + std::to_string(heads) + " head_dim " +
                std::to_string(hd) + " contexts " + std::to_string(len0) + ", " + std::to_string(len1) +
                (bad_page ? " bad page" : "") + (fresh ? " fresh rows" : "") +
-               (few_blocks ? " one position a thread" : ""));
+               (few_blocks ? " one position a thread" : "") +
+               (mma_tiles_per_block > 1 ? " tiles a block " + std::to_string(mma_tiles_per_block) : ""));
   const float key_scale = 0.0883883f;
   std::normal_distribution<float> normal;
   const int64_t page_size = 4, layer = 1, key_offset = 80, top_k = 5;
@@ -314,10 +315,10 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
       ASSERT_TRUE(dsa::MakeKeyGroups(cache.ref.row, key_offset, hd, &groups));
       const int tiles = dsa::DsaMmaTiles(heads);
       const auto run = [&](auto kernel) {
-        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, dsa::kMmaPositions), 1}, dsa::kMmaThreads,
-                           static_cast<size_t>(dsa::DsaMmaBytes(tiles, hd)), [&] {
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, dsa::kMmaPositions * mma_tiles_per_block), 1},
+                           dsa::kMmaThreads, static_cast<size_t>(dsa::DsaMmaBytes(tiles, hd)), [&] {
                              kernel(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, key_scale, top_k, groups,
-                                    scores.data(), &err);
+                                    mma_tiles_per_block, scores.data(), &err);
                            });
       };
       if (tiles == 1) run(dsa::DsaScoreMmaKernel<1>);
@@ -514,11 +515,13 @@ TEST(KvKernelsEmulated, DsaScoresAreOneFmaChainPerHead) {
 // pair of columns half past it), and the phase policy's fresh rows.
 TEST(KvKernelsEmulated, DsaScoresOnTheTensorCores) {
   std::mt19937 rng(104);
-  CheckDsaScores(DsaScores::kTensorCores, 32, 128, 300, 517, false, rng);
-  CheckDsaScores(DsaScores::kTensorCores, 64, 40, 100, 270, false, rng);
+  // Blocks of several tiles of positions: 3 over 5 tiles (the second block's last tile past the
+  // context), 2, 4 (one block for every tile).
+  CheckDsaScores(DsaScores::kTensorCores, 32, 128, 300, 517, false, rng, false, false, 3);
+  CheckDsaScores(DsaScores::kTensorCores, 64, 40, 100, 270, false, rng, false, false, 2);
   CheckDsaScores(DsaScores::kTensorCores, 17, 40, 9, 300, true, rng);
-  CheckDsaScores(DsaScores::kTensorCores, 12, 33, 150, 140, true, rng);
-  CheckDsaScores(DsaScores::kTensorCores, 32, 40, 300, 517, false, rng, /*fresh=*/true);
+  CheckDsaScores(DsaScores::kTensorCores, 12, 33, 150, 140, true, rng, false, false, 4);
+  CheckDsaScores(DsaScores::kTensorCores, 32, 40, 300, 517, false, rng, /*fresh=*/true, false, 3);
 }
 
 // A token whose context runs past the scores' bound (max_ctx; the top-k then reports the page
@@ -574,10 +577,11 @@ TEST(KvKernelsEmulated, DsaScoresStopAtTheBound) {
                            });
         break;
       case DsaScores::kTensorCores:
-        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, dsa::kMmaPositions), 1}, dsa::kMmaThreads,
+        // (Two tiles a block: the block's second tile runs past the bound.)
+        emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, 2 * dsa::kMmaPositions), 1}, dsa::kMmaThreads,
                            static_cast<size_t>(dsa::DsaMmaBytes(2, hd)), [&] {
                              dsa::DsaScoreMmaKernel<2>(qm, wm, cache.ref, layer, batch, heads, hd, key_offset, 0.25f,
-                                                       top_k, groups, out, &err);
+                                                       top_k, groups, 2, out, &err);
                            });
         break;
     }
@@ -635,6 +639,21 @@ TEST(KvKernelsEmulated, QueryPartsSumToTheQuery) {
 // 1, the layer's), the tiled codec's tiles where each is a whole number of 16-column steps (the
 // last may be partial), and not F32 rows, tiles of 5, a key past the row, or more than 256
 // columns.
+// Tiles a block of the tensor-core scores takes (132 multiprocessors, an H100's): one where the
+// pass has fewer than 8 blocks a multiprocessor (decode of a session at 128K positions: 1,024
+// tiles), more where it has more (64 sessions at 32K: 16,384 tiles; a 4,096-token prefill:
+// 131,072), at most 8; a device count of 0 read as 1.
+TEST(KvKernelsEmulated, DsaMmaTilesPerBlockLeaveWavesOfBlocks) {
+  EXPECT_EQ(dsa::DsaMmaTilesPerBlock(1, 131072, 132), 1);
+  EXPECT_EQ(dsa::DsaMmaTilesPerBlock(16, 8192, 132), 1);
+  EXPECT_EQ(dsa::DsaMmaTilesPerBlock(8, 32768, 132), 1);
+  EXPECT_EQ(dsa::DsaMmaTilesPerBlock(16, 65536, 132), 7);
+  EXPECT_EQ(dsa::DsaMmaTilesPerBlock(64, 32768, 132), 8);
+  EXPECT_EQ(dsa::DsaMmaTilesPerBlock(4096, 4096, 132), 8);
+  EXPECT_EQ(dsa::DsaMmaTilesPerBlock(4096, 4096, 0), 8);
+  EXPECT_EQ(dsa::DsaMmaTilesPerBlock(1, 100, 132), 1);
+}
+
 TEST(KvKernelsEmulated, DsaKeyGroupsForTheTensorCores) {
   const KvCodec* bf16 = FindKvCodec(kKvCodecBf16);
   const KvCodec* fp8 = FindKvCodec(kKvCodecFp8);
