@@ -71,9 +71,10 @@ __global__ void __launch_bounds__(kThreads)
   float* os = DynamicShared<float>();
   const int64_t h = blockIdx.x, t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
   const int n = o_lat.rows - t0 < kTokens ? static_cast<int>(o_lat.rows - t0) : kTokens;
-  for (int64_t e = threadIdx.x; e < kTokens * L; e += kThreads) {
-    const int64_t tok = e / L, k = e - tok * L;
-    os[e] = tok < n ? o_lat.data[(t0 + tok) * o_lat.ld + h * L + k] : 0.0f;
+  for (int tok = 0; tok < kTokens; ++tok) {  // (a token's row over the threads: no division a value)
+    for (int64_t k = threadIdx.x; k < L; k += kThreads) {
+      os[tok * L + k] = tok < n ? o_lat.data[(t0 + tok) * o_lat.ld + h * L + k] : 0.0f;
+    }
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
