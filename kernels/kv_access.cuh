@@ -46,8 +46,8 @@ __device__ __forceinline__ float KvValue(const KvRowRef& r, const uint8_t* row, 
 }
 
 // Where value i of a row of layout r lies, found once for a column that many rows are read at:
-// KvColumnValue then decodes it from a row with a load or two and no search of the segments (the
-// same value, bit for bit, as KvValue).
+// KvColumnValue<kind> then decodes it from a row with a load or two and no search of the segments
+// (the same value, bit for bit, as KvValue).
 struct KvColumn {
   int32_t kind;        // 0: past the row (0.0f); 1: F32; 2: BF16; 3: FP8, the layer scale; 4: FP8, a tile scale
   int64_t byte;        // the value's byte offset in the row
@@ -68,14 +68,14 @@ __device__ __forceinline__ KvColumn KvColumnOf(const KvRowRef& r, int64_t i) {
   }
   return KvColumn{0, 0, 0};
 }
+// The value of a column of kind kKind (col.kind, known to the caller) in a cache row.
+template <int kKind>
 __device__ __forceinline__ float KvColumnValue(const KvColumn& col, const uint8_t* row, float layer_scale) {
-  switch (col.kind) {
-    case 1: return *reinterpret_cast<const float*>(row + col.byte);
-    case 2: return Bf16Bits(*reinterpret_cast<const uint16_t*>(row + col.byte));
-    case 3: return Fp8ToFloat(row[col.byte]) * layer_scale;
-    case 4: return Fp8ToFloat(row[col.byte]) * *reinterpret_cast<const float*>(row + col.scale_byte);
-    default: return 0.0f;
-  }
+  if constexpr (kKind == 1) return *reinterpret_cast<const float*>(row + col.byte);
+  if constexpr (kKind == 2) return Bf16Bits(*reinterpret_cast<const uint16_t*>(row + col.byte));
+  if constexpr (kKind == 3) return Fp8ToFloat(row[col.byte]) * layer_scale;
+  if constexpr (kKind == 4) return Fp8ToFloat(row[col.byte]) * *reinterpret_cast<const float*>(row + col.scale_byte);
+  return 0.0f;
 }
 
 // A row attention reads: a cache row, or under the phase policy a BF16 fresh row.

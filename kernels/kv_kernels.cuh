@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common.cuh"
 #include "kernels/kv_access.cuh"
@@ -417,7 +418,7 @@ __host__ __device__ constexpr int DsaTileHeads(int64_t heads) {
 }
 
 template <int kHeads, int kPer = DsaTilePerThread(kHeads)>
-__global__ void __launch_bounds__(kDsaTileThreads) DsaScoreTiledKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer,
+__global__ void __launch_bounds__(kDsaTileThreads, 3) DsaScoreTiledKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer,
                                                                         BatchRef b, int64_t heads, int64_t head_dim,
                                                                         int64_t key_offset, float key_scale,
                                                                         int64_t top_k, float* scores, int32_t* err) {
@@ -463,19 +464,31 @@ __global__ void __launch_bounds__(kDsaTileThreads) DsaScoreTiledKernel(ConstMat 
     // The lane's column in a cache row, found once for the chunk's rows (fresh rows: BF16 at
     // key_offset + c).
     const KvColumn col = c < head_dim ? KvColumnOf(kv.row, key_offset + c) : KvColumn{0, 0, 0};
-    for (int r0 = warp; r0 < kBlock; r0 += kWarps * kBatch) {
-      float v[kBatch];
+    // The rows' values, the column's decoding chosen once (a branch per value would keep the
+    // batch's loads from being in flight together).
+    const auto stage = [&](auto kind) {
+      for (int r0 = warp; r0 < kBlock; r0 += kWarps * kBatch) {
+        float v[kBatch];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int r = r0 + u * kWarps;
-        const uint8_t* row = rows[r];
-        v[u] = row == nullptr || c >= head_dim
-                   ? 0.0f
-                   : fresh[r] != 0 ? Bf16Bits(reinterpret_cast<const uint16_t*>(row)[key_offset + c])
-                                   : KvColumnValue(col, row, layer_scale);
+        for (int u = 0; u < kBatch; ++u) {
+          const int r = r0 + u * kWarps;
+          const uint8_t* row = rows[r];
+          v[u] = row == nullptr ? 0.0f
+                 : fresh[r] != 0 ? Bf16Bits(reinterpret_cast<const uint16_t*>(row)[key_offset + c])
+                                 : KvColumnValue<decltype(kind)::value>(col, row, layer_scale);
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) kt[(r0 + u * kWarps) * kDsaTileStride + lane] = v[u];
       }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) kt[(r0 + u * kWarps) * kDsaTileStride + lane] = v[u];
+    };
+    switch (c < head_dim ? col.kind : 0) {
+      case 1: stage(std::integral_constant<int, 1>{}); break;
+      case 2: stage(std::integral_constant<int, 2>{}); break;
+      case 3: stage(std::integral_constant<int, 3>{}); break;
+      case 4: stage(std::integral_constant<int, 4>{}); break;
+      default:  // past the head dimension (or the row): zeros
+        for (int r = warp; r < kBlock; r += kWarps) kt[r * kDsaTileStride + lane] = 0.0f;
+        break;
     }
     __syncthreads();
 #pragma unroll 2
