@@ -166,6 +166,41 @@ __device__ T BlockSum(T v, T* shared) {
   return r;
 }
 
+// Exclusive prefix sums over the block, in thread order, of two counts at once (blockDim.x a
+// multiple of 32, at most 1024): a and b become the sums of the threads before this one, *total_a
+// and *total_b the block's. `shared` holds 64 values.
+__device__ inline void BlockExclusiveSum2(int32_t& a, int32_t& b, int32_t* shared, int32_t* total_a,
+                                          int32_t* total_b) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  int32_t ia = a, ib = b;  // inclusive within the warp
+  for (unsigned o = 1; o < 32; o <<= 1) {
+    const int32_t xa = __shfl_up_sync(0xffffffffu, ia, o), xb = __shfl_up_sync(0xffffffffu, ib, o);
+    if (lane >= static_cast<int>(o)) {
+      ia += xa;
+      ib += xb;
+    }
+  }
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 31) {
+    shared[warp] = ia;
+    shared[32 + warp] = ib;
+  }
+  __syncthreads();
+  int32_t before_a = 0, before_b = 0, all_a = 0, all_b = 0;
+  for (int i = 0; i < warps; ++i) {
+    if (i < warp) {
+      before_a += shared[i];
+      before_b += shared[32 + i];
+    }
+    all_a += shared[i];
+    all_b += shared[32 + i];
+  }
+  a = before_a + ia - a;
+  b = before_b + ib - b;
+  *total_a = all_a;
+  *total_b = all_b;
+}
+
 inline unsigned BlocksFor(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 #ifndef LLMRT_CUDA_EMULATION

@@ -115,67 +115,101 @@ TEST(MoeKernelsEmulated, RouteIsTheCpuRouting) {
   }
 }
 
+// Runs the permutation of the pairs idx [T][K] over E experts into tiles of tile_rows and checks
+// it: rows by expert, each expert's pairs in (token, slot) order; tiles of at most tile_rows rows
+// of one expert each, in expert order. Returns the arguments (for a second run).
+PermuteArgs CheckPermute(const std::vector<int32_t>& idx, int64_t T, int64_t K, int64_t E, int64_t tile_rows,
+                         int64_t max_tiles, std::vector<std::vector<int32_t>>& store) {
+  const int64_t P = T * K;
+  store.assign(7, {});
+  store[0].assign(static_cast<size_t>(P), -5);
+  store[1].assign(static_cast<size_t>(P), -5);
+  store[2].assign(static_cast<size_t>(2 * E), 0);
+  for (int i = 3; i < 6; ++i) store[i].assign(static_cast<size_t>(max_tiles), -5);
+  store[6].assign(1, -5);
+  std::vector<int32_t>& perm_token = store[0];
+  std::vector<int32_t>& perm_pos = store[1];
+  std::vector<int32_t>& te = store[3];
+  std::vector<int32_t>& r0 = store[4];
+  std::vector<int32_t>& r1 = store[5];
+  PermuteArgs a{};
+  a.idx = idx.data();
+  a.idx_ld = K;
+  a.T = T;
+  a.K = K;
+  a.E = E;
+  a.perm_token = perm_token.data();
+  a.perm_pos = perm_pos.data();
+  a.counts = store[2].data();
+  a.tile_expert = te.data();
+  a.tile_row0 = r0.data();
+  a.tile_row1 = r1.data();
+  a.tile_count = store[6].data();
+  a.max_tiles = max_tiles;
+  a.tile_rows = tile_rows;
+  int32_t err = 0;
+  emulation::RunGrid({1, 1, 1}, moe::kPermuteThreads, 0, [&] { moe::PermuteKernel(a, &err); });
+  EXPECT_EQ(err, 0);
+  std::vector<int64_t> pairs(static_cast<size_t>(P));
+  std::iota(pairs.begin(), pairs.end(), 0);
+  std::stable_sort(pairs.begin(), pairs.end(), [&](int64_t x, int64_t y) { return idx[x] < idx[y]; });
+  for (int64_t r = 0; r < P; ++r) {
+    EXPECT_EQ(perm_pos[pairs[r]], r) << "pair " << pairs[r];
+    EXPECT_EQ(perm_token[r], pairs[r] / K) << "row " << r;
+  }
+  const int32_t step = static_cast<int32_t>(tile_rows);
+  int32_t tiles = 0, row = 0;
+  for (int32_t e = 0; e < E; ++e) {
+    const int32_t n = static_cast<int32_t>(std::count(idx.begin(), idx.end(), e));
+    for (int32_t s = 0; s < n; s += step, ++tiles) {
+      EXPECT_LT(tiles, max_tiles);
+      if (tiles >= max_tiles) return a;
+      EXPECT_EQ(te[tiles], e);
+      EXPECT_EQ(r0[tiles], row + s);
+      EXPECT_EQ(r1[tiles], row + std::min(s + step, n));
+    }
+    row += n;
+  }
+  EXPECT_EQ(store[6][0], tiles);
+  return a;
+}
+
 TEST(MoeKernelsEmulated, PermuteSortsPairsByExpertStably) {
   std::mt19937 rng(82);
   const int64_t T = 45, K = 4, E = 9;  // 180 pairs: several warp rounds, experts over a tile
   std::vector<int32_t> idx(static_cast<size_t>(T * K));
   for (int32_t& e : idx) e = static_cast<int32_t>(rng() % E);
   for (int64_t i = 0; i < 140; ++i) idx[i] = 3;  // expert 3 gets more than one tile of every size
-  const int64_t P = T * K, max_tiles = 32;
   // Tiles of at most 32 rows (every grouped kernel), 64 and 128 (the tensor-core kernel).
   for (const int64_t tile_rows : {kGemmTileRows, int64_t{64}, kGemmWideTileRows}) {
     SCOPED_TRACE(::testing::Message() << "tiles of " << tile_rows);
-    std::vector<int32_t> perm_token(static_cast<size_t>(P), -5), perm_pos(static_cast<size_t>(P), -5), counts(2 * E);
-    std::vector<int32_t> te(max_tiles, -5), r0(max_tiles, -5), r1(max_tiles, -5), tc(1, -5);
-    PermuteArgs a{};
-    a.idx = idx.data();
-    a.idx_ld = K;
-    a.T = T;
-    a.K = K;
-    a.E = E;
-    a.perm_token = perm_token.data();
-    a.perm_pos = perm_pos.data();
-    a.counts = counts.data();
-    a.tile_expert = te.data();
-    a.tile_row0 = r0.data();
-    a.tile_row1 = r1.data();
-    a.tile_count = tc.data();
-    a.max_tiles = max_tiles;
-    a.tile_rows = tile_rows;
-    int32_t err = 0;
-    emulation::RunGrid({1, 1, 1}, moe::kPermuteThreads, 0, [&] { moe::PermuteKernel(a, &err); });
-    EXPECT_EQ(err, 0);
-    // Rows: experts in order, each expert's pairs in (token, slot) order.
-    std::vector<int64_t> pairs(static_cast<size_t>(P));
-    std::iota(pairs.begin(), pairs.end(), 0);
-    std::stable_sort(pairs.begin(), pairs.end(), [&](int64_t x, int64_t y) { return idx[x] < idx[y]; });
-    for (int64_t r = 0; r < P; ++r) {
-      EXPECT_EQ(perm_pos[pairs[r]], r) << "pair " << pairs[r];
-      EXPECT_EQ(perm_token[r], pairs[r] / K) << "row " << r;
-    }
-    // Tiles of at most tile_rows rows of one expert each.
-    const int32_t step = static_cast<int32_t>(tile_rows);
-    int32_t tiles = 0, row = 0;
-    for (int32_t e = 0; e < E; ++e) {
-      const int32_t n = static_cast<int32_t>(std::count(idx.begin(), idx.end(), e));
-      for (int32_t s = 0; s < n; s += step, ++tiles) {
-        ASSERT_LT(tiles, max_tiles);
-        EXPECT_EQ(te[tiles], e);
-        EXPECT_EQ(r0[tiles], row + s);
-        EXPECT_EQ(r1[tiles], row + std::min(s + step, n));
-      }
-      row += n;
-    }
-    EXPECT_EQ(tc[0], tiles);
-
+    std::vector<std::vector<int32_t>> store;
+    PermuteArgs a = CheckPermute(idx, T, K, E, tile_rows, 32, store);
     // An expert id outside the bank: reported, and its pair has no row.
     std::vector<int32_t> bad = idx;
     bad[7] = static_cast<int32_t>(E);
     a.idx = bad.data();
-    err = 0;
+    int32_t err = 0;
     emulation::RunGrid({1, 1, 1}, moe::kPermuteThreads, 0, [&] { moe::PermuteKernel(a, &err); });
     EXPECT_EQ(err, kErrExpert);
-    EXPECT_EQ(perm_pos[7], -1);
+    EXPECT_EQ(store[1][7], -1);
+  }
+}
+
+// More experts than the block's threads (each thread lays out a run of 3 or 5; Kimi K2's 384 take
+// one each), many empty, a few with several tiles, the cursors in shared memory (2,100) and in
+// global memory (past kPermuteSharedExperts); the tile table as large as the backend sizes it
+// (ceil(P / tile) + min(E, P)).
+TEST(MoeKernelsEmulated, PermuteLaysOutMoreExpertsThanThreads) {
+  std::mt19937 rng(84);
+  const int64_t T = 300, K = 8, P = T * K;
+  for (const int64_t E : {int64_t{2100}, int64_t{5000}}) {
+    SCOPED_TRACE(::testing::Message() << E << " experts");
+    std::vector<int32_t> idx(static_cast<size_t>(P));
+    for (int32_t& e : idx) e = static_cast<int32_t>(rng() % (E / 3)) * 3;  // every third expert
+    for (int64_t i = 0; i < 200; ++i) idx[static_cast<size_t>(i * 5)] = static_cast<int32_t>(E - 1);  // 7 tiles
+    std::vector<std::vector<int32_t>> store;
+    CheckPermute(idx, T, K, E, 32, std::min(P, (P + 31) / 32 + std::min(E, P)), store);
   }
 }
 
