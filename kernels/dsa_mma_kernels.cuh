@@ -163,16 +163,25 @@ __global__ void __launch_bounds__(kMmaThreads) DsaScoreMmaKernel(ConstMat q, Con
   const int x = static_cast<int>(threadIdx.x), lane = x & 31, warp = x >> 5;
 
   // The query's three parts and the weights (zeros past the heads and the head dimension), once
-  // for the block's tiles: a head's columns over the threads.
+  // for the block's tiles: kMmaThreads / kp heads' columns over the threads at a time (one
+  // division a thread), or a head's over them for kp past kMmaThreads.
   const float* qt = q.data + t * q.ld;
-  for (int h = 0; h < kM; ++h) {
-    for (int c = x; c < kp; c += kMmaThreads) {
-      const float v = h < heads && c < head_dim ? qt[h * head_dim + c] : 0.0f;
-      uint16_t p0b, p1b, p2b;
-      SplitBf16x3(v, &p0b, &p1b, &p2b);
-      qs[(0 * kM + h) * stride + c] = p0b;
-      qs[(1 * kM + h) * stride + c] = p1b;
-      qs[(2 * kM + h) * stride + c] = p2b;
+  const auto split = [&](int h, int c) {
+    const float v = h < heads && c < head_dim ? qt[h * head_dim + c] : 0.0f;
+    uint16_t p0b, p1b, p2b;
+    SplitBf16x3(v, &p0b, &p1b, &p2b);
+    qs[(0 * kM + h) * stride + c] = p0b;
+    qs[(1 * kM + h) * stride + c] = p1b;
+    qs[(2 * kM + h) * stride + c] = p2b;
+  };
+  if (kp <= kMmaThreads) {
+    const int per = kMmaThreads / kp, xh = x / kp, xc = x - xh * kp;
+    if (xh < per) {
+      for (int h = xh; h < kM; h += per) split(h, xc);
+    }
+  } else {
+    for (int h = 0; h < kM; ++h) {
+      for (int c = x; c < kp; c += kMmaThreads) split(h, c);
     }
   }
   for (int h = x; h < kM; h += kMmaThreads) ws[h] = h < heads ? w.data[t * w.ld + h] : 0.0f;

@@ -481,12 +481,13 @@ __global__ void __launch_bounds__(kDsaTileThreads, 3) DsaScoreTiledKernel(ConstM
         for (int u = 0; u < kBatch; ++u) kt[(r0 + u * kWarps) * kDsaTileStride + lane] = v[u];
       }
     };
-    switch (c < head_dim ? col.kind : 0) {
+    switch (c < head_dim ? col.kind : -1) {
+      case 0: stage(std::integral_constant<int, 0>{}); break;  // (past the row's segments: fresh rows only)
       case 1: stage(std::integral_constant<int, 1>{}); break;
       case 2: stage(std::integral_constant<int, 2>{}); break;
       case 3: stage(std::integral_constant<int, 3>{}); break;
       case 4: stage(std::integral_constant<int, 4>{}); break;
-      default:  // past the head dimension (or the row): zeros
+      default:  // past the head dimension: zeros
         for (int r = warp; r < kBlock; r += kWarps) kt[r * kDsaTileStride + lane] = 0.0f;
         break;
     }

@@ -249,7 +249,8 @@ float MmaScore(const Cache& cache, const dsa::KeyGroups& groups, const uint8_t* 
 // last position is the pass's own row, read as bfloat16 from the fresh rows (the phase policy).
 // key_scale is GLM-5's 1 / sqrt(128) rounded, not a power of two.
 void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int64_t len1, bool bad_page,
-                    std::mt19937& rng, bool fresh = false, bool few_blocks = false, int mma_tiles_per_block = 1) {
+                    std::mt19937& rng, bool fresh = false, bool few_blocks = false, int mma_tiles_per_block = 1,
+                    int64_t key_offset = 80) {
   const char* name = form == DsaScores::kTiled          ? "tiled"
                      : form == DsaScores::kStaged       ? "staged"
                      : form == DsaScores::kTensorCores ? "tensor cores"
@@ -258,10 +259,11 @@ void CheckDsaScores(DsaScores form, int64_t heads, int64_t hd, int64_t len0, int
                std::to_string(hd) + " contexts " + std::to_string(len0) + ", " + std::to_string(len1) +
                (bad_page ? " bad page" : "") + (fresh ? " fresh rows" : "") +
                (few_blocks ? " one position a thread" : "") +
-               (mma_tiles_per_block > 1 ? " tiles a block " + std::to_string(mma_tiles_per_block) : ""));
+               (mma_tiles_per_block > 1 ? " tiles a block " + std::to_string(mma_tiles_per_block) : "") +
+               " key from column " + std::to_string(key_offset));
   const float key_scale = 0.0883883f;
   std::normal_distribution<float> normal;
-  const int64_t page_size = 4, layer = 1, key_offset = 80, top_k = 5;
+  const int64_t page_size = 4, layer = 1, top_k = 5;
   const int64_t pages0 = (len0 + page_size - 1) / page_size, pages1 = (len1 + page_size - 1) / page_size;
   const int64_t num_pages = pages0 + pages1 + 1;
   // Tokens: sequence 0 at contexts len0 and 4 (dense: no scores), sequence 1 at len1.
@@ -498,6 +500,10 @@ TEST(KvKernelsEmulated, DsaScoresAreOneFmaChainPerHead) {
   CheckDsaScores(DsaScores::kTiled, 64, 40, 100, 270, false, rng);
   CheckDsaScores(DsaScores::kTiled, 17, 40, 9, 300, true, rng);
   CheckDsaScores(DsaScores::kTiled, 16, 33, 513, 1100, true, rng);
+  // A key from column 64: the BF16 rope segment's 16 columns, then the index key's FP8 tiles (a
+  // warp's lanes over both segments), with fresh rows too.
+  CheckDsaScores(DsaScores::kTiled, 32, 80, 150, 300, false, rng, false, false, 1, 64);
+  CheckDsaScores(DsaScores::kTiled, 17, 80, 40, 140, true, rng, /*fresh=*/true, false, 1, 64);
   for (const DsaScores form : {DsaScores::kThread, DsaScores::kStaged, DsaScores::kTiled}) {
     CheckDsaScores(form, 32, 40, 300, 517, false, rng, /*fresh=*/true);
   }
@@ -522,6 +528,12 @@ TEST(KvKernelsEmulated, DsaScoresOnTheTensorCores) {
   CheckDsaScores(DsaScores::kTensorCores, 17, 40, 9, 300, true, rng);
   CheckDsaScores(DsaScores::kTensorCores, 12, 33, 150, 140, true, rng, false, false, 4);
   CheckDsaScores(DsaScores::kTensorCores, 32, 40, 300, 517, false, rng, /*fresh=*/true, false, 3);
+  // A key from column 64: a BF16 group (the rope segment) before the FP8 tiles; heads of 48 (kp
+  // 48: two heads' columns over the threads at a time) and of 80.
+  CheckDsaScores(DsaScores::kTensorCores, 32, 48, 150, 300, false, rng, false, false, 2, 64);
+  CheckDsaScores(DsaScores::kTensorCores, 20, 80, 40, 140, true, rng, /*fresh=*/true, false, 1, 64);
+  // A head dimension past the block's threads (kp 144: a head's columns over them in turns).
+  CheckDsaScores(DsaScores::kTensorCores, 16, 144, 40, 140, false, rng);
 }
 
 // A token whose context runs past the scores' bound (max_ctx; the top-k then reports the page
@@ -635,10 +647,6 @@ TEST(KvKernelsEmulated, QueryPartsSumToTheQuery) {
   EXPECT_EQ(p[0] | p[1] | p[2], 0);
 }
 
-// The key's scale groups the tensor-core kernel takes: flat BF16 and FP8 rows (one group: scale
-// 1, the layer's), the tiled codec's tiles where each is a whole number of 16-column steps (the
-// last may be partial), and not F32 rows, tiles of 5, a key past the row, or more than 256
-// columns.
 // Tiles a block of the tensor-core scores takes (132 multiprocessors, an H100's): one where the
 // pass has fewer than 8 blocks a multiprocessor (decode of a session at 128K positions: 1,024
 // tiles), more where it has more (64 sessions at 32K: 16,384 tiles; a 4,096-token prefill:
@@ -654,6 +662,10 @@ TEST(KvKernelsEmulated, DsaMmaTilesPerBlockLeaveWavesOfBlocks) {
   EXPECT_EQ(dsa::DsaMmaTilesPerBlock(1, 100, 132), 1);
 }
 
+// The key's scale groups the tensor-core kernel takes: flat BF16 and FP8 rows (one group: scale
+// 1, the layer's), the tiled codec's tiles where each is a whole number of 16-column steps (the
+// last may be partial), and not F32 rows, tiles of 5, a key past the row, or more than 256
+// columns.
 TEST(KvKernelsEmulated, DsaKeyGroupsForTheTensorCores) {
   const KvCodec* bf16 = FindKvCodec(kKvCodecBf16);
   const KvCodec* fp8 = FindKvCodec(kKvCodecFp8);

@@ -117,7 +117,8 @@ TEST(MoeKernelsEmulated, RouteIsTheCpuRouting) {
 
 // Runs the permutation of the pairs idx [T][K] over E experts into tiles of tile_rows and checks
 // it: rows by expert, each expert's pairs in (token, slot) order; tiles of at most tile_rows rows
-// of one expert each, in expert order. Returns the arguments (for a second run).
+// of one expert each, in expert order, the first max_tiles of them where the table is shorter
+// (tile_count then max_tiles). Returns the arguments (for a second run).
 PermuteArgs CheckPermute(const std::vector<int32_t>& idx, int64_t T, int64_t K, int64_t E, int64_t tile_rows,
                          int64_t max_tiles, std::vector<std::vector<int32_t>>& store) {
   const int64_t P = T * K;
@@ -162,15 +163,14 @@ PermuteArgs CheckPermute(const std::vector<int32_t>& idx, int64_t T, int64_t K, 
   for (int32_t e = 0; e < E; ++e) {
     const int32_t n = static_cast<int32_t>(std::count(idx.begin(), idx.end(), e));
     for (int32_t s = 0; s < n; s += step, ++tiles) {
-      EXPECT_LT(tiles, max_tiles);
-      if (tiles >= max_tiles) return a;
+      if (tiles >= max_tiles) continue;
       EXPECT_EQ(te[tiles], e);
       EXPECT_EQ(r0[tiles], row + s);
       EXPECT_EQ(r1[tiles], row + std::min(s + step, n));
     }
     row += n;
   }
-  EXPECT_EQ(store[6][0], tiles);
+  EXPECT_EQ(store[6][0], std::min<int64_t>(tiles, max_tiles));
   return a;
 }
 
@@ -196,20 +196,23 @@ TEST(MoeKernelsEmulated, PermuteSortsPairsByExpertStably) {
   }
 }
 
-// More experts than the block's threads (each thread lays out a run of 3 or 5; Kimi K2's 384 take
-// one each), many empty, a few with several tiles, the cursors in shared memory (2,100) and in
-// global memory (past kPermuteSharedExperts); the tile table as large as the backend sizes it
-// (ceil(P / tile) + min(E, P)).
+// More experts than the block's threads (each thread lays out a run of 2 to 5, the last run cut
+// short where E is not a multiple; Kimi K2's 384 take one each), many empty, a few with several
+// tiles, the cursors in shared memory (up to kPermuteSharedExperts, 4,096) and in global memory
+// (past it); the tile table as large as the backend sizes it (ceil(P / tile) + min(E, P)), and
+// shorter than the tiles.
 TEST(MoeKernelsEmulated, PermuteLaysOutMoreExpertsThanThreads) {
   std::mt19937 rng(84);
   const int64_t T = 300, K = 8, P = T * K;
-  for (const int64_t E : {int64_t{2100}, int64_t{5000}}) {
+  for (const int64_t E : {int64_t{1025}, int64_t{2100}, int64_t{2101}, int64_t{4096}, int64_t{4097}, int64_t{5000}}) {
     SCOPED_TRACE(::testing::Message() << E << " experts");
     std::vector<int32_t> idx(static_cast<size_t>(P));
     for (int32_t& e : idx) e = static_cast<int32_t>(rng() % (E / 3)) * 3;  // every third expert
     for (int64_t i = 0; i < 200; ++i) idx[static_cast<size_t>(i * 5)] = static_cast<int32_t>(E - 1);  // 7 tiles
     std::vector<std::vector<int32_t>> store;
     CheckPermute(idx, T, K, E, 32, std::min(P, (P + 31) / 32 + std::min(E, P)), store);
+    // A table shorter than the tiles: its first entries, and tile_count its length.
+    CheckPermute(idx, T, K, E, 32, 40, store);
   }
 }
 
