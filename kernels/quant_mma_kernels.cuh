@@ -135,6 +135,9 @@ __device__ __forceinline__ void QuantMmaTile(const uint4* xp, const int32_t* x_r
   const uint8_t* cb = codes + rb * row_bytes + (kFp8 ? 8 : 4) * c;
   // The rows' scales: INT4 bfloat16 [N][groups]; FP8 float32 [ceil(N / block_rows)][groups].
   const int64_t sa = (kFp8 ? ra / w.block_rows : ra) * groups, sb = (kFp8 ? rb / w.block_rows : rb) * groups;
+  // (A local copy: the grouped kernel's w is its expert's entry of a table in global memory,
+  // which the conditional loads below would read again every time.)
+  const void* const scales = w.scales;
   // The warp's steps [s_begin, s_end), in a ring of kAhead steps loaded ahead in registers: a
   // step's codes, its group's two scales and whether it ends its group. Decode's weight rows are
   // read once, so the loads in flight set the bandwidth: kAhead steps a lane (INT4: 64 bytes,
@@ -150,13 +153,13 @@ __device__ __forceinline__ void QuantMmaTile(const uint4* xp, const int32_t* x_r
     if constexpr (kFp8) {
       ring_a[u] = *reinterpret_cast<const uint2*>(ca + 32 * ls);
       ring_b[u] = *reinterpret_cast<const uint2*>(cb + 32 * ls);
-      ring_sa[u] = static_cast<const float*>(w.scales)[sa + lg];
-      ring_sb[u] = static_cast<const float*>(w.scales)[sb + lg];
+      ring_sa[u] = static_cast<const float*>(scales)[sa + lg];
+      ring_sb[u] = static_cast<const float*>(scales)[sb + lg];
     } else {
       ring_a[u] = *reinterpret_cast<const uint32_t*>(ca + 16 * ls);
       ring_b[u] = *reinterpret_cast<const uint32_t*>(cb + 16 * ls);
-      ring_sa[u] = Bf16Bits(static_cast<const uint16_t*>(w.scales)[sa + lg]);
-      ring_sb[u] = Bf16Bits(static_cast<const uint16_t*>(w.scales)[sb + lg]);
+      ring_sa[u] = Bf16Bits(static_cast<const uint16_t*>(scales)[sa + lg]);
+      ring_sb[u] = Bf16Bits(static_cast<const uint16_t*>(scales)[sb + lg]);
     }
     ring_last[u] = ls + 1 == lg_end;
     if (++ls == lg_end) {
