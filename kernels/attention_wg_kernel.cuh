@@ -97,12 +97,21 @@ __global__ void __launch_bounds__(kThreads, 1) WgAttentionKernel(AttentionArgs a
   const auto issue = [&](int st) {
     if constexpr (kCodes) {
       uint8_t* staged = smem + pl.off_s + st * kChunk * pl.ss;
-      const int row_pieces = pl.ss / 16;
-      for (int i = tid; i < kChunk * row_pieces; i += kThreads) {
-        const int r = i / row_pieces, at = 16 * (i % row_pieces);
+      // Piece i = tid + kThreads n of the chunk's rows: row r, piece p, stepped without a division.
+      const int row_pieces = pl.ss / 16, dr = kThreads / row_pieces, dp = kThreads - dr * row_pieces;
+      int r = tid / row_pieces, p = tid - r * row_pieces;
+      while (r < kChunk) {
+        const int at = 16 * p;
         const uint8_t* src = meta_ptr[st * kChunk + r];
-        if (src == nullptr || (meta_flags[st * kChunk + r] & kRowFresh) != 0) continue;
-        CpAsync16(staged + r * pl.ss + at, src + (at < q1_len ? a.k1_off + at : a.k2_off + (at - q1_len)));
+        if (src != nullptr && (meta_flags[st * kChunk + r] & kRowFresh) == 0) {
+          CpAsync16(staged + r * pl.ss + at, src + (at < q1_len ? a.k1_off + at : a.k2_off + (at - q1_len)));
+        }
+        r += dr;
+        p += dp;
+        while (p >= row_pieces) {
+          p -= row_pieces;
+          ++r;
+        }
       }
       return;
     }
