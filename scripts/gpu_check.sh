@@ -364,6 +364,12 @@ gpu_tables() {
   run "${g45[@]}" --prefill-lens 512,4096 --repeats 2
   LLMRT_CUDA_GQA_PREFILL=flash run "${g45[@]}" --prefill-lens 512,4096 --repeats 2
   run "${k2[@]}" --integrity --weights fp8 --sessions 1,64 --steps 16 --repeats 3
+  # Kimi K2's layers with 64 routed experts instead of 8 (5.6 GB of FP8 experts): the routing and
+  # the permutation at an expert count near the released models' (the rows above have 8), decode
+  # and a 4096-token prefill.
+  local k2e=(--synthetic --preset k2-real --layers 2 --experts 64 --backend cuda --weights fp8 --activations fp8)
+  run "${k2e[@]}" --sessions 1,64 --steps 8 --no-baselines
+  run "${k2e[@]}" --prefill-lens 4096 --repeats 2
   # Kernels not yet the default (after the rows above, so that a step cut short by its limit
   # loses these first).
   # The routed experts' grouped GEMM on Hopper's warpgroup MMAs (BF16 and FP8 experts), against
