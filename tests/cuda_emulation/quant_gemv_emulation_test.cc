@@ -589,6 +589,16 @@ struct Fp8MoeData {
     std::uniform_real_distribution<float> s(0.5f, 2.0f);
     for (float& v : sa) v = s(rng);
   }
+  // out [M, N] within the float32 bound of the scaled products, the rows gathered through
+  // routing.x_rows (blocks of bc columns).
+  void ExpectWithinBound(const std::vector<float>& out, const MmaRouting& routing, int64_t M, int64_t N, int64_t K,
+                         int64_t bc) const {
+    const std::vector<int32_t>& x_rows = routing.x_rows;
+    Expect(
+        out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
+        [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
+        [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
+  }
 };
 
 // The FP8 policy's form: FP8 experts in 128 x 128 and 5 x 32 blocks, e4m3 activations with a scale
@@ -601,7 +611,6 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
   for (const int64_t bc : {int64_t{128}, int64_t{32}}) {
     const int64_t K = bc == 128 ? 304 : 112, br = bc == 128 ? 128 : 5;
     const Fp8MoeData d(N, M, K, br, bc, rng);
-    const std::vector<HostWeight>& experts = d.experts;
     const std::vector<float>& x = d.x;
     const std::vector<float>& sa = d.sa;
     const int64_t lda = d.lda;
@@ -616,10 +625,7 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
         std::vector<float> out(static_cast<size_t>(M * N), NAN);
         RunGroupedMma<true>(routing, ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K,
                             MutMat{out.data(), M, N, N}, ActScales{sa.data(), lda});
-        Expect(
-            out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
-            [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
-            [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
+        d.ExpectWithinBound(out, routing, M, N, K, bc);
         if (first.empty()) {
           first = out;
         } else {
@@ -630,7 +636,7 @@ TEST(GroupedMmaEmulated, Fp8ExpertsWithActivationScales) {
   }
 }
 
-// FP8 experts under the FP8 policy on the warpgroup MMAs: blocks of 128 x 128 (K = 304: a last
+// FP8 experts under the FP8 policy on the warpgroup MMAs: blocks of 128 x 128 (K = 560: a last
 // partial block and step) and of 5 x 64 (a fold every step), tiles of 32, 64 and 128 rows, in
 // every order of copies and warpgroups. Each output within the float32 bound of the scaled
 // products, and the same bits as the emulated mma.sync kernel (tiles of 32): both sum each block
@@ -644,7 +650,6 @@ TEST(GroupedWgmmaEmulated, Fp8ExpertsWithActivationScales) {
     // stage or a wide tile rewritten under MMAs still in flight shows.
     const int64_t K = bc == 128 ? 560 : 528, br = bc == 128 ? 128 : 5;
     const Fp8MoeData d(N, M, K, br, bc, rng);
-    const std::vector<HostWeight>& experts = d.experts;
     const std::vector<float>& x = d.x;
     const std::vector<float>& sa = d.sa;
     const int64_t lda = d.lda;
@@ -662,10 +667,7 @@ TEST(GroupedWgmmaEmulated, Fp8ExpertsWithActivationScales) {
         std::vector<float> out(static_cast<size_t>(M * N), NAN);
         RunGroupedWg<true>(routing, ConstMat{x.data(), M, K, K}, x_rows.data(), table, N, K,
                            MutMat{out.data(), M, N, N}, ActScales{sa.data(), lda});
-        Expect(
-            out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(x_rows[r]); },
-            [&](int64_t r) -> const HostWeight& { return experts[routing.expert[r]]; },
-            [&](int64_t r, int64_t b) { return static_cast<double>(sa[b * lda + x_rows[r]]); }, bc);
+        d.ExpectWithinBound(out, routing, M, N, K, bc);
         EXPECT_TRUE(SameBits(out, want)) << "the warpgroup kernel's bits against the emulated mma.sync kernel's";
       });
       EXPECT_EQ(emulation::g_protocol_failures, 0);
