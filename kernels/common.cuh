@@ -97,7 +97,9 @@ struct ScaleRowWalk {
   int64_t row;
   int32_t rem, rows;
   __device__ __forceinline__ ScaleRowWalk(int64_t first, int64_t block_rows)
-      : row(first / block_rows), rem(static_cast<int32_t>(first % block_rows)), rows(static_cast<int32_t>(block_rows)) {}
+      : row(first / block_rows),
+        rem(static_cast<int32_t>(first % block_rows)),
+        rows(static_cast<int32_t>(block_rows)) {}
   __device__ __forceinline__ int64_t RowOf(int q) const { return row + (rem + q >= rows ? 1 : 0); }
   __device__ __forceinline__ void Step8() {
     rem += 8;

@@ -418,10 +418,9 @@ __host__ __device__ constexpr int DsaTileHeads(int64_t heads) {
 }
 
 template <int kHeads, int kPer = DsaTilePerThread(kHeads)>
-__global__ void __launch_bounds__(kDsaTileThreads, 3) DsaScoreTiledKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer,
-                                                                        BatchRef b, int64_t heads, int64_t head_dim,
-                                                                        int64_t key_offset, float key_scale,
-                                                                        int64_t top_k, float* scores, int32_t* err) {
+__global__ void __launch_bounds__(kDsaTileThreads, 3)
+    DsaScoreTiledKernel(ConstMat q, ConstMat w, KvRef kv, int64_t layer, BatchRef b, int64_t heads, int64_t head_dim,
+                        int64_t key_offset, float key_scale, int64_t top_k, float* scores, int32_t* err) {
   constexpr int kBlock = DsaTilePositions(kHeads, kPer), kWarps = kDsaTileThreads / 32;
   constexpr int kBatch = 16;  // rows a warp loads before storing them (loads in flight)
   static_assert(kPer >= 1 && kPer * kHeads <= kDsaTileAcc && (kBlock / kWarps) % kBatch == 0, "tile shape");
