@@ -541,15 +541,18 @@ TEST(TensorCoreAttentionEmulated, TwoTilesABlock) {
 TEST(TensorCoreAttentionEmulated, WarpgroupMmas) {
   std::mt19937 rng(83);
   for (emulation::Schedule schedule : {emulation::Schedule::kRoundRobin, emulation::Schedule::kGroupsInOrder}) {
-    emulation::g_schedule = schedule;
-    emulation::g_group_threads = 128;
+    emulation::RestoreDefaultSchedule();  // round robin: the environment's schedule
+    if (schedule != emulation::Schedule::kRoundRobin) {
+      emulation::g_schedule = schedule;
+      emulation::g_group_threads = 128;
+    }
     for (tc::Landing landing : {tc::Landing::kAtWait, tc::Landing::kAtIssue}) {
       tc::g_landing = landing;
       Check({true, 64, 0, 0, 512, 64, kKvCodecBf16, false, false, 16, {{150, 1}, {33, 2}}, 1, kWg}, rng);
       Check({true, 18, 0, 0, 512, 64, kKvCodecBf16, false, true, 16, {{90, 1}}, 1, kWg}, rng);
     }
   }
-  emulation::g_schedule = emulation::Schedule::kRoundRobin;
+  emulation::RestoreDefaultSchedule();
   tc::g_landing = tc::Landing::kAtWait;
   // A token that selects no position (zeros), in one split and in several.
   for (int64_t splits : {1, 2}) {
@@ -587,7 +590,11 @@ TEST(TensorCoreAttentionEmulated, WarpgroupMmasNeedAnAlignedBase) {
 TEST(TensorCoreAttentionEmulated, WarpgroupMmasOnFp8Rows) {
   std::mt19937 rng(84);
   for (emulation::Schedule schedule : {emulation::Schedule::kRoundRobin, emulation::Schedule::kGroupsInOrder}) {
-    emulation::g_schedule = schedule;
+    emulation::RestoreDefaultSchedule();  // round robin: the environment's schedule
+    if (schedule != emulation::Schedule::kRoundRobin) {
+      emulation::g_schedule = schedule;
+      emulation::g_group_threads = 128;
+    }
     for (tc::Landing landing : {tc::Landing::kAtWait, tc::Landing::kAtIssue}) {
       tc::g_landing = landing;
       for (bool fresh : {false, true}) {
@@ -595,7 +602,7 @@ TEST(TensorCoreAttentionEmulated, WarpgroupMmasOnFp8Rows) {
       }
     }
   }
-  emulation::g_schedule = emulation::Schedule::kRoundRobin;
+  emulation::RestoreDefaultSchedule();
   tc::g_landing = tc::Landing::kAtWait;
   Check({true, 18, 0, 0, 512, 64, kKvCodecFp8, true, true, 16, {{90, 1}, {0, 5}}, 2, kWg}, rng);
   Check({true, 70, 0, 0, 512, 32, kKvCodecFp8, false, false, 8, {{200, 1}}, 3, kWg}, rng);

@@ -61,12 +61,37 @@ struct Fiber {
 };
 
 // The order fibers run in. kRoundRobin: each in turn, so the warps advance together between
-// their barriers. kGroupsInOrder: the threads of group 0 (g_group_threads of them: a warp, a
+// their barriers. kReverse: the same from the last thread down, so that a thread reading what a
+// higher thread writes without a barrier between (which round robin happens to order) reads
+// stale data. kGroupsInOrder: the threads of group 0 (g_group_threads of them: a warp, a
 // warpgroup) run until each waits at a __syncthreads or ends, then group 1's, ...: a group runs
 // far ahead of the others, so a missing barrier between groups shows.
-enum class Schedule { kRoundRobin, kGroupsInOrder };
-inline Schedule g_schedule = Schedule::kRoundRobin;
-inline unsigned g_group_threads = 128;
+enum class Schedule { kRoundRobin, kReverse, kGroupsInOrder };
+// LLMRT_EMULATION_SCHEDULE in the environment chooses the schedule every kernel runs under (the
+// tests that choose one for a kernel restore this one after): "roundrobin" (the default),
+// "reverse", "warps" (groups of 32 in order) or "warpgroups" (groups of 128). ctest runs the
+// suite under each.
+struct ScheduleChoice {
+  Schedule schedule = Schedule::kRoundRobin;
+  unsigned group_threads = 128;
+};
+inline ScheduleChoice ScheduleFromEnvironment() {
+  const char* v = std::getenv("LLMRT_EMULATION_SCHEDULE");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "roundrobin") == 0) return {};
+  if (std::strcmp(v, "reverse") == 0) return {Schedule::kReverse, 128};
+  if (std::strcmp(v, "warps") == 0) return {Schedule::kGroupsInOrder, 32};
+  if (std::strcmp(v, "warpgroups") == 0) return {Schedule::kGroupsInOrder, 128};
+  std::fprintf(stderr, "LLMRT_EMULATION_SCHEDULE=%s: expected roundrobin, reverse, warps or warpgroups\n", v);
+  std::abort();
+}
+inline const ScheduleChoice g_default_schedule = ScheduleFromEnvironment();
+inline Schedule g_schedule = g_default_schedule.schedule;
+inline unsigned g_group_threads = g_default_schedule.group_threads;
+// Restores the environment's schedule (for tests that run a kernel under several).
+inline void RestoreDefaultSchedule() {
+  g_schedule = g_default_schedule.schedule;
+  g_group_threads = g_default_schedule.group_threads;
+}
 inline constexpr size_t kFiberStack = 128 * 1024;
 
 // The block being run.
@@ -299,7 +324,8 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
               }
             }
           } else {
-            for (unsigned t = 0; t < threads; ++t) {
+            for (unsigned i = 0; i < threads; ++i) {
+              const unsigned t = g_schedule == Schedule::kReverse ? threads - 1 - i : i;
               Fiber& f = block.fibers[t];
               if (f.done) continue;
               running = true;

@@ -59,8 +59,10 @@ struct Cache {
   std::vector<uint16_t> fresh;
   KvRef ref{};
   Cache(uint32_t id, int64_t num_pages, int64_t page_size, int64_t fresh_rows, int64_t index_width = 12)
+      : Cache(id, num_pages, page_size, fresh_rows, Shape(index_width)) {}
+  Cache(uint32_t id, int64_t num_pages, int64_t page_size, int64_t fresh_rows, const KvShape& shape)
       : codec(FindKvCodec(id)) {
-    layout = codec->Layout(Shape(index_width));
+    layout = codec->Layout(shape);
     pages.assign(static_cast<size_t>(num_pages * 2 * page_size * layout.row_bytes), 0xee);
     fresh.assign(static_cast<size_t>(std::max<int64_t>(fresh_rows, 1) * layout.width), 0);
     ref.pages = pages.data();
@@ -169,6 +171,90 @@ TEST(KvKernelsEmulated, WriteCalibrateExportImportAreTheCodecsBytes) {
       emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, 128, W * sizeof(float),
                          [&] { kvk::KvWriteKernel(cache.ref, layer, parts, batch, &err); });
       EXPECT_EQ(err, kErrSlot);
+    }
+  }
+}
+
+// The write and import kernels at the row shapes the shipped architectures give (the test above
+// uses narrow rows): Kimi K2's latent of 512 in tiles of 128 and its BF16 rope key of 64, GLM-5's
+// with its indexer key of 128 besides, and GLM-4.5's keys and values of 8 heads of 128 (a tile a
+// head). A segment's tiles outnumber the block's warps there and a tile's values the lanes, so
+// every loop of the encoder takes more than one turn; each row must be the CPU codec's bytes.
+TEST(KvKernelsEmulated, WriteAndImportAtTheShippedRowShapes) {
+  std::mt19937 rng(102);
+  std::normal_distribution<float> normal;
+  struct Model {
+    const char* name;
+    std::vector<KvPart> parts;
+  };
+  const Model models[] = {
+      {"kimi-k2", {{512, 128, false}, {64, 128, true}}},
+      {"glm-5", {{512, 128, false}, {64, 128, true}, {128, 128, false}}},
+      {"glm-4.5", {{1024, 128, false}, {1024, 128, false}}},
+  };
+  const int64_t T = 3, page_size = 2, num_pages = 3, layer = 0;
+  const std::vector<int32_t> slots = {5, 0, 3}, import_slots = {1, 4, 2};
+  for (const Model& m : models) {
+    KvShape shape;
+    shape.num_layers = 2;
+    shape.parts = m.parts;
+    for (uint32_t id : {kKvCodecF32, kKvCodecBf16, kKvCodecFp8, kKvCodecFp8Tiled}) {
+      for (bool fresh : {false, true}) {
+        Cache cache(id, num_pages, page_size, fresh ? T : 0, shape);
+        if (fresh && !cache.codec->lossy()) continue;
+        SCOPED_TRACE(::testing::Message() << m.name << " " << cache.codec->name() << (fresh ? " fresh" : ""));
+        const int64_t W = cache.layout.width;
+        ASSERT_EQ(W, shape.width());
+        std::vector<std::vector<float>> values(m.parts.size());
+        KvParts parts{};
+        for (size_t p = 0; p < m.parts.size(); ++p) {
+          const int64_t n = m.parts[p].count;
+          values[p].resize(static_cast<size_t>(T * n));
+          // Magnitudes spread over a few binades, so that each tile's scale differs.
+          for (float& v : values[p]) v = normal(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 7) - 3);
+          parts.part[p] = ConstMat{values[p].data(), T, n, n};
+        }
+        parts.count = static_cast<int>(m.parts.size());
+        cache.layer_scales[layer] = 0.0625f;
+        std::vector<int32_t> token_seq(T, 0), token_ctx(T, 1), page_start = {0, num_pages}, page_ids = {0, 1, 2};
+        BatchRef batch{token_seq.data(), token_ctx.data(), page_start.data(), page_ids.data(), slots.data(), T, 1};
+        int32_t err = 0;
+        emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, 128, W * sizeof(float),
+                           [&] { kvk::KvWriteKernel(cache.ref, layer, parts, batch, &err); });
+        EXPECT_EQ(err, 0);
+        std::vector<std::vector<float>> rows(T, std::vector<float>(W));
+        for (int64_t t = 0; t < T; ++t) {
+          for (size_t p = 0, c = 0; p < m.parts.size(); c += m.parts[p].count, ++p) {
+            std::copy_n(values[p].data() + t * m.parts[p].count, m.parts[p].count, rows[t].data() + c);
+          }
+          std::vector<uint8_t> want(cache.layout.row_bytes);
+          cache.codec->EncodeRow(cache.layout, rows[t].data(), cache.layer_scales[layer], want.data());
+          EXPECT_TRUE(std::equal(want.begin(), want.end(), cache.Row(layer, slots[t]))) << "token " << t;
+          if (fresh) {
+            int64_t wrong = 0;
+            for (int64_t i = 0; i < W; ++i) wrong += cache.fresh[t * W + i] != F32ToBf16(rows[t][i]);
+            EXPECT_EQ(wrong, 0) << "token " << t;
+          }
+        }
+        // Import rows of the tiled FP8 codec (decoded, then encoded by this cache's codec; the
+        // tiled cache itself copies them).
+        const KvCodec& tiled = *FindKvCodec(kKvCodecFp8Tiled);
+        const KvRowLayout src_layout = tiled.Layout(shape);
+        std::vector<uint8_t> src(T * src_layout.row_bytes);
+        for (int64_t t = 0; t < T; ++t) tiled.EncodeRow(src_layout, rows[t].data(), 1.0f, src.data() + t * src_layout.row_bytes);
+        emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, 128, W * sizeof(float), [&] {
+          kvk::KvImportKernel(cache.ref, layer, import_slots.data(), src.data(), RowRefOf(tiled, src_layout), 1.0f,
+                              id == kKvCodecFp8Tiled, &err);
+        });
+        EXPECT_EQ(err, 0);
+        for (int64_t t = 0; t < T; ++t) {
+          std::vector<float> decoded(W);
+          tiled.DecodeRow(src_layout, src.data() + t * src_layout.row_bytes, 1.0f, decoded.data());
+          std::vector<uint8_t> want(cache.layout.row_bytes);
+          cache.codec->EncodeRow(cache.layout, decoded.data(), cache.layer_scales[layer], want.data());
+          EXPECT_TRUE(std::equal(want.begin(), want.end(), cache.Row(layer, import_slots[t]))) << "imported row " << t;
+        }
+      }
     }
   }
 }
@@ -480,6 +566,49 @@ TEST(KvKernelsEmulated, DsaTopKIsTheTopScoresTiesToTheEarlierPosition) {
         const std::vector<int32_t> got(selected.begin() + t * top_k, selected.begin() + (t + 1) * top_k);
         EXPECT_EQ(got, want) << "token " << t << " context " << ctx;
       }
+    }
+  }
+}
+
+// The top-k at GLM-5's shape: top_k 2,048 (twice the block's threads, so a thread takes several
+// of the selected slots) over contexts past 32K positions, in one stage and in the two the
+// backend runs there (chunks of kDsaTopKChunk, as LaunchDsaSelect takes them: 5 chunks, the last
+// partial). Random scores, and scores of few values (ties across the threshold in every chunk).
+TEST(KvKernelsEmulated, DsaTopKAtGlm5Shapes) {
+  std::mt19937 rng(104);
+  std::normal_distribution<float> normal;
+  const int64_t top_k = 2048, chunk = kDsaTopKChunk;
+  const std::vector<int32_t> token_ctx = {4 * 8192 + 1, 4 * 8192 + 3000};
+  const int64_t T = static_cast<int64_t>(token_ctx.size()), max_ctx = token_ctx.back();
+  ASSERT_TRUE(chunk >= 2 * top_k && max_ctx >= 4 * chunk) << "the shapes DsaTopKCandidateBytes takes in two stages";
+  for (const bool ties : {false, true}) {
+    SCOPED_TRACE(ties ? "few values" : "random");
+    std::vector<float> scores(static_cast<size_t>(T * max_ctx));
+    for (float& s : scores) s = ties ? static_cast<float>(static_cast<int>(rng() % 64)) : normal(rng);
+    const std::vector<int32_t> token_seq(static_cast<size_t>(T), 0);
+    BatchRef batch{token_seq.data(), token_ctx.data(), nullptr, nullptr, nullptr, T, max_ctx};
+    std::vector<int32_t> one(static_cast<size_t>(T * top_k), -5), two(one);
+    int32_t err = 0;
+    emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, sel::kSelectThreads, 0,
+                       [&] { kvk::DsaTopKKernel(batch, top_k, scores.data(), one.data(), top_k, &err); });
+    const int64_t ld = kvk::DsaCandidates(max_ctx, top_k, chunk);
+    std::vector<uint32_t> keys(static_cast<size_t>(T * ld), 0xdeadbeefu);
+    std::vector<int32_t> pos(static_cast<size_t>(T * ld), -7);
+    emulation::RunGrid({static_cast<unsigned>(T), BlocksFor(max_ctx, static_cast<int>(chunk)), 1}, sel::kSelectThreads,
+                       0, [&] { kvk::DsaTopKChunkKernel(batch, top_k, chunk, scores.data(), keys.data(), pos.data(), ld); });
+    emulation::RunGrid({static_cast<unsigned>(T), 1, 1}, sel::kSelectThreads, 0, [&] {
+      kvk::DsaTopKMergeKernel(batch, top_k, chunk, keys.data(), pos.data(), ld, two.data(), top_k, &err);
+    });
+    EXPECT_EQ(err, 0);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* sc = scores.data() + t * max_ctx;
+      std::vector<int32_t> want(static_cast<size_t>(token_ctx[t]));
+      std::iota(want.begin(), want.end(), 0);
+      std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return sc[a] > sc[b]; });
+      want.resize(static_cast<size_t>(top_k));
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(std::vector<int32_t>(one.begin() + t * top_k, one.begin() + (t + 1) * top_k), want) << "token " << t;
+      EXPECT_EQ(std::vector<int32_t>(two.begin() + t * top_k, two.begin() + (t + 1) * top_k), want) << "token " << t;
     }
   }
 }

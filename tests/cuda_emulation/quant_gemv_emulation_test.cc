@@ -442,13 +442,15 @@ void InEachCopyOrder(bool all, Fn fn) {
     if (!all && &o != kCopyOrders) break;
     SCOPED_TRACE(o.name);
     emulation::g_landing = o.landing;
-    emulation::g_schedule = o.schedule;
-    emulation::g_group_threads = 32;
+    emulation::RestoreDefaultSchedule();  // round robin: the environment's schedule
+    if (o.schedule != emulation::Schedule::kRoundRobin) {
+      emulation::g_schedule = o.schedule;
+      emulation::g_group_threads = 32;
+    }
     fn();
   }
   emulation::g_landing = emulation::Landing::kAtWait;
-  emulation::g_schedule = emulation::Schedule::kRoundRobin;
-  emulation::g_group_threads = 128;
+  emulation::RestoreDefaultSchedule();
 }
 
 TEST(GroupedMmaEmulated, TilesTimesTheirExpertsOnTheTensorCores) {
