@@ -1,5 +1,6 @@
 #include "src/kv/kv_store.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -60,6 +61,11 @@ bool KvStore::all_scales_set() const {
     if (f == 0) return false;
   }
   return true;
+}
+
+void KvStore::RestoreScaleFlags(const std::vector<uint8_t>& flags) {
+  LLMRT_CHECK(flags.size() == scale_set_.size());
+  std::copy(flags.begin(), flags.end(), scale_set_.begin());  // the view's pointer stays valid
 }
 
 absl::Status KvStore::SetScale(int64_t layer, float scale) {

@@ -41,6 +41,12 @@ class KvStore {
   // calibration, or a trusted import).
   bool has_scale(int64_t layer) const { return scale_set_[layer] != 0; }
   bool all_scales_set() const;
+  // The per-layer flags as they stand (empty for codecs without per-layer scales), and their
+  // restoration: a pass marks a layer as it enqueues the layer's calibration (WriteKv), so a pass
+  // that fails, which may have skipped the calibration, takes its marks back and the pass that
+  // reruns it calibrates again.
+  const std::vector<uint8_t>& scale_flags() const { return scale_set_; }
+  void RestoreScaleFlags(const std::vector<uint8_t>& flags);
   // Sets layer scales (the checkpoint's k_scale, or a trusted import's). InvalidArgument for a
   // scale outside [kMinKvScale, kMaxKvScale] or not finite.
   absl::Status SetScale(int64_t layer, float scale);

@@ -241,6 +241,12 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score) {
     std::swap(fail_rank, fail_rank_);
   }
   batch.Pack();
+  // Each rank's KV layer flags before the pass, while some layer of a per-layer FP8 cache has no
+  // scale yet: a failed pass's calibrations are not kept (KvStore::RestoreScaleFlags).
+  std::vector<std::vector<uint8_t>> flags_before;
+  if (!ranks_[0].store->all_scales_set()) {
+    for (const Replica& k : ranks_) flags_before.push_back(k.store->scale_flags());
+  }
   // Every rank runs the same pass over its replica; the collectives inside keep them in step.
   const std::vector<absl::Status> status = rank_threads_->Run([&](int r) -> absl::Status {
     Replica& k = ranks_[r];
@@ -295,7 +301,10 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score) {
       failed = absl::InternalError(absl::StrCat("the pass failed on ", static_cast<int>(flag), " other rank(s)"));
     }
   }
-  LLMRT_RETURN_IF_ERROR(failed);
+  if (!failed.ok()) {
+    for (size_t r = 0; r < flags_before.size(); ++r) ranks_[r].store->RestoreScaleFlags(flags_before[r]);
+    return failed;
+  }
   // Only the sampled ids come back, and the logits when some session keeps them (or to score).
   host_ids_.resize(static_cast<size_t>(rows));
   if (rows > 0 && !score) {

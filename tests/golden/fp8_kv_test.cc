@@ -84,6 +84,62 @@ HeldOut CompareHeldOut(llm_runtime* ref, llm_runtime* test, size_t windows) {
   return h;
 }
 
+// A per-layer FP8 cache without checkpoint scales calibrates each layer's scale in the first pass
+// that writes it. A first pass that fails (here a fault injected before it: the backend skips
+// every op, the calibration too) must leave the layers uncalibrated, so that the pass that reruns
+// it calibrates them: every session then ends with the tokens of a run without the fault. (A
+// layer marked calibrated by the failed pass kept a scale of 0: every later write failed, or on
+// a device encoded with 1/0.)
+TEST(Fp8Kv, AFailedFirstPassLeavesTheLayerScalesToTheNext) {
+  for (const char* model : {"tiny_kimi_k2_qlora_yarn", "tiny_glm4_moe"}) {
+    SCOPED_TRACE(model);
+    const std::string dir = TestData(model);
+    const auto prompts = GoldenPrompts(std::string(model) + ".golden.json");
+    RunConfig cfg;
+    cfg.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
+    const auto clean = RunBatch(dir, prompts, cfg);
+
+    llm_runtime_options ro;
+    llm_runtime_options_init(&ro);
+    ro.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
+    llm_runtime* rt = nullptr;
+    ASSERT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+    llm_sampling_options so;
+    llm_sampling_options_init(&so);
+    so.max_new_tokens = cfg.max_new_tokens;
+    std::vector<llm_session*> s(prompts.size());
+    std::vector<std::vector<int32_t>> tokens(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(llm_session_create(rt, &so, &s[i]), LLM_OK);
+      ASSERT_EQ(llm_session_append_tokens(s[i], prompts[i].data(), prompts[i].size()), LLM_OK);
+    }
+    const int64_t rank = 0;
+    ASSERT_EQ(llm_test_control(rt, LLM_TESTCTL_RANK_FAIL_NEXT_PASS, &rank, 1), LLM_OK);
+    std::vector<llm_step_result> res(prompts.size());
+    size_t finished = 0, failed_results = 0;
+    for (int step = 0; step < 200 && finished < prompts.size(); ++step) {
+      size_t n = 0;
+      ASSERT_EQ(llm_decode_step(rt, res.data(), res.size(), &n), LLM_OK) << llm_last_error();
+      for (size_t r = 0; r < n; ++r) {
+        const size_t i = static_cast<size_t>(std::find(s.begin(), s.end(), res[r].session) - s.begin());
+        ASSERT_LT(i, s.size());
+        if (step == 0) {
+          EXPECT_NE(res[r].status, LLM_OK);
+          ++failed_results;
+          continue;
+        }
+        ASSERT_EQ(res[r].status, LLM_OK) << "step " << step << ": " << llm_last_error();
+        if (res[r].token != LLM_TOKEN_NONE) tokens[i].push_back(res[r].token);
+        if (res[r].finish_reason != LLM_FINISH_NONE) ++finished;
+      }
+    }
+    EXPECT_GT(failed_results, 0u);
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(tokens[i], clean[i].tokens) << "prompt " << i;
+    for (auto* x : s) llm_session_destroy(x);
+    llm_runtime_destroy(rt);
+  }
+}
+
 // On the trained model, FP8 KV keeps held-out perplexity within 1% of float32 KV and top-1
 // accuracy within one point; the two agree on the top-1 token at more than 90% of positions
 // (three mantissa bits move near-tied top-2 logits). Windows are scored 8 tokens per pass, so
