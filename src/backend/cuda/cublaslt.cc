@@ -224,13 +224,22 @@ absl::Status CublasLtGemm::Impl::MakeShape(Operands ops, int64_t N, int64_t K, S
   if (ops == Operands::kFp8Block128) {
     // A (the weight): a float32 scale per 128 x 128 block; B (the activations): one per 128
     // values of a column (a token row). The pointers are set per call (RunFp8).
+    // A library that does not know these modes (one older than the headers, found first on the
+    // library path) refuses them: a refusal like the heuristic's, so the shape runs the
+    // backend's own kernel rather than failing every call.
     const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    LLMRT_RETURN_IF_ERROR(
-        Check(api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)),
-              "cublasLtMatmulDescSetAttribute (A_SCALE_MODE BLK128x128_32F)"));
-    LLMRT_RETURN_IF_ERROR(
-        Check(api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)),
-              "cublasLtMatmulDescSetAttribute (B_SCALE_MODE VEC128_32F)"));
+    cublasStatus_t mode = api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode));
+    if (mode == CUBLAS_STATUS_SUCCESS) {
+      mode = api->MatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode));
+    }
+    if (mode == CUBLAS_STATUS_ALLOC_FAILED || mode == CUBLAS_STATUS_NOT_INITIALIZED) {
+      return Check(mode, "cublasLtMatmulDescSetAttribute (scale modes)");
+    }
+    if (mode != CUBLAS_STATUS_SUCCESS) {
+      Log(LogLevel::kInfo, absl::StrCat("cuBLASLt: this library takes no 128 x 128 block scales (", Name(mode),
+                                        "); the FP8 block-scaled weight [", N, ", ", K, "] runs the backend's own kernel"));
+      return absl::OkStatus();
+    }
     // The heuristic may look at the scale pointers: until the first call sets them, both name
     // the workspace (device memory, 256-byte aligned).
     const void* valid_device_ptr = workspace;

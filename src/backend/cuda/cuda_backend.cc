@@ -134,7 +134,10 @@ absl::Status CudaBackend::Init() {
     shared_reserved_ = 0;
   }
   cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
+  const bool have_prop = cudaGetDeviceProperties(&prop, device_) == cudaSuccess;
+  // A query refused above (its fallback taken) must not surface as the next launch's error.
+  cudaGetLastError();
+  if (have_prop) {
     Log(LogLevel::kInfo, absl::StrCat("cuda backend: device ", device_, " ", prop.name, ", compute capability ", prop.major, ".",
                          prop.minor, ", ", prop.totalGlobalMem >> 20, " MiB"));
     // cuBLASLt's 128 x 128 block-scaled FP8 GEMM is a Hopper (sm_90) feature; other devices run
@@ -443,11 +446,17 @@ absl::StatusOr<void*> CudaBackend::Scratch(int slot, size_t bytes, const char* w
   if (slot != kScratchSampling) DropGraphs();  // they name the old buffer (sampling runs outside them)
   // Kernels enqueued earlier may still read the old buffer.
   LLMRT_RETURN_IF_ERROR(AwaitStream());
-  const size_t grown = std::max(bytes, b.bytes + b.bytes / 2);
+  size_t grown = std::max(bytes, b.bytes + b.bytes / 2);
   cudaFree(b.ptr);
   b.ptr = nullptr;
   b.bytes = 0;
-  LLMRT_ASSIGN_OR_RETURN(b.ptr, DeviceMalloc(grown, absl::StrCat("the scratch of ", what)));
+  absl::StatusOr<void*> p = DeviceMalloc(grown, absl::StrCat("the scratch of ", what));
+  if (!p.ok() && grown > bytes) {  // the headroom does not fit: exactly what was asked for
+    grown = bytes;
+    p = DeviceMalloc(grown, absl::StrCat("the scratch of ", what));
+  }
+  LLMRT_RETURN_IF_ERROR(p.status());
+  b.ptr = *p;
   b.bytes = grown;
   return b.ptr;
 }
@@ -469,9 +478,22 @@ absl::Status CudaBackend::RunPass(uint64_t key, const std::function<absl::Status
   PassGraph& g = it->second;
   cudaSetDevice(device_);
   cudaStream_t s = Stream(stream_);
+  // A recording the driver will not launch (its launch enqueues nothing) is dropped and the pass
+  // runs directly, now and for this key from then on; an error that outlives it (a lost
+  // context) fails the direct pass's first launch.
+  const auto launched = [&](cudaGraphExec_t exec) {
+    const cudaError_t e = cudaGraphLaunch(exec, s);
+    if (e == cudaSuccess) return true;
+    cudaGetLastError();
+    cudaGraphExecDestroy(exec);
+    g.exec = nullptr;
+    g.refused = true;
+    Log(LogLevel::kWarning, absl::StrCat("cuda backend: a recorded decode pass did not launch (", cudaGetErrorString(e),
+                                         "); it runs without a graph"));
+    return false;
+  };
   if (g.exec != nullptr) {
-    const cudaError_t e = cudaGraphLaunch(static_cast<cudaGraphExec_t>(g.exec), s);
-    if (e != cudaSuccess) Fail(CudaStatus(e, "cudaGraphLaunch (a decode pass)"));
+    if (!launched(static_cast<cudaGraphExec_t>(g.exec))) return pass();
     ++graph_replays_;
     return absl::OkStatus();
   }
@@ -484,7 +506,17 @@ absl::Status CudaBackend::RunPass(uint64_t key, const std::function<absl::Status
     return pass();
   }
   capturing_ = true;
-  const absl::Status recorded = pass();
+  absl::Status recorded;
+  try {
+    recorded = pass();
+  } catch (...) {  // (host code outside Run): end the capture, so that the stream runs again
+    capturing_ = false;
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(s, &partial) == cudaSuccess && partial != nullptr) cudaGraphDestroy(partial);
+    cudaGetLastError();
+    g.refused = true;
+    throw;
+  }
   capturing_ = false;
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(s, &graph);
@@ -511,9 +543,7 @@ absl::Status CudaBackend::RunPass(uint64_t key, const std::function<absl::Status
   }
   g.exec = exec;
   ++graph_captures_;
-  const cudaError_t e = cudaGraphLaunch(exec, s);
-  if (e != cudaSuccess) Fail(CudaStatus(e, "cudaGraphLaunch (a decode pass)"));
-  return absl::OkStatus();
+  return launched(exec) ? absl::OkStatus() : pass();
 }
 
 // ---- ops ----
