@@ -209,8 +209,9 @@ inline unsigned BlocksFor(int64_t n, int threads) { return static_cast<unsigned>
 // Lets `kernel` be launched with `bytes` of dynamic shared memory on the current device (above
 // 48 KiB it must be allowed explicitly); `optin` is the device's limit per block (0: asked here).
 // The allowance is a per-function cap that every host thread sets, so it is always set to the
-// device's whole limit, the same value from every caller: one thread never lowers it under
-// another's larger launch (the launch's own size still decides how many blocks fit).
+// most the kernel may take, the same value from every caller: one thread never lowers it under
+// another's larger launch (the launch's own size still decides how many blocks fit). That is the
+// device's limit less the kernel's static shared memory (the driver refuses a cap past it).
 // cudaErrorInvalidValue where the device does not allow `bytes`.
 template <typename Kernel>
 inline cudaError_t AllowDynamicShared(Kernel kernel, int64_t bytes, int64_t optin = 0) {
@@ -224,8 +225,11 @@ inline cudaError_t AllowDynamicShared(Kernel kernel, int64_t bytes, int64_t opti
     }
     optin = v;
   }
-  if (bytes > optin) return cudaErrorInvalidValue;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(optin));
+  cudaFuncAttributes attr{};
+  if (const cudaError_t e = cudaFuncGetAttributes(&attr, kernel); e != cudaSuccess) return e;
+  const int64_t cap = optin - static_cast<int64_t>(attr.sharedSizeBytes);
+  if (bytes > cap) return cudaErrorInvalidValue;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(cap));
 }
 
 // A kernel that takes more than 48 KiB of dynamic shared memory (AllowDynamicShared) and all of

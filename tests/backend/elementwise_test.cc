@@ -100,6 +100,35 @@ TEST_P(ElementwiseOps, Add) {
   }
 }
 
+// Add and SiluMul over more elements than one grid of the device's elementwise kernels takes
+// (65,535 blocks of 256 threads: a 4,096-token prefill's residual at Kimi K2's hidden of 7,168
+// is 29M): the elements past the first grid take a second turn of its threads.
+TEST_P(ElementwiseOps, AddAndSiluMulPastOneGrid) {
+  std::mt19937 rng(5);
+  const int64_t T = 4097, D = 4096;  // 16,781,312 elements: 4,352 past 65,535 x 256
+  const size_t n = static_cast<size_t>(T * D);
+  std::vector<float> a(n), b(n);
+  std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = uniform(rng);
+    b[i] = static_cast<float>(i % 1021) * 0x1p-10f;
+  }
+  Tensor ta = F32(a, {T, D}), tb = F32(b, {T, D}), out = NewTensor(DType::kF32, {T, D});
+  be().Add(ta, tb, out);
+  std::vector<float> got = ReadF32(out);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += got[i] != a[i] + b[i];
+  EXPECT_EQ(wrong, 0u);
+  be().SiluMul(ta, tb, out);
+  got = ReadF32(out);
+  wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double want = a[i] / (1.0 + std::exp(-static_cast<double>(a[i]))) * b[i];
+    wrong += std::fabs(got[i] - want) > 16 * kU * std::fabs(want) + 1e-30;
+  }
+  EXPECT_EQ(wrong, 0u);
+}
+
 // out = silu(gate) * up = gate / (1 + exp(-gate)) * up. Tolerance 16 u relative: exp (a few ulp in
 // a device math library), one add, one division, one product; plus 1e-30 absolute, since for
 // gate < -88 exp(-gate) overflows float32 and the float result is -0 where the double one is a

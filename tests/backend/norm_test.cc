@@ -62,7 +62,7 @@ TEST_P(NormOps, RmsNorm) {
   const float eps = 1e-6f;
   for (bool bf16 : {false, true}) {
     for (int64_t T : {1, 3}) {
-      for (int64_t D : {1, 3, 7, 33, 130}) {
+      for (int64_t D : {1, 3, 7, 33, 130, 7168}) {  // 7168: Kimi K2's hidden, rows past the threads
         for (int64_t pad : {0, 3}) {
           for (bool in_place : {false, true}) {
             const std::vector<float> x = NormInput(T, D, 0.0f, rng);
@@ -129,7 +129,7 @@ TEST_P(NormOps, LayerNorm) {
   const float eps = 1e-5f;
   for (bool bf16 : {false, true}) {
     for (int64_t T : {1, 3}) {
-      for (int64_t D : {1, 3, 7, 33, 130}) {
+      for (int64_t D : {1, 3, 7, 33, 130, 7168}) {  // 7168: Kimi K2's hidden, rows past the threads
         for (bool in_place : {false, true}) {
           const std::vector<float> x = NormInput(T, D, 3.0f, rng);
           std::vector<float> w = RandomNormal(static_cast<size_t>(D), rng), b = RandomNormal(static_cast<size_t>(D), rng);

@@ -419,6 +419,16 @@ TEST(TensorCoreAttentionEmulated, ScalarKernel) {
     Check({false, 4, 2, 16, 0, 0, codec, codec != kKvCodecBf16, false, 4, kMixed, 1, kScalar}, rng);
   }
   Check({true, 3, 0, 0, 33, 7, kKvCodecFp8Tiled, true, false, 3, kMixed, 1, kScalar}, rng);  // tiles of 33
+  // F32 rows (the kernel every F32 cache runs) at the shipped shapes: Kimi K2's latent of 512
+  // and rope key of 64 (a value row four times the block's threads), dense and sparse, in one
+  // split and three; GLM-4.5's heads of 128 over 2 KV heads.
+  const Seqs real = {{37, 1}, {20, 3}};
+  for (const int64_t splits : {1, 3}) {
+    Check({true, 2, 0, 0, 512, 64, kKvCodecF32, false, false, 16, real, splits, kScalar}, rng);
+    Check({true, 2, 0, 0, 512, 64, kKvCodecF32, false, true, 16, real, splits, kScalar}, rng);
+    Check({false, 4, 2, 128, 0, 0, kKvCodecF32, false, false, 16, real, splits, kScalar}, rng);
+  }
+  Check({true, 2, 0, 0, 512, 64, kKvCodecFp8, true, false, 16, real, 2, kScalar}, rng);
 }
 
 // Tokens left to another kernel (AttentionArgs::skip_seq_tokens, GQA prefill on FlashAttention

@@ -82,7 +82,7 @@ struct PagedLayer {
       }
     }
     kv.pages = pages.data();
-    kv.type = codec.id() == kKvCodecBf16 ? kElemBf16 : kElemFp8E4M3;
+    kv.type = codec.id() == kKvCodecBf16 ? kElemBf16 : codec.id() == kKvCodecF32 ? kElemF32 : kElemFp8E4M3;
     kv.num_pages = num_pages;
     kv.num_layers = kLayers;
     kv.page_size = ps;

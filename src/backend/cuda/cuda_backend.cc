@@ -149,6 +149,7 @@ absl::Status CudaBackend::Init() {
 }
 
 CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);  // (a runtime may be destroyed from a thread whose device is another)
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   if (graph_captures_ > 0) {
     Log(LogLevel::kInfo, absl::StrCat("cuda backend: ", graph_replays_, " decode passes replayed from ", graph_captures_,
