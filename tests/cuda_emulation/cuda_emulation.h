@@ -29,8 +29,12 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n)
-// A kernel's static shared arrays: one instance, which the blocks (run one after another) reuse.
-#define __shared__ static
+// A kernel's static shared arrays: one instance, which the blocks (run one after another) reuse,
+// kept in a section of their own so that RunGrid fills them with 0xff bytes before every block,
+// as it fills the dynamic shared memory (the linker names the section's bounds).
+#define __shared__ static __attribute__((section("llmrt_emulated_shared")))
+extern "C" __attribute__((weak)) unsigned char __start_llmrt_emulated_shared[];  // NOLINT (the linker's names;
+extern "C" __attribute__((weak)) unsigned char __stop_llmrt_emulated_shared[];   // NOLINT null where none)
 
 namespace llmrt::emulation {
 
@@ -282,6 +286,8 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
     for (unsigned y = 0; y < (grid.y == 0 ? 1 : grid.y); ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
         std::memset(aligned, 0xff, shared_bytes);
+        std::memset(__start_llmrt_emulated_shared, 0xff,
+                    static_cast<size_t>(__stop_llmrt_emulated_shared - __start_llmrt_emulated_shared));
         block.bar = Barrier{threads};
         block.warps = std::vector<Warp>(threads / 32);
         block.warpgroups = std::vector<Barrier>((threads + 127) / 128, Barrier{128});
