@@ -229,11 +229,14 @@ class Runtime {
   std::vector<Work> Plan(std::vector<StepResult>* results) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Commit(const std::vector<Work>& work, const absl::Status& forward, std::vector<StepResult>* results)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Uploads the batch's metadata to every rank, runs the model on each, waits, and copies rank
-  // 0's logit rows to host_logits_ [rows, vocab]. Logits go to each rank's score_logits with
-  // `score`, else to its logits. A failure on any rank fails the pass (the status of the rank
-  // where it began). REQUIRES: step_mu_ held.
-  absl::Status Forward(StepBatch& batch, bool score = false);
+  // Uploads the batch's metadata to every rank, runs the model on each and waits. A step's pass
+  // (not `score`): rank 0 samples every logit row into host_ids_, and copies the rows to
+  // host_logits_ [rows, vocab] when a session of the step keeps its logits. A scoring pass
+  // (`score`): nothing is sampled and every row comes back to host_logits_; the logits go to each
+  // rank's score_logits with `score_buffer` (more rows than a step's buffer), else to its
+  // logits. A failure on any rank fails the pass (the status of the rank where it began), and the
+  // KV layer scales it marked are unmarked. REQUIRES: step_mu_ held.
+  absl::Status Forward(StepBatch& batch, bool score = false, bool score_buffer = false);
   // The key under which `backend` may capture the pass (0: run it directly), for a backend that
   // captures passes: also rounds the pass's attention bound up to its bucket.
   uint64_t PassKey(const Backend& backend, const KvCacheView& view, bool score, ForwardBatch* fb) const;

@@ -43,7 +43,7 @@ absl::Status Runtime::Score(absl::Span<const int32_t> tokens, float* logprobs, i
     batch_.Clear();
     batch_.set_decode_phase(false);
     batch_.Add(table, options_.page_size, start, tokens.data() + start, m, false, /*all_logits=*/true);
-    status = Forward(batch_, /*score=*/own_buffer);
+    status = Forward(batch_, /*score=*/true, /*score_buffer=*/own_buffer);
     if (!status.ok()) break;
     for (int64_t r = 0; r < m && start + r + 1 < n; ++r) {
       const float* row = host_logits_.data() + r * c.vocab_size;

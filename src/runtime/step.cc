@@ -232,7 +232,7 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
   return work;
 }
 
-absl::Status Runtime::Forward(StepBatch& batch, bool score) {
+absl::Status Runtime::Forward(StepBatch& batch, bool score, bool score_buffer) {
   const int64_t vocab = model_->config().vocab_size;
   const int64_t rows = batch.num_logit_rows();
   int fail_rank = -1;
@@ -258,7 +258,7 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score) {
         const KvCacheView view = k.store->view();
         const uint64_t key = PassKey(*k.backend, view, score, &*fb);
         forward = k.backend->RunPass(key, [&]() -> absl::Status {
-          return k.model->Forward(*fb, view, *k.workspace, score ? k.score_logits : k.logits);
+          return k.model->Forward(*fb, view, *k.workspace, score_buffer ? k.score_logits : k.logits);
         });
         // Rank 0 samples every logit row where the logits are (the device, on CUDA).
         if (forward.ok() && r == 0 && !score && rows > 0) {
@@ -313,7 +313,7 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score) {
   const bool logits_back = score || step_keeps_logits_;
   host_logits_.resize(static_cast<size_t>(logits_back ? rows * vocab : 0));
   if (rows > 0 && logits_back) {
-    const Tensor& logits = score ? ranks_[0].score_logits : ranks_[0].logits;
+    const Tensor& logits = score_buffer ? ranks_[0].score_logits : ranks_[0].logits;
     LLMRT_RETURN_IF_ERROR(backend_->Download(logits.Rows(0, rows), host_logits_.data(), host_logits_.size() * sizeof(float)));
   }
   return absl::OkStatus();

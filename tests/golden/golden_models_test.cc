@@ -138,6 +138,43 @@ TEST_P(GoldenTest, ScoreMatchesTransformersLogProbs) {
   llm_runtime_destroy(rt);
 }
 
+// llm_score between steps gives what it gives on a fresh runtime, whatever the steps before it
+// kept: after a step whose sessions keep no logits (LLM_SAMPLING_NO_LOGITS), scoring read the
+// host logits buffer that step had left empty.
+TEST_P(GoldenTest, ScoreAfterAStepThatKeptNoLogits) {
+  const auto g = golden();
+  std::vector<int32_t> seq = g[0].prompt;
+  seq.insert(seq.end(), g[0].generated.begin(), g[0].generated.end());
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.kv_dtype = LLM_KV_DTYPE_F32;
+  llm_runtime* rt = nullptr;
+  ASSERT_EQ(llm_runtime_create(dir().c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+  std::vector<float> fresh(seq.size() - 1), after(seq.size() - 1);
+  std::vector<int32_t> fresh_am(seq.size() - 1), after_am(seq.size() - 1);
+  ASSERT_EQ(llm_score(rt, seq.data(), seq.size(), fresh.data(), fresh_am.data()), LLM_OK) << llm_last_error();
+  // Another sequence scored: its logits are what a stale buffer would hold.
+  std::vector<int32_t> other = g.back().prompt;
+  other.insert(other.end(), g.back().generated.begin(), g.back().generated.end());
+  std::vector<float> other_lp(other.size() - 1);
+  ASSERT_EQ(llm_score(rt, other.data(), other.size(), other_lp.data(), nullptr), LLM_OK) << llm_last_error();
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.flags = LLM_SAMPLING_NO_LOGITS;
+  so.max_new_tokens = 2;
+  llm_session* s = nullptr;
+  ASSERT_EQ(llm_session_create(rt, &so, &s), LLM_OK);
+  ASSERT_EQ(llm_session_append_tokens(s, g[0].prompt.data(), g[0].prompt.size()), LLM_OK);
+  llm_step_result res[1];
+  size_t n = 0;
+  ASSERT_EQ(llm_decode_step(rt, res, 1, &n), LLM_OK) << llm_last_error();
+  ASSERT_EQ(llm_score(rt, seq.data(), seq.size(), after.data(), after_am.data()), LLM_OK) << llm_last_error();
+  EXPECT_EQ(after, fresh);
+  EXPECT_EQ(after_am, fresh_am);
+  llm_session_destroy(s);
+  llm_runtime_destroy(rt);
+}
+
 // Every token's computation is independent of what else is in the batch, so solo and batched
 // runs, chunked prefill and any page size give bit-identical logits.
 TEST_P(GoldenTest, BatchCompositionChunkingAndPageSizeDoNotChangeResults) {
