@@ -110,8 +110,9 @@ struct ExpertTable {
 };
 // Tiles of a grouped GEMM over rows permuted by expert (built on the device by LaunchMoePermute):
 // tile i covers rows [row0[i], row1[i]) of expert expert[i]; count[0] tiles are valid. A tile
-// holds at most max_rows rows (the tokens of the call: a token meets an expert once), which picks
-// the GEMV's one-row instance at batch 1, and at most tile_rows (PermuteArgs::tile_rows): 32
+// holds at most max_rows rows (the tokens of the call, where a token meets an expert once; the
+// GEMV takes the tiles of a token listing an expert twice in runs of at most x's rows), which
+// picks the GEMV's one-row instance at batch 1, and at most tile_rows (PermuteArgs::tile_rows): 32
 // (kGemmTileRows) for every grouped kernel, 64 or 128 (kGemmWideTileRows) for
 // LaunchGroupedGemmMma and LaunchGroupedGemmWgmma alone (the others refuse such tables).
 inline constexpr int64_t kGemmTileRows = 32;

@@ -321,7 +321,9 @@ __global__ void __launch_bounds__(kThreads, kRows == 1 ? 5 : 3) QuantGemvKernel(
                        static_cast<int64_t>(blockIdx.x) * kWarps * Step<kBits>::kOut, out, act);
 }
 
-// One block per (column block, tile); a tile's rows (at most kGemmTileRows) in runs of kRows.
+// One block per (column block, tile); a tile's rows (at most kGemmTileRows) in runs of kRows, or
+// of x's rows where x has fewer (the launcher's shared memory holds SharedBytes(bits, x.rows): a
+// tile holds more rows than x only where a token lists an expert more than once).
 template <int kBits, int kRows = kMaxRows>
 __global__ void __launch_bounds__(kThreads, kRows == 1 ? 5 : 3)
     GroupedQuantGemvKernel(ConstMat x, const int32_t* x_rows, ExpertTable experts, int64_t N, int64_t K,
@@ -330,8 +332,9 @@ __global__ void __launch_bounds__(kThreads, kRows == 1 ? 5 : 3)
   if (tile >= tiles.count[0]) return;
   const int32_t e = tiles.expert[tile];
   const int64_t r0 = tiles.row0[tile], r1 = tiles.row1[tile];
-  for (int64_t m0 = r0; m0 < r1; m0 += kRows) {
-    const int64_t m1 = m0 + kRows < r1 ? m0 + kRows : r1;
+  const int64_t run = kRows < x.rows ? kRows : x.rows < 1 ? 1 : x.rows;
+  for (int64_t m0 = r0; m0 < r1; m0 += run) {
+    const int64_t m1 = m0 + run < r1 ? m0 + run : r1;
     const WeightRef& w = experts.weights[e];
     QuantGemvTile<kBits, kRows>(x, x_rows, m0, m1, static_cast<const uint8_t*>(w.data), w.scales, w, N, K,
                          static_cast<int64_t>(blockIdx.x) * kWarps * Step<kBits>::kOut, out, act);

@@ -275,8 +275,12 @@ inline void FiberMain() {
   ++g_block->progress;
 }  // returns to uc_link: the scheduler
 
+// Bytes past a block's dynamic shared memory that must still hold their 0xff filling when the
+// block ends: a kernel that writes past what its launch gives it aborts the test.
+inline constexpr size_t kSharedGuard = 64 * 1024;
+
 inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& body) {
-  std::vector<uint8_t> shared(shared_bytes + 1024);
+  std::vector<uint8_t> shared(shared_bytes + 1024 + kSharedGuard);
   uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared.data()) + 1023) & ~uintptr_t{1023});
   Block block;
   block.fibers.resize(threads);
@@ -285,7 +289,7 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
   for (unsigned z = 0; z < (grid.z == 0 ? 1 : grid.z); ++z) {
     for (unsigned y = 0; y < (grid.y == 0 ? 1 : grid.y); ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
-        std::memset(aligned, 0xff, shared_bytes);
+        std::memset(aligned, 0xff, shared_bytes + kSharedGuard);
         std::memset(__start_llmrt_emulated_shared, 0xff,
                     static_cast<size_t>(__stop_llmrt_emulated_shared - __start_llmrt_emulated_shared));
         block.bar = Barrier{threads};
@@ -340,6 +344,13 @@ inline void RunGrid(Index3 grid, unsigned threads, size_t shared_bytes, const st
           }
           if (running && block.progress == before) {
             std::fprintf(stderr, "emulated block (%u, %u, %u): barrier deadlock\n", x, y, z);
+            std::abort();
+          }
+        }
+        for (size_t i = 0; i < kSharedGuard; ++i) {
+          if (aligned[shared_bytes + i] != 0xff) {
+            std::fprintf(stderr, "emulated block (%u, %u, %u): wrote %zu bytes past its %zu bytes of shared memory\n", x,
+                         y, z, i + 1, shared_bytes);
             std::abort();
           }
         }

@@ -287,6 +287,29 @@ TEST(QuantGemvEmulated, GroupedByExpert) {
           [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; }, [](int64_t, int64_t) { return 1.0; },
           1);
     }
+    // An x of 3 rows (tokens) under the same tiles of 5, 4 and 3 rows: tokens listing an expert
+    // more than once (the backend's contract allows it). The launcher gives the several-row
+    // instance room for x's rows alone, so the kernel takes a tile in runs of that many.
+    {
+      const int64_t T = 3;
+      std::vector<int32_t> dup_rows(static_cast<size_t>(M));
+      for (int64_t r = 0; r < M; ++r) dup_rows[r] = static_cast<int32_t>(r % T);
+      std::fill(out.begin(), out.end(), NAN);
+      emulation::RunGrid(grid, qmm::kThreads, qmm::SharedBytes(bits, T), [&] {
+        const ConstMat xm{x.data(), T, K, K};
+        const MutMat om{out.data(), M, N, N};
+        switch (bits) {
+          case 4: qmm::GroupedQuantGemvKernel<4>(xm, dup_rows.data(), table, N, K, tiles, om, ActScales{}); break;
+          case 8: qmm::GroupedQuantGemvKernel<8>(xm, dup_rows.data(), table, N, K, tiles, om, ActScales{}); break;
+          default: qmm::GroupedQuantGemvKernel<16>(xm, dup_rows.data(), table, N, K, tiles, om, ActScales{}); break;
+        }
+      });
+      SCOPED_TRACE("tokens listing an expert twice");
+      Expect(
+          out, M, N, K, x.data(), K, [&](int64_t r) { return static_cast<int64_t>(dup_rows[r]); },
+          [&](int64_t r) -> const HostWeight& { return experts[r < 5 ? 2 : 0]; }, [](int64_t, int64_t) { return 1.0; },
+          1);
+    }
   }
 }
 
