@@ -199,7 +199,11 @@ absl::StatusOr<Session*> Runtime::ImportKv(absl::Span<const uint8_t> blob, absl:
     FinishDestroy(s);
     return KvExhaustedError(absl::StrCat("importing ", P, " positions needs KV pages; ", free_pages, " are free"));
   }
+  // A failed import keeps nothing: not its session, not the layer scales it set.
+  std::vector<std::vector<uint8_t>> flags_before;
+  for (const Replica& k : ranks_) flags_before.push_back(k.store->scale_flags());
   auto fail = [&](absl::Status st) -> absl::Status {
+    for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r].store->RestoreScaleFlags(flags_before[r]);
     FinishDestroy(s);
     return st;
   };

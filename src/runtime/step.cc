@@ -26,6 +26,9 @@ struct Runtime::Work {
   // nothing for it after all).
   std::array<uint64_t, 4> rng_before{};
   bool drew = false;
+  // The pages the session held before this step admitted it (a reservation made by an earlier
+  // step, kQueue's for a whole prompt, outlives this step's failure).
+  int64_t pages_before = 0;
 };
 
 namespace {
@@ -151,10 +154,14 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
       }
       return false;
     };
+    const int64_t pages_before = s->pages_.num_pages();
     switch (Admit(*kv_, options_.kv_pressure, req, preempt_newer)) {
-      case Admission::kAdmitted:
-        work.push_back({s, req.tokens, req.context, req.tokens == req.pending, -1, prefill});
+      case Admission::kAdmitted: {
+        Work wk{s, req.tokens, req.context, req.tokens == req.pending, -1, prefill};
+        wk.pages_before = pages_before;
+        work.push_back(wk);
         break;
+      }
       case Admission::kWait:
         waiting.push_back(s);
         if (prefill) prompts_blocked = true;
@@ -242,11 +249,23 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score, bool score_buffer) {
   }
   batch.Pack();
   // Each rank's KV layer flags before the pass, while some layer of a per-layer FP8 cache has no
-  // scale yet: a failed pass's calibrations are not kept (KvStore::RestoreScaleFlags).
+  // scale yet: a failed pass's calibrations are not kept (KvStore::RestoreScaleFlags), on every
+  // way out of here but success.
   std::vector<std::vector<uint8_t>> flags_before;
-  if (!ranks_[0].store->all_scales_set()) {
-    for (const Replica& k : ranks_) flags_before.push_back(k.store->scale_flags());
+  for (const Replica& k : ranks_) {
+    if (k.store->all_scales_set()) continue;
+    for (const Replica& q : ranks_) flags_before.push_back(q.store->scale_flags());
+    break;
   }
+  struct RestoreFlags {
+    std::vector<Replica>& ranks;
+    const std::vector<std::vector<uint8_t>>& before;
+    bool passed = false;
+    ~RestoreFlags() {
+      if (passed) return;
+      for (size_t r = 0; r < before.size(); ++r) ranks[r].store->RestoreScaleFlags(before[r]);
+    }
+  } restore{ranks_, flags_before};
   // Every rank runs the same pass over its replica; the collectives inside keep them in step.
   const std::vector<absl::Status> status = rank_threads_->Run([&](int r) -> absl::Status {
     Replica& k = ranks_[r];
@@ -301,10 +320,8 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score, bool score_buffer) {
       failed = absl::InternalError(absl::StrCat("the pass failed on ", static_cast<int>(flag), " other rank(s)"));
     }
   }
-  if (!failed.ok()) {
-    for (size_t r = 0; r < flags_before.size(); ++r) ranks_[r].store->RestoreScaleFlags(flags_before[r]);
-    return failed;
-  }
+  LLMRT_RETURN_IF_ERROR(failed);
+  restore.passed = true;
   // Only the sampled ids come back, and the logits when some session keeps them (or to score).
   host_ids_.resize(static_cast<size_t>(rows));
   if (rows > 0 && !score) {
@@ -363,8 +380,10 @@ void Runtime::Commit(const std::vector<Work>& work, const absl::Status& forward,
     const bool samples = forward.ok() && wk.wants_logits && wk.n == static_cast<int64_t>(s->pending_.size());
     if (wk.drew && !samples) s->rng_.set_state(wk.rng_before);
     if (!forward.ok()) {
-      // Nothing of this step is kept: its pages go back, the context is unchanged.
-      kv_->Truncate(s->id_, s->pages_, static_cast<int64_t>(s->context_.size()));
+      // Nothing of this step is kept: the pages it admitted the session to go back (those held
+      // before it stay), the context is unchanged.
+      kv_->Truncate(s->id_, s->pages_,
+                    std::max<int64_t>(static_cast<int64_t>(s->context_.size()), wk.pages_before * options_.page_size));
       r.status = forward;
       results->push_back(std::move(r));
       continue;

@@ -25,6 +25,7 @@ struct Options {
   int32_t prefix_sharing = 1;
   const llm_kv_tracker* tracker = nullptr;
   uint32_t tensor_parallel = 1;
+  uint32_t max_tokens_per_step = 0;
 };
 
 llm_runtime* Open(const Options& o) {
@@ -38,6 +39,7 @@ llm_runtime* Open(const Options& o) {
   ro.prefix_sharing = o.prefix_sharing;
   ro.tracker = o.tracker;
   ro.tensor_parallel = o.tensor_parallel;
+  ro.max_tokens_per_step = o.max_tokens_per_step;
   llm_runtime* rt = nullptr;
   EXPECT_EQ(llm_runtime_create(TestData(kModel).c_str(), &ro, &rt), LLM_OK) << llm_last_error();
   return rt;
@@ -336,6 +338,37 @@ TEST(Pressure, QueueKeepsArrivalOrderAndCompletesEveryone) {
       EXPECT_LE(d.first_token_step[ss[i - 1]], d.first_token_step[ss[i]]) << i;
     }
   }
+  EXPECT_EQ(Info(rt).pages_free, Info(rt).pages_total);
+  llm_runtime_destroy(rt);
+}
+
+// Under kQueue a prompt admitted in one step keeps the pages reserved for all of it (prompt plus
+// max_new_tokens) through a later chunk's failed pass: the failure takes back that pass's work
+// only. (It gave the reservation back; a decoding session took the pages at the rerun and the
+// prompt waited for as long as that session ran.)
+TEST(Pressure, QueueKeepsAPromptsReservationThroughAFailedPass) {
+  Options o;
+  o.pressure = LLM_KV_PRESSURE_QUEUE;
+  o.budget = 6ull * 4 * 3 * 48 * 4;  // 6 pages of 4 tokens
+  o.prefix_sharing = 0;
+  o.max_tokens_per_step = 5;
+  llm_runtime* rt = Open(o);
+  Driver d{rt};
+  llm_session* b = d.Add({11, 12, 13}, 0);  // decodes without a limit, a page at a time
+  d.Step();
+  const std::vector<int32_t> prompt = {21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+  llm_session* a = d.Add(prompt, 8);  // 5 pages reserved when admitted: 20 positions
+  d.Step();                           // a's first chunk
+  const int64_t rank = 0;
+  ASSERT_EQ(llm_test_control(rt, LLM_TESTCTL_RANK_FAIL_NEXT_PASS, &rank, 1), LLM_OK);
+  d.Step();  // fails
+  ASSERT_EQ(d.failure.count(a), 1u);
+  d.failure.clear();
+  for (int i = 0; i < 40 && d.tokens[a].size() < 8; ++i) d.Step();
+  EXPECT_TRUE(d.failure.empty());
+  EXPECT_EQ(d.tokens[a], Solo(prompt, 8));
+  EXPECT_GT(d.tokens[b].size(), 0u);
+  d.DestroyAll();
   EXPECT_EQ(Info(rt).pages_free, Info(rt).pages_total);
   llm_runtime_destroy(rt);
 }
