@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <exception>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -438,8 +440,16 @@ absl::Status Runtime::Step(std::vector<StepResult>* results, size_t max_results,
     work = Plan(results);
     if (work.empty()) return absl::OkStatus();
   }
-  // Forward without the lock: other threads may create, feed, cancel and destroy sessions.
-  const absl::Status forward = Forward(batch_);
+  // Forward without the lock: other threads may create, feed, cancel and destroy sessions. Its
+  // sessions are in flight until Commit, so whatever ends the pass, Commit runs.
+  absl::Status forward;
+  try {
+    forward = Forward(batch_);
+  } catch (const std::bad_alloc&) {
+    forward = absl::ResourceExhaustedError("forward pass: out of host memory");
+  } catch (const std::exception& e) {
+    forward = absl::InternalError(absl::StrCat("forward pass: ", e.what()));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Commit(work, forward, results);
   return absl::OkStatus();
