@@ -76,7 +76,10 @@ void Run(const AttentionArgs& a, const TcPlan& pl, int32_t* err) {
     case 32 * 4 + 2: return RunKernel<32, 2>(a, pl, err);
     case 64 * 4 + 1: return RunKernel<64, 1>(a, pl, err);
     case 64 * 4 + 2: return RunKernel<64, 2>(a, pl, err);
+    case 128 * 4 + 1: return RunKernel<128, 1>(a, pl, err);
     case 128 * 4 + 2: return RunKernel<128, 2>(a, pl, err);
+    case 256 * 4 + 1: return RunKernel<256, 1>(a, pl, err);
+    case 256 * 4 + 2: return RunKernel<256, 2>(a, pl, err);
     case 512 * 4 + 1: return pl.tiles == 2 ? RunKernel<512, 1, 2>(a, pl, err) : RunKernel<512, 1>(a, pl, err);
     case 512 * 4 + 2: return pl.tiles == 2 ? RunKernel<512, 2, 2>(a, pl, err) : RunKernel<512, 2>(a, pl, err);
     default: FAIL() << "no emulated instance for dv_tile " << pl.dv_tile << " terms " << pl.terms;
@@ -406,6 +409,18 @@ TEST(TensorCoreAttentionEmulated, OneBf16Part) {
   Check({true, 3, 0, 0, 48, 7, kKvCodecFp8, true, true, 3, kMixed, 1, kOne}, rng);
   Check({true, 3, 0, 0, 64, 16, kKvCodecFp8Tiled, false, false, 3, kLonger, 2, kOne}, rng);
   Check({false, 4, 2, 16, 0, 0, kKvCodecBf16, false, false, 4, kMixed, 1, kOne}, rng);
+  // Heads of 128 (GLM-4.5's, which LLMRT_CUDA_ATTENTION=tc-bf16 and the warpgroup kernel's
+  // fallback run on this instance) and of 256 (values wider than 128: the widest instance).
+  Check({false, 4, 2, 128, 0, 0, kKvCodecBf16, false, false, 16, kLonger, 2, kOne}, rng);
+  Check({false, 4, 2, 128, 0, 0, kKvCodecFp8Tiled, true, false, 16, kMixed, 1, kOne}, rng);
+  Check({false, 4, 2, 256, 0, 0, kKvCodecBf16, false, false, 16, kLonger, 2, kOne}, rng);
+}
+
+// Heads of 256 with the query in two bfloat16 parts (the default): the widest instance.
+TEST(TensorCoreAttentionEmulated, HeadsOf256) {
+  std::mt19937 rng(78);
+  Check({false, 4, 2, 256, 0, 0, kKvCodecBf16, false, false, 16, kLonger, 2, kTwo}, rng);
+  Check({false, 4, 1, 256, 0, 0, kKvCodecFp8, true, false, 16, kMixed, 1, kTwo}, rng);
 }
 
 // The scalar float32 kernel (what runs F32 rows, odd tiles, LLMRT_CUDA_ATTENTION=scalar) over
