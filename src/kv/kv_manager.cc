@@ -74,7 +74,6 @@ uint64_t KvManager::BlockHash(uint64_t parent, const int32_t* tokens, int64_t n)
 int64_t KvManager::ShareCachedPrefix(uint64_t session, PageTable& table, const std::vector<int32_t>& tokens) {
   if (!prefix_sharing_ || table.num_pages() != 0) return 0;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  stats_.lookup_tokens += static_cast<uint64_t>(n);
   uint64_t parent = 0;
   int64_t covered = 0;
   // Only blocks that end before the last token: the last token must be computed for logits.
@@ -94,8 +93,12 @@ int64_t KvManager::ShareCachedPrefix(uint64_t session, PageTable& table, const s
     covered += page_size_;
     parent = h;
   }
-  stats_.hit_tokens += static_cast<uint64_t>(covered);
   return covered;
+}
+
+void KvManager::CountPrefixLookup(int64_t looked_up, int64_t hit) {
+  stats_.lookup_tokens += static_cast<uint64_t>(looked_up);
+  stats_.hit_tokens += static_cast<uint64_t>(hit);
 }
 
 void KvManager::RegisterPrefix(uint64_t session, const PageTable& table, const std::vector<int32_t>& context) {

@@ -31,6 +31,7 @@ class KvManager {
   KvTracker& tracker() { return *tracker_; }
   int64_t page_size() const { return page_size_; }
   const PrefixStats& prefix_stats() const { return stats_; }
+  bool prefix_sharing() const { return prefix_sharing_; }
 
   // Grows `table` to cover num_positions. All or nothing: on a dry pool the pages taken by this
   // call are returned and false is returned.
@@ -47,8 +48,13 @@ class KvManager {
 
   // Prefix sharing. For a session with an empty table whose queued prompt is `tokens`, appends
   // shared pages for the longest run of full leading blocks found in the cache, leaving at least
-  // one token to compute. Returns the number of tokens covered.
+  // one token to compute. Returns the number of tokens covered. (Taken back by ReleaseAll when
+  // the prompt does not run after all.)
   int64_t ShareCachedPrefix(uint64_t session, PageTable& table, const std::vector<int32_t>& tokens);
+  // Counts a prompt's lookup in prefix_stats(): `looked_up` tokens, of which `hit` were served
+  // from shared pages. The runtime counts a lookup once the pass that used it has run, so a
+  // prompt retried over several steps counts once.
+  void CountPrefixLookup(int64_t looked_up, int64_t hit);
   // Records the session's full pages (positions [0, context.size())) in the prefix cache.
   void RegisterPrefix(uint64_t session, const PageTable& table, const std::vector<int32_t>& context);
 

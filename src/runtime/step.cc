@@ -31,6 +31,9 @@ struct Runtime::Work {
   // The pages the session held before this step admitted it (a reservation made by an earlier
   // step, kQueue's for a whole prompt, outlives this step's failure).
   int64_t pages_before = 0;
+  // A new prompt's lookup in the prefix cache this step: the prompt's tokens and those it starts
+  // on shared pages (moved from pending to the context; a failed pass moves them back).
+  int64_t looked_up = 0, shared = 0;
 };
 
 namespace {
@@ -124,14 +127,26 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
     const bool prefill = s->state_ == SessionState::kPrefill;
     if (prefill && prompts_blocked) continue;
     // A new prompt may start on pages another session already computed.
-    if (prefill && s->context_.empty()) {
+    const int64_t pages_before = s->pages_.num_pages();
+    int64_t looked_up = 0, shared = 0;
+    if (prefill && s->context_.empty() && pages_before == 0 && kv_->prefix_sharing()) {
       std::vector<int32_t> prompt(s->pending_.begin(), s->pending_.end());
-      const int64_t shared = kv_->ShareCachedPrefix(s->id_, s->pages_, prompt);
+      looked_up = static_cast<int64_t>(prompt.size());
+      shared = kv_->ShareCachedPrefix(s->id_, s->pages_, prompt);
       for (int64_t i = 0; i < shared; ++i) {
         s->context_.push_back(s->pending_.front());
         s->pending_.pop_front();
       }
     }
+    // A prompt that does not run this step gives its shared pages back, unchanged.
+    const auto unshare = [&] {
+      if (shared == 0) return;
+      for (int64_t i = 0; i < shared; ++i) {
+        s->pending_.push_front(s->context_.back());
+        s->context_.pop_back();
+      }
+      kv_->ReleaseAll(s->id_, s->pages_);
+    };
     AdmissionRequest req;
     req.session = s->id_;
     req.pages = &s->pages_;
@@ -156,19 +171,22 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
       }
       return false;
     };
-    const int64_t pages_before = s->pages_.num_pages();
     switch (Admit(*kv_, options_.kv_pressure, req, preempt_newer)) {
       case Admission::kAdmitted: {
         Work wk{s, req.tokens, req.context, req.tokens == req.pending, -1, prefill};
         wk.pages_before = pages_before;
+        wk.looked_up = looked_up;
+        wk.shared = shared;
         work.push_back(wk);
         break;
       }
       case Admission::kWait:
+        unshare();
         waiting.push_back(s);
         if (prefill) prompts_blocked = true;
         break;
       case Admission::kFail: {
+        unshare();
         StepResult r;
         r.session = s;
         r.session_id = s->id_;
@@ -383,13 +401,18 @@ void Runtime::Commit(const std::vector<Work>& work, const absl::Status& forward,
     if (wk.drew && !samples) s->rng_.set_state(wk.rng_before);
     if (!forward.ok()) {
       // Nothing of this step is kept: the pages it admitted the session to go back (those held
-      // before it stay), the context is unchanged.
+      // before it stay), the context is as before it (a prompt's shared start goes back too).
+      for (int64_t i = 0; i < wk.shared; ++i) {
+        s->pending_.push_front(s->context_.back());
+        s->context_.pop_back();
+      }
       kv_->Truncate(s->id_, s->pages_,
                     std::max<int64_t>(static_cast<int64_t>(s->context_.size()), wk.pages_before * options_.page_size));
       r.status = forward;
       results->push_back(std::move(r));
       continue;
     }
+    kv_->CountPrefixLookup(wk.looked_up, wk.shared);
     if (wk.prefill) r.num_prefilled = static_cast<uint32_t>(wk.n);
     for (int64_t i = 0; i < wk.n; ++i) {
       s->context_.push_back(s->pending_.front());

@@ -306,6 +306,67 @@ TEST(PrefixSharing, SharedPagesGiveIdenticalTokens) {
   llm_runtime_destroy(rt);
 }
 
+llm_session_info SessionInfo(llm_session* s) {
+  llm_session_info i;
+  i.struct_size = sizeof(i);
+  EXPECT_EQ(llm_session_get_info(s, &i), LLM_OK);
+  return i;
+}
+
+// A prompt that would start on cached pages but is not admitted (LLM_KV_PRESSURE_FAIL: KV
+// exhausted) or whose pass fails is left as it was: no context, no pages, no shared page, and
+// the prefix counters count only the lookups of passes that ran (once per prompt, not once per
+// step it was retried).
+TEST(PrefixSharing, APromptNotRunLeavesNoSharedPagesAndIsCountedOnce) {
+  Options o;
+  o.budget = 10ull * 4 * 3 * 48 * 4;  // 10 pages of 4 tokens
+  llm_runtime* rt = Open(o);
+  Driver d{rt};
+  std::vector<int32_t> q(12);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<int32_t>(40 + 3 * i);
+  d.Add(q, 2);
+  llm_session* c = d.Add({7, 8, 9, 10, 11}, 1);
+  d.RunToEnd();  // both finished: 4 pages and 2; q's 3 full blocks are in the prefix cache
+  const llm_runtime_info before = Info(rt);
+  EXPECT_EQ(before.prefix_lookup_tokens, 17u);
+  std::vector<int32_t> p(q.begin(), q.begin() + 8);  // two cached blocks, then 20 tokens of its own
+  for (int i = 0; i < 20; ++i) p.push_back(100 + i);
+  llm_session* b = d.Add(p, 2);  // 7 pages for its prompt, 5 of them new: 4 are free
+  for (int step = 0; step < 3; ++step) {
+    d.Step();
+    EXPECT_EQ(d.failure[b], LLM_ERR_KV_EXHAUSTED);
+    const llm_session_info bi = SessionInfo(b);
+    EXPECT_EQ(bi.num_tokens, 0u);
+    EXPECT_EQ(bi.num_pending, p.size());
+    EXPECT_EQ(bi.num_pages, 0u);
+    const llm_runtime_info now = Info(rt);
+    EXPECT_EQ(now.pages_free, before.pages_free);
+    EXPECT_EQ(now.pages_shared, 0u);
+    EXPECT_EQ(now.prefix_lookup_tokens, before.prefix_lookup_tokens);
+    EXPECT_EQ(now.prefix_hit_tokens, before.prefix_hit_tokens);
+  }
+  // A pass that fails after the prompt was admitted onto the cached pages: the same.
+  llm_session_destroy(c);
+  d.sessions.erase(std::find(d.sessions.begin(), d.sessions.end(), c));
+  const int64_t rank = 0;
+  ASSERT_EQ(llm_test_control(rt, LLM_TESTCTL_RANK_FAIL_NEXT_PASS, &rank, 1), LLM_OK);
+  d.failure.clear();
+  d.Step();
+  EXPECT_EQ(d.failure.count(b), 1u);
+  EXPECT_EQ(SessionInfo(b).num_tokens, 0u);
+  EXPECT_EQ(SessionInfo(b).num_pages, 0u);
+  EXPECT_EQ(Info(rt).prefix_lookup_tokens, before.prefix_lookup_tokens);
+  d.failure.clear();
+  d.RunToEnd();
+  EXPECT_TRUE(d.failure.empty());
+  EXPECT_EQ(d.tokens[b], Solo(p, 2));
+  EXPECT_EQ(Info(rt).prefix_lookup_tokens, before.prefix_lookup_tokens + p.size());
+  EXPECT_EQ(Info(rt).prefix_hit_tokens, before.prefix_hit_tokens + 8);
+  d.DestroyAll();
+  EXPECT_EQ(Info(rt).pages_free, Info(rt).pages_total);
+  llm_runtime_destroy(rt);
+}
+
 // ---- pressure policies -----------------------------------------------------------------------
 
 std::vector<std::vector<int32_t>> PressurePrompts() {
