@@ -164,8 +164,11 @@ typedef struct llm_session llm_session;
 /* Host callbacks on the KV page life cycle. Any pointer may be NULL. Calls come from the thread
  * inside the llmrt call that caused the event (llm_decode_step for alloc, share, verify and
  * violation; llm_decode_step, llm_session_cancel, llm_session_destroy and llm_runtime_destroy
- * for free) while the runtime's lock is held: callbacks must return quickly and must not call
- * llmrt functions on the same runtime. Setting a tracker turns verification on. */
+ * for free; the KV imports for the alloc of the session they create, and its free when the
+ * import fails; llm_score for the alloc and free of the pages it holds during the call, under
+ * session_id UINT64_MAX, which no session has) while the runtime's lock is held: callbacks must
+ * return quickly and must not call llmrt functions on the same runtime. Setting a tracker turns
+ * verification on. */
 typedef struct llm_kv_tracker {
   uint32_t struct_size;
   uint32_t reserved0;

@@ -1,5 +1,6 @@
 // Teacher-forced scoring (llm_score): the log-probability of every next token of a sequence.
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "src/runtime/runtime.h"
@@ -30,10 +31,12 @@ absl::Status Runtime::Score(absl::Span<const int32_t> tokens, float* logprobs, i
       LLMRT_ASSIGN_OR_RETURN(k.score_logits, k.backend->Allocate(DType::kF32, {chunk, c.vocab_size}));
     }
   }
+  // The call's pages, reported to a tracker under an id no session has (0 is the orphans').
+  constexpr uint64_t kScoreSession = UINT64_MAX;
   PageTable table;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!kv_->Reserve(0, table, n)) {
+    if (!kv_->Reserve(kScoreSession, table, n)) {
       return KvExhaustedError(absl::StrCat("scoring ", n, " tokens needs more KV pages than are free"));
     }
   }
@@ -63,7 +66,7 @@ absl::Status Runtime::Score(absl::Span<const int32_t> tokens, float* logprobs, i
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  kv_->ReleaseAll(0, table);
+  kv_->ReleaseAll(kScoreSession, table);
   return status;
 }
 

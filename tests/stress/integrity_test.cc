@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -565,6 +566,40 @@ TEST(Tracker, CallbacksSeeTheLifeCycleAndCanVeto) {
   llm_runtime_destroy(rt);
   EXPECT_EQ(c.destroyed.load(), 1);
   EXPECT_GT(c.free.load(), 0);
+}
+
+// llm_score's pages come and go within the call, reported under session id UINT64_MAX (no
+// session has it; 0 is the orphans reclaimed after an integrity failure), every alloc with its
+// free.
+TEST(Tracker, ScoringReportsItsPagesUnderAnIdOfItsOwn) {
+  struct Events {
+    std::vector<std::pair<uint64_t, uint32_t>> alloc, free;
+  } ev;
+  llm_kv_tracker t;
+  std::memset(&t, 0, sizeof(t));
+  t.struct_size = sizeof(t);
+  t.user_data = &ev;
+  t.on_alloc = [](void* u, uint64_t s, uint32_t p, uint64_t) { static_cast<Events*>(u)->alloc.push_back({s, p}); };
+  t.on_free = [](void* u, uint64_t s, uint32_t p, uint64_t) { static_cast<Events*>(u)->free.push_back({s, p}); };
+  Options o;
+  o.tracker = &t;
+  llm_runtime* rt = Open(o);
+  std::vector<int32_t> seq(19);
+  for (size_t i = 0; i < seq.size(); ++i) seq[i] = static_cast<int32_t>(5 + 7 * i);
+  std::vector<float> lp(seq.size() - 1);
+  ASSERT_EQ(llm_score(rt, seq.data(), seq.size(), lp.data(), nullptr), LLM_OK) << llm_last_error();
+  EXPECT_EQ(ev.alloc.size(), 5u);  // 19 positions in pages of 4
+  std::multiset<uint32_t> allocated, freed;
+  for (const auto& [s, p] : ev.alloc) {
+    EXPECT_EQ(s, UINT64_MAX);
+    allocated.insert(p);
+  }
+  for (const auto& [s, p] : ev.free) {
+    EXPECT_EQ(s, UINT64_MAX);
+    freed.insert(p);
+  }
+  EXPECT_EQ(allocated, freed);
+  llm_runtime_destroy(rt);
 }
 
 // ---- concurrency (run under ThreadSanitizer in CI's sanitizer job) ---------------------------
