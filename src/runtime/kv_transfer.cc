@@ -200,10 +200,8 @@ absl::StatusOr<Session*> Runtime::ImportKv(absl::Span<const uint8_t> blob, absl:
     return KvExhaustedError(absl::StrCat("importing ", P, " positions needs KV pages; ", free_pages, " are free"));
   }
   // A failed import keeps nothing: not its session, not the layer scales it set.
-  std::vector<std::vector<uint8_t>> flags_before;
-  for (const Replica& k : ranks_) flags_before.push_back(k.store->scale_flags());
+  ScaleFlagsGuard flags(ranks_);
   auto fail = [&](absl::Status st) -> absl::Status {
-    for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r].store->RestoreScaleFlags(flags_before[r]);
     FinishDestroy(s);
     return st;
   };
@@ -241,6 +239,7 @@ absl::StatusOr<Session*> Runtime::ImportKv(absl::Span<const uint8_t> blob, absl:
   s->rng_.set_state(b.rng);
   s->share_prefix_ = trusted;
   if (trusted) kv_->RegisterPrefix(s->id_, s->pages_, s->context_);
+  flags.Keep();
   return s;
 }
 

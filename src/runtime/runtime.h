@@ -260,6 +260,22 @@ class Runtime {
   // group and threads. backend_, model_, store_ and workspace_ are rank 0's: the host reads
   // logits, KV rows and scales there (MLA caches the same rows on every rank).
   std::vector<Replica> ranks_;
+  // Every rank's per-layer KV scale flags when made, while some layer of a per-layer FP8 cache
+  // has no scale yet; restored when destroyed unless kept (KvStore::RestoreScaleFlags). A failed
+  // pass or import keeps none of the scales it set; llm_score keeps none at all.
+  class ScaleFlagsGuard {
+   public:
+    explicit ScaleFlagsGuard(std::vector<Replica>& ranks);
+    ~ScaleFlagsGuard();
+    ScaleFlagsGuard(const ScaleFlagsGuard&) = delete;
+    ScaleFlagsGuard& operator=(const ScaleFlagsGuard&) = delete;
+    void Keep() { keep_ = true; }
+
+   private:
+    std::vector<Replica>& ranks_;
+    std::vector<std::vector<uint8_t>> before_;  // empty: every layer had its scale
+    bool keep_ = false;
+  };
   std::shared_ptr<InProcessGroup> group_;
   std::unique_ptr<Communicator> process_comm_;  // multi-process: this process's rank, shared by its replica
   std::unique_ptr<RankThreads> rank_threads_;

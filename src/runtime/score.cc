@@ -40,6 +40,9 @@ absl::Status Runtime::Score(absl::Span<const int32_t> tokens, float* logprobs, i
       return KvExhaustedError(absl::StrCat("scoring ", n, " tokens needs more KV pages than are free"));
     }
   }
+  // Scoring changes nothing a later step sees: a per-layer FP8 scale its passes calibrate holds
+  // for the call's own chunks and is forgotten after it (the first step then calibrates its own).
+  ScaleFlagsGuard flags(ranks_);
   absl::Status status;
   for (int64_t start = 0; start < n && status.ok(); start += chunk) {
     const int64_t m = std::min<int64_t>(chunk, n - start);

@@ -259,6 +259,19 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
   return work;
 }
 
+Runtime::ScaleFlagsGuard::ScaleFlagsGuard(std::vector<Replica>& ranks) : ranks_(ranks) {
+  for (const Replica& k : ranks_) {
+    if (k.store->all_scales_set()) continue;
+    for (const Replica& q : ranks_) before_.push_back(q.store->scale_flags());
+    break;
+  }
+}
+
+Runtime::ScaleFlagsGuard::~ScaleFlagsGuard() {
+  if (keep_) return;
+  for (size_t r = 0; r < before_.size(); ++r) ranks_[r].store->RestoreScaleFlags(before_[r]);
+}
+
 absl::Status Runtime::Forward(StepBatch& batch, bool score, bool score_buffer) {
   const int64_t vocab = model_->config().vocab_size;
   const int64_t rows = batch.num_logit_rows();
@@ -268,24 +281,8 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score, bool score_buffer) {
     std::swap(fail_rank, fail_rank_);
   }
   batch.Pack();
-  // Each rank's KV layer flags before the pass, while some layer of a per-layer FP8 cache has no
-  // scale yet: a failed pass's calibrations are not kept (KvStore::RestoreScaleFlags), on every
-  // way out of here but success.
-  std::vector<std::vector<uint8_t>> flags_before;
-  for (const Replica& k : ranks_) {
-    if (k.store->all_scales_set()) continue;
-    for (const Replica& q : ranks_) flags_before.push_back(q.store->scale_flags());
-    break;
-  }
-  struct RestoreFlags {
-    std::vector<Replica>& ranks;
-    const std::vector<std::vector<uint8_t>>& before;
-    bool passed = false;
-    ~RestoreFlags() {
-      if (passed) return;
-      for (size_t r = 0; r < before.size(); ++r) ranks[r].store->RestoreScaleFlags(before[r]);
-    }
-  } restore{ranks_, flags_before};
+  // A failed pass's calibrations are not kept, on every way out of here but success.
+  ScaleFlagsGuard flags(ranks_);
   // Every rank runs the same pass over its replica; the collectives inside keep them in step.
   const std::vector<absl::Status> status = rank_threads_->Run([&](int r) -> absl::Status {
     Replica& k = ranks_[r];
@@ -341,7 +338,7 @@ absl::Status Runtime::Forward(StepBatch& batch, bool score, bool score_buffer) {
     }
   }
   LLMRT_RETURN_IF_ERROR(failed);
-  restore.passed = true;
+  flags.Keep();
   // Only the sampled ids come back, and the logits when some session keeps them (or to score).
   host_ids_.resize(static_cast<size_t>(rows));
   if (rows > 0 && !score) {

@@ -140,6 +140,56 @@ TEST(Fp8Kv, AFailedFirstPassLeavesTheLayerScalesToTheNext) {
   }
 }
 
+// llm_score runs outside the sessions: on a per-layer FP8 cache without checkpoint scales, the
+// scales its passes calibrate serve its own chunks only, and the steps after it calibrate their
+// own, so a runtime that scored first generates the tokens of one that did not.
+TEST(Fp8Kv, ScoringFirstDoesNotChangeLaterTokens) {
+  for (const char* model : {"tiny_kimi_k2_qlora_yarn", "tiny_glm_moe_dsa"}) {
+    SCOPED_TRACE(model);
+    const std::string dir = TestData(model);
+    const auto prompts = GoldenPrompts(std::string(model) + ".golden.json");
+    RunConfig cfg;
+    cfg.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
+    cfg.max_tokens_per_step = 16;  // (the scored text in several chunks, each reading the last's rows)
+    const auto clean = RunBatch(dir, prompts, cfg);
+    llm_runtime_options ro;
+    llm_runtime_options_init(&ro);
+    ro.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
+    ro.max_tokens_per_step = cfg.max_tokens_per_step;
+    llm_runtime* rt = nullptr;
+    ASSERT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+    // A text far from the prompts: its magnitudes set other scales.
+    std::vector<int32_t> text(40);
+    for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<int32_t>((97 * i + 13) % 200);
+    std::vector<float> lp(text.size() - 1);
+    ASSERT_EQ(llm_score(rt, text.data(), text.size(), lp.data(), nullptr), LLM_OK) << llm_last_error();
+    llm_sampling_options so;
+    llm_sampling_options_init(&so);
+    so.max_new_tokens = cfg.max_new_tokens;
+    std::vector<llm_session*> s(prompts.size());
+    std::vector<std::vector<int32_t>> tokens(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(llm_session_create(rt, &so, &s[i]), LLM_OK);
+      ASSERT_EQ(llm_session_append_tokens(s[i], prompts[i].data(), prompts[i].size()), LLM_OK);
+    }
+    std::vector<llm_step_result> res(prompts.size());
+    size_t finished = 0;
+    for (int step = 0; step < 200 && finished < prompts.size(); ++step) {
+      size_t n = 0;
+      ASSERT_EQ(llm_decode_step(rt, res.data(), res.size(), &n), LLM_OK) << llm_last_error();
+      for (size_t r = 0; r < n; ++r) {
+        const size_t i = static_cast<size_t>(std::find(s.begin(), s.end(), res[r].session) - s.begin());
+        ASSERT_EQ(res[r].status, LLM_OK);
+        if (res[r].token != LLM_TOKEN_NONE) tokens[i].push_back(res[r].token);
+        if (res[r].finish_reason != LLM_FINISH_NONE) ++finished;
+      }
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(tokens[i], clean[i].tokens) << "prompt " << i;
+    for (auto* x : s) llm_session_destroy(x);
+    llm_runtime_destroy(rt);
+  }
+}
+
 // On the trained model, FP8 KV keeps held-out perplexity within 1% of float32 KV and top-1
 // accuracy within one point; the two agree on the top-1 token at more than 90% of positions
 // (three mantissa bits move near-tied top-2 logits). Windows are scored 8 tokens per pass, so
