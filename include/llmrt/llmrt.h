@@ -200,8 +200,10 @@ typedef struct llm_kv_tracker {
 #define LLM_KV_PRESSURE_QUEUE 1   /* a prompt is admitted only when pages for all of it (prompt plus
                                      max_new_tokens) are free, in arrival order; until then it waits */
 #define LLM_KV_PRESSURE_PREEMPT 2 /* newer running sessions give up their pages and recompute later
-                                     (their tokens do not change); a session with no newer one to
-                                     preempt waits */
+                                     (their tokens do not change with F32 and BF16 KV and one weight
+                                     format; the recomputation is a prefill, so FP8 KV's phase
+                                     policy and prefill_weights apply to it, and later tokens may
+                                     differ there); a session with no newer one to preempt waits */
 /* Under QUEUE and PREEMPT a waiting session gets no result; when nothing at all can run, the
  * oldest waiting one gets LLM_ERR_KV_EXHAUSTED (idle or finished sessions hold the pages:
  * destroy them). */
