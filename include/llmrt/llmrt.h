@@ -567,8 +567,9 @@ LLM_API llm_status llm_session_last_error(const llm_session* session, llm_error*
 
 /* Copies the logits of the session's most recent sampled position (float32, vocab_size values)
  * into out. *out_count receives vocab_size. LLM_ERR_BUFFER_TOO_SMALL when capacity is too small
- * (out untouched), LLM_ERR_INVALID_STATE before the first sampled position and for a session
- * created with LLM_SAMPLING_NO_LOGITS. */
+ * (out untouched), LLM_ERR_INVALID_STATE before the first sampled position (an imported
+ * session's first is the first it samples in this runtime: logits are not exported) and for a
+ * session created with LLM_SAMPLING_NO_LOGITS. */
 LLM_API llm_status llm_session_get_logits(const llm_session* session, float* out, size_t capacity,
                                           size_t* out_count);
 
