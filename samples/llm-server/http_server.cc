@@ -219,7 +219,11 @@ void HttpServer::Routes() {
 
   // cpp-httplib 0.11 bounds only bodies that declare a Content-Length (413 above the limit): a
   // chunked body, or a POST with neither, it reads to the end whatever its size. Such requests
-  // are refused before their body is read (411), and the connection is read no further.
+  // are refused before their body is read (411), and the connection is read no further once the
+  // answer is out: its reading side is shut as the answer's last byte is written, so that the
+  // server then sees the stream's end and closes it. (Shut before the answer, the answer was
+  // lost: cpp-httplib checks that the peer is still there before it writes, and a reading side
+  // at its end looks like a peer gone, unless more body than a page was still unread.)
   server_.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     if (req.method != "POST" && req.method != "PUT" && req.method != "PATCH" && req.method != "DELETE") {
       return httplib::Server::HandlerResponse::Unhandled;
@@ -230,16 +234,25 @@ void HttpServer::Routes() {
                                         : "a request body needs a Content-Length header",
                                 "", "length_required");
     e.http_status = 411;
-    SendError(res, e);
-    ConnectionProbe(req.local_port, req.remote_addr, req.remote_port).StopReading();
+    res.status = e.http_status;
+    res.set_header("Connection", "close");
+    const std::string body = ErrorJson(e);
+    const ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
+    res.set_content_provider(body.size(), "application/json",
+                             [body, probe](size_t offset, size_t length, httplib::DataSink& sink) {
+                               sink.write(body.data() + offset, length);
+                               if (offset + length >= body.size()) probe.StopReading();
+                               return true;
+                             });
     return httplib::Server::HandlerResponse::Handled;
   });
 
   // Every error cpp-httplib produces itself (unknown path 404, body over the limit 413, a
-  // malformed request line 400) gets an OpenAI-style body too; ours already have one.
+  // malformed request line 400) gets an OpenAI-style body too; ours already have one (in the
+  // body, or from a content provider, which set the Content-Type).
   server_.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
                                                                    httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (!res.body.empty() || res.has_header("Content-Type")) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e = InvalidRequest("");
     e.http_status = res.status;
     if (res.status == 404) {

@@ -292,12 +292,15 @@ def test_tp_that_does_not_split_the_model_refused():
 
 
 @pytest.mark.parametrize("headers", [b"Transfer-Encoding: chunked\r\n", b""], ids=["chunked", "no_length"])
-def test_body_without_content_length_411(start_server, headers):
-    # cpp-httplib would read such a body to its end whatever its size: it is refused unread.
+@pytest.mark.parametrize("body", [b"1000\r\n" + b"x" * 4096, b"10\r\n" + b"x" * 16 + b"\r\n", b""],
+                         ids=["large", "small", "none"])
+def test_body_without_content_length_411(start_server, headers, body):
+    # cpp-httplib would read such a body to its end whatever its size: it is refused unread, and
+    # the answer reaches the client whatever is left unread (none, a little, more than a page).
     s = start_server("--max-body-bytes", 4096)
     sock = socket.create_connection(("127.0.0.1", s.port))
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers +
-                 b"\r\n" + b"1000\r\n" + b"x" * 4096)
+                 b"\r\n" + body)
     buf = b""
     sock.settimeout(10)
     while True:
