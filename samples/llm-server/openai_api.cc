@@ -79,7 +79,7 @@ std::optional<ApiError> ReadBool(const Json& body, const char* key, bool* out) {
 }
 
 std::optional<ApiError> Unsupported(const char* key, const std::string& what) {
-  return InvalidRequest(std::string("'") + key + "' " + what + " is not supported by this server", key,
+  return InvalidRequest(std::string("'") + key + "' " + (what.empty() ? "" : what + " ") + "is not supported by this server", key,
                         "unsupported_parameter");
 }
 
@@ -94,7 +94,8 @@ std::optional<ApiError> RefuseUnsupported(const Json& body, Endpoint endpoint) {
   if (auto it = body.find("echo"); it != body.end() && !it->is_null() && *it != Json(false)) {
     return Unsupported("echo", "true");
   }
-  if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && *it != Json(false) && *it != Json(0)) {
+  // (A completion's logprobs of 0 still asks for the sampled token's log-probability.)
+  if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && *it != Json(false)) {
     return Unsupported("logprobs", "");
   }
   if (auto it = body.find("top_logprobs"); it != body.end() && !it->is_null() && *it != Json(0)) {
@@ -173,6 +174,9 @@ std::optional<ApiError> ReadMessages(const Json& body, GenerationRequest* out) {
     if (role == m.end() || !role->is_string()) return InvalidRequest("'" + where + ".role' must be a string", where + ".role");
     ChatMessage msg;
     msg.role = role->get<std::string>();
+    // The API's newer name for the system role ("developer messages", which replace system
+    // messages): the model's templates know the system role.
+    if (msg.role == "developer") msg.role = "system";
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       // An assistant turn that only called tools has no content; others must have some.

@@ -26,6 +26,7 @@ def assert_still_serving(server):
     (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "top_p": 0}', "top_p"),
     (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "n": 2}', "n"),
     (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "logprobs": 3}', "logprobs"),
+    (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "logprobs": 0}', "logprobs"),  # the sampled token's
     (b'{"model": "kimi-k2-kjv-tiny", "prompt": "a", "stop": [1]}', "stop"),
     (b'{"model": "kimi-k2-kjv-tiny", "prompt": ["a", "b"]}', "prompt"),
     (b'{"model": "kimi-k2-kjv-tiny", "prompt": [5000]}', "prompt"),

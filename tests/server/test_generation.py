@@ -220,3 +220,17 @@ def test_expert_parallel_int4_int8_equals_llm_run(start_server):
     int4 = llm_run(KIMI, "--prompt", prompt, "--max-tokens", 60, *opts[:2], "--tp", 2, "--ep")
     assert want != int4
     assert int4 != llm_run(KIMI, "--prompt", prompt, "--max-tokens", 60, "--tp", 2, "--ep")
+
+
+def test_developer_role_is_the_system_role(server):
+    # The API's newer name for system messages: the same prompt as "system".
+    def ids(role):
+        status, _, resp = server.raw("POST", "/tokenize", {"model": server.name, "messages": [
+            {"role": role, "content": "Speak as the scribes."}, {"role": "user", "content": "Who made the heavens?"}]})
+        assert status == 200, resp
+        return json.loads(resp)["tokens"]
+    assert ids("developer") == ids("system")
+    r = server.client().chat.completions.create(
+        model=server.name, messages=[{"role": "developer", "content": "Speak as the scribes."},
+                                     {"role": "user", "content": "Who made the heavens?"}], max_tokens=4, temperature=0)
+    assert r.usage.completion_tokens == 4
