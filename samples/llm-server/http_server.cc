@@ -255,7 +255,14 @@ void HttpServer::Routes() {
     if (!res.body.empty() || res.has_header("Content-Type")) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e = InvalidRequest("");
     e.http_status = res.status;
-    if (res.status == 404) {
+    if (res.status == 404 && req.method != "POST" &&
+        (req.path == "/v1/completions" || req.path == "/v1/chat/completions" || req.path == "/tokenize" ||
+         req.path == "/detokenize")) {
+      e.http_status = res.status = 405;
+      res.set_header("Allow", "POST");
+      e.code = "method_not_allowed";
+      e.message = req.method + " " + req.path + ": this URL takes POST";
+    } else if (res.status == 404) {
       e.code = "not_found";
       e.message = "unknown request URL: " + req.method + " " + req.path;
     } else if (res.status == 413) {
@@ -392,8 +399,9 @@ void HttpServer::HandleGeneration(const httplib::Request& req, httplib::Response
     if (*g.max_tokens > room) {
       SendError(res, InvalidRequest("this model's maximum context length is " + std::to_string(ctx) +
                                         " tokens; the prompt has " + std::to_string(prompt.size()) +
-                                        " and max_tokens asks for " + std::to_string(*g.max_tokens) + " more",
-                                    "max_tokens", "context_length_exceeded"));
+                                        " and " + g.max_tokens_field + " asks for " + std::to_string(*g.max_tokens) +
+                                        " more",
+                                    g.max_tokens_field, "context_length_exceeded"));
       return;
     }
     max_new = *g.max_tokens;

@@ -264,6 +264,7 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   }
   if (auto e = ReadInt(j, max_key, 1, std::numeric_limits<int32_t>::max(), &max_tokens)) return e;
   if (max_tokens) out->max_tokens = static_cast<uint32_t>(*max_tokens);
+  out->max_tokens_field = max_key;
   if (auto e = ReadNumber(j, "temperature", 0.0, 2.0, false, &out->temperature)) return e;
   if (auto e = ReadNumber(j, "top_p", 0.0, 1.0, true, &out->top_p)) return e;
   if (auto e = ReadNumber(j, "min_p", 0.0, 1.0, false, &out->min_p)) return e;
@@ -284,6 +285,7 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
       e->param = "stream_options.include_usage";
       return e;
     }
+    if (!out->stream) return InvalidRequest("'stream_options' is only allowed when 'stream' is true", "stream_options");
   }
   if (auto it = j.find("user"); it != j.end() && !it->is_null()) {
     if (!it->is_string()) return InvalidRequest("'user' must be a string", "user");

@@ -43,6 +43,7 @@ struct GenerationRequest {
   // /v1/chat/completions.
   std::vector<ChatMessage> messages;
   std::optional<uint32_t> max_tokens;  // absent: 16 for completions, the rest of the context for chat
+  std::string max_tokens_field = "max_tokens";  // the field it came from (chat: or max_completion_tokens)
   float temperature = 1.0f;            // OpenAI's default; 0 is greedy
   float top_p = 1.0f;
   int32_t top_k = 0;                   // extension (as vLLM): 0 = off

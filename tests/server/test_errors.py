@@ -314,3 +314,29 @@ def test_body_without_content_length_411(start_server, headers, body):
     assert head.startswith(b"HTTP/1.1 411"), buf[:200]
     assert error_of(body)["code"] == "length_required"
     assert_still_serving(s)
+
+
+def test_get_on_a_post_url_405(server):
+    for path in ("/v1/completions", "/v1/chat/completions", "/tokenize"):
+        status, headers, resp = server.raw("GET", path)
+        assert status == 405, resp
+        assert headers.get("Allow") == "POST"
+        assert error_of(resp)["code"] == "method_not_allowed"
+    status, _, resp = server.raw("GET", "/v1/nothing")
+    assert status == 404 and error_of(resp)["code"] == "not_found"
+
+
+def test_stream_options_without_stream_400(server):
+    status, _, resp = server.raw("POST", "/v1/completions", {"model": server.name, "prompt": "a",
+                                                             "stream_options": {"include_usage": True}})
+    assert status == 400, resp
+    assert error_of(resp)["param"] == "stream_options"
+
+
+def test_max_completion_tokens_past_the_context_names_its_field(server):
+    status, _, resp = server.raw("POST", "/v1/chat/completions", {
+        "model": server.name, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 5000})
+    assert status == 400, resp
+    e = error_of(resp)
+    assert e["code"] == "context_length_exceeded" and e["param"] == "max_completion_tokens"
+    assert "max_completion_tokens asks for 5000" in e["message"]
