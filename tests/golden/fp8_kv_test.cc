@@ -84,6 +84,50 @@ HeldOut CompareHeldOut(llm_runtime* ref, llm_runtime* test, size_t windows) {
   return h;
 }
 
+// A runtime over `dir` with the FP8 KV codec and `max_tokens_per_step`; `before` runs on it
+// first. Then a greedy session per prompt, stepped until each finishes: the tokens per prompt,
+// and in *failed the number of results of failed passes (which give no tokens).
+std::vector<std::vector<int32_t>> GenerateOnFp8(const std::string& dir, const std::vector<std::vector<int32_t>>& prompts,
+                                                const RunConfig& cfg, const std::function<void(llm_runtime*)>& before,
+                                                size_t* failed) {
+  llm_runtime_options ro;
+  llm_runtime_options_init(&ro);
+  ro.kv_dtype = cfg.kv_dtype;
+  ro.max_tokens_per_step = cfg.max_tokens_per_step;
+  llm_runtime* rt = nullptr;
+  EXPECT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
+  std::vector<std::vector<int32_t>> tokens(prompts.size());
+  if (rt == nullptr) return tokens;
+  before(rt);
+  llm_sampling_options so;
+  llm_sampling_options_init(&so);
+  so.max_new_tokens = cfg.max_new_tokens;
+  std::vector<llm_session*> s(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(llm_session_create(rt, &so, &s[i]), LLM_OK);
+    EXPECT_EQ(llm_session_append_tokens(s[i], prompts[i].data(), prompts[i].size()), LLM_OK);
+  }
+  std::vector<llm_step_result> res(prompts.size());
+  size_t finished = 0;
+  *failed = 0;
+  for (int step = 0; step < 200 && finished < prompts.size(); ++step) {
+    size_t n = 0;
+    EXPECT_EQ(llm_decode_step(rt, res.data(), res.size(), &n), LLM_OK) << llm_last_error();
+    for (size_t r = 0; r < n; ++r) {
+      const size_t i = static_cast<size_t>(std::find(s.begin(), s.end(), res[r].session) - s.begin());
+      if (res[r].status != LLM_OK) {
+        ++*failed;
+        continue;
+      }
+      if (res[r].token != LLM_TOKEN_NONE) tokens[i].push_back(res[r].token);
+      if (res[r].finish_reason != LLM_FINISH_NONE) ++finished;
+    }
+  }
+  for (auto* x : s) llm_session_destroy(x);
+  llm_runtime_destroy(rt);
+  return tokens;
+}
+
 // A per-layer FP8 cache without checkpoint scales calibrates each layer's scale in the first pass
 // that writes it. A first pass that fails (here a fault injected before it: the backend skips
 // every op, the calibration too) must leave the layers uncalibrated, so that the pass that reruns
@@ -93,50 +137,17 @@ HeldOut CompareHeldOut(llm_runtime* ref, llm_runtime* test, size_t windows) {
 TEST(Fp8Kv, AFailedFirstPassLeavesTheLayerScalesToTheNext) {
   for (const char* model : {"tiny_kimi_k2_qlora_yarn", "tiny_glm4_moe"}) {
     SCOPED_TRACE(model);
-    const std::string dir = TestData(model);
     const auto prompts = GoldenPrompts(std::string(model) + ".golden.json");
     RunConfig cfg;
     cfg.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
-    const auto clean = RunBatch(dir, prompts, cfg);
-
-    llm_runtime_options ro;
-    llm_runtime_options_init(&ro);
-    ro.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
-    llm_runtime* rt = nullptr;
-    ASSERT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
-    llm_sampling_options so;
-    llm_sampling_options_init(&so);
-    so.max_new_tokens = cfg.max_new_tokens;
-    std::vector<llm_session*> s(prompts.size());
-    std::vector<std::vector<int32_t>> tokens(prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      ASSERT_EQ(llm_session_create(rt, &so, &s[i]), LLM_OK);
-      ASSERT_EQ(llm_session_append_tokens(s[i], prompts[i].data(), prompts[i].size()), LLM_OK);
-    }
-    const int64_t rank = 0;
-    ASSERT_EQ(llm_test_control(rt, LLM_TESTCTL_RANK_FAIL_NEXT_PASS, &rank, 1), LLM_OK);
-    std::vector<llm_step_result> res(prompts.size());
-    size_t finished = 0, failed_results = 0;
-    for (int step = 0; step < 200 && finished < prompts.size(); ++step) {
-      size_t n = 0;
-      ASSERT_EQ(llm_decode_step(rt, res.data(), res.size(), &n), LLM_OK) << llm_last_error();
-      for (size_t r = 0; r < n; ++r) {
-        const size_t i = static_cast<size_t>(std::find(s.begin(), s.end(), res[r].session) - s.begin());
-        ASSERT_LT(i, s.size());
-        if (step == 0) {
-          EXPECT_NE(res[r].status, LLM_OK);
-          ++failed_results;
-          continue;
-        }
-        ASSERT_EQ(res[r].status, LLM_OK) << "step " << step << ": " << llm_last_error();
-        if (res[r].token != LLM_TOKEN_NONE) tokens[i].push_back(res[r].token);
-        if (res[r].finish_reason != LLM_FINISH_NONE) ++finished;
-      }
-    }
-    EXPECT_GT(failed_results, 0u);
+    const auto clean = RunBatch(TestData(model), prompts, cfg);
+    size_t failed = 0;
+    const auto tokens = GenerateOnFp8(TestData(model), prompts, cfg, [](llm_runtime* rt) {
+      const int64_t rank = 0;
+      EXPECT_EQ(llm_test_control(rt, LLM_TESTCTL_RANK_FAIL_NEXT_PASS, &rank, 1), LLM_OK);
+    }, &failed);
+    EXPECT_EQ(failed, prompts.size());  // the first step's, each rerun after it
     for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(tokens[i], clean[i].tokens) << "prompt " << i;
-    for (auto* x : s) llm_session_destroy(x);
-    llm_runtime_destroy(rt);
   }
 }
 
@@ -146,47 +157,21 @@ TEST(Fp8Kv, AFailedFirstPassLeavesTheLayerScalesToTheNext) {
 TEST(Fp8Kv, ScoringFirstDoesNotChangeLaterTokens) {
   for (const char* model : {"tiny_kimi_k2_qlora_yarn", "tiny_glm_moe_dsa"}) {
     SCOPED_TRACE(model);
-    const std::string dir = TestData(model);
     const auto prompts = GoldenPrompts(std::string(model) + ".golden.json");
     RunConfig cfg;
     cfg.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
     cfg.max_tokens_per_step = 16;  // (the scored text in several chunks, each reading the last's rows)
-    const auto clean = RunBatch(dir, prompts, cfg);
-    llm_runtime_options ro;
-    llm_runtime_options_init(&ro);
-    ro.kv_dtype = LLM_KV_DTYPE_FP8_E4M3;
-    ro.max_tokens_per_step = cfg.max_tokens_per_step;
-    llm_runtime* rt = nullptr;
-    ASSERT_EQ(llm_runtime_create(dir.c_str(), &ro, &rt), LLM_OK) << llm_last_error();
-    // A text far from the prompts: its magnitudes set other scales.
-    std::vector<int32_t> text(40);
-    for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<int32_t>((97 * i + 13) % 200);
-    std::vector<float> lp(text.size() - 1);
-    ASSERT_EQ(llm_score(rt, text.data(), text.size(), lp.data(), nullptr), LLM_OK) << llm_last_error();
-    llm_sampling_options so;
-    llm_sampling_options_init(&so);
-    so.max_new_tokens = cfg.max_new_tokens;
-    std::vector<llm_session*> s(prompts.size());
-    std::vector<std::vector<int32_t>> tokens(prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      ASSERT_EQ(llm_session_create(rt, &so, &s[i]), LLM_OK);
-      ASSERT_EQ(llm_session_append_tokens(s[i], prompts[i].data(), prompts[i].size()), LLM_OK);
-    }
-    std::vector<llm_step_result> res(prompts.size());
-    size_t finished = 0;
-    for (int step = 0; step < 200 && finished < prompts.size(); ++step) {
-      size_t n = 0;
-      ASSERT_EQ(llm_decode_step(rt, res.data(), res.size(), &n), LLM_OK) << llm_last_error();
-      for (size_t r = 0; r < n; ++r) {
-        const size_t i = static_cast<size_t>(std::find(s.begin(), s.end(), res[r].session) - s.begin());
-        ASSERT_EQ(res[r].status, LLM_OK);
-        if (res[r].token != LLM_TOKEN_NONE) tokens[i].push_back(res[r].token);
-        if (res[r].finish_reason != LLM_FINISH_NONE) ++finished;
-      }
-    }
+    const auto clean = RunBatch(TestData(model), prompts, cfg);
+    size_t failed = 0;
+    const auto tokens = GenerateOnFp8(TestData(model), prompts, cfg, [](llm_runtime* rt) {
+      // A text far from the prompts: its magnitudes set other scales.
+      std::vector<int32_t> text(40);
+      for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<int32_t>((97 * i + 13) % 200);
+      std::vector<float> lp(text.size() - 1);
+      EXPECT_EQ(llm_score(rt, text.data(), text.size(), lp.data(), nullptr), LLM_OK) << llm_last_error();
+    }, &failed);
+    EXPECT_EQ(failed, 0u);
     for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(tokens[i], clean[i].tokens) << "prompt " << i;
-    for (auto* x : s) llm_session_destroy(x);
-    llm_runtime_destroy(rt);
   }
 }
 
