@@ -585,7 +585,7 @@ void CudaBackend::Collective(const char* op, Fn&& body) {
   if (!sticky_.ok()) return;
   const auto t0 = std::chrono::steady_clock::now();
   cudaSetDevice(device_);
-  const absl::Status s = body();
+  const absl::Status s = StatusOfBody(body);
   if (!s.ok() && !failed_) Fail(absl::Status(s.code(), absl::StrCat(op, ": ", s.message())));
   // The time to enqueue (and, when NCCL is busy, to wait for room on the stream).
   collective_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(

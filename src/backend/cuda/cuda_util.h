@@ -98,21 +98,27 @@ inline cuda::WeightRef WeightOf(const Weight& w) {
                                                          ": " #cond));                                          \
   } while (0)
 
+// An op's body's status, an exception it throws as a status (an op never throws out of the
+// backend).
+template <typename Fn>
+absl::Status StatusOfBody(Fn&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of host memory");
+  } catch (const std::exception& e) {
+    return absl::InternalError(e.what());
+  } catch (...) {
+    return absl::InternalError("unknown exception");
+  }
+}
+
 template <typename Fn>
 void CudaBackend::Run(const char* op, Fn&& body) {
   if (failed_ || !sticky_.ok()) return;
   // The current device is per host thread; the runtime may call from several.
   cudaSetDevice(device_);
-  absl::Status s;
-  try {
-    s = body();
-  } catch (const std::bad_alloc&) {
-    s = absl::ResourceExhaustedError("out of host memory");
-  } catch (const std::exception& e) {
-    s = absl::InternalError(e.what());
-  } catch (...) {
-    s = absl::InternalError("unknown exception");
-  }
+  const absl::Status s = StatusOfBody(body);
   if (!s.ok()) Fail(absl::Status(s.code(), absl::StrCat(op, ": ", s.message())));
 }
 
