@@ -3,6 +3,7 @@ package llmrt
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,4 +188,48 @@ func TestClosingStreamEarlyCancels(t *testing.T) {
 		t.Errorf("session after the stream's Close: %v", err)
 	}
 	pagesReleased(t, r)
+}
+
+// A step failure from which the session could go on later (its prompt finds no free KV page
+// under the fail policy) ends the stream with the library's message for the session, and the
+// stream cancels the generation rather than leave it running with no reader.
+func TestStreamEndingOnAStepFailureCancelsTheGeneration(t *testing.T) {
+	// Two pages of 16 positions (3 layers of 48 float32 values a position).
+	r := openRuntime(t, tinyModel, &RuntimeOptions{KVDType: KVDTypeF32, KVBudgetBytes: 2 * 16 * 3 * 48 * 4})
+	s, err := r.NewSession(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(3 + i)
+	}
+	if err := s.Append(prompt); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := s.Stream(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts.Next() {
+		t.Fatal("a token from a prompt that does not fit")
+	}
+	var le *Error
+	if !errors.As(ts.Err(), &le) || le.Status != StatusKVExhausted {
+		t.Fatalf("stream error %v", ts.Err())
+	}
+	if !strings.Contains(le.Message, "needs KV pages for 40 positions") {
+		t.Errorf("message %q is not the library's", le.Message)
+	}
+	if ts.FinishReason() != FinishError {
+		t.Errorf("finish %v", ts.FinishReason())
+	}
+	info, err := s.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != SessionCancelled || info.NumPages != 0 {
+		t.Errorf("session after the stream: %+v", info)
+	}
 }

@@ -171,6 +171,26 @@ func (s *Session) Append(tokens []int32) error {
 	return nil
 }
 
+// stepError is the error of a step result in which the session did not advance, with the message
+// the library recorded for it on the session (llm_session_last_error), when that record is still
+// the step's.
+func (s *Session) stepError(res StepResult) error {
+	fallback := res.Err()
+	if err := s.enter("Session.stepError"); err != nil {
+		return fallback
+	}
+	defer s.leave()
+	e := newCError()
+	if C.llm_session_last_error(s.ptr, &e) != C.LLM_OK || Status(e.status) != res.Status {
+		return fallback
+	}
+	msg := C.GoString(&e.message[0])
+	if msg == "" {
+		return fallback
+	}
+	return &Error{Op: "llm_decode_step", Status: res.Status, Message: msg}
+}
+
 // Cancel stops the session's generation at once and releases its KV pages; the next step reports
 // it with FinishCancelled. It may be called from any goroutine while another one reads the
 // session's tokens.

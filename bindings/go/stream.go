@@ -45,8 +45,10 @@ type TokenStream struct {
 // Stream reads the session's current generation (its queued prompt must already be appended).
 // tok, when not nil, gives each token its text (special tokens left out); nil yields ids only.
 // Closing the stream before its end cancels the generation; the session stays open (and may
-// then not take a new turn). After a complete generation the session may take a new turn and
-// be streamed again.
+// then not take a new turn). So does a step failure from which the session could go on later
+// (LLM_ERR_KV_EXHAUSTED under the fail policy, a failed pass): the stream ends with the error,
+// carrying the library's message for the session, and the generation is cancelled. After a
+// complete generation the session may take a new turn and be streamed again.
 func (s *Session) Stream(ctx context.Context, tok *Tokenizer) (*TokenStream, error) {
 	return s.stream(ctx, tok, false)
 }
@@ -105,11 +107,16 @@ func (ts *TokenStream) Next() bool {
 		}
 		// A cancelled session's last result carries StatusCancelled: that is its finish.
 		if res.Status != StatusOK && res.Finish != FinishCancelled {
+			err := ts.s.stepError(res)
 			ts.finish = res.Finish
 			if ts.finish == FinishNone {
+				// The session did not advance but could on a later step (KV pages exhausted, a
+				// failed pass): the stream ends here, so its generation is cancelled rather than
+				// left running with no reader.
 				ts.finish = FinishError
+				ts.s.Cancel()
 			}
-			ts.fail(res.Err())
+			ts.fail(err)
 			return false
 		}
 		if ts.cancelling && res.Finish == FinishNone {

@@ -149,5 +149,33 @@ def test_kv_exhausted_fails_that_session_in_its_stream():
                     got.append(t.id)
             assert got == [178, 108]  # positions 0..8 fill both pages
             assert ei.value.status == llmrt.Status.KV_EXHAUSTED
-            assert f"session {s.id}" in ei.value.message and "0 of 2 KV pages free" in ei.value.message
-            assert s.info().state == "decoding"  # left as it was: the host may free pages and go on
+            # The library's message for the session (its error record).
+            assert f"session {s.id} needs KV pages" in ei.value.message and "0 of 2 pages are free" in ei.value.message
+            # The stream ended before the generation did: the generation is cancelled, as closing
+            # the stream would, rather than left running with no reader.
+            assert s.info().state == "cancelled" and s.info().num_pages == 0
+            assert rt.info().pages_free == 2
+
+
+def test_paths_and_special_names_with_a_nul_are_refused():
+    # C would end the string at the NUL and open another directory (or find another token).
+    with pytest.raises(llmrt.InvalidArgumentError):
+        llmrt.Runtime(str(TINY) + "\0/does/not/exist")
+    with pytest.raises(llmrt.InvalidArgumentError):
+        llmrt.Tokenizer(str(KJV) + "\0/does/not/exist")
+    tok = llmrt.Tokenizer(KJV)
+    assert tok.special_id("<|im_end|>") is not None
+    with pytest.raises(llmrt.InvalidArgumentError):
+        tok.special_id("<|im_end|>\0garbage")
+
+
+def test_a_prompt_that_never_fits_ends_its_stream_with_the_message_and_cancels():
+    # Two pages of 16 positions: a 40-token prompt finds no free page under the fail policy.
+    page_bytes = 16 * llmrt.Runtime(TINY, kv_dtype="f32").info().kv_bytes_per_token
+    with llmrt.Runtime(TINY, kv_dtype="f32", kv_budget_bytes=2 * page_bytes) as rt:
+        with rt.session(max_tokens=2) as s:
+            with pytest.raises(llmrt.KvExhaustedError) as ei:
+                list(s.stream(list(range(3, 43))))
+            assert "needs KV pages for 40 positions" in ei.value.message
+            info = s.info()
+            assert info.state == "cancelled" and info.num_pages == 0

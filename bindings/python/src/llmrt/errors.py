@@ -2,6 +2,7 @@
 
 import ctypes
 import enum
+import os
 
 from . import _abi
 
@@ -147,6 +148,15 @@ def from_handle(status, getter, handle):
         # Another thread's failure on the same handle replaced the record meanwhile.
         message = f"{status_string(status)} (the message was replaced by a later failure on the same handle)"
     return error_for(status, message)
+
+
+def c_path(path):
+    """`path` (str, bytes or os.PathLike) as the bytes of a C string; a NUL in it, where C would
+    end the string early and name another file, is an InvalidArgumentError."""
+    b = os.fsencode(path)
+    if b"\0" in b:
+        raise binding_error(Status.INVALID_ARGUMENT, f"path {path!r} contains a NUL character")
+    return b
 
 
 def binding_error(status, message):

@@ -209,7 +209,7 @@ class Runtime:
             o.tracker = ctypes.pointer(tracker_struct)
         out = ctypes.c_void_p()
         err = errors.new_error_struct()
-        st = lib.llm_runtime_create_v2(os.fsencode(self.model_dir), ctypes.byref(o), ctypes.byref(out),
+        st = lib.llm_runtime_create_v2(errors.c_path(self.model_dir), ctypes.byref(o), ctypes.byref(out),
                                        ctypes.byref(err))
         if st != _abi.LLM_OK:
             raise errors.error_for(st, errors.message_of(err))
@@ -662,8 +662,17 @@ class Stream:
                     return Token(_abi.LLM_TOKEN_NONE, tail)
                 raise StopIteration
             if r.status != errors.Status.OK:
+                message = self._failure_message(r)
+                if r.finish_reason is None:
+                    # The session did not advance but could on a later step (KV pages exhausted,
+                    # a failed pass): the stream ends here, so the generation is cancelled rather
+                    # than left running with no reader.
+                    try:
+                        self.session.cancel()
+                    except errors.LlmrtError:
+                        pass
                 self._end("error")
-                e = errors.error_for(r.status, self._failure_message(r))
+                e = errors.error_for(r.status, message)
                 if isinstance(e, errors.KvIntegrityError):
                     try:
                         e.failed_pages = tuple(self.session.failed_pages())
@@ -685,7 +694,21 @@ class Stream:
             return Token(r.token, piece)
 
     def _failure_message(self, r):
-        # llm_step_result carries the status only; say which session and what the library reports.
+        # llm_step_result carries the status only: the library's message for the session is in its
+        # error record (llm_session_last_error), while no later failure replaced it.
+        if not self.session.closed:
+            rec = errors.new_error_struct()
+            try:
+                ptr = self.session._h.acquire()
+            except errors.LlmrtError:
+                ptr = None
+            if ptr is not None:
+                try:
+                    if (_abi.lib().llm_session_last_error(ptr, ctypes.byref(rec)) == _abi.LLM_OK
+                            and rec.status == r.status and errors.message_of(rec)):
+                        return errors.message_of(rec)
+                finally:
+                    self.session._h.release()
         msg = f"session {r.session_id} did not advance in step: {errors.status_string(r.status)}"
         if r.status == errors.Status.KV_INTEGRITY and r.failed_page >= 0:
             msg += f" (first failed page {r.failed_page}, {r.num_failed_pages} failed)"

@@ -3,7 +3,6 @@
 import array
 import ctypes
 import dataclasses
-import os
 import threading
 import weakref
 
@@ -56,7 +55,7 @@ class Tokenizer:
 
     def __init__(self, model_dir):
         lib = _abi.lib()
-        path = os.fsencode(model_dir)
+        path = errors.c_path(model_dir)
         out = ctypes.c_void_p()
         err = errors.new_error_struct()
         st = lib.llm_tokenizer_create_v2(path, ctypes.byref(out), ctypes.byref(err))
@@ -123,7 +122,10 @@ class Tokenizer:
     def special_id(self, text):
         """The id of the special token `text` ("<|im_end|>"), or None when there is none."""
         out = ctypes.c_int32(-1)
-        st = self._call(_abi.lib().llm_tokenizer_special_id, _text_bytes(text), ctypes.byref(out),
+        b = _text_bytes(text)
+        if b"\0" in b:  # (a C string: it would end there)
+            raise errors.binding_error(errors.Status.INVALID_ARGUMENT, "special token text contains a NUL character")
+        st = self._call(_abi.lib().llm_tokenizer_special_id, b, ctypes.byref(out),
                         ok=(_abi.LLM_OK, _abi.LLM_ERR_NOT_FOUND))
         return out.value if st == _abi.LLM_OK else None
 
