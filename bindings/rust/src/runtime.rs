@@ -178,8 +178,7 @@ impl Runtime {
     }
 
     /// Wraps a session the library created and registers its queue. No step can report it yet:
-    /// it has no tokens until the caller appends some (an import's are appended by the next
-    /// step, which runs after this returns).
+    /// it has no tokens until the caller appends some (an import registers its queue itself).
     fn adopt(&self, raw: NonNull<sys::llm_session>) -> Result<Session<'_>> {
         let mut session = Session { raw, id: 0, runtime: self };
         session.id = session.info()?.id;
@@ -361,13 +360,35 @@ impl Runtime {
     pub fn import_kv(&self, blob: &[u8], sampling: &Sampling) -> Result<Session<'_>> {
         let options = sampling.to_raw();
         let mut raw = ptr::null_mut();
+        // An imported session is ready to decode, so its queue is registered before any step can
+        // report it: steps start under this lock, and a step on another thread between the import
+        // and the registration would hand its first token to no one.
+        let mut steps = self.lock();
         // SAFETY: blob is valid for its length; options for the call.
         self.check(unsafe {
             sys::llm_session_import_kv(self.raw.as_ptr(), blob.as_ptr().cast(), blob.len(), &options, &mut raw)
         })?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::new(Status::Internal, "llm_session_import_kv returned no session"))?;
-        self.adopt(raw)
+        let mut info = sys::llm_session_info {
+            struct_size: std::mem::size_of::<sys::llm_session_info>() as u32,
+            state: 0,
+            id: 0,
+            num_tokens: 0,
+            num_pending: 0,
+            num_generated: 0,
+            num_pages: 0,
+        };
+        // SAFETY: the live session just created; info is valid for writes with struct_size set.
+        if unsafe { sys::llm_session_get_info(raw.as_ptr(), &mut info) } != sys::LLM_OK {
+            // (Not through Session's Drop, which takes the lock held here.)
+            // SAFETY: created above, destroyed exactly once, used by no one else yet.
+            unsafe { sys::llm_session_destroy(raw.as_ptr()) };
+            return Err(Error::new(Status::Internal, "llm_session_get_info failed on an imported session"));
+        }
+        steps.queues.insert(info.id, Queue::default());
+        drop(steps);
+        Ok(Session { raw, id: info.id, runtime: self })
     }
 }
 
@@ -541,21 +562,25 @@ impl<'rt> Session<'rt> {
         Ok(pages)
     }
 
-    /// Serializes the session for `Runtime::import_kv` (call between steps).
+    /// Serializes the session for `Runtime::import_kv` (call between steps). A step on another
+    /// thread between the size query and the export may grow the blob: the export is then asked
+    /// again with the new size.
     pub fn export_kv(&self) -> Result<Vec<u8>> {
-        let mut size = 0usize;
-        // SAFETY: a size query: NULL buffer, capacity 0.
-        let code = unsafe { sys::llm_session_export_kv(self.raw.as_ptr(), ptr::null_mut(), 0, &mut size) };
-        if code != sys::LLM_ERR_BUFFER_TOO_SMALL && code != sys::LLM_OK {
-            return Err(self.error(code));
+        let mut blob: Vec<u8> = Vec::new();
+        loop {
+            let mut size = 0usize;
+            let buffer = if blob.is_empty() { ptr::null_mut() } else { blob.as_mut_ptr().cast() };
+            // SAFETY: buffer holds blob.len() bytes (none: a size query with a NULL buffer).
+            let code = unsafe { sys::llm_session_export_kv(self.raw.as_ptr(), buffer, blob.len(), &mut size) };
+            match code {
+                sys::LLM_OK => {
+                    blob.truncate(size);
+                    return Ok(blob);
+                }
+                sys::LLM_ERR_BUFFER_TOO_SMALL if size > blob.len() => blob.resize(size, 0),
+                _ => return Err(self.error(code)),
+            }
         }
-        let mut blob = vec![0u8; size];
-        // SAFETY: blob holds size bytes.
-        self.check(unsafe {
-            sys::llm_session_export_kv(self.raw.as_ptr(), blob.as_mut_ptr().cast(), blob.len(), &mut size)
-        })?;
-        blob.truncate(size);
-        Ok(blob)
     }
 
     /// The session's next step result, running steps of the whole runtime as needed (results
