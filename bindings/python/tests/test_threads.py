@@ -6,7 +6,7 @@ Runtime's per-session result queues mean whichever thread runs a step, no result
 import threading
 
 import llmrt
-from conftest import KJV
+from conftest import KJV, TINY
 
 PROMPTS = ["In the beginning", "And God said", "The LORD is my shepherd", "Blessed are the",
            "And it came to pass", "For God so loved", "Then said Jesus", "Behold, I"]
@@ -170,3 +170,19 @@ def test_closing_the_runtime_ends_streams_in_other_threads():
         t.join(60)
     assert not any(t.is_alive() for t in threads)
     assert len(outcomes) == 4 and all(kind == "closed" for kind, _ in outcomes), outcomes
+
+
+def test_a_session_collected_while_this_thread_holds_the_queue_lock():
+    # A garbage collection can run anywhere, also inside the runtime's own locked sections: the
+    # collected session's queue is dropped later, not under a lock this thread already holds.
+    import gc
+    with llmrt.Runtime(TINY, kv_dtype="f32") as rt:
+        s = rt.session(max_tokens=1)
+        sid = s.id
+        s.cycle = s  # only the collector frees it
+        del s
+        with rt._qlock:
+            gc.collect()
+        assert sid in rt._queues  # still there: dropped at the next locked section
+        rt.step()
+        assert sid not in rt._queues

@@ -10,6 +10,7 @@ the library; no result is lost whichever thread ran the step.
 
 import atexit
 import collections
+import contextlib
 import ctypes
 import dataclasses
 import os
@@ -219,6 +220,10 @@ class Runtime:
         self._queues = {}                                # session id -> deque of StepResult
         self._streaming = set()                          # ids of sessions a Stream consumes
         self._qlock = threading.Lock()
+        # Ids of sessions collected by the garbage collector, whose queues go at the next
+        # _queues_locked (Session.__del__ must not take _qlock: a collection can run on a thread
+        # that holds it).
+        self._collected = []
         self._step_lock = threading.Lock()
         self._capacity = 16
         self.steps_run = 0            # llm_decode_step calls made through this object
@@ -247,7 +252,7 @@ class Runtime:
         def close_children():
             for h in list(self._session_handles):
                 h.close(destroy=False)  # llm_runtime_destroy destroys them
-            with self._qlock:
+            with self._queues_locked():
                 self._queues.clear()
                 self._streaming.clear()
         if self._h.close(before_destroy=close_children):
@@ -338,8 +343,18 @@ class Runtime:
         self.max_results_per_step = max(self.max_results_per_step, len(out))
         return out
 
-    def _distribute(self, results):
+    @contextlib.contextmanager
+    def _queues_locked(self):
+        """_qlock held, with the queues of collected sessions dropped."""
         with self._qlock:
+            while self._collected:
+                sid = self._collected.pop()
+                self._queues.pop(sid, None)
+                self._streaming.discard(sid)
+            yield
+
+    def _distribute(self, results):
+        with self._queues_locked():
             for r in results:
                 q = self._queues.get(r.session_id)
                 if q is not None:  # None: the session was closed meanwhile
@@ -353,7 +368,7 @@ class Runtime:
         with self._step_lock:
             self._distribute(self._decode_step())
         out = []
-        with self._qlock:
+        with self._queues_locked():
             for sid, q in self._queues.items():
                 if sid not in self._streaming:
                     out.extend(q)
@@ -366,7 +381,7 @@ class Runtime:
         sid = session.id
         idle_steps = 0
         while True:
-            with self._qlock:
+            with self._queues_locked():
                 q = self._queues.get(sid)
                 if q is None:
                     raise errors.binding_error(errors.Status.INVALID_STATE, "the session is closed")
@@ -374,7 +389,7 @@ class Runtime:
                     return q.popleft()
             with self._step_lock:
                 # Another thread's step may have delivered ours while we waited for the lock.
-                with self._qlock:
+                with self._queues_locked():
                     q = self._queues.get(sid)
                     if q:
                         return q.popleft()
@@ -491,7 +506,7 @@ class Session:
             self.id = info.id
             # Registered while the runtime cannot be closed, so its close() sees this session.
             runtime._session_handles.add(self._h)
-            with runtime._qlock:
+            with runtime._queues_locked():
                 runtime._queues[self.id] = collections.deque()
             runtime._sessions[self.id] = self
         finally:
@@ -525,7 +540,7 @@ class Session:
 
     def _forget(self):
         rt = self.runtime
-        with rt._qlock:
+        with rt._queues_locked():
             rt._queues.pop(self.id, None)
             rt._streaming.discard(self.id)
 
@@ -541,10 +556,11 @@ class Session:
         return False
 
     def __del__(self):
-        # The handle destroys itself when collected; drop the queue the runtime keeps for us.
+        # The handle destroys itself when collected; the runtime drops the queue it keeps for us
+        # the next time it takes its queue lock (not here: this thread may hold it already).
         rt = getattr(self, "runtime", None)
         if rt is not None and hasattr(self, "id"):
-            self._forget()
+            rt._collected.append(self.id)
 
     # -- API
     def append(self, tokens):
@@ -619,7 +635,7 @@ class Stream:
         self._detok = detok
         # Mark the session as streamed before its tokens are queued, so a step run by any thread
         # from now on keeps its results for this stream.
-        with rt._qlock:
+        with rt._queues_locked():
             if session.id in rt._streaming:
                 if detok is not None:
                     detok.close()
@@ -735,7 +751,7 @@ class Stream:
 
     def _release(self):
         rt = self.session.runtime
-        with rt._qlock:
+        with rt._queues_locked():
             rt._streaming.discard(self.session.id)
             q = rt._queues.get(self.session.id)
             # Leftovers (none in a normal end) would be stale for the next stream of the session.
