@@ -18,7 +18,7 @@ from .comm_id import CommId, comm_id_create
 from .errors import (BufferTooSmallError, CancelledError, FormatError, InternalError, InvalidArgumentError,
                      InvalidStateError, IoError, KvExhaustedError, KvIntegrityError, LlmrtError, NotFoundError,
                      OutOfMemoryError, OutOfRangeError, Status, UnsupportedError)
-from .runtime import Runtime, RuntimeInfo, Session, SessionInfo, StepResult, Stream, Token
+from .runtime import KvSizing, Runtime, RuntimeInfo, Session, SessionInfo, StepResult, Stream, Token, kv_sizing
 from .tokenizer import Detokenizer, Tokenizer, TokenizerInfo
 
 __version__ = "0.1.0"
@@ -32,8 +32,9 @@ def version():
 
 __all__ = [
     "BufferTooSmallError", "CancelledError", "CommId", "Detokenizer", "FormatError", "InternalError",
-    "InvalidArgumentError", "InvalidStateError", "IoError", "KvExhaustedError", "KvIntegrityError", "KvTracker",
+    "InvalidArgumentError", "InvalidStateError", "IoError", "KvExhaustedError", "KvIntegrityError", "KvSizing",
+    "KvTracker",
     "LibraryNotFoundError", "LlmrtError", "NotFoundError", "OutOfMemoryError", "OutOfRangeError", "Runtime",
     "RuntimeInfo", "Session", "SessionInfo", "Status", "StepResult", "Stream", "Token", "Tokenizer", "TokenizerInfo",
-    "UnsupportedError", "comm_id_create", "library_path", "set_log_callback", "version",
+    "UnsupportedError", "comm_id_create", "kv_sizing", "library_path", "set_log_callback", "version",
 ]

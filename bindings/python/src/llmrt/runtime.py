@@ -316,6 +316,24 @@ class Runtime:
         return Session(self, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                        max_tokens=max_tokens, seed=seed, stop_tokens=stop_tokens, keep_logits=keep_logits)
 
+    def import_kv(self, blob, *, key=None, **sampling):
+        """A session made from `Session.export_kv` of a runtime of the same model
+        (llm_session_import_kv, or with `key` llm_session_import_kv_authenticated): it continues
+        exactly where the exporter's stopped; `sampling` as for session(), the generator state
+        from the blob. The header says what an import validates and may affect."""
+        data = bytes(blob)
+        keyb = None if key is None else bytes(key)
+        lib = _abi.lib()
+
+        def create(ptr, options, out):
+            if keyb is None:
+                return lib.llm_session_import_kv(ptr, data, len(data), options, out)
+            return lib.llm_session_import_kv_authenticated(ptr, data, len(data), keyb, len(keyb), options, out)
+        # An imported session is ready to decode: no step runs before its queue is registered (a
+        # step on another thread would hand its first token to no one).
+        with self._step_lock:
+            return Session(self, _create=create, **sampling)
+
     # -- stepping
     def _decode_step(self):
         """One llm_decode_step_v2; returns the list of StepResult."""
@@ -469,12 +487,45 @@ class Runtime:
         self._call(_abi.lib().llm_test_control, int(op), arr, len(args))
 
 
+@dataclasses.dataclass(frozen=True)
+class KvSizing:
+    """llm_kv_sizing: the KV cache a runtime of that model, codec, budget and page size makes."""
+    kv_dtype: str
+    num_layers: int
+    elements_per_token_layer: int
+    bytes_per_token: int
+    capacity_tokens: int
+    max_sessions: int
+
+
+def kv_sizing(model_dir, *, kv_dtype="auto", kv_budget_bytes=0, page_size_tokens=0, session_tokens=0,
+              tensor_parallel=1):
+    """Sizes the KV cache of the model in model_dir from its config.json alone
+    (llm_model_kv_sizing_v2): bytes per token, the tokens kv_budget_bytes holds (per rank of
+    tensor_parallel ranks) in whole pages, and with session_tokens how many such sessions fit."""
+    out = _abi.llm_kv_sizing()
+    out.struct_size = ctypes.sizeof(out)
+    lib = _abi.lib()
+    st = lib.llm_model_kv_sizing_v2(errors.c_path(model_dir), _choice(kv_dtype, _KV_DTYPES, "kv_dtype"),
+                                    _uint(kv_budget_bytes, "kv_budget_bytes", 64),
+                                    _uint(page_size_tokens, "page_size_tokens"), _uint(session_tokens, "session_tokens"),
+                                    _uint(tensor_parallel, "tensor_parallel"), ctypes.byref(out))
+    if st != _abi.LLM_OK:
+        # A call without a handle: its record is the calling thread's (llm_last_error).
+        raise errors.error_for(st, lib.llm_last_error().decode("utf-8", "replace"))
+    names = {v: k for k, v in _KV_DTYPES.items()}
+    return KvSizing(names.get(out.kv_dtype, str(out.kv_dtype)), out.num_layers, out.elements_per_token_layer,
+                    out.bytes_per_token, out.capacity_tokens, out.max_sessions)
+
+
 class Session:
     """One conversation in a Runtime (llm_session). It keeps its runtime alive; closing the
     runtime closes it. Sampling options are fixed at creation (see Runtime.session)."""
 
     def __init__(self, runtime, *, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=0, seed=0,
-                 stop_tokens=(), keep_logits=True):
+                 stop_tokens=(), keep_logits=True, _create=None):
+        # _create(runtime_ptr, options_ref, out_ref) -> status: how the library makes the session
+        # (llm_session_create; Runtime.import_kv passes an import).
         lib = _abi.lib()
         if not isinstance(runtime, Runtime):
             raise errors.binding_error(errors.Status.INVALID_ARGUMENT, "runtime must be an llmrt.Runtime")
@@ -498,7 +549,10 @@ class Session:
         parent = runtime._h
         ptr = parent.acquire()
         try:
-            st = lib.llm_session_create(ptr, ctypes.byref(o), ctypes.byref(out))
+            if _create is None:
+                st = lib.llm_session_create(ptr, ctypes.byref(o), ctypes.byref(out))
+            else:
+                st = _create(ptr, ctypes.byref(o), ctypes.byref(out))
             if st != _abi.LLM_OK:
                 raise errors.from_handle(st, lib.llm_runtime_last_error, ptr)
             self._h = Handle(out.value, "session", lib.llm_session_destroy, parent=parent)
@@ -572,6 +626,25 @@ class Session:
         """Stops the generation at once from any thread: a stream of this session ends with
         finish reason "cancelled" and the session's KV pages are released."""
         self._call(_abi.lib().llm_session_cancel)
+
+    def export_kv(self, *, key=None):
+        """The session serialized for Runtime.import_kv (llm_session_export_kv, or with `key`, 16
+        to 1024 bytes, llm_session_export_kv_authenticated), as bytes. Call it between steps."""
+        lib = _abi.lib()
+        keyb = None if key is None else bytes(key)
+        buf = None
+        while True:
+            size = ctypes.c_size_t(0)
+            cap = 0 if buf is None else len(buf)
+            if keyb is None:
+                st = self._call(lib.llm_session_export_kv, buf, cap, ctypes.byref(size),
+                                ok=(_abi.LLM_OK, _abi.LLM_ERR_BUFFER_TOO_SMALL))
+            else:
+                st = self._call(lib.llm_session_export_kv_authenticated, keyb, len(keyb), buf, cap, ctypes.byref(size),
+                                ok=(_abi.LLM_OK, _abi.LLM_ERR_BUFFER_TOO_SMALL))
+            if st == _abi.LLM_OK:
+                return buf.raw[:size.value] if buf is not None else b""
+            buf = ctypes.create_string_buffer(size.value)  # (grown by a step meanwhile: asked again)
 
     def info(self):
         s = self._raw_info()
