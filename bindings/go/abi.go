@@ -100,7 +100,18 @@ func abiStructs() []abiStruct {
 	var r C.llm_step_result
 	var ti C.llm_tokenizer_info
 	var cm C.llm_chat_message
+	var ks C.llm_kv_sizing
 	return []abiStruct{
+		{"llm_kv_sizing", unsafe.Sizeof(ks), unsafe.Alignof(ks), []abiField{
+			field("struct_size", unsafe.Offsetof(ks.struct_size), unsafe.Sizeof(ks.struct_size)),
+			field("kv_dtype", unsafe.Offsetof(ks.kv_dtype), unsafe.Sizeof(ks.kv_dtype)),
+			field("num_layers", unsafe.Offsetof(ks.num_layers), unsafe.Sizeof(ks.num_layers)),
+			field("elements_per_token_layer", unsafe.Offsetof(ks.elements_per_token_layer),
+				unsafe.Sizeof(ks.elements_per_token_layer)),
+			field("bytes_per_token", unsafe.Offsetof(ks.bytes_per_token), unsafe.Sizeof(ks.bytes_per_token)),
+			field("capacity_tokens", unsafe.Offsetof(ks.capacity_tokens), unsafe.Sizeof(ks.capacity_tokens)),
+			field("max_sessions", unsafe.Offsetof(ks.max_sessions), unsafe.Sizeof(ks.max_sessions)),
+		}},
 		{"llm_error", unsafe.Sizeof(e), unsafe.Alignof(e), []abiField{
 			field("struct_size", unsafe.Offsetof(e.struct_size), unsafe.Sizeof(e.struct_size)),
 			field("status", unsafe.Offsetof(e.status), unsafe.Sizeof(e.status)),

@@ -51,6 +51,28 @@ func (r *Runtime) NewSession(opts *SamplingOptions) (*Session, error) {
 		return nil, err
 	}
 	defer r.g.leave()
+	so, stops, err := samplingOptionsOf("Runtime.NewSession", opts)
+	if err != nil {
+		return nil, err
+	}
+	var ptr *C.llm_session
+	var st C.llm_status
+	if len(stops) > 0 {
+		// The stop tokens are copied at creation; the Go array only lives through the call, so
+		// the pointer to it is set in C (cgo forbids passing Go memory holding a Go pointer).
+		st = createSessionWithStops(r.ptr, &so, &stops[0], &ptr)
+	} else {
+		st = C.llm_session_create(r.ptr, &so, &ptr)
+	}
+	if st != C.LLM_OK {
+		return nil, runtimeError("llm_session_create", st, r.ptr)
+	}
+	return r.adoptSession(ptr)
+}
+
+// samplingOptionsOf is opts as llm_sampling_options, with its stop tokens as a C-typed array
+// (the caller sets the options' pointer to it in C).
+func samplingOptionsOf(op string, opts *SamplingOptions) (C.llm_sampling_options, []C.int32_t, error) {
 	var so C.llm_sampling_options
 	C.llm_sampling_options_init(&so)
 	var stops []C.int32_t
@@ -67,7 +89,7 @@ func (r *Runtime) NewSession(opts *SamplingOptions) (*Session, error) {
 			so.flags |= samplingNoLogits
 		}
 		if len(opts.StopTokens) > math.MaxUint32 {
-			return nil, &Error{Op: "Runtime.NewSession", Status: StatusInvalidArgument, Message: "too many stop tokens"}
+			return so, nil, &Error{Op: op, Status: StatusInvalidArgument, Message: "too many stop tokens"}
 		}
 		if len(opts.StopTokens) > 0 {
 			stops = make([]C.int32_t, len(opts.StopTokens))
@@ -77,18 +99,11 @@ func (r *Runtime) NewSession(opts *SamplingOptions) (*Session, error) {
 			so.num_stop_tokens = C.uint32_t(len(stops))
 		}
 	}
-	var ptr *C.llm_session
-	var st C.llm_status
-	if len(stops) > 0 {
-		// The stop tokens are copied at creation; the Go array only lives through the call, so
-		// the pointer to it is set in C (cgo forbids passing Go memory holding a Go pointer).
-		st = createSessionWithStops(r.ptr, &so, &stops[0], &ptr)
-	} else {
-		st = C.llm_session_create(r.ptr, &so, &ptr)
-	}
-	if st != C.LLM_OK {
-		return nil, runtimeError("llm_session_create", st, r.ptr)
-	}
+	return so, stops, nil
+}
+
+// adoptSession wraps a session the library made and registers it with the runtime.
+func (r *Runtime) adoptSession(ptr *C.llm_session) (*Session, error) {
 	var info C.llm_session_info
 	info.struct_size = C.uint32_t(unsafe.Sizeof(info))
 	if st := C.llm_session_get_info(ptr, &info); st != C.LLM_OK {
