@@ -370,15 +370,7 @@ impl Runtime {
         })?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::new(Status::Internal, "llm_session_import_kv returned no session"))?;
-        let mut info = sys::llm_session_info {
-            struct_size: std::mem::size_of::<sys::llm_session_info>() as u32,
-            state: 0,
-            id: 0,
-            num_tokens: 0,
-            num_pending: 0,
-            num_generated: 0,
-            num_pages: 0,
-        };
+        let mut info = blank_session_info();
         // SAFETY: the live session just created; info is valid for writes with struct_size set.
         if unsafe { sys::llm_session_get_info(raw.as_ptr(), &mut info) } != sys::LLM_OK {
             // (Not through Session's Drop, which takes the lock held here.)
@@ -510,15 +502,7 @@ impl<'rt> Session<'rt> {
     }
 
     pub fn info(&self) -> Result<SessionInfo> {
-        let mut info = sys::llm_session_info {
-            struct_size: std::mem::size_of::<sys::llm_session_info>() as u32,
-            state: 0,
-            id: 0,
-            num_tokens: 0,
-            num_pending: 0,
-            num_generated: 0,
-            num_pages: 0,
-        };
+        let mut info = blank_session_info();
         // SAFETY: live session; info is valid for writes with struct_size set.
         self.check(unsafe { sys::llm_session_get_info(self.raw.as_ptr(), &mut info) })?;
         Ok(SessionInfo {
@@ -594,6 +578,19 @@ impl<'rt> Session<'rt> {
     /// detokenizer that leaves special tokens out).
     pub fn stream<'a>(&'a self, tokenizer: &'a Tokenizer) -> Result<TokenStream<'a>> {
         Ok(TokenStream { session: self, detokenizer: tokenizer.detokenizer(true)?, done: false, finish: None })
+    }
+}
+
+/// An llm_session_info for llm_session_get_info to fill (struct_size set).
+fn blank_session_info() -> sys::llm_session_info {
+    sys::llm_session_info {
+        struct_size: std::mem::size_of::<sys::llm_session_info>() as u32,
+        state: 0,
+        id: 0,
+        num_tokens: 0,
+        num_pending: 0,
+        num_generated: 0,
+        num_pages: 0,
     }
 }
 
