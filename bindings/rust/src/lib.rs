@@ -37,7 +37,7 @@ pub use options::{
     Activations, Backend, FinishReason, KvDtype, KvPressure, RuntimeInfo, RuntimeOptions, Sampling, SessionInfo, SessionState,
     WeightMemory, Weights,
 };
-pub use runtime::{chat_prompt, Chunk, Runtime, Session, StepResult, TokenStream};
+pub use runtime::{chat_prompt, model_kv_sizing, Chunk, KvSizing, Runtime, Session, StepResult, TokenStream};
 pub use tokenizer::{ChatMessage, Detokenizer, Tokenizer, TokenizerFamily, TokenizerInfo};
 pub use tracker::KvTracker;
 

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::ptr::{self, NonNull};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use crate::error::{empty_record, Error, Result, Status};
-use crate::options::{FinishReason, RuntimeInfo, RuntimeOptions, Sampling, SessionInfo, SessionState};
+use crate::error::{empty_record, from_last_error, Error, Result, Status};
+use crate::options::{kv_dtype_raw, FinishReason, KvDtype, RuntimeInfo, RuntimeOptions, Sampling, SessionInfo, SessionState};
 use crate::sys;
 use crate::tokenizer::{path_cstring, ChatMessage, Detokenizer, Tokenizer};
 use crate::tracker::{KvTracker, TrackerGuard};
@@ -358,15 +358,36 @@ impl Runtime {
 
     /// Creates a session from `Session::export_kv` of another runtime of the same model.
     pub fn import_kv(&self, blob: &[u8], sampling: &Sampling) -> Result<Session<'_>> {
+        self.import(blob, None, sampling)
+    }
+
+    /// Creates a session from `Session::export_kv_authenticated` under the same `key`
+    /// (llm_session_import_kv_authenticated): trusted like state this runtime computed.
+    pub fn import_kv_authenticated(&self, blob: &[u8], key: &[u8], sampling: &Sampling) -> Result<Session<'_>> {
+        self.import(blob, Some(key), sampling)
+    }
+
+    fn import(&self, blob: &[u8], key: Option<&[u8]>, sampling: &Sampling) -> Result<Session<'_>> {
         let options = sampling.to_raw();
         let mut raw = ptr::null_mut();
         // An imported session is ready to decode, so its queue is registered before any step can
         // report it: steps start under this lock, and a step on another thread between the import
         // and the registration would hand its first token to no one.
         let mut steps = self.lock();
-        // SAFETY: blob is valid for its length; options for the call.
+        // SAFETY: blob and key are valid for their lengths; options for the call.
         self.check(unsafe {
-            sys::llm_session_import_kv(self.raw.as_ptr(), blob.as_ptr().cast(), blob.len(), &options, &mut raw)
+            match key {
+                None => sys::llm_session_import_kv(self.raw.as_ptr(), blob.as_ptr().cast(), blob.len(), &options, &mut raw),
+                Some(k) => sys::llm_session_import_kv_authenticated(
+                    self.raw.as_ptr(),
+                    blob.as_ptr().cast(),
+                    blob.len(),
+                    k.as_ptr().cast(),
+                    k.len(),
+                    &options,
+                    &mut raw,
+                ),
+            }
         })?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::new(Status::Internal, "llm_session_import_kv returned no session"))?;
@@ -550,12 +571,35 @@ impl<'rt> Session<'rt> {
     /// thread between the size query and the export may grow the blob: the export is then asked
     /// again with the new size.
     pub fn export_kv(&self) -> Result<Vec<u8>> {
+        self.export(None)
+    }
+
+    /// `export_kv` sealed with HMAC-SHA256 under `key` (16 to 1024 bytes, shared by the host's
+    /// runtimes) for `Runtime::import_kv_authenticated` (llm_session_export_kv_authenticated).
+    pub fn export_kv_authenticated(&self, key: &[u8]) -> Result<Vec<u8>> {
+        self.export(Some(key))
+    }
+
+    fn export(&self, key: Option<&[u8]>) -> Result<Vec<u8>> {
         let mut blob: Vec<u8> = Vec::new();
         loop {
             let mut size = 0usize;
             let buffer = if blob.is_empty() { ptr::null_mut() } else { blob.as_mut_ptr().cast() };
-            // SAFETY: buffer holds blob.len() bytes (none: a size query with a NULL buffer).
-            let code = unsafe { sys::llm_session_export_kv(self.raw.as_ptr(), buffer, blob.len(), &mut size) };
+            // SAFETY: buffer holds blob.len() bytes (none: a size query with a NULL buffer); the
+            // key is valid for its length.
+            let code = unsafe {
+                match key {
+                    None => sys::llm_session_export_kv(self.raw.as_ptr(), buffer, blob.len(), &mut size),
+                    Some(k) => sys::llm_session_export_kv_authenticated(
+                        self.raw.as_ptr(),
+                        k.as_ptr().cast(),
+                        k.len(),
+                        buffer,
+                        blob.len(),
+                        &mut size,
+                    ),
+                }
+            };
             match code {
                 sys::LLM_OK => {
                     blob.truncate(size);
@@ -579,6 +623,67 @@ impl<'rt> Session<'rt> {
     pub fn stream<'a>(&'a self, tokenizer: &'a Tokenizer) -> Result<TokenStream<'a>> {
         Ok(TokenStream { session: self, detokenizer: tokenizer.detokenizer(true)?, done: false, finish: None })
     }
+}
+
+/// llm_kv_sizing: the KV cache a runtime of a model, codec, budget and page size makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvSizing {
+    /// The codec sized (llm_kv_dtype; AUTO resolved).
+    pub kv_dtype: i32,
+    pub num_layers: u32,
+    pub elements_per_token_layer: u32,
+    /// Over all layers: what `RuntimeInfo` reports for this codec.
+    pub bytes_per_token: u64,
+    /// Tokens the budget holds, in whole pages.
+    pub capacity_tokens: u64,
+    /// Sessions of `session_tokens` each that fit; 0 if not asked.
+    pub max_sessions: u64,
+}
+
+/// Sizes the KV cache of the model in `model_dir` from its config.json alone
+/// (llm_model_kv_sizing_v2), for one rank of `tensor_parallel` ranks (0 or 1: one).
+/// `page_size_tokens` 0 is the runtime default; `session_tokens` 0 skips the session count.
+pub fn model_kv_sizing(
+    model_dir: impl AsRef<Path>,
+    kv_dtype: KvDtype,
+    kv_budget_bytes: u64,
+    page_size_tokens: u32,
+    session_tokens: u32,
+    tensor_parallel: u32,
+) -> Result<KvSizing> {
+    let dir = path_cstring(model_dir.as_ref(), "model directory")?;
+    let mut out = sys::llm_kv_sizing {
+        struct_size: std::mem::size_of::<sys::llm_kv_sizing>() as u32,
+        kv_dtype: 0,
+        num_layers: 0,
+        elements_per_token_layer: 0,
+        bytes_per_token: 0,
+        capacity_tokens: 0,
+        max_sessions: 0,
+    };
+    // SAFETY: dir is a valid C string; out is valid for writes with struct_size set.
+    let code = unsafe {
+        sys::llm_model_kv_sizing_v2(
+            dir.as_ptr(),
+            kv_dtype_raw(kv_dtype),
+            kv_budget_bytes,
+            page_size_tokens,
+            session_tokens,
+            tensor_parallel,
+            &mut out,
+        )
+    };
+    if code != sys::LLM_OK {
+        return Err(from_last_error(code));
+    }
+    Ok(KvSizing {
+        kv_dtype: out.kv_dtype,
+        num_layers: out.num_layers,
+        elements_per_token_layer: out.elements_per_token_layer,
+        bytes_per_token: out.bytes_per_token,
+        capacity_tokens: out.capacity_tokens,
+        max_sessions: out.max_sessions,
+    })
 }
 
 /// An llm_session_info for llm_session_get_info to fill (struct_size set).

@@ -393,6 +393,16 @@ extern "C" {
         out: *mut llm_kv_sizing,
     ) -> llm_status;
 
+    pub fn llm_model_kv_sizing_v2(
+        model_dir: *const c_char,
+        kv_dtype: i32,
+        kv_budget_bytes: u64,
+        page_size_tokens: u32,
+        session_tokens: u32,
+        tensor_parallel: u32,
+        out: *mut llm_kv_sizing,
+    ) -> llm_status;
+
     pub fn llm_convert_options_init(options: *mut llm_convert_options);
     pub fn llm_convert_checkpoint(
         in_dir: *const c_char,

@@ -152,3 +152,34 @@ fn weight_memory_moves_bytes_not_results() {
     // Where the weights live changes no arithmetic: the same log-probabilities, bit for bit.
     assert_eq!(mapped.score(&seq).unwrap(), copied.score(&seq).unwrap());
 }
+
+#[test]
+fn authenticated_transfer_needs_the_same_key() {
+    let a = tiny_runtime();
+    let b = tiny_runtime();
+    let s = a.create_session(&Sampling::greedy()).unwrap();
+    s.append_tokens(&TINY_PROMPT).unwrap();
+    assert_eq!(s.next_result().unwrap().unwrap().token, Some(TINY_GOLDEN[0]));
+    let key = [7u8; 32];
+    let sealed = s.export_kv_authenticated(&key).unwrap();
+    let err = b.import_kv_authenticated(&sealed, &[8u8; 32], &Sampling::greedy()).err().unwrap();
+    assert_eq!(err.status, Status::Format, "{err}");
+    assert_eq!(b.import_kv(&sealed, &Sampling::greedy()).err().unwrap().status, Status::InvalidArgument);
+    let moved = b.import_kv_authenticated(&sealed, &key, &Sampling::greedy()).unwrap();
+    let r = moved.next_result().unwrap().expect("the imported session runs");
+    assert_eq!(r.token, Some(TINY_GOLDEN[1]));
+}
+
+#[test]
+fn kv_sizing_matches_the_runtime() {
+    use llmrt::{KvDtype, Runtime, RuntimeOptions};
+    let opts = RuntimeOptions { kv_budget_bytes: 1 << 20, page_size_tokens: 16, ..f32_kv() };
+    let z = llmrt::model_kv_sizing(tiny_model(), KvDtype::F32, 1 << 20, 16, 64, 1).unwrap();
+    let info = Runtime::new(tiny_model(), &opts).unwrap().info().unwrap();
+    assert_eq!(z.kv_dtype, llmrt::sys::LLM_KV_DTYPE_F32);
+    assert_eq!(z.bytes_per_token, info.kv_bytes_per_token);
+    assert_eq!(z.capacity_tokens, u64::from(info.pages_total) * 16);
+    assert_eq!(z.max_sessions, z.capacity_tokens / 64);
+    let err = llmrt::model_kv_sizing("/nonexistent/llmrt-model", KvDtype::Auto, 0, 0, 0, 1).err().unwrap();
+    assert_eq!(err.status, Status::NotFound, "{err}");
+}
