@@ -244,6 +244,7 @@ class Runtime {
   static constexpr int64_t kMinCaptureContext = 256;
   void ReleasePages(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Preempt(Session* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnshareStart(Session* s, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Abort(Session* s, std::vector<int32_t> failed_entries, std::vector<StepResult>* results)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Session* FindById(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -50,6 +50,15 @@ int64_t PowerOfTwoAtLeast(int64_t n) {
 // Gives a running session's pages back; its processed tokens queue again in front of its
 // pending ones, and it recomputes them when pages are free (the tokens it then produces are
 // the ones it would have produced: every position's computation is batch-independent).
+// The last n context tokens (a prompt's start found on shared pages this step) back to the front
+// of the pending tokens.
+void Runtime::UnshareStart(Session* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    s->pending_.push_front(s->context_.back());
+    s->context_.pop_back();
+  }
+}
+
 void Runtime::Preempt(Session* s) {
   ReleasePages(s);
   for (auto it = s->context_.rbegin(); it != s->context_.rend(); ++it) s->pending_.push_front(*it);
@@ -141,10 +150,7 @@ std::vector<Runtime::Work> Runtime::Plan(std::vector<StepResult>* results) {
     // A prompt that does not run this step gives its shared pages back, unchanged.
     const auto unshare = [&] {
       if (shared == 0) return;
-      for (int64_t i = 0; i < shared; ++i) {
-        s->pending_.push_front(s->context_.back());
-        s->context_.pop_back();
-      }
+      UnshareStart(s, shared);
       kv_->ReleaseAll(s->id_, s->pages_);
     };
     AdmissionRequest req;
@@ -399,10 +405,7 @@ void Runtime::Commit(const std::vector<Work>& work, const absl::Status& forward,
     if (!forward.ok()) {
       // Nothing of this step is kept: the pages it admitted the session to go back (those held
       // before it stay), the context is as before it (a prompt's shared start goes back too).
-      for (int64_t i = 0; i < wk.shared; ++i) {
-        s->pending_.push_front(s->context_.back());
-        s->context_.pop_back();
-      }
+      UnshareStart(s, wk.shared);
       kv_->Truncate(s->id_, s->pages_,
                     std::max<int64_t>(static_cast<int64_t>(s->context_.size()), wk.pages_before * options_.page_size));
       r.status = forward;
